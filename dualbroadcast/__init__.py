@@ -1,0 +1,25 @@
+"""dualbroadcast: fast automatic differentiation of plain NumPy code.
+
+Reverse mode over array operations; elementwise broadcasts and sums in forward
+mode with vectorised dual arrays.  See DESIGN.md for the contract.
+"""
+
+from . import rules  # noqa: F401  (registers every rule)
+from .api import check_gradient, cut, gradient, jacobian, pullback, uncut, value_and_gradient
+from .errors import (
+    DifferentiationError,
+    GradientMismatchError,
+    InPlaceMutationError,
+    KernelError,
+    NonScalarOutputError,
+    UnsupportedFunctionError,
+    ValueConversionError,
+)
+from .registry import defvjp, defvjp_argnum, defvjp_outputs, defvjp_sequence, nondifferentiable, primitive
+
+__all__ = [
+    "gradient", "value_and_gradient", "pullback", "jacobian", "cut", "uncut", "check_gradient",
+    "defvjp", "defvjp_argnum", "defvjp_sequence", "defvjp_outputs", "nondifferentiable", "primitive",
+    "DifferentiationError", "GradientMismatchError", "InPlaceMutationError", "KernelError",
+    "NonScalarOutputError", "UnsupportedFunctionError", "ValueConversionError",
+]

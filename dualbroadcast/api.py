@@ -1,0 +1,307 @@
+"""The public entry points of reverse mode: gradient, pullback, jacobian, cut, check_gradient."""
+
+import numpy as np
+
+from . import pytree
+from .errors import GradientMismatchError, NonScalarOutputError
+from .pytree import Cut, Uncut
+from .tape import ACTIVE_TAPE, Tape, Tracked, backward, value_of
+
+_FLOAT_TYPES = (np.ndarray, float, np.float64, np.float32)
+
+
+# --- cut / uncut -------------------------------------------------------------
+def cut(x):
+    """Mark ``x`` (an array, a scalar or any container or callable) as a constant.
+
+    Inside a differentiated function the result is ``x`` with every tracked leaf
+    replaced by its plain value, except leaves wrapped in `uncut`: a stop-gradient.
+    As an argument of `gradient`, `pullback`, `broadcast` or `sum` it means "do not
+    differentiate": the gradient for it is ``None``.
+
+    >>> db.gradient(lambda x, y: np.sum(x * y), np.ones(2), db.cut(np.arange(2.0)))
+    (array([0., 1.]), None)
+    """
+    if ACTIVE_TAPE.get() is None:
+        return Cut(x)
+    return strip(x)
+
+
+def uncut(x):
+    """Inside a `cut` container, keep ``x`` a variable (its gradient is computed)."""
+    return Uncut(x)
+
+
+def strip(x):
+    """``x`` with every leaf that is not under `uncut` made constant, markers removed."""
+    if type(x) is Tracked:
+        return x.value
+    if isinstance(x, _FLOAT_TYPES):
+        return x
+    leaves, treedef = pytree.flatten(x)
+    flags = pytree.leaf_activity(treedef, active=False)
+    if not pytree.has_markers(treedef) and not any(type(leaf) is Tracked for leaf in leaves):
+        return x
+    return pytree.unflatten(treedef, [leaf if on else value_of(leaf) for leaf, on in zip(leaves, flags)])
+
+
+# --- tracing ----------------------------------------------------------------
+class _Argument:
+    """One argument of a differentiated call: its tree and the tape input of each leaf."""
+
+    __slots__ = ("treedef", "originals", "inputs")
+
+    def __init__(self, treedef, originals, inputs):
+        self.treedef = treedef
+        self.originals = originals
+        self.inputs = inputs  # per leaf: the Tracked input, or None for a constant
+
+
+def _prepare(tape, args):
+    """Wrap every differentiated leaf of ``args`` as a tape input."""
+    call_args, arguments = [], []
+    for position, arg in enumerate(args):
+        if isinstance(arg, _FLOAT_TYPES):
+            t = tape.leaf(_float_value(arg, position, ""))
+            call_args.append(t)
+            arguments.append(_Argument(None, [arg], [t]))
+            continue
+        leaves, treedef = pytree.flatten(arg)
+        flags = pytree.leaf_activity(treedef)
+        inputs, new_leaves = [], []
+        for k, (leaf, on) in enumerate(zip(leaves, flags)):
+            t = tape.leaf(_float_value(leaf, position, f" (leaf {k})")) if on and leaf is not None else None
+            inputs.append(t)
+            new_leaves.append(t if t is not None else value_of(leaf))
+        call_args.append(pytree.unflatten(treedef, new_leaves))
+        arguments.append(_Argument(treedef, leaves, inputs))
+    return call_args, arguments
+
+
+def _float_value(x, position, where):
+    """The value a differentiated leaf is tracked with; a clear error if it is not a float."""
+    if type(x) is float:
+        return np.float64(x)
+    if isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind == "f":
+        return x
+    if isinstance(x, (bool, np.bool_)) or getattr(x, "dtype", None) == np.bool_:
+        what = "boolean"
+    elif isinstance(x, (int, np.integer)) or getattr(getattr(x, "dtype", None), "kind", "") in "iu":
+        what = "integer"
+    elif isinstance(x, (complex, np.complexfloating)) or getattr(getattr(x, "dtype", None), "kind", "") == "c":
+        what = "complex (not supported yet)"
+    elif type(x) is Tracked:
+        raise TypeError("nested gradients (a gradient of a function that takes a gradient) are not supported")
+    else:
+        what = f"of type {type(x).__name__}" + (f" with dtype {x.dtype}" if hasattr(x, "dtype") else "")
+    raise TypeError(
+        f"argument {position}{where} to differentiate is {what}; only floating-point values have "
+        "gradients. Convert it with np.asarray(x, dtype=float), or wrap it in db.cut(...) to "
+        "treat it as a constant."
+    )
+
+
+def _trace(f, args):
+    """Run ``f`` on tracked arguments; return the tape, the output and the arguments."""
+    tape = Tape()
+    call_args, arguments = _prepare(tape, args)
+    token = ACTIVE_TAPE.set(tape)
+    try:
+        out = f(*call_args)
+    finally:
+        ACTIVE_TAPE.reset(token)
+        tape.closed = True
+    return tape, out, arguments
+
+
+def _scalar_seed(out, tape):
+    """The seed cotangent 1 for a scalar result; a clear error for anything else."""
+    value = value_of(out)
+    if type(out) is Tracked and out.tape is not tape:
+        raise ValueError("the function returned a tracked value from another gradient evaluation")
+    if np.ndim(value) != 0:
+        raise NonScalarOutputError(
+            f"gradient needs a function with a scalar result, but it returned shape {np.shape(value)}; "
+            "use db.pullback(f, x) for a vector-Jacobian product or db.jacobian(f, x) for all derivatives"
+        )
+    dtype = np.result_type(value)
+    if dtype.kind not in "fiub":
+        raise TypeError(f"gradient needs a real result, but the function returned dtype {dtype}")
+    return value, (out.dtype.type(1) if type(out) is Tracked else None)
+
+
+def _gradients(arguments, grads):
+    """The gradient of each argument, with the argument's structure, shapes and dtypes."""
+    seen = set()
+    result = []
+    for arg in arguments:
+        leaves = [
+            None if t is None else _leaf_gradient(grads[t.index] if grads else None, original, seen)
+            for t, original in zip(arg.inputs, arg.originals)
+        ]
+        if arg.treedef is None:
+            result.append(leaves[0])
+        elif all(t is None for t in arg.inputs):
+            result.append(None)
+        else:
+            result.append(pytree.unflatten(arg.treedef, leaves))
+    return result
+
+
+def _leaf_gradient(g, original, seen):
+    if type(original) is float:
+        return 0.0 if g is None else float(g)
+    dtype = original.dtype
+    if g is None:
+        g = np.zeros(np.shape(original), dtype)
+    if isinstance(original, np.generic):
+        return dtype.type(g)
+    fresh = type(g) is np.ndarray and g.dtype == dtype and g.base is None and g.flags.writeable
+    if not fresh or id(g) in seen:
+        g = np.array(g, dtype=dtype)
+    seen.add(id(g))
+    return g.reshape(original.shape)
+
+
+def _one_or_tuple(items):
+    return items[0] if len(items) == 1 else tuple(items)
+
+
+# --- public API ----------------------------------------------------------------
+def value_and_gradient(f, *args):
+    """``(f(*args), gradient(f, *args))`` from one evaluation of ``f``.
+
+    >>> db.value_and_gradient(lambda x: np.sum(x**2), np.array([1.0, 2.0]))
+    (np.float64(5.0), array([2., 4.]))
+    """
+    tape, out, arguments = _trace(f, args)
+    value, seed = _scalar_seed(out, tape)
+    grads = backward(tape, {out.index: seed}) if seed is not None else None
+    return value, _one_or_tuple(_gradients(arguments, grads))
+
+
+def gradient(f, *args):
+    """Gradient of the real scalar ``f(*args)`` with respect to every argument not `cut`.
+
+    One argument gives one gradient, several a tuple (``None`` for cut arguments).
+    Each gradient has its argument's structure, shape and dtype.
+
+    >>> db.gradient(lambda x: np.sum(np.sin(x)), np.zeros(3))
+    array([1., 1., 1.])
+    """
+    return value_and_gradient(f, *args)[1]
+
+
+def pullback(f, *args):
+    """``(y, back)``: ``y = f(*args)`` (any shape or pytree), ``back(ybar)`` the cotangents.
+
+    >>> y, back = db.pullback(lambda x: 2 * x, np.ones(2))
+    >>> back(np.array([1.0, 3.0]))
+    array([2., 6.])
+    """
+    tape, out, arguments = _trace(f, args)
+    out_leaves, out_def = pytree.flatten(out)
+
+    def back(ybar):
+        ybar_leaves, _ = pytree.flatten(ybar)
+        if len(ybar_leaves) != len(out_leaves):
+            raise ValueError(f"back expects a cotangent with the output's structure ({len(out_leaves)} arrays)")
+        seeds = {}
+        for o, yb in zip(out_leaves, ybar_leaves):
+            if type(o) is not Tracked:
+                continue
+            yb = np.asarray(yb, dtype=o.dtype)
+            if yb.shape != o.shape:
+                raise ValueError(f"cotangent of shape {yb.shape} for an output of shape {o.shape}")
+            seeds[o.index] = seeds[o.index] + yb if o.index in seeds else yb
+        grads = backward(tape, seeds) if seeds else None
+        return _one_or_tuple(_gradients(arguments, grads))
+
+    return pytree.unflatten(out_def, [value_of(o) for o in out_leaves]), back
+
+
+def jacobian(f, x):
+    """Dense Jacobian of ``f`` at ``x``: shape ``f(x).shape + x.shape``."""
+    if not isinstance(x, (np.ndarray, float, np.floating)):
+        raise TypeError("jacobian takes one array or scalar argument; for pytrees use db.pullback")
+    y, back = pullback(f, x)
+    y = np.asarray(y)
+    x_shape = np.shape(x)
+    jac = np.zeros(y.shape + x_shape, dtype=np.result_type(y, x))
+    seed = np.zeros(y.shape, y.dtype)
+    for i in np.ndindex(y.shape):
+        seed[i] = 1
+        jac[i] = back(seed)
+        seed[i] = 0
+    return jac
+
+
+def check_gradient(f, *args, rtol=None, atol=None, step=None):
+    """Compare `gradient` with central finite differences, element by element.
+
+    Finite differences are taken in float64 (float32 arguments are upcast), so
+    the check measures the gradient's error, not the step's.  Raises
+    `GradientMismatchError` naming the worst element; returns the largest
+    error relative to the tolerance (< 1 means it passed).
+    """
+    grads = gradient(f, *args)
+    grads = (grads,) if len(args) == 1 else grads
+    low_precision = any(
+        getattr(leaf, "dtype", None) == np.float32 for a in args for leaf in pytree.flatten(a)[0]
+    )
+    rtol = rtol if rtol is not None else (2e-3 if low_precision else 1e-6)
+    atol = atol if atol is not None else (2e-3 if low_precision else 1e-7)
+    step = step if step is not None else 1e-6
+    args64 = [_to_float64(a) for a in args]
+    scale = max(1.0, abs(float(value_of(f(*[pytree.without_markers(a) for a in args64])))))
+    worst = (0.0, None)
+    failures = 0
+    for position, (arg, g) in enumerate(zip(args64, grads)):
+        if g is None:
+            continue
+        leaves, treedef = pytree.flatten(arg)
+        g_leaves = pytree.flatten(g)[0]
+        flags = pytree.leaf_activity(treedef)
+        g_iter = iter(g_leaves)
+        for k, (leaf, on) in enumerate(zip(leaves, flags)):
+            if not on or leaf is None:
+                continue
+            g_leaf = np.asarray(next(g_iter), dtype=np.float64)
+            for index in np.ndindex(np.shape(leaf)):
+                fd = _central_difference(f, args64, position, leaves, treedef, k, index, step)
+                err = abs(g_leaf[index] - fd) / (atol * scale + rtol * abs(fd))
+                failures += err > 1
+                if err > worst[0]:
+                    worst = (err, (position, k, index, g_leaf[index], fd))
+    if worst[0] > 1:
+        position, k, index, g_value, fd = worst[1]
+        raise GradientMismatchError(
+            f"gradient disagrees with finite differences at {failures} element(s); worst: argument "
+            f"{position}, leaf {k}, index {index}: gradient {g_value!r}, finite difference {fd!r} "
+            f"(error {worst[0]:.3g}x the tolerance rtol={rtol}, atol={atol})"
+        )
+    return worst[0]
+
+
+def _to_float64(x):
+    leaves, treedef = pytree.flatten(x)
+    leaves = [np.asarray(v, np.float64) if getattr(v, "dtype", None) == np.float32 else v for v in leaves]
+    return pytree.unflatten(treedef, leaves, strip_markers=False)
+
+
+def _central_difference(f, args, position, leaves, treedef, k, index, step):
+    leaf = leaves[k]
+    x0 = float(np.asarray(leaf)[index])
+    h = step * max(1.0, abs(x0))
+    values = []
+    for x in (x0 + h, x0 - h):
+        if np.ndim(leaf) == 0:
+            moved = type(leaf)(x) if not isinstance(leaf, np.ndarray) else np.asarray(x)
+        else:
+            moved = np.array(leaf, dtype=np.float64)
+            moved[index] = x
+        new_leaves = leaves[:k] + [moved] + leaves[k + 1 :]
+        call = [pytree.without_markers(a) for a in args]
+        call[position] = pytree.unflatten(treedef, new_leaves)
+        values.append(float(np.asarray(value_of(f(*call)))))
+    return (values[0] - values[1]) / (2 * h)

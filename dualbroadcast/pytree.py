@@ -1,0 +1,241 @@
+"""Pytrees: flatten nested containers and callables to leaves, and rebuild them.
+
+Containers are dict, list, tuple, namedtuple and dataclass instances.  A
+callable's own state is a container too (closure cells, bound ``self``,
+``functools.partial`` arguments, attributes of a callable object), so that
+``cut``/``uncut`` and ``broadcast`` see the parameters a model carries.
+``cut``/``uncut`` markers are nodes of the tree; rebuilding drops them.
+"""
+
+import copy
+import dataclasses
+import functools
+import types
+
+import numpy as np
+
+
+class Cut:
+    """Marker made by ``cut(x)`` outside a gradient: ``x`` is a constant.
+
+    `gradient`, `pullback`, `broadcast` and `sum` read the marker; anywhere else it
+    behaves like ``x`` itself, so a function using `cut` also runs undifferentiated.
+    """
+
+    __slots__ = ("content",)
+
+    def __init__(self, content):
+        self.content = content
+
+    def __repr__(self):
+        return f"cut({self.content!r})"
+
+    def __call__(self, *args, **kwargs):
+        return without_markers(self.content)(*args, **kwargs)
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(without_markers(self.content), dtype=dtype)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return getattr(ufunc, method)(*[without_markers(x) for x in inputs], **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return func(*[without_markers(x) for x in args], **kwargs)
+
+    def __getitem__(self, index):
+        return without_markers(self.content)[index]
+
+    def __getattr__(self, name):
+        return getattr(without_markers(self.content), name)
+
+    def __len__(self):
+        return len(without_markers(self.content))
+
+    def __iter__(self):
+        return iter(without_markers(self.content))
+
+
+def _delegate(ufunc, reflected):
+    if reflected:
+        return lambda self, other: ufunc(other, without_markers(self.content))
+    return lambda self, other: ufunc(without_markers(self.content), other)
+
+
+for _name, _ufunc in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
+                      ("truediv", np.divide), ("pow", np.power), ("matmul", np.matmul)]:
+    setattr(Cut, f"__{_name}__", _delegate(_ufunc, False))
+    setattr(Cut, f"__r{_name}__", _delegate(_ufunc, True))
+Cut.__neg__ = lambda self: np.negative(without_markers(self.content))
+
+
+class Uncut(Cut):
+    """Marker made by ``uncut(x)``: inside a ``cut`` container, ``x`` stays a variable."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return f"uncut({self.content!r})"
+
+
+# A treedef is (kind, aux, children_treedefs); a leaf is LEAF.
+LEAF = None
+
+
+def _is_namedtuple(x):
+    return isinstance(x, tuple) and hasattr(type(x), "_fields")
+
+
+def _is_callable_object(x):
+    return (
+        callable(x)
+        and hasattr(x, "__dict__")
+        and not isinstance(x, (type, types.FunctionType, types.BuiltinFunctionType, np.ufunc))
+    )
+
+
+def _children(x):
+    """Return (kind, aux, children) for a container, or None for a leaf."""
+    if isinstance(x, Uncut):
+        return "uncut", None, [x.content]
+    if isinstance(x, Cut):
+        return "cut", None, [x.content]
+    if type(x) is list:
+        return "list", None, x
+    if type(x) is tuple:
+        return "tuple", None, x
+    if type(x) is dict:
+        keys = tuple(x)
+        return "dict", keys, [x[k] for k in keys]
+    if _is_namedtuple(x):
+        return "namedtuple", type(x), list(x)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        names = tuple(f.name for f in dataclasses.fields(x))
+        return "dataclass", (x, names), [getattr(x, n) for n in names]
+    if isinstance(x, functools.partial):
+        return "partial", None, [x.func, x.args, x.keywords]
+    if isinstance(x, types.MethodType):
+        return "method", None, [x.__func__, x.__self__]
+    if isinstance(x, types.FunctionType):
+        if not x.__closure__:
+            return "function", x, []
+        return "closure", x, [_cell_value(c) for c in x.__closure__]
+    if _is_callable_object(x):
+        names = tuple(sorted(vars(x)))
+        return "object", (x, names), [vars(x)[n] for n in names]
+    return None
+
+
+_EMPTY_CELL = object()
+
+
+def _cell_value(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # a cell not yet assigned (e.g. a recursive inner function)
+        return _EMPTY_CELL
+
+
+def _rebuild(kind, aux, children, strip_markers):
+    if kind == "list":
+        return list(children)
+    if kind == "tuple":
+        return tuple(children)
+    if kind == "dict":
+        return dict(zip(aux, children))
+    if kind == "namedtuple":
+        return aux(*children)
+    if kind in ("dataclass", "object"):
+        original, names = aux
+        new = copy.copy(original)
+        for name, value in zip(names, children):
+            object.__setattr__(new, name, value)
+        return new
+    if kind == "partial":
+        func, args, keywords = children
+        return functools.partial(func, *args, **keywords)
+    if kind == "method":
+        return types.MethodType(*children)
+    if kind == "function":
+        return aux
+    if kind == "closure":
+        cells = tuple(types.CellType() if v is _EMPTY_CELL else types.CellType(v) for v in children)
+        new = types.FunctionType(aux.__code__, aux.__globals__, aux.__name__, aux.__defaults__, cells)
+        new.__kwdefaults__ = aux.__kwdefaults__
+        new.__dict__.update(aux.__dict__)
+        return new
+    if kind == "uncut":
+        return children[0] if strip_markers else Uncut(children[0])
+    if kind == "cut":
+        return children[0] if strip_markers else Cut(children[0])
+    if kind == "static":
+        return aux
+    raise AssertionError(kind)
+
+
+def flatten(tree):
+    """Return ``(leaves, treedef)``; functions without state are part of the treedef."""
+    leaves = []
+    in_progress = set()
+
+    def visit(x):
+        if isinstance(x, (types.FunctionType, types.MethodType)) and id(x) in in_progress:
+            return ("static", x, ())  # a function whose closure refers to itself
+        node = _children(x)
+        if node is None:
+            if callable(x) and not isinstance(x, np.ndarray) and not hasattr(x, "__array_ufunc__"):
+                return ("static", x, ())  # code, not data: ufuncs, builtins, classes
+            leaves.append(x)
+            return LEAF
+        kind, aux, children = node
+        in_progress.add(id(x))
+        defs = tuple(visit(c) for c in children)
+        in_progress.discard(id(x))
+        return (kind, aux, defs)
+
+    return leaves, visit(tree)
+
+
+def unflatten(treedef, leaves, strip_markers=True):
+    """Rebuild the tree of ``treedef`` with ``leaves`` in flatten order."""
+    it = iter(leaves)
+
+    def build(d):
+        if d is LEAF:
+            return next(it)
+        kind, aux, defs = d
+        return _rebuild(kind, aux, [build(c) for c in defs], strip_markers)
+
+    return build(treedef)
+
+
+def leaf_activity(treedef, active=True):
+    """Per leaf, whether it is a variable: ``cut`` turns its subtree off, ``uncut`` on."""
+    flags = []
+
+    def visit(d, on):
+        if d is LEAF:
+            flags.append(on)
+            return
+        kind, _, defs = d
+        on = False if kind == "cut" else True if kind == "uncut" else on
+        for c in defs:
+            visit(c, on)
+
+    visit(treedef, active)
+    return flags
+
+
+def has_markers(treedef):
+    """True if the tree contains a ``cut`` or ``uncut`` marker."""
+    if treedef is LEAF:
+        return False
+    kind, _, defs = treedef
+    return kind in ("cut", "uncut") or any(has_markers(c) for c in defs)
+
+
+def without_markers(x):
+    """``x`` with cut/uncut markers removed (values unchanged)."""
+    if isinstance(x, (np.ndarray, float, np.generic)):
+        return x
+    leaves, treedef = flatten(x)
+    return unflatten(treedef, leaves)

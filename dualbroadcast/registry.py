@@ -1,0 +1,87 @@
+"""The table of reverse rules, and the public way to add to it.
+
+A rule maps a function to *vjp makers*: ``maker(ans, *args, **kwargs)`` returns
+the pullback ``g -> cotangent of that argument``.  A maker runs only for
+active arguments, so a constant argument costs nothing, and its closure keeps
+only what that cotangent needs.
+
+Example, a rule for ``np.sinc``'s own function and for a user function::
+
+    db.defvjp(np.sinc, lambda ans, x: lambda g: g * dsinc(x))
+
+    @db.primitive
+    def softplus(x):
+        return np.logaddexp(0.0, x)
+    db.defvjp(softplus, lambda ans, x: lambda g: g / (1 + np.exp(-x)))
+"""
+
+import functools
+
+PER_ARGUMENT = 0  # makers[i](ans, *args, **kw) for argument i
+BY_ARGNUM = 1  # maker(i, ans, *args, **kw): variadic functions (einsum, ...)
+SEQUENCE = 2  # maker(k, ans, seq, *rest, **kw): element k of the sequence args[0]
+OUTPUTS = 3  # maker(j, ans, *args, **kw): output j of a tuple result, argument 0 only
+
+
+class Rule:
+    """How to record one function: its implementation, kind and vjp makers."""
+
+    __slots__ = ("impl", "kind", "makers")
+
+    def __init__(self, impl, kind, makers):
+        self.impl = impl
+        self.kind = kind
+        self.makers = makers
+
+
+RULES = {}
+NONDIFFERENTIABLE = set()
+
+
+def defvjp(func, *makers):
+    """Register reverse rules for ``func``: one vjp maker per positional argument.
+
+    Use ``None`` for an argument that is never differentiable (an axis, a shape).
+    """
+    RULES[func] = Rule(_implementation(func), PER_ARGUMENT, tuple(makers))
+
+
+def defvjp_argnum(func, maker):
+    """Register one vjp maker ``maker(argnum, ans, *args, **kw)`` for a variadic ``func``."""
+    RULES[func] = Rule(_implementation(func), BY_ARGNUM, maker)
+
+
+def defvjp_sequence(func, maker):
+    """Register ``maker(k, ans, seq, *rest, **kw)`` for a ``func`` taking a sequence of arrays."""
+    RULES[func] = Rule(_implementation(func), SEQUENCE, maker)
+
+
+def defvjp_outputs(func, maker):
+    """Register ``maker(j, ans, x, *rest, **kw)`` for output ``j`` of a tuple-valued ``func``."""
+    RULES[func] = Rule(_implementation(func), OUTPUTS, maker)
+
+
+def nondifferentiable(*funcs):
+    """Declare functions whose results carry no gradient (indices, booleans, shapes)."""
+    NONDIFFERENTIABLE.update(funcs)
+
+
+def primitive(f):
+    """Make a user function a primitive: tracked arguments are recorded with its rule.
+
+    Register the rule with `defvjp` on the decorated function.
+    """
+    from .tape import Tracked, call_rule
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        if any(type(a) is Tracked for a in args):
+            return call_rule(wrapper, args, kwargs)
+        return f(*args, **kwargs)
+
+    wrapper.__wrapped_primitive__ = f
+    return wrapper
+
+
+def _implementation(func):
+    return getattr(func, "__wrapped_primitive__", func)

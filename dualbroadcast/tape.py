@@ -1,0 +1,452 @@
+"""Layer 1: tracked arrays that record NumPy operations on a tape, and the backward sweep.
+
+A `Tracked` wraps the value of something derived from a differentiated input.
+NumPy hands every operation on it to ``__array_ufunc__``/``__array_function__``;
+the operation runs on plain values and, if its rule exists, appends one record
+``(parent indices, pullbacks)`` to the tape (a Wengert list).  Plain arrays are
+constants: they are never recorded and cost nothing in the backward pass.
+"""
+
+import contextvars
+
+import numpy as np
+
+from .errors import (
+    InPlaceMutationError,
+    UnsupportedFunctionError,
+    ValueConversionError,
+)
+from .registry import BY_ARGNUM, NONDIFFERENTIABLE, OUTPUTS, PER_ARGUMENT, RULES, SEQUENCE
+
+# The tape of the gradient being evaluated in this thread/context, if any.
+ACTIVE_TAPE = contextvars.ContextVar("dualbroadcast_active_tape", default=None)
+
+
+class Tape:
+    """A Wengert list: ``records[i]`` is ``(parent indices, pullbacks)``, or None for an input."""
+
+    __slots__ = ("records", "closed")
+
+    def __init__(self):
+        self.records = []
+        self.closed = False
+
+    def leaf(self, value):
+        """A new differentiated input."""
+        self.records.append(None)
+        return Tracked(value, self, len(self.records) - 1)
+
+    def record(self, ans, parents, backs):
+        """Append the operation that made ``ans`` and return its tracked result."""
+        records = self.records
+        records.append((parents, backs))
+        return Tracked(ans, self, len(records) - 1)
+
+
+def backward(tape, seeds):
+    """Sweep the tape backwards from ``seeds`` ({index: cotangent}); return all cotangents.
+
+    Iterative, so any tape length works.  Cotangents of inputs (leaves) are kept;
+    those of intermediate values are released as soon as they have been pulled back.
+    """
+    records = tape.records
+    grads = [None] * len(records)
+    owned = [False] * len(records)  # True: grads[i] is our own buffer, safe to add into
+    for index, seed in seeds.items():
+        grads[index] = seed
+    for i in range(max(seeds), -1, -1):
+        g = grads[i]
+        record = records[i]
+        if g is None or record is None:
+            continue
+        grads[i] = None
+        parents, backs = record
+        for p, back in zip(parents, backs):
+            _accumulate(grads, owned, p, back(g))
+    return grads
+
+
+def _accumulate(grads, owned, p, ct):
+    """Add cotangent ``ct`` into ``grads[p]``, in place once the buffer is ours."""
+    current = grads[p]
+    if type(ct) is IndexCotangent:
+        if current is None:
+            current = np.zeros(ct.shape, ct.dtype)
+        elif not owned[p]:
+            current = np.array(current, dtype=ct.dtype)
+        ct.add_into(current)
+        grads[p] = current
+        owned[p] = True
+    elif current is None:
+        grads[p] = ct
+    elif owned[p]:
+        np.add(current, ct, out=current)
+    else:
+        grads[p] = current = current + ct
+        owned[p] = type(current) is np.ndarray
+
+
+class IndexCotangent:
+    """The cotangent of ``x[index]``: added into the parent's one buffer, never densified."""
+
+    __slots__ = ("index", "value", "shape", "dtype", "repeats")
+
+    def __init__(self, index, value, shape, dtype, repeats):
+        self.index = index
+        self.value = value
+        self.shape = shape
+        self.dtype = dtype
+        self.repeats = repeats  # integer-array indices may repeat: np.add.at semantics
+
+    def add_into(self, buffer):
+        if self.repeats:
+            np.add.at(buffer, self.index, self.value)
+        else:
+            buffer[self.index] += self.value
+
+
+def unbroadcast(g, shape):
+    """Sum ``g`` over the axes that broadcasting added or stretched, back to ``shape``."""
+    gshape = np.shape(g)
+    if gshape == shape:
+        return g
+    lead = len(gshape) - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and gshape[lead + i] != 1
+    )
+    return np.sum(g, axis=axes).reshape(shape)
+
+
+def getitem(x, index):
+    """``x[index]``: the function the indexing rule is registered on."""
+    return x[index]
+
+
+def value_of(x):
+    """The plain value of a possibly tracked ``x``."""
+    return x.value if type(x) is Tracked else x
+
+
+def call_rule(func, args, kwargs):
+    """Run ``func`` on plain values; record it if any argument is tracked."""
+    rule = RULES.get(func)
+    if rule is None:
+        if func in NONDIFFERENTIABLE:
+            return func(*_strip(args), **_strip_dict(kwargs))
+        raise UnsupportedFunctionError(_unsupported_message(func))
+    if kwargs and any(type(v) is Tracked for v in kwargs.values()):
+        raise UnsupportedFunctionError(
+            f"{qualified_name(func)} got a tracked value as a keyword argument; "
+            "pass it positionally so its gradient can be recorded"
+        )
+    kind = rule.kind
+    if kind == SEQUENCE:
+        seq = args[0]
+        active = [k for k, a in enumerate(seq) if type(a) is Tracked]
+        parents = [seq[k] for k in active]
+        vargs = ([value_of(a) for a in seq],) + args[1:]
+    else:
+        active = [i for i, a in enumerate(args) if type(a) is Tracked]
+        parents = [args[i] for i in active]
+        vargs = tuple([a.value if type(a) is Tracked else a for a in args])
+    ans = rule.impl(*vargs, **kwargs)
+    if not parents:
+        return ans
+    tape = parents[0].tape
+    if tape.closed:
+        raise ValueError(
+            "a tracked value from a finished gradient evaluation was used again; do not keep "
+            "values from inside a differentiated function (store db.cut(x) instead)"
+        )
+    indices = tuple([p.index for p in parents])
+    makers = rule.makers
+    if kind == OUTPUTS:
+        return _record_outputs(func, tape, ans, active, indices, makers, vargs, kwargs)
+    if not _is_float(ans):
+        return ans
+    if kind == PER_ARGUMENT:
+        if active[-1] >= len(makers) or any(makers[i] is None for i in active):
+            raise UnsupportedFunctionError(_not_differentiable_message(func, active, makers))
+        backs = tuple([makers[i](ans, *vargs, **kwargs) for i in active])
+    else:
+        backs = tuple([makers(i, ans, *vargs, **kwargs) for i in active])
+    return tape.record(ans, indices, backs)
+
+
+def _record_outputs(func, tape, ans, active, indices, maker, vargs, kwargs):
+    if active != [0]:
+        raise UnsupportedFunctionError(
+            f"{qualified_name(func)} is differentiable only in its first argument; "
+            "pass the others as constants (db.cut)"
+        )
+    outs = [
+        tape.record(a, indices, (maker(j, ans, *vargs, **kwargs),)) if _is_float(a) else a
+        for j, a in enumerate(ans)
+    ]
+    return outs if type(ans) is list else type(ans)(*outs)
+
+
+def _is_float(ans):
+    dtype = getattr(ans, "dtype", None)
+    return dtype is not None and dtype.kind == "f"
+
+
+def _strip(args):
+    return [
+        [value_of(a) for a in x] if type(x) in (list, tuple) else value_of(x) for x in args
+    ]
+
+
+def _strip_dict(kwargs):
+    return {k: value_of(v) for k, v in kwargs.items()}
+
+
+def qualified_name(func):
+    """``np.linalg.det``-style name of a NumPy function, for messages."""
+    if isinstance(func, np.ufunc):
+        return f"np.{func.__name__}"
+    module = getattr(func, "__module__", None) or ""
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
+    if module == "numpy" or module.startswith("numpy._"):
+        return f"np.{name}"
+    if module.startswith("numpy."):
+        return "np." + module[len("numpy.") :] + "." + name
+    return f"{module}.{name}" if module else name
+
+
+def _unsupported_message(func):
+    name = qualified_name(func)
+    return (
+        f"{name} has no derivative rule in dualbroadcast, so a gradient through it cannot be "
+        f"computed. Register one: db.defvjp({name}, lambda ans, x: lambda g: <cotangent of x>) "
+        f"(see db.defvjp), or apply {name} to db.cut(x) if you do not need its gradient."
+    )
+
+
+def _not_differentiable_message(func, active, makers):
+    bad = [i for i in active if i >= len(makers) or makers[i] is None]
+    return (
+        f"argument {bad[0]} of {qualified_name(func)} is not differentiable (an index, axis, "
+        "shape or integer argument) but received a tracked value; pass a constant or db.cut(x)"
+    )
+
+
+_CONVERSION = (
+    "{what} on a tracked value would drop its gradient. Use np.* functions on the array "
+    "(np.exp, not math.exp), or db.cut(x) to read the value without its gradient."
+)
+
+_TO_ARRAY = (
+    "a tracked value (shape {shape}) was turned into a plain NumPy array, which would drop its "
+    "gradient: this happens with np.asarray/np.array, assignment into a NumPy array (a[i] = x) "
+    "and code outside NumPy. Build arrays with np.stack/np.concatenate/np.where instead, or use "
+    "db.cut(x) for the value without its gradient."
+)
+
+_OUT = (
+    "{name} with out= or an in-place operator (+=, *=, ...) involving a tracked value would mutate "
+    "an array and drop its gradient; write y = {example} instead of an in-place update."
+)
+
+
+class Tracked:
+    """A value derived from a differentiated input: NumPy operations on it are recorded."""
+
+    __slots__ = ("value", "tape", "index")
+
+    def __init__(self, value, tape, index):
+        self.value = value
+        self.tape = tape
+        self.index = index
+
+    # --- NumPy protocols -------------------------------------------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if kwargs.get("out") is not None:
+            raise InPlaceMutationError(_OUT.format(name=f"np.{ufunc.__name__}", example="x + y"))
+        if method != "__call__":
+            if method == "at":
+                raise InPlaceMutationError(
+                    f"np.{ufunc.__name__}.at mutates an array in place and would drop its gradient; "
+                    "build the result functionally (np.where, np.bincount on a constant index)"
+                )
+            raise UnsupportedFunctionError(
+                f"np.{ufunc.__name__}.{method} has no derivative rule; use the NumPy function "
+                f"(np.sum, np.cumsum, np.max, ...) or register a rule with db.defvjp"
+            )
+        return call_rule(ufunc, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        if kwargs.get("out") is not None:
+            raise InPlaceMutationError(_OUT.format(name=qualified_name(func), example="f(x)"))
+        return call_rule(func, args, kwargs)
+
+    def __array__(self, dtype=None, copy=None):
+        raise ValueConversionError(_TO_ARRAY.format(shape=self.shape))
+
+    # --- conversions that would lose the gradient -------------------------
+    def __float__(self):
+        raise ValueConversionError(_CONVERSION.format(what="float() or a math.* function"))
+
+    def __int__(self):
+        raise ValueConversionError(_CONVERSION.format(what="int()"))
+
+    def __complex__(self):
+        raise ValueConversionError(_CONVERSION.format(what="complex()"))
+
+    def __index__(self):
+        raise ValueConversionError(_CONVERSION.format(what="using it as an index"))
+
+    def item(self, *args):
+        raise ValueConversionError(_CONVERSION.format(what=".item()"))
+
+    def tolist(self):
+        raise ValueConversionError(_CONVERSION.format(what=".tolist()"))
+
+    def __setitem__(self, index, value):
+        raise InPlaceMutationError(
+            "x[...] = v would mutate a tracked array in place and drop its gradient; build the "
+            "new array instead: np.where(mask, v, x), np.concatenate, or x + np.eye(...) * v"
+        )
+
+    def __bool__(self):
+        return bool(self.value)
+
+    # --- array attributes -------------------------------------------------
+    shape = property(lambda self: np.shape(self.value))
+    dtype = property(lambda self: self.value.dtype)
+    ndim = property(lambda self: np.ndim(self.value))
+    size = property(lambda self: np.size(self.value))
+    T = property(lambda self: call_rule(np.transpose, (self,), {}))
+    real = property(lambda self: self)
+
+    def __len__(self):
+        return len(self.value)
+
+    def __iter__(self):
+        return (call_rule(getitem, (self, i), {}) for i in range(len(self.value)))
+
+    def __getitem__(self, index):
+        return call_rule(getitem, (self, index), {})
+
+    def __repr__(self):
+        return f"Tracked({self.value!r})"
+
+    # --- operators ---------------------------------------------------------
+    __hash__ = None
+
+    def __add__(self, other):
+        return call_rule(np.add, (self, other), {})
+
+    def __radd__(self, other):
+        return call_rule(np.add, (other, self), {})
+
+    def __sub__(self, other):
+        return call_rule(np.subtract, (self, other), {})
+
+    def __rsub__(self, other):
+        return call_rule(np.subtract, (other, self), {})
+
+    def __mul__(self, other):
+        return call_rule(np.multiply, (self, other), {})
+
+    def __rmul__(self, other):
+        return call_rule(np.multiply, (other, self), {})
+
+    def __truediv__(self, other):
+        return call_rule(np.divide, (self, other), {})
+
+    def __rtruediv__(self, other):
+        return call_rule(np.divide, (other, self), {})
+
+    def __floordiv__(self, other):
+        return call_rule(np.floor_divide, (self, other), {})
+
+    def __rfloordiv__(self, other):
+        return call_rule(np.floor_divide, (other, self), {})
+
+    def __mod__(self, other):
+        return call_rule(np.remainder, (self, other), {})
+
+    def __rmod__(self, other):
+        return call_rule(np.remainder, (other, self), {})
+
+    def __pow__(self, other):
+        return call_rule(np.power, (self, other), {})
+
+    def __rpow__(self, other):
+        return call_rule(np.power, (other, self), {})
+
+    def __matmul__(self, other):
+        return call_rule(np.matmul, (self, other), {})
+
+    def __rmatmul__(self, other):
+        return call_rule(np.matmul, (other, self), {})
+
+    def __neg__(self):
+        return call_rule(np.negative, (self,), {})
+
+    def __pos__(self):
+        return call_rule(np.positive, (self,), {})
+
+    def __abs__(self):
+        return call_rule(np.absolute, (self,), {})
+
+    def __lt__(self, other):
+        return self.value < value_of(other)
+
+    def __le__(self, other):
+        return self.value <= value_of(other)
+
+    def __gt__(self, other):
+        return self.value > value_of(other)
+
+    def __ge__(self, other):
+        return self.value >= value_of(other)
+
+    def __eq__(self, other):
+        return self.value == value_of(other)
+
+    def __ne__(self, other):
+        return self.value != value_of(other)
+
+    # --- methods: the NumPy function of the same name ------------------------
+    def reshape(self, *shape, order="C"):
+        shape = shape[0] if len(shape) == 1 else shape
+        return call_rule(np.reshape, (self, shape), {} if order == "C" else {"order": order})
+
+    def transpose(self, *axes):
+        axes = axes[0] if len(axes) == 1 else (axes or None)
+        return call_rule(np.transpose, (self, axes), {})
+
+    def astype(self, dtype, copy=True):
+        return call_rule(astype, (self, dtype), {})
+
+    def flatten(self):
+        return call_rule(np.ravel, (self,), {}).copy()
+
+
+def astype(x, dtype):
+    """``x.astype(dtype)``: the function the cast rule is registered on."""
+    return x.astype(dtype)
+
+
+def _method(func):
+    def method(self, *args, **kwargs):
+        return call_rule(func, (self,) + args, kwargs)
+
+    method.__name__ = func.__name__
+    method.__doc__ = f"Same as ``{qualified_name(func)}(x, ...)``."
+    return method
+
+
+for _name, _func in [
+    ("sum", np.sum), ("mean", np.mean), ("prod", np.prod), ("max", np.max), ("min", np.min),
+    ("std", np.std), ("var", np.var), ("cumsum", np.cumsum), ("cumprod", np.cumprod),
+    ("ravel", np.ravel), ("squeeze", np.squeeze), ("swapaxes", np.swapaxes),
+    ("repeat", np.repeat), ("take", np.take), ("diagonal", np.diagonal), ("trace", np.trace),
+    ("dot", np.dot), ("clip", np.clip), ("round", np.round), ("copy", np.copy),
+    ("argmax", np.argmax), ("argmin", np.argmin), ("argsort", np.argsort),
+    ("nonzero", np.nonzero), ("any", np.any), ("all", np.all),
+]:
+    setattr(Tracked, _name, _method(_func))
+Tracked.conj = Tracked.conjugate = lambda self: self
