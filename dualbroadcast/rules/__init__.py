@@ -1,3 +1,8 @@
 """Reverse rules, one module per family; importing this package registers them all."""
 
-from . import elementwise  # noqa: F401
+from . import elementwise, reductions  # noqa: F401
+
+from ..registry import RULES
+
+# The rules the library itself declares (tests check each has test inputs).
+BUILTIN_RULES = frozenset(RULES)

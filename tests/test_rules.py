@@ -1,0 +1,51 @@
+"""Every rule in the rule tables against finite differences, float64 and float32."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import dualbroadcast as db
+from dualbroadcast.rules import BUILTIN_RULES
+
+from .cases import elementwise, reset_streams
+
+FAMILIES = [elementwise]
+CASES = [case for family in FAMILIES for case in family.CASES]
+
+
+def projection(out, seed):
+    """A scalar that depends on every element of ``out`` (arrays or tuples of arrays)."""
+    outs = out if isinstance(out, (list, tuple)) else [out]
+    total = 0.0
+    for k, o in enumerate(outs):
+        value = o.value if isinstance(o, db.tape.Tracked) else o
+        shape, dtype = np.shape(value), value.dtype
+        if dtype.kind != "f":
+            continue
+        w = np.random.default_rng(seed + k).standard_normal(shape).astype(dtype)
+        total = total + np.sum(o * w)
+    return total
+
+
+def test_every_rule_has_a_case():
+    covered = {case.func for case in CASES}
+    missing = [getattr(f, "__name__", repr(f)) for f in BUILTIN_RULES if f not in covered]
+    assert not missing, f"rules without test cases: {missing}"
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("case", CASES, ids=str)
+@settings(max_examples=12, deadline=None)
+@given(data=st.data())
+def test_rule_matches_finite_differences(case, dtype, data):
+    reset_streams()
+    fn, args = case.build(data.draw, dtype)
+    seed = data.draw(st.integers(0, 1000))
+    out = fn(*args)
+    for o in out if isinstance(out, (list, tuple)) else [out]:
+        assert np.result_type(o) == dtype, f"{case}: {dtype.__name__} in, {np.result_type(o)} out"
+    grads = db.gradient(lambda *a: projection(fn(*a), seed), *args)
+    grads = grads if len(args) > 1 else (grads,)
+    for a, g in zip(args, grads):
+        assert np.shape(g) == np.shape(a) and np.result_type(g) == dtype
+    db.check_gradient(lambda *a: projection(fn(*a), seed), *args, **case.tolerance)
