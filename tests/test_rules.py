@@ -7,9 +7,9 @@ from hypothesis import given, settings, strategies as st
 import dualbroadcast as db
 from dualbroadcast.rules import BUILTIN_RULES
 
-from .cases import elementwise, reset_streams
+from .cases import elementwise, linalg, reductions, reset_streams, shape
 
-FAMILIES = [elementwise]
+FAMILIES = [elementwise, reductions, linalg, shape]
 CASES = [case for family in FAMILIES for case in family.CASES]
 
 

@@ -1,0 +1,1 @@
+"""Reverse rules of shape and indexing functions: reshape ... getitem."""

@@ -1,0 +1,3 @@
+"""Cases for the shape rules."""
+
+CASES = []
