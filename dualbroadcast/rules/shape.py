@@ -1,1 +1,256 @@
-"""Reverse rules of shape and indexing functions: reshape ... getitem."""
+"""Reverse rules of the shape and indexing functions.
+
+Each pullback is the inverse rearrangement applied to the cotangent ``g``:
+reshape it back, transpose it by the inverse permutation, roll it back, sum the
+copies that tile/repeat/broadcast_to made, cut out the slice of ``g`` that came
+from one part of a concatenation or stack.
+
+Where the result is a piece of the argument (indexing, ``np.take``, the parts of
+``np.split``, ``np.diagonal``) the pullback returns an `IndexCotangent`: the
+sweep adds ``g`` at that index into the argument's one gradient buffer, so no
+dense zero array is built per operation.  Closures keep only shapes, dtypes and
+indices, never the arrays.
+"""
+
+import numpy as np
+
+from ..errors import UnsupportedFunctionError
+from ..registry import defvjp, defvjp_outputs, defvjp_sequence
+from ..tape import IndexCotangent, astype, getitem, unbroadcast
+
+
+# --- helpers ------------------------------------------------------------------
+def _along(axis, index):
+    """The index that applies ``index`` to ``axis`` and keeps every axis before it whole."""
+    return (slice(None),) * axis + (index,)
+
+
+def _padded(shape, ndim):
+    """``shape`` with leading 1s up to ``ndim`` axes (how tile, hstack and vstack promote)."""
+    return (1,) * (ndim - len(shape)) + tuple(shape)
+
+
+def _into(x, index, repeats=False):
+    """Pullback of ``x[index]``: ``g`` added at ``index`` of x's gradient buffer."""
+    shape, dtype = np.shape(x), x.dtype
+    return lambda g: IndexCotangent(index, g, shape, dtype, repeats)
+
+
+def _into_flat(x, positions):
+    """Pullback of ``x.ravel()[positions]``: ``g`` added at those positions of x."""
+    shape, dtype = np.shape(x), x.dtype
+    if not shape:  # every position of a 0-d x is its one element
+        return lambda g: np.sum(g, dtype=dtype)
+    return _into(x, np.unravel_index(positions, shape), repeats=np.ndim(positions) > 0)
+
+
+def _may_repeat(index):
+    """Whether ``index`` holds integer arrays or lists, whose positions may repeat."""
+    parts = index if type(index) is tuple else (index,)
+    return any(
+        isinstance(p, (list, np.ndarray)) and np.asarray(p).dtype.kind in "iu" for p in parts
+    )
+
+
+def _index_order(x, order):
+    """The index order, 'C' or 'F', in which reshape/ravel with ``order`` read ``x``."""
+    if order == "K" and not (x.flags.c_contiguous or x.flags.f_contiguous):
+        raise UnsupportedFunctionError(
+            "ravel/reshape with order='K' of a non-contiguous array has no derivative rule; "
+            "use order='C' or order='F'"
+        )
+    return "F" if order == "F" or (order in ("A", "K") and np.isfortran(x)) else "C"
+
+
+def _regroup_back(x, order="C"):
+    """Pullback of a function that only regroups x's elements in ``order``: reshape g back."""
+    shape, order = np.shape(x), _index_order(x, order)
+    return lambda g: np.reshape(g, shape, order=order)
+
+
+def _cast_back(x):
+    """Pullback of a change of dtype: ``g`` cast back to x's dtype."""
+    dtype = x.dtype
+    return lambda g: g.astype(dtype, copy=False)
+
+
+def _part(k, widths, axis, x):
+    """Pullback of part k of a concatenation along ``axis`` of parts ``widths`` wide.
+
+    Its cotangent is its slice of ``g``, in x's own shape and dtype.
+    """
+    start = sum(widths[:k])
+    index = _along(axis, slice(start, start + widths[k]))
+    shape, dtype = np.shape(x), x.dtype
+    return lambda g: g[index].reshape(shape).astype(dtype, copy=False)
+
+
+# --- regrouping and permuting axes ------------------------------------------------
+def reshape_vjp(ans, x, shape=None, order="C", **_):
+    return _regroup_back(x, order)
+
+
+def ravel_vjp(ans, x, order="C"):
+    return _regroup_back(x, order)
+
+
+def transpose_vjp(ans, x, axes=None):
+    if axes is None:
+        return lambda g: np.transpose(g)
+    inverse = np.argsort(np.mod(np.atleast_1d(axes), np.ndim(x)))  # x.transpose(0) gives one int
+    return lambda g: np.transpose(g, inverse)
+
+
+def swapaxes_vjp(ans, x, axis1, axis2):
+    return lambda g: np.swapaxes(g, axis1, axis2)
+
+
+def moveaxis_vjp(ans, x, source, destination):
+    return lambda g: np.moveaxis(g, destination, source)
+
+
+def broadcast_to_vjp(ans, x, shape, subok=False):
+    x_shape = np.shape(x)
+    return lambda g: unbroadcast(g, x_shape)
+
+
+# --- joining and splitting -------------------------------------------------------
+def concatenate_vjp(k, ans, seq, axis=0, **_):
+    if axis is None:  # the parts are raveled first
+        return _part(k, [np.size(a) for a in seq], 0, seq[k])
+    axis = axis % np.ndim(ans)
+    return _part(k, [np.shape(a)[axis] for a in seq], axis, seq[k])
+
+
+def hstack_vjp(k, ans, seq, **_):
+    shapes = [_padded(np.shape(a), 1) for a in seq]  # np.atleast_1d
+    axis = 0 if len(shapes[0]) == 1 else 1
+    return _part(k, [s[axis] for s in shapes], axis, seq[k])
+
+
+def vstack_vjp(k, ans, seq, **_):
+    shapes = [_padded(np.shape(a), 2) for a in seq]  # np.atleast_2d
+    return _part(k, [s[0] for s in shapes], 0, seq[k])
+
+
+def stack_vjp(k, ans, seq, axis=0, **_):
+    index = _along(axis % np.ndim(ans), k)
+    dtype = seq[k].dtype
+    return lambda g: g[index].astype(dtype, copy=False)
+
+
+def split_vjp(j, ans, x, indices_or_sections, axis=0):
+    axis = axis % np.ndim(x)
+    start = sum(np.shape(part)[axis] for part in ans[:j])
+    return _into(x, _along(axis, slice(start, start + np.shape(ans[j])[axis])))
+
+
+# --- copies: g summed over them ------------------------------------------------------
+def tile_vjp(ans, x, reps):
+    """Split each axis of g into (copy, element) and sum over the copies."""
+    ndim, shape = np.ndim(ans), np.shape(x)
+    copies = _padded(np.atleast_1d(reps), ndim)
+    grouped = [n for pair in zip(copies, _padded(shape, ndim)) for n in pair]
+    copy_axes = tuple(range(0, 2 * ndim, 2))
+    return lambda g: np.sum(np.reshape(g, grouped), axis=copy_axes).reshape(shape)
+
+
+def repeat_vjp(ans, x, repeats, axis=None):
+    """Each element's cotangent is the sum of g over its copies."""
+    shape = np.shape(x)
+    if np.ndim(repeats) == 0:  # consecutive runs of equal length: reshape and sum
+        flat = (np.size(x),) if axis is None else shape
+        axis = 0 if axis is None else axis % len(shape)
+        grouped = flat[: axis + 1] + (int(repeats),) + flat[axis + 1 :]
+        return lambda g: np.sum(np.reshape(g, grouped), axis=axis + 1).reshape(shape)
+    if axis is None:
+        return _into_flat(x, np.repeat(np.arange(np.size(x)), repeats))
+    axis = axis % len(shape)
+    return _into(x, _along(axis, np.repeat(np.arange(shape[axis]), repeats)), repeats=True)
+
+
+# --- reordering elements --------------------------------------------------------------
+def flip_vjp(ans, x, axis=None):
+    return lambda g: np.flip(g, axis)
+
+
+def roll_vjp(ans, x, shift, axis=None):
+    back = np.negative(shift)
+    return lambda g: np.roll(g, back, axis)
+
+
+# --- diagonals and triangles ----------------------------------------------------------
+def diagonal_vjp(ans, x, offset=0, axis1=0, axis2=1):
+    """g added along that diagonal of x, through an index that never repeats.
+
+    NumPy puts the diagonal axis last; ``x[index]`` has it where the two index arrays
+    stand when they are adjacent, and first otherwise, so g's last axis is moved there.
+    """
+    ndim = np.ndim(x)
+    axis1, axis2 = axis1 % ndim, axis2 % ndim
+    n = np.shape(ans)[-1]
+    index = [slice(None)] * ndim
+    index[axis1] = np.arange(n) + max(-offset, 0)
+    index[axis2] = np.arange(n) + max(offset, 0)
+    index = tuple(index)
+    position = min(axis1, axis2) if abs(axis1 - axis2) == 1 else 0
+    shape, dtype = np.shape(x), x.dtype
+    return lambda g: IndexCotangent(index, np.moveaxis(g, -1, position), shape, dtype, False)
+
+
+def diag_vjp(ans, v, k=0):
+    if np.ndim(v) == 1:  # v placed on diagonal k of a matrix
+        return lambda g: np.diagonal(g, k).copy()
+    return diagonal_vjp(ans, v, k)
+
+
+def triu_vjp(ans, x, k=0):
+    return lambda g: np.triu(g, k)
+
+
+def tril_vjp(ans, x, k=0):
+    return lambda g: np.tril(g, k)
+
+
+# --- indexing ----------------------------------------------------------------------------
+def take_vjp(ans, x, indices, axis=None, mode="raise", **_):
+    n = np.size(x) if axis is None else np.shape(x)[axis]
+    positions = np.clip(indices, 0, n - 1) if mode == "clip" else np.mod(indices, n)
+    if axis is None:
+        return _into_flat(x, positions)
+    return _into(x, _along(axis % np.ndim(x), positions), repeats=np.ndim(positions) > 0)
+
+
+def getitem_vjp(ans, x, index):
+    return _into(x, index, repeats=_may_repeat(index))
+
+
+def _register():
+    defvjp(np.reshape, reshape_vjp)
+    defvjp(np.ravel, ravel_vjp)
+    defvjp(np.expand_dims, lambda ans, x, axis: _regroup_back(x))
+    defvjp(np.squeeze, lambda ans, x, axis=None: _regroup_back(x))
+    defvjp(np.transpose, transpose_vjp)
+    defvjp(np.swapaxes, swapaxes_vjp)
+    defvjp(np.moveaxis, moveaxis_vjp)
+    defvjp(np.broadcast_to, broadcast_to_vjp)
+    defvjp_sequence(np.concatenate, concatenate_vjp)
+    defvjp_sequence(np.hstack, hstack_vjp)
+    defvjp_sequence(np.vstack, vstack_vjp)
+    defvjp_sequence(np.stack, stack_vjp)
+    defvjp_outputs(np.split, split_vjp)
+    defvjp(np.tile, tile_vjp)
+    defvjp(np.repeat, repeat_vjp)
+    defvjp(np.flip, flip_vjp)
+    defvjp(np.roll, roll_vjp)
+    defvjp(np.diagonal, diagonal_vjp)
+    defvjp(np.diag, diag_vjp)
+    defvjp(np.triu, triu_vjp)
+    defvjp(np.tril, tril_vjp)
+    defvjp(np.take, take_vjp)
+    defvjp(getitem, getitem_vjp)
+    defvjp(astype, lambda ans, x, dtype: _cast_back(x))
+    defvjp(np.copy, lambda ans, x, **_: lambda g: g)
+
+
+_register()

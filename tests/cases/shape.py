@@ -1,3 +1,364 @@
-"""Cases for the shape rules."""
+"""Cases for the shape and indexing rules: every function, over drawn shapes, axes and indices."""
 
-CASES = []
+import numpy as np
+from hypothesis import strategies as st
+
+from dualbroadcast.tape import astype, getitem
+
+from . import Case, broadcast_shapes, shape, uniform
+
+
+def axis_of(draw, ndim):
+    """One axis of an ``ndim``-d array, negative or not."""
+    return draw(st.integers(-ndim, ndim - 1))
+
+
+def permutation(draw, ndim):
+    return tuple(draw(st.permutations(range(ndim))))
+
+
+def indices(draw, n, size_range=(1, 6)):
+    """Integer indices into an axis of length ``n``, negative ones and repeats included."""
+    return draw(st.lists(st.integers(-n, n - 1), min_size=size_range[0], max_size=size_range[1]))
+
+
+def mask(draw, shape_):
+    """A constant boolean mask of ``shape_`` (may select nothing)."""
+    return uniform(draw, shape_, np.float64) > 0
+
+
+def one_array(fn, min_dims=1, max_dims=3, min_side=1):
+    """A build for ``fn(draw, x_shape) -> f`` applied to one drawn array."""
+
+    def build(draw, dtype):
+        s = shape(draw, min_dims, max_dims, min_side)
+        return fn(draw, s), [uniform(draw, s, dtype)]
+
+    return build
+
+
+def parts_along(draw, dtype, axis_shape, count):
+    """``count`` arrays that differ only in the length of ``axis_shape``'s axis marked None."""
+    return [
+        uniform(draw, tuple(draw(st.integers(1, 3)) if n is None else n for n in axis_shape), dtype)
+        for _ in range(count)
+    ]
+
+
+# --- regrouping and permuting axes -------------------------------------------------------
+def build_reshape(draw, s):
+    target = draw(st.sampled_from([-1, (s[-1], -1), (-1, 1) + s[:1], s[::-1]]))
+    return lambda x: np.reshape(x, target)
+
+
+def build_reshape_fortran(draw, s):
+    return lambda x: np.reshape(x, (s[0], -1), order="F")
+
+
+def build_reshape_method(draw, s):
+    return lambda x: x.reshape(*s[::-1])
+
+
+def build_ravel(draw, s):
+    order = draw(st.sampled_from(["C", "F", "A", "K"]))
+    return lambda x: np.ravel(x, order=order)
+
+
+def build_flatten(draw, s):
+    return lambda x: x.flatten() * 2
+
+
+def build_transpose_axes(draw, s):
+    axes = tuple(a - len(s) * draw(st.booleans()) for a in permutation(draw, len(s)))
+    return lambda x: np.transpose(x, axes)
+
+
+def build_transpose_method(draw, s):
+    axes = permutation(draw, len(s))
+    return lambda x: x.transpose(*axes) + x.transpose(axes)
+
+
+def build_swapaxes(draw, s):
+    a, b = axis_of(draw, len(s)), axis_of(draw, len(s))
+    return lambda x: np.swapaxes(x, a, b)
+
+
+def build_moveaxis(draw, s):
+    source, destination = permutation(draw, len(s))[:2], permutation(draw, len(s))[:2]
+    return lambda x: np.moveaxis(x, source, destination)
+
+
+def build_expand_dims(draw, s):
+    axis = draw(st.sampled_from([0, -1, (0, -1)]))
+    return lambda x: np.expand_dims(x, axis)
+
+
+def build_squeeze(draw, dtype):
+    s = shape(draw, 1, 3)
+    padded = (1,) + s[:1] + (1,) + s[1:]
+    axis = draw(st.sampled_from([None, 0, -len(padded) + 2, (0, 2)]))
+    return (lambda x: np.squeeze(x, axis)), [uniform(draw, padded, dtype)]
+
+
+def build_broadcast_to(draw, dtype):
+    xs, other = broadcast_shapes(draw, 2)
+    target = np.broadcast_shapes(xs, other)
+    return (lambda x: np.broadcast_to(x, target)), [uniform(draw, xs, dtype)]
+
+
+# --- joining and splitting ----------------------------------------------------------------
+def build_concatenate(draw, dtype):
+    s = shape(draw, 1, 3)
+    axis = axis_of(draw, len(s))
+    template = tuple(None if i == axis % len(s) else n for i, n in enumerate(s))
+    x, y, c = parts_along(draw, dtype, template, 3)
+    return (lambda x, y: np.concatenate([x, c, y, x], axis)), [x, y]
+
+
+def build_concatenate_flat(draw, dtype):
+    x, y = uniform(draw, shape(draw), dtype), uniform(draw, shape(draw), dtype)
+    return (lambda x, y: np.concatenate((y, x), axis=None)), [x, y]
+
+
+def build_concatenate_cast(draw, dtype):
+    x, y = uniform(draw, shape(draw, 1, 1), dtype), uniform(draw, shape(draw, 1, 1), dtype)
+    return (lambda x, y: np.concatenate([x, y], dtype=np.float64).astype(x.dtype)), [x, y]
+
+
+def build_stack(draw, dtype):
+    s = shape(draw, 0, 2)
+    axis = axis_of(draw, len(s) + 1)
+    x, y = uniform(draw, s, dtype), uniform(draw, s, dtype)
+    return (lambda x, y: np.stack([x, y, x], axis=axis)), [x, y]
+
+
+def build_hstack_1d(draw, dtype):
+    x, y = uniform(draw, shape(draw, 1, 1), dtype), uniform(draw, (), dtype)
+    return (lambda x, y: np.hstack([y, x, y])), [x, y]
+
+
+def build_hstack_2d(draw, dtype):
+    x, y = parts_along(draw, dtype, (3, None), 2)
+    return (lambda x, y: np.hstack((x, y))), [x, y]
+
+
+def build_vstack_1d(draw, dtype):
+    n = draw(st.integers(1, 4))
+    x, y = uniform(draw, (n,), dtype), uniform(draw, (2, n), dtype)
+    return (lambda x, y: np.vstack([x, y, x])), [x, y]
+
+
+def build_vstack_0d(draw, dtype):
+    x, y = uniform(draw, (), dtype), uniform(draw, (), dtype)
+    return (lambda x, y: np.vstack((x, y))), [x, y]
+
+
+def build_split_sections(draw, dtype):
+    s = list(shape(draw, 1, 3))
+    axis = axis_of(draw, len(s))
+    sections = draw(st.integers(1, 3))
+    s[axis] = sections * draw(st.integers(1, 2))
+    return (lambda x: np.split(x, sections, axis=axis)), [uniform(draw, tuple(s), dtype)]
+
+
+def build_split_indices(draw, s):
+    cuts = sorted(draw(st.lists(st.integers(0, s[0] + 1), max_size=3)))
+    return lambda x: np.split(x, cuts)
+
+
+# --- copies ---------------------------------------------------------------------------------
+def build_tile(draw, s):
+    reps = draw(st.sampled_from([2, (2, 1), (1, 2, 1, 3), (3,) + (1,) * len(s)]))
+    return lambda x: np.tile(x, reps)
+
+
+def build_repeat(draw, s):
+    count, axis = draw(st.integers(0, 3)), draw(st.sampled_from([None, -1, 0]))
+    return lambda x: np.repeat(x, count, axis=axis)
+
+
+def build_repeat_counts(draw, s):
+    axis = axis_of(draw, len(s))
+    counts = draw(st.lists(st.integers(0, 3), min_size=s[axis], max_size=s[axis]))
+    return lambda x: x.repeat(counts, axis)
+
+
+def build_repeat_counts_flat(draw, s):
+    size = int(np.prod(s))
+    counts = np.array(draw(st.lists(st.integers(0, 3), min_size=size, max_size=size)))
+    counts = draw(st.sampled_from([counts, counts[:1]]))  # one count per element, or one for all
+    return lambda x: np.repeat(x, counts)
+
+
+# --- reordering -------------------------------------------------------------------------------
+def build_flip(draw, s):
+    axis = draw(st.sampled_from([None, axis_of(draw, len(s)), (0, -1)]))
+    return lambda x: np.flip(x, axis)
+
+
+def build_roll(draw, s):
+    shift, axis = draw(st.sampled_from([(2, None), (-1, 0), ((1, -2), (0, -1)), ((1, 2), (0, 0))]))
+    return lambda x: np.roll(x, shift, axis)
+
+
+# --- diagonals and triangles ------------------------------------------------------------------
+def build_diag_vector(draw, s):
+    k = draw(st.integers(-2, 2))
+    return lambda v: np.diag(v, k)
+
+
+def build_diag_matrix(draw, s):
+    k = draw(st.integers(1 - s[0], s[1] - 1))
+    return lambda m: np.diag(m, k)
+
+
+def build_diagonal(draw, dtype):
+    s = shape(draw, 2, 3, min_side=2)
+    a, b = draw(st.permutations(range(-len(s), 0)))[:2]
+    offset = draw(st.integers(-1, 1))
+    return (lambda x: np.diagonal(x, offset, a, b)), [uniform(draw, s, dtype)]
+
+
+def build_triangle(func):
+    def build(draw, s):
+        k = draw(st.integers(-2, 2))
+        return lambda x: func(x, k)
+
+    return build
+
+
+# --- indexing ----------------------------------------------------------------------------------
+def build_take(draw, s):
+    axis = draw(st.sampled_from([None, axis_of(draw, len(s))]))
+    n = int(np.prod(s)) if axis is None else s[axis]
+    where = draw(st.sampled_from([indices(draw, n), np.array(indices(draw, n)).reshape(-1, 1), -1]))
+    return lambda x: np.take(x, where, axis=axis)
+
+
+def build_take_mode(draw, s):
+    mode = draw(st.sampled_from(["clip", "wrap"]))
+    where = draw(st.lists(st.integers(-8, 8), min_size=1, max_size=6))
+    return lambda x: x.take(where, axis=0, mode=mode)
+
+
+def basic_index(draw, s):
+    """A basic index of a 2- or 3-d array: slices with any steps, ints, Ellipsis, None."""
+    n = s[0]
+    return draw(st.sampled_from([
+        (slice(1, None), slice(None, None, 2)),
+        (slice(None, None, -1),),
+        (slice(None, None, -2), slice(1, None)),
+        (0,),
+        (-1, slice(1, None)),
+        (Ellipsis, 0),
+        (Ellipsis, slice(None, None, -1)),
+        (None, slice(None), None),
+        (slice(None), None, Ellipsis, -1),
+        (slice(n - 1, None, -3), Ellipsis),
+    ]))
+
+
+def build_getitem_basic(draw, s):
+    index = basic_index(draw, s)
+    return lambda x: x[index]
+
+
+def build_getitem_integer_arrays(draw, s):
+    rows, cols = indices(draw, s[0], (2, 8)), indices(draw, s[1], (2, 8))
+    index = draw(st.sampled_from([
+        rows,
+        np.array(rows),
+        np.array(rows * 2).reshape(2, -1),
+        (rows, slice(None, None, -1)),
+        (Ellipsis, cols),
+        (np.array(rows), np.array(cols[:1])),
+        (slice(1, None), cols),
+    ]))
+    return lambda x: x[index] * 1.5
+
+
+def build_getitem_mask(draw, s):
+    index = draw(st.sampled_from([mask(draw, s), (mask(draw, s[:1]),), (slice(None), mask(draw, s[1:2]))]))
+    return lambda x: x[index]
+
+
+def build_getitem_mixed(draw, s):
+    rows, last = indices(draw, s[0], (2, 5)), indices(draw, s[-1], (1, 1))
+    index = draw(st.sampled_from([
+        (None, rows, slice(None, None, -1)),
+        (rows, Ellipsis, last),
+        (mask(draw, s[:1]), slice(None), last),
+        (rows, None, slice(1, None)),
+        (-1, Ellipsis, last),
+    ]))
+    return lambda x: x[index]
+
+
+def build_getitem_chain(draw, s):
+    return lambda x: x[1:][::-1][0] + x[0] * 2 + x[:, -1:][0, 0]
+
+
+def build_getitem_rows(draw, s):
+    return lambda x: np.stack([row * (i + 1) for i, row in enumerate(x)])
+
+
+def build_getitem_columns(draw, s):
+    return lambda x: sum(x[:, j] * (j - 1.5) for j in range(s[1]))
+
+
+def build_astype(draw, s):
+    return lambda x: (x.astype(np.float64) * 3).astype(x.dtype) + x.astype(x.dtype)
+
+
+def build_copy(draw, s):
+    return lambda x: np.copy(x) * x.copy()
+
+
+CASES = [
+    Case(np.reshape, one_array(build_reshape), name="reshape"),
+    Case(np.reshape, one_array(build_reshape_fortran, 2), name="reshape_order_F"),
+    Case(np.reshape, one_array(build_reshape_method), name="reshape_method"),
+    Case(np.ravel, one_array(build_ravel, 0), name="ravel"),
+    Case(np.ravel, one_array(build_flatten, 0), name="ravel_flatten_method"),
+    Case(np.transpose, one_array(lambda draw, s: np.transpose, 0), name="transpose"),
+    Case(np.transpose, one_array(lambda draw, s: lambda x: x.T * 2, 0), name="transpose_T"),
+    Case(np.transpose, one_array(build_transpose_axes), name="transpose_axes"),
+    Case(np.transpose, one_array(build_transpose_method), name="transpose_method"),
+    Case(np.swapaxes, one_array(build_swapaxes), name="swapaxes"),
+    Case(np.moveaxis, one_array(build_moveaxis, 2), name="moveaxis"),
+    Case(np.expand_dims, one_array(build_expand_dims, 0, 2), name="expand_dims"),
+    Case(np.squeeze, build_squeeze, name="squeeze"),
+    Case(np.broadcast_to, build_broadcast_to, name="broadcast_to"),
+    Case(np.concatenate, build_concatenate, name="concatenate"),
+    Case(np.concatenate, build_concatenate_flat, name="concatenate_axis_None"),
+    Case(np.concatenate, build_concatenate_cast, name="concatenate_dtype"),
+    Case(np.stack, build_stack, name="stack"),
+    Case(np.hstack, build_hstack_1d, name="hstack_1d_and_0d"),
+    Case(np.hstack, build_hstack_2d, name="hstack_2d"),
+    Case(np.vstack, build_vstack_1d, name="vstack_1d_and_2d"),
+    Case(np.vstack, build_vstack_0d, name="vstack_0d"),
+    Case(np.split, build_split_sections, name="split_sections"),
+    Case(np.split, one_array(build_split_indices), name="split_indices"),
+    Case(np.tile, one_array(build_tile, 0), name="tile"),
+    Case(np.repeat, one_array(build_repeat), name="repeat"),
+    Case(np.repeat, one_array(build_repeat_counts), name="repeat_counts_axis"),
+    Case(np.repeat, one_array(build_repeat_counts_flat, 0), name="repeat_counts_flat"),
+    Case(np.flip, one_array(build_flip, 2), name="flip"),
+    Case(np.roll, one_array(build_roll, 2), name="roll"),
+    Case(np.diag, one_array(build_diag_vector, 1, 1), name="diag_vector"),
+    Case(np.diag, one_array(build_diag_matrix, 2, 2), name="diag_matrix"),
+    Case(np.diagonal, build_diagonal, name="diagonal"),
+    Case(np.triu, one_array(build_triangle(np.triu), 2), name="triu"),
+    Case(np.tril, one_array(build_triangle(np.tril), 2), name="tril"),
+    Case(np.take, one_array(build_take), name="take"),
+    Case(np.take, one_array(build_take_mode), name="take_modes"),
+    Case(getitem, one_array(build_getitem_basic, 2), name="getitem_basic"),
+    Case(getitem, one_array(build_getitem_integer_arrays, 2), name="getitem_integer_arrays"),
+    Case(getitem, one_array(build_getitem_mask, 2), name="getitem_mask"),
+    Case(getitem, one_array(build_getitem_mixed, 3), name="getitem_mixed"),
+    Case(getitem, one_array(build_getitem_chain, 2, min_side=2), name="getitem_chain"),
+    Case(getitem, one_array(build_getitem_rows), name="getitem_rows"),
+    Case(getitem, one_array(build_getitem_columns, 2, 2), name="getitem_columns"),
+    Case(astype, one_array(build_astype, 0), name="astype"),
+    Case(np.copy, one_array(build_copy, 0), name="copy"),
+]

@@ -1,0 +1,243 @@
+"""Layer 2: forward mode over broadcasts — ``broadcast``, ``sum`` and ``elementwise``.
+
+The arguments *and the callable's own state* (closure cells, dataclass fields,
+bound ``self``, ``functools.partial`` arguments) are flattened to leaves.  Each
+tracked leaf that is not `cut` is active and gets one partial: the kernel
+computes the value and ∂f/∂leaf for every active leaf in one fused pass (a dual
+array: value of shape S, partials of shape (k,)+S), and one tape node is
+recorded whose pullback is ``ȳ · ∂f/∂leaf`` summed over broadcast dimensions.
+"""
+
+import collections
+import contextvars
+import functools
+import threading
+from typing import NamedTuple
+
+import numpy as np
+
+from . import pytree
+from .errors import KernelError
+from .expr import Sym, derivatives, trace
+from .kernels import Kernel
+from .tape import Tracked, unbroadcast
+
+CACHE_SIZE = 512
+_cache = collections.OrderedDict()
+_cache_lock = threading.Lock()
+_log = contextvars.ContextVar("dualbroadcast_kernel_log", default=None)
+
+
+class KernelCall(NamedTuple):
+    """What one `broadcast`/`sum` call did: its dual width is the number of partials carried."""
+
+    function: str
+    width: int
+    backend: str
+    size: int
+    reduce: bool
+
+
+class kernel_log:
+    """Context manager collecting a `KernelCall` for every broadcast/sum call inside it.
+
+    >>> with db.kernel_log() as calls:
+    ...     db.gradient(f, 1.0)
+    >>> calls[0].width
+    1
+    """
+
+    def __enter__(self):
+        self.calls = []
+        self._token = _log.set(self.calls)
+        return self.calls
+
+    def __exit__(self, *exc):
+        _log.reset(self._token)
+
+
+def broadcast(f, *args, backend=None):
+    """``f`` applied elementwise to ``args`` with NumPy broadcasting, differentiated in forward mode.
+
+    ``f`` is scalar-style code over NumPy functions and operators (``np.where`` for
+    branches).  ``backend`` forces "numpy", "blocked" or "numexpr" for this call.
+
+    >>> db.broadcast(lambda x, y: np.exp(x) * y, np.zeros(3), 2.0)
+    array([2., 2., 2.])
+    """
+    return _run(f, args, reduce=False, backend=backend)
+
+
+def sum(f, *args, backend=None):  # noqa: A001 - the contract's name
+    """``np.sum(broadcast(f, *args))``, fused: the summed values are never materialised.
+
+    Partials are reduced to each argument's own shape in the forward pass, so a
+    scalar coefficient broadcast over a million points keeps one number.
+
+    >>> db.sum(lambda r: np.exp(-3 * (r + 1)), np.zeros(4))
+    np.float64(0.19914827347145578)
+    """
+    return _run(f, args, reduce=True, backend=backend)
+
+
+def elementwise(f):
+    """Decorator: ``f(*args)`` then means ``broadcast(f, *args)``."""
+
+    @functools.wraps(f)
+    def wrapper(*args, backend=None):
+        if any(type(a) is Sym for a in args):
+            return f(*args)  # called from inside another kernel: inline it
+        return broadcast(f, *args, backend=backend)
+
+    return wrapper
+
+
+def _run(f, args, reduce, backend):
+    if any(type(a) is Sym for a in args):
+        return _inline(f, args, reduce)
+    leaves, treedef = pytree.flatten((f, args))
+    activity = pytree.leaf_activity(treedef)
+    values, baked, active, kinds = [], [], [], []
+    for leaf, on in zip(leaves, activity):
+        if type(leaf) is Tracked:
+            if on:
+                active.append(len(values))
+            values.append(leaf.value)
+            kinds.append(leaf.value.dtype)
+        elif _is_array_input(leaf):
+            values.append(leaf)
+            kinds.append(float if type(leaf) is float else np.result_type(leaf))
+        else:
+            baked.append(leaf)
+            kinds.append(_baked_key(leaf))
+    key = (_structure_key(treedef), tuple(kinds), tuple(active), reduce)
+    kernel = _kernel(key, f, treedef, leaves, len(values), active, reduce)
+    active_shapes = [np.shape(values[i]) for i in active]
+    value, partials, used, size = kernel(values, active_shapes, backend)
+    calls = _log.get()
+    if calls is not None:
+        calls.append(KernelCall(kernel.name, len(active), used, size, reduce))
+    if not active:
+        return value
+    parents = [leaf for leaf, on in zip(leaves, activity) if type(leaf) is Tracked and on]
+    return _record(parents, value, partials, active_shapes, reduce)
+
+
+def _record(parents, value, partials, shapes, reduce):
+    tape = parents[0].tape
+    if tape.closed:
+        raise ValueError(
+            "a tracked value from a finished gradient evaluation reached db.broadcast/db.sum; "
+            "do not keep values from inside a differentiated function (store db.cut(x) instead)"
+        )
+    if reduce:
+        backs = tuple(_scaled(p) for p in partials)
+    else:
+        backs = tuple(_unbroadcast_scaled(p, s, np.shape(value)) for p, s in zip(partials, shapes))
+    return tape.record(value, tuple(p.index for p in parents), backs)
+
+
+def _scaled(partial):
+    """Pullback of a summed broadcast: the partial was already reduced to its argument's shape."""
+    return lambda g: g * partial
+
+
+def _unbroadcast_scaled(partial, shape, out_shape):
+    if np.shape(partial) == shape == out_shape:
+        return lambda g: g * partial
+    return lambda g: unbroadcast(np.broadcast_to(g * partial, out_shape), shape)
+
+
+def _is_array_input(leaf):
+    """Floats and arrays are kernel inputs; everything else is baked into the kernel."""
+    return type(leaf) is float or isinstance(leaf, np.ndarray) or (
+        isinstance(leaf, np.generic) and leaf.dtype.kind in "fiub"
+    )
+
+
+def _baked_key(leaf):
+    """Leaves that are not arrays are part of the kernel: ints, bools, None, strings."""
+    try:
+        hash(leaf)
+    except TypeError:
+        raise KernelError(
+            f"a {type(leaf).__name__} reached db.broadcast/db.sum as an argument or captured state; "
+            "pass arrays, floats or ints, or keep other objects out of the function's state"
+        ) from None
+    return ("baked", type(leaf), leaf)
+
+
+def _structure_key(d):
+    """A hashable description of a treedef: kinds, types, code objects, read globals."""
+    if d is None:
+        return None
+    kind, aux, children = d
+    if kind in ("dataclass", "object"):
+        aux = (type(aux[0]), aux[1])
+    elif kind in ("closure", "function"):
+        aux = (aux.__code__, _globals_read(aux))
+    elif kind == "static":
+        aux = aux if _hashable(aux) else id(aux)
+    return (kind, aux, tuple(_structure_key(c) for c in children))
+
+
+def _globals_read(function):
+    """Numbers and arrays a function reads from its globals: a change must not go stale."""
+    found = []
+    namespace = function.__globals__
+    for name in function.__code__.co_names:
+        value = namespace.get(name)
+        if isinstance(value, (int, float, complex, np.number)):
+            found.append((name, value))
+        elif isinstance(value, np.ndarray):
+            found.append((name, id(value)))
+    return tuple(found)
+
+
+def _hashable(x):
+    try:
+        hash(x)
+        return True
+    except TypeError:
+        return False
+
+
+def _kernel(key, f, treedef, leaves, n_inputs, active, reduce):
+    with _cache_lock:
+        kernel = _cache.get(key)
+        if kernel is not None:
+            _cache.move_to_end(key)
+            return kernel
+    kernel = _build(f, treedef, leaves, n_inputs, active, reduce)
+    with _cache_lock:
+        _cache[key] = kernel
+        if len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return kernel
+
+
+def _build(f, treedef, leaves, n_inputs, active, reduce):
+    """Trace ``f`` on symbols (array leaves) and literals (baked leaves) into a kernel."""
+
+    def call(symbols):
+        symbols = iter(symbols)
+        mixed = [next(symbols) if type(x) is Tracked or _is_array_input(x) else x for x in leaves]
+        g, args = pytree.unflatten(treedef, mixed)
+        return g(*args)
+
+    graph, inputs, output = trace(call, n_inputs)
+    partials = derivatives(graph, output, [inputs[i] for i in active])
+    name = getattr(f, "__name__", type(f).__name__)
+    return Kernel(graph, inputs, [output] + partials, reduce, name)
+
+
+def _inline(f, args, reduce):
+    if reduce:
+        raise KernelError("db.sum cannot run inside a broadcast kernel: f sees one element at a time")
+    return f(*args)
+
+
+def clear_cache():
+    """Forget every compiled kernel (they are rebuilt on demand)."""
+    with _cache_lock:
+        _cache.clear()

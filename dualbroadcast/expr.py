@@ -1,0 +1,241 @@
+"""Tracing a scalar-style function into an expression graph, and its forward derivatives.
+
+``trace(f_rebuilt, n_inputs)`` calls ``f`` once on symbolic values (`Sym`), which
+record every NumPy ufunc and operator into a `Graph`.  The graph collapses
+common subexpressions, folds literals and expands small integer powers into
+products (so ``x**9`` reuses ``x**8``).  `derivatives` then runs forward mode
+symbolically: ∂out/∂input for each active input, built from the same
+`DERIVATIVES` table the reverse rules use, so ``exp``'s partial is its value.
+"""
+
+import numpy as np
+
+from .derivatives import DERIVATIVES, ZERO_DERIVATIVE
+from .errors import KernelError
+from .tape import qualified_name
+
+PREDICATES = (
+    np.equal, np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal,
+    np.logical_and, np.logical_or, np.logical_xor, np.logical_not, np.isnan, np.isfinite, np.isinf,
+)
+ELEMENTWISE = set(DERIVATIVES) | set(ZERO_DERIVATIVE) | set(PREDICATES)
+LITERAL_TYPES = (int, float, bool, np.number, np.bool_)
+
+
+class Sym:
+    """A node of the graph: an input (``op is None``) or ``op(*args)``; args are Syms or literals."""
+
+    __slots__ = ("graph", "op", "args", "index")
+
+    def __init__(self, graph, op, args, index):
+        self.graph = graph
+        self.op = op
+        self.args = args
+        self.index = index
+
+    # --- NumPy protocols ---------------------------------------------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__" or kwargs:
+            raise KernelError(
+                f"np.{ufunc.__name__}.{method} or keyword arguments cannot run inside a broadcast "
+                "kernel: write the elementwise formula for one element"
+            )
+        return self.graph.apply(ufunc, inputs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func is np.where and not kwargs:
+            return self.graph.apply(np.where, args)
+        if func is np.clip:
+            return _clip(self.graph, *args, **kwargs)
+        if func is np.round:
+            return self.graph.apply(np.rint, args[:1])
+        raise KernelError(
+            f"{qualified_name(func)} is not elementwise, so it cannot run inside a broadcast kernel "
+            "(f sees one element at a time). Compute it outside f, or use db.sum(f, x) to sum."
+        )
+
+    def __bool__(self):
+        raise KernelError(
+            "a value-dependent `if`/`while` (or and/or/not) inside a broadcast kernel: f runs on whole "
+            "arrays at once, so a branch cannot depend on one element. Use np.where(cond, a, b)."
+        )
+
+    def _conversion(self, *_):
+        raise KernelError(
+            "math.* functions, float() and int() cannot run inside a broadcast kernel; use the np.* "
+            "function (np.exp, not math.exp)"
+        )
+
+    __float__ = __int__ = __index__ = __complex__ = _conversion
+    __hash__ = None
+
+    # --- operators -----------------------------------------------------------
+    def __add__(self, o): return self.graph.apply(np.add, (self, o))
+    def __radd__(self, o): return self.graph.apply(np.add, (o, self))
+    def __sub__(self, o): return self.graph.apply(np.subtract, (self, o))
+    def __rsub__(self, o): return self.graph.apply(np.subtract, (o, self))
+    def __mul__(self, o): return self.graph.apply(np.multiply, (self, o))
+    def __rmul__(self, o): return self.graph.apply(np.multiply, (o, self))
+    def __truediv__(self, o): return self.graph.apply(np.divide, (self, o))
+    def __rtruediv__(self, o): return self.graph.apply(np.divide, (o, self))
+    def __pow__(self, o): return self.graph.apply(np.power, (self, o))
+    def __rpow__(self, o): return self.graph.apply(np.power, (o, self))
+    def __mod__(self, o): return self.graph.apply(np.remainder, (self, o))
+    def __floordiv__(self, o): return self.graph.apply(np.floor_divide, (self, o))
+    def __neg__(self): return self.graph.apply(np.negative, (self,))
+    def __pos__(self): return self
+    def __abs__(self): return self.graph.apply(np.absolute, (self,))
+    def __lt__(self, o): return self.graph.apply(np.less, (self, o))
+    def __le__(self, o): return self.graph.apply(np.less_equal, (self, o))
+    def __gt__(self, o): return self.graph.apply(np.greater, (self, o))
+    def __ge__(self, o): return self.graph.apply(np.greater_equal, (self, o))
+    def __eq__(self, o): return self.graph.apply(np.equal, (self, o))
+    def __ne__(self, o): return self.graph.apply(np.not_equal, (self, o))
+    def __and__(self, o): return self.graph.apply(np.logical_and, (self, o))
+    def __or__(self, o): return self.graph.apply(np.logical_or, (self, o))
+    def __invert__(self): return self.graph.apply(np.logical_not, (self,))
+
+
+def _clip(graph, x, lo=None, hi=None):
+    """``clip`` as ``minimum(maximum(x, lo), hi)``: the selections carry its derivative."""
+    if lo is not None:
+        x = graph.apply(np.maximum, (x, lo))
+    if hi is not None:
+        x = graph.apply(np.minimum, (x, hi))
+    return x
+
+
+def _is_literal(a):
+    return isinstance(a, LITERAL_TYPES) and not isinstance(a, np.ndarray)
+
+
+class Graph:
+    """Nodes in creation (topological) order, with common subexpressions shared."""
+
+    def __init__(self):
+        self.nodes = []
+        self.table = {}
+
+    def input(self):
+        node = Sym(self, None, (), len(self.nodes))
+        self.nodes.append(node)
+        return node
+
+    def apply(self, op, args):
+        """The node ``op(*args)``, simplified; literals fold to literals."""
+        if op not in ELEMENTWISE:
+            raise KernelError(
+                f"{qualified_name(op)} has no derivative rule for broadcast kernels; register it in "
+                "dualbroadcast.derivatives.DERIVATIVES or compute it outside f"
+            )
+        for a in args:
+            if not (type(a) is Sym or _is_literal(a)):
+                raise KernelError(
+                    f"a value of type {type(a).__name__} reached {qualified_name(op)} inside a broadcast "
+                    "kernel; pass arrays as arguments of db.broadcast/db.sum (they broadcast) instead"
+                )
+        if all(_is_literal(a) for a in args):
+            return op(*args)
+        simple = _simplify(self, op, args)
+        if simple is not NotImplemented:
+            return simple
+        key = (op,) + tuple(("n", a.index) if type(a) is Sym else ("l", type(a), a) for a in args)
+        node = self.table.get(key)
+        if node is None:
+            node = self.table[key] = Sym(self, op, tuple(args), len(self.nodes))
+            self.nodes.append(node)
+        return node
+
+
+def _simplify(graph, op, args):
+    """Algebraic identities that keep derivative graphs small; NotImplemented if none applies."""
+    if op is np.add:
+        x, y = args
+        if _is_zero(x):
+            return y
+        if _is_zero(y):
+            return x
+    elif op is np.subtract:
+        x, y = args
+        if _is_zero(y):
+            return x
+        if _is_zero(x):
+            return graph.apply(np.negative, (y,))
+    elif op is np.multiply:
+        x, y = args
+        if _is_one(x):
+            return y
+        if _is_one(y):
+            return x
+        if _is_literal(x) and x == -1:
+            return graph.apply(np.negative, (y,))
+        if _is_literal(y) and y == -1:
+            return graph.apply(np.negative, (x,))
+    elif op is np.divide and _is_one(args[1]):
+        return args[0]
+    elif op is np.power and _is_literal(args[1]) and float(args[1]).is_integer() and abs(args[1]) <= 16:
+        return _integer_power(graph, args[0], int(args[1]))
+    elif op is np.negative and type(args[0]) is Sym and args[0].op is np.negative:
+        return args[0].args[0]
+    return NotImplemented
+
+
+def _integer_power(graph, x, k):
+    """``x**k`` as a product chain, so every lower power is shared."""
+    if k < 0:
+        return graph.apply(np.reciprocal, (_integer_power(graph, x, -k),))
+    if k == 0:
+        return graph.apply(np.add, (graph.apply(np.multiply, (x, 0)), 1))
+    if k == 1:
+        return x
+    return graph.apply(np.multiply, (_integer_power(graph, x, k - 1), x))
+
+
+def _is_zero(a):
+    return _is_literal(a) and not isinstance(a, (bool, np.bool_)) and a == 0
+
+
+def _is_one(a):
+    return _is_literal(a) and not isinstance(a, (bool, np.bool_)) and a == 1
+
+
+def derivatives(graph, output, active):
+    """Forward mode over the graph: ∂output/∂a for each active input node ``a``.
+
+    Each result is a Sym, a literal, or 0 where the output does not depend on it.
+    """
+    tangents = {a.index: {slot: 1} for slot, a in enumerate(active)}
+    for node in list(graph.nodes):
+        if node.op is None or node.op not in DERIVATIVES:
+            continue
+        partials = DERIVATIVES[node.op]
+        total = {}
+        for j, arg in enumerate(node.args):
+            incoming = tangents.get(arg.index) if type(arg) is Sym else None
+            if not incoming:
+                continue
+            d = partials[j](node, *node.args) if callable(partials[j]) else partials[j]
+            for slot, t in incoming.items():
+                term = graph.apply(np.multiply, (d, t)) if not _is_one(t) else d
+                total[slot] = graph.apply(np.add, (total[slot], term)) if slot in total else term
+        if total:
+            tangents[node.index] = total
+        if node is output:
+            break
+    if type(output) is not Sym:
+        return [0] * len(active)
+    found = tangents.get(output.index, {})
+    return [found.get(slot, 0) for slot in range(len(active))]
+
+
+def trace(build_call, n_inputs):
+    """Run ``build_call(symbols)`` on ``n_inputs`` symbolic inputs; return (graph, inputs, output)."""
+    graph = Graph()
+    inputs = [graph.input() for _ in range(n_inputs)]
+    output = build_call(inputs)
+    if isinstance(output, np.ndarray) or not (type(output) is Sym or _is_literal(output)):
+        raise KernelError(
+            f"the function given to db.broadcast/db.sum returned {type(output).__name__}; it must "
+            "return one elementwise value built from its arguments with NumPy functions and operators"
+        )
+    return graph, inputs, output

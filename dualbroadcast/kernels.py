@@ -1,0 +1,372 @@
+"""Layer 3: a traced expression graph compiled to fused kernels, on the fastest backend.
+
+A `Kernel` computes one broadcast's value and its partials (one per active
+input) in one pass, on one of three backends:
+
+- ``numpy``: whole arrays, generated straight-line NumPy code (best for small arrays);
+- ``blocked``: the same code over cache-sized blocks, every operation ``out=`` into
+  scratch buffers that stay in cache (no page faults, no memory traffic for temporaries);
+- ``numexpr``: one fused numexpr expression per output (best on arithmetic-heavy
+  kernels; its exp/sin are slower than NumPy's here, as it lacks VML).
+
+The choice is made per kernel and per size (powers of two) by timing the
+eligible backends on the first call of that size, or forced with `set_backend`
+or ``backend=``.  Generated code only contains names the library made.
+"""
+
+import contextvars
+import math
+import time
+
+import numexpr
+import numpy as np
+
+from .expr import Sym
+
+BACKENDS = ("numpy", "blocked", "numexpr")
+BLOCK = 16384  # elements per block: a few scratch buffers of this size stay in L2
+NUMEXPR_BLOCK = 262144  # numexpr's own threads want larger blocks
+FORCED_BACKEND = contextvars.ContextVar("dualbroadcast_backend", default=None)
+
+_NUMEXPR_NAMES = {
+    np.add: "+", np.subtract: "-", np.multiply: "*", np.divide: "/", np.power: "**",
+    np.less: "<", np.less_equal: "<=", np.greater: ">", np.greater_equal: ">=", np.equal: "==",
+    np.not_equal: "!=", np.logical_and: "&", np.logical_or: "|",
+}
+_NUMEXPR_FUNCTIONS = {
+    np.absolute: "abs", np.negative: "-", np.logical_not: "~", np.where: "where",
+    **{f: f.__name__ for f in (
+        np.exp, np.expm1, np.log, np.log1p, np.log10, np.log2, np.sqrt, np.sin, np.cos, np.tan,
+        np.arcsin, np.arccos, np.arctan, np.arctan2, np.sinh, np.cosh, np.tanh, np.arcsinh,
+        np.arccosh, np.arctanh, np.hypot, np.maximum, np.minimum, np.floor, np.ceil, np.sign,
+        np.isnan, np.isfinite, np.isinf, np.fmod, np.trunc,
+    )},
+}
+
+
+def set_backend(name):
+    """Force every kernel onto backend ``name`` ("numpy", "blocked", "numexpr"), or None for automatic."""
+    if name is not None and name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {BACKENDS} or None")
+    FORCED_BACKEND.set(name)
+
+
+class Kernel:
+    """Value and partials of one traced function; ``reduce`` sums them (``db.sum``)."""
+
+    def __init__(self, graph, inputs, outputs, reduce, name):
+        self.inputs = inputs
+        self.outputs = outputs  # [value, ∂value/∂active_0, ...]: Syms or literals
+        self.reduce = reduce
+        self.name = name
+        self.order = _needed(graph, outputs)
+        self.names, self.constants = _names(inputs, self.order, outputs)
+        self.whole = _compile(_numpy_source(self), self.constants)
+        self.numexpr_sources = _numexpr_sources(self)
+        self.blocked = {}  # dtypes of the inputs -> compiled blocked kernel
+        self.choice = {}  # (size bucket, dtypes) -> backend
+
+    def __call__(self, values, active_shapes, backend=None):
+        """Return ``(value, partials, backend, size)``; partials reduced to ``active_shapes`` if reducing."""
+        shape = np.broadcast_shapes(*[np.shape(v) for v in values])
+        size = math.prod(shape)
+        candidates = self._candidates(values, shape, size)
+        backend = backend or FORCED_BACKEND.get()
+        if backend is not None and backend not in candidates:
+            backend = "numpy" if backend != "numexpr" or self.numexpr_sources is None else backend
+        key = (size.bit_length(), tuple(getattr(v, "dtype", type(v)) for v in values))
+        backend = backend or self.choice.get(key)
+        if backend is None:
+            if len(candidates) == 1:
+                backend = self.choice[key] = candidates[0]
+            else:
+                return self._measure(candidates, key, values, shape, size, active_shapes) + (size,)
+        return self._run(backend, values, shape, size, active_shapes) + (backend, size)
+
+    def _candidates(self, values, shape, size):
+        found = ["numpy"]
+        if size >= 2 * BLOCK and all(np.size(v) in (1, size) for v in values):
+            found.append("blocked")
+        if self.numexpr_sources is not None and size >= 1024:
+            found.append("numexpr")
+        return found
+
+    def _measure(self, candidates, key, values, shape, size, active_shapes):
+        """Time each candidate on this call's data (best of two) and keep the fastest."""
+        timings = {}
+        for backend in candidates:
+            best = math.inf
+            for _ in range(2):
+                start = time.perf_counter()
+                result = self._run(backend, values, shape, size, active_shapes)
+                best = min(best, time.perf_counter() - start)
+            timings[backend] = (best, result)
+        winner = min(timings, key=lambda b: timings[b][0])
+        self.choice[key] = winner
+        return timings[winner][1] + (winner,)
+
+    def _run(self, backend, values, shape, size, active_shapes):
+        if backend == "numpy":
+            return self._finish(self.whole(*values), shape, active_shapes)
+        if backend == "blocked":
+            return self._run_blocked(values, shape, size, active_shapes)
+        return self._run_numexpr(values, shape, size, active_shapes)
+
+    def _finish(self, results, shape, active_shapes):
+        """Whole-array results to the call's shapes: full value, partials as the pullback needs."""
+        value, partials = results[0], results[1:]
+        if self.reduce:
+            value = np.sum(np.broadcast_to(value, shape))
+            partials = [_reduce_to(np.broadcast_to(p, shape), s) for p, s in zip(partials, active_shapes)]
+        elif np.shape(value) != shape or not isinstance(value, np.ndarray):
+            value = np.array(np.broadcast_to(value, shape))
+        return value, partials
+
+    # --- blocked NumPy --------------------------------------------------------
+    def _run_blocked(self, values, shape, size, active_shapes):
+        full = tuple(np.ndim(v) > 0 and np.size(v) == size for v in values)
+        stored = (not self.reduce,) + tuple(
+            not self.reduce or (size > 1 and math.prod(s) == size) for s in active_shapes
+        )
+        signature = (tuple(_kind(v) for v in values), full, stored)
+        compiled = self.blocked.get(signature)
+        if compiled is None:
+            compiled = self.blocked[signature] = _compile_blocked(self, *signature)
+        run, out_dtypes = compiled
+        args = [np.ravel(v) if f else (v if type(v) is float else np.reshape(v, ())) for v, f in zip(values, full)]
+        outs = [np.empty(size, d) for d, keep in zip(out_dtypes, stored) if keep]
+        sums = iter(run(size, BLOCK, *args, *outs))
+        stores = iter(outs)
+        results = [next(stores) if keep else next(sums) for keep in stored]
+        value = results[0] if self.reduce else results[0].reshape(shape)
+        shapes = active_shapes if self.reduce else [shape] * len(active_shapes)
+        return value, [np.reshape(p, s) for p, s in zip(results[1:], shapes)]
+
+    # --- numexpr -----------------------------------------------------------------
+    def _run_numexpr(self, values, shape, size, active_shapes):
+        local = dict(zip(self.names_of_inputs(), values))
+        dtype = np.result_type(*values) if values else np.float64
+        for name, constant in self.constants.items():
+            local[name] = dtype.type(constant) if isinstance(constant, float) else constant
+        if not self.reduce:
+            outs = [_evaluate(src, local, shape) for src in self.numexpr_sources]
+            return outs[0], outs[1:]
+        if not all(np.size(v) in (1, size) for v in values):
+            results = [_evaluate(src, local, shape) for src in self.numexpr_sources]
+            return self._finish(results, shape, active_shapes)
+        return _reduce_numexpr_blocked(self.numexpr_sources, local, values, size, active_shapes)
+
+    def names_of_inputs(self):
+        return [self.names[x.index] for x in self.inputs]
+
+
+def _evaluate(source, local, shape):
+    result = numexpr.evaluate(source, local_dict=local)
+    return np.array(np.broadcast_to(result, shape)) if result.shape != shape else result
+
+
+def _reduce_numexpr_blocked(sources, local, values, size, active_shapes):
+    """Sum each output over blocks, never materialising more than a block."""
+    full = [k for k, v in local.items() if np.size(v) == size and np.ndim(v) > 0]
+    flat = {k: np.ravel(local[k]) for k in full}
+    totals = [0.0] * len(sources)
+    partials_full = {}
+    for s, shape in enumerate(active_shapes, start=1):
+        if math.prod(shape) == size and size > 1:
+            partials_full[s] = np.empty(size, np.result_type(*values))
+    for lo in range(0, size, NUMEXPR_BLOCK):
+        hi = min(lo + NUMEXPR_BLOCK, size)
+        block = dict(local)
+        for k in full:
+            block[k] = flat[k][lo:hi]
+        for s, source in enumerate(sources):
+            if s in partials_full:
+                numexpr.evaluate(source, local_dict=block, out=partials_full[s][lo:hi])
+            else:
+                part = numexpr.evaluate(source, local_dict=block)
+                totals[s] += np.sum(part) * ((hi - lo) // max(part.size, 1))
+    value = np.result_type(*values).type(totals[0])
+    partials = []
+    for s, shape in enumerate(active_shapes, start=1):
+        if s in partials_full:
+            partials.append(partials_full[s].reshape(shape))
+        else:
+            partials.append(np.reshape(np.result_type(*values).type(totals[s]), shape))
+    return value, partials
+
+
+def _reduce_to(p, shape):
+    """Sum a full-shape partial over the axes its argument was broadcast along."""
+    from .tape import unbroadcast
+
+    return np.array(unbroadcast(p, shape)) if np.shape(p) != shape else np.array(p)
+
+
+# --- code generation -----------------------------------------------------------
+def _needed(graph, outputs):
+    """Non-input nodes the outputs depend on, in topological order."""
+    keep = set()
+    stack = [o for o in outputs if type(o) is Sym]
+    while stack:
+        node = stack.pop()
+        if node.index in keep:
+            continue
+        keep.add(node.index)
+        stack.extend(a for a in node.args if type(a) is Sym)
+    return [n for n in graph.nodes if n.index in keep and n.op is not None]
+
+
+def _names(inputs, order, outputs):
+    """Library-made names: i<k> inputs, t<k> intermediates, c<k> literal constants."""
+    names = {x.index: f"i{k}" for k, x in enumerate(inputs)}
+    names.update({n.index: f"t{n.index}" for n in order})
+    constants = {}
+    literals = [a for n in order for a in n.args if type(a) is not Sym] + [o for o in outputs if type(o) is not Sym]
+    for lit in literals:
+        key = ("c", type(lit), lit)
+        if key not in names:
+            names[key] = f"c{len(constants)}"
+            constants[names[key]] = lit
+    return names, constants
+
+
+def _ref(names, a):
+    return names[a.index] if type(a) is Sym else names[("c", type(a), a)]
+
+
+def _function_name(op):
+    return f"f_{op.__name__}"
+
+
+def _compile(source, namespace):
+    env = dict(namespace)
+    env["np"] = np
+    exec(compile(source, "<dualbroadcast kernel>", "exec"), env)
+    return env["kernel"]
+
+
+def _numpy_source(kernel):
+    names = kernel.names
+    lines = [f"def kernel({', '.join(kernel.names_of_inputs())}):"]
+    for node in kernel.order:
+        args = ", ".join(_ref(names, a) for a in node.args)
+        lines.append(f"    {names[node.index]} = np.{node.op.__name__}({args})")
+    lines.append("    return " + ", ".join(_ref(names, o) for o in kernel.outputs) + ",")
+    return "\n".join(lines)
+
+
+def _compile_blocked(kernel, kinds, full, stored):
+    """Generate the blocked, in-place kernel; return it and its outputs' dtypes.
+
+    ``kinds``: per input a dtype, or ``float`` for a (weakly typed) Python float;
+    ``full``: per input, whether it has the call's full size (else it is one element);
+    ``stored``: per output, whether it is written out in full (else summed).
+    """
+    names = kernel.names
+    node_dtypes = _infer_dtypes(kernel, kinds)
+    out_dtypes = [node_dtypes[o.index] if type(o) is Sym else np.result_type(o) for o in kernel.outputs]
+    inputs = kernel.names_of_inputs()
+    stores = [f"o{k}" for k, keep in enumerate(stored) if keep]
+    lines = [f"def kernel({', '.join(['n', 'B'] + inputs + stores)}):"]
+    buffers = _assign_buffers(kernel, node_dtypes)
+    for buf, dtype in sorted(set(buffers.values())):
+        lines.append(f"    {buf}_all = np.empty(B, np.dtype('{dtype}'))")
+    for k, keep in enumerate(stored):
+        if not keep:
+            lines.append(f"    s{k} = np.dtype('{np.dtype(out_dtypes[k]).str}').type(0)")
+    lines.append("    for lo in range(0, n, B):")
+    lines.append("        hi = min(lo + B, n)")
+    lines.append("        m = hi - lo")
+    for name, is_full in zip(inputs, full):
+        lines.append(f"        b{name} = {name}[lo:hi]" if is_full else f"        b{name} = {name}")
+    for node in kernel.order:
+        buf = buffers[node.index][0]
+        args = ", ".join(_block_ref(names, buffers, a) for a in node.args)
+        lines.append(f"        {buf} = {buf}_all[:m]")
+        lines.append(f"        np.{node.op.__name__}({args}, out={buf})")
+    for k, (o, keep) in enumerate(zip(kernel.outputs, stored)):
+        ref = _block_ref(names, buffers, o)
+        if keep:
+            lines.append(f"        o{k}[lo:hi] = {ref}")
+        elif type(o) is Sym and o.op is not None:
+            lines.append(f"        s{k} += np.add.reduce({ref})")
+        else:
+            lines.append(f"        s{k} += np.add.reduce(np.broadcast_to({ref}, (m,)))")
+    sums = [f"s{k}" for k, keep in enumerate(stored) if not keep]
+    lines.append("    return (" + "".join(f"{s}, " for s in sums) + ")")
+    return _compile("\n".join(lines), kernel.constants), out_dtypes
+
+
+def _kind(v):
+    """A value's dtype, or ``float`` for a Python float (weakly typed, like a literal)."""
+    return float if type(v) is float else np.result_type(v)
+
+
+def _block_ref(names, buffers, a):
+    if type(a) is not Sym:
+        return names[("c", type(a), a)]
+    if a.op is None:
+        return "b" + names[a.index]
+    return buffers[a.index][0]
+
+
+def _assign_buffers(kernel, node_dtypes):
+    """Reuse a scratch buffer once its node's last use has passed (same dtype only)."""
+    last_use = {}
+    for position, node in enumerate(kernel.order):
+        for a in node.args:
+            if type(a) is Sym:
+                last_use[a.index] = position
+    for o in kernel.outputs:
+        if type(o) is Sym:
+            last_use[o.index] = len(kernel.order)
+    free, buffers, count = {}, {}, 0
+    for position, node in enumerate(kernel.order):
+        dtype = np.dtype(node_dtypes[node.index]).str
+        pool = free.setdefault(dtype, [])
+        if pool:
+            name = pool.pop()
+        else:
+            name, count = f"w{count}", count + 1
+        buffers[node.index] = (name, dtype)
+        for a in set(a.index for a in node.args if type(a) is Sym and a.op is not None):
+            if last_use.get(a) == position:
+                free.setdefault(buffers[a][1], []).append(buffers[a][0])
+    return buffers
+
+
+def _infer_dtypes(kernel, kinds):
+    """The dtype of every node, by running the graph on one element of each input kind."""
+    values = {x.index: (1.0 if k is float else np.ones(1, k)) for x, k in zip(kernel.inputs, kinds)}
+    with np.errstate(all="ignore"):
+        for node in kernel.order:
+            args = [values[a.index] if type(a) is Sym else a for a in node.args]
+            values[node.index] = np.asarray(node.op(*args))
+    return {k: np.result_type(v) for k, v in values.items()}
+
+
+def _numexpr_sources(kernel):
+    """One numexpr expression per output, or None if some operation has no numexpr form."""
+    text = {}
+    names = kernel.names
+    for x in kernel.inputs:
+        text[x.index] = names[x.index]
+    for node in kernel.order:
+        args = [text[a.index] if type(a) is Sym else _numexpr_literal(names, a) for a in node.args]
+        if node.op in _NUMEXPR_NAMES:
+            text[node.index] = f"({args[0]} {_NUMEXPR_NAMES[node.op]} {args[1]})"
+        elif node.op in _NUMEXPR_FUNCTIONS:
+            fname = _NUMEXPR_FUNCTIONS[node.op]
+            text[node.index] = f"({fname}{args[0]})" if fname in "-~" else f"{fname}({', '.join(args)})"
+        else:
+            return None
+        if len(text[node.index]) > 20000:
+            return None
+    return [text[o.index] if type(o) is Sym else _numexpr_literal(names, o) for o in kernel.outputs]
+
+
+def _numexpr_literal(names, a):
+    """Integers inline (numexpr expands integer powers); other literals as named constants."""
+    if isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_)):
+        return str(int(a))
+    return names[("c", type(a), a)]

@@ -1,0 +1,623 @@
+"""The public API against hand-written gradients and finite differences.
+
+Only elementwise ufuncs and ``np.sum`` are used inside differentiated functions,
+so these tests do not depend on the reduction, linear-algebra and shape rules.
+"""
+
+import collections
+import contextlib
+import dataclasses
+import math
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from hypothesis.extra import numpy as hnp
+
+import dualbroadcast as db
+from dualbroadcast.registry import RULES
+from dualbroadcast.tape import Tracked
+
+SETTINGS = settings(max_examples=25, deadline=None)
+RTOL = {np.float64: 1e-12, np.float32: 1e-5}
+
+
+# --- helpers ------------------------------------------------------------------------
+def shapes(min_dims=0, max_dims=3):
+    return hnp.array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=1, max_side=4)
+
+
+def arrays(shape=None, dtype=np.float64, lo=-2.0, hi=2.0):
+    width = 32 if dtype == np.float32 else 64
+    elements = st.floats(lo, hi, allow_nan=False, allow_infinity=False, width=width)
+    return hnp.arrays(dtype, shape if shape is not None else shapes(), elements=elements)
+
+
+def assert_same_kind(g, like):
+    """``g`` is a gradient for ``like``: same type, shape and dtype."""
+    if type(like) is float:
+        assert type(g) is float, f"Python float in, {type(g).__name__} out"
+        return
+    assert type(g) is type(like), f"{type(like).__name__} in, {type(g).__name__} out"
+    assert g.shape == like.shape
+    assert g.dtype == like.dtype
+
+
+def assert_close(g, expected, dtype=np.float64):
+    rtol = RTOL[np.dtype(dtype).type]
+    np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(expected, np.float64), rtol=rtol, atol=rtol)
+
+
+@contextlib.contextmanager
+def rule(func, *makers):
+    """Register ``db.defvjp(func, *makers)`` for the duration of a ``with`` block."""
+    had, old = func in RULES, RULES.get(func)
+    db.defvjp(func, *makers)
+    try:
+        yield
+    finally:
+        if had:
+            RULES[func] = old
+        else:
+            RULES.pop(func, None)
+
+
+def counting_multiply():
+    """A primitive ``mul(a, b) = a * b`` that counts how often each vjp maker runs."""
+    calls = {"a": 0, "b": 0}
+
+    @db.primitive
+    def mul(a, b):
+        return a * b
+
+    def maker_a(ans, a, b):
+        calls["a"] += 1
+        return lambda g: g * b
+
+    def maker_b(ans, a, b):
+        calls["b"] += 1
+        return lambda g: g * a
+
+    return mul, (maker_a, maker_b), calls
+
+
+# --- pytrees -----------------------------------------------------------------------
+@dataclasses.dataclass
+class Params:
+    w: np.ndarray
+    b: float
+
+
+@dataclasses.dataclass(frozen=True)
+class FrozenParams:
+    w: np.ndarray
+    b: float
+
+
+Pair = collections.namedtuple("Pair", "w b")
+
+
+@SETTINGS
+@given(data=st.data())
+def test_dict_argument(data):
+    shape = data.draw(shapes())
+    a, b = data.draw(arrays(shape)), data.draw(arrays(shape))
+    c = data.draw(st.floats(-2, 2))
+    params = {"a": a, "b": b, "c": c}
+
+    def f(p):
+        return np.sum(p["a"] ** 2 * p["b"]) + np.sin(p["c"])
+
+    g = db.gradient(f, params)
+    assert type(g) is dict and list(g) == ["a", "b", "c"]
+    assert_same_kind(g["a"], a)
+    assert_same_kind(g["b"], b)
+    assert_same_kind(g["c"], c)
+    assert_close(g["a"], 2 * a * b)
+    assert_close(g["b"], a**2)
+    assert_close(g["c"], math.cos(c))
+    assert params["a"] is a and params["c"] == c  # the argument is not modified
+    db.check_gradient(f, params)
+
+
+@pytest.mark.parametrize("container", [list, tuple])
+@SETTINGS
+@given(x=arrays(), s=st.floats(0.1, 2))
+def test_list_and_tuple_arguments(container, x, s):
+    def f(xs):
+        return xs[0] * np.sum(np.exp(xs[1]))
+
+    g = db.gradient(f, container([s, x]))
+    assert type(g) is container and len(g) == 2
+    assert_same_kind(g[0], s)
+    assert_same_kind(g[1], x)
+    assert_close(g[0], np.sum(np.exp(x)))
+    assert_close(g[1], s * np.exp(x))
+
+
+@SETTINGS
+@given(w=arrays(), b=st.floats(-2, 2))
+def test_namedtuple_argument(w, b):
+    g = db.gradient(lambda p: np.sum(p.w**3) * p.b, Pair(w, b))
+    assert type(g) is Pair
+    assert_same_kind(g.w, w)
+    assert_same_kind(g.b, b)
+    assert_close(g.w, 3 * w**2 * b)
+    assert_close(g.b, np.sum(w**3))
+
+
+@pytest.mark.parametrize("cls", [Params, FrozenParams])
+@SETTINGS
+@given(w=arrays(shapes(min_dims=1)), b=st.floats(-2, 2))
+def test_dataclass_argument(cls, w, b):
+    params = cls(w, b)
+    g = db.gradient(lambda p: np.sum(np.tanh(p.w * p.b)), params)
+    assert type(g) is cls and g is not params
+    assert_same_kind(g.w, w)
+    assert_same_kind(g.b, b)
+    sech2 = 1 - np.tanh(w * b) ** 2
+    assert_close(g.w, sech2 * b)
+    assert_close(g.b, np.sum(sech2 * w))
+    assert params.w is w and params.b == b  # the argument is not modified
+
+
+def test_nested_pytree_keeps_structure_and_dtypes():
+    w32 = np.array([0.5, -1.0], np.float32)
+    params = {
+        "layers": [Params(np.array([[1.0, 2.0]]), 0.5), FrozenParams(w32, 2.0)],
+        "scale": (np.float32(1.5), np.array(2.0)),
+    }
+
+    def f(p):
+        l0, l1 = p["layers"]
+        s32, s0d = p["scale"]
+        return np.sum(l0.w * l0.b) + np.sum(l1.w * l1.b) * s32 + s0d**2
+
+    g = db.gradient(f, params)
+    assert list(g) == ["layers", "scale"]
+    l0, l1 = g["layers"]
+    assert type(l0) is Params and type(l1) is FrozenParams
+    assert_same_kind(l0.w, params["layers"][0].w)
+    assert_same_kind(l1.w, w32)
+    assert type(l0.b) is float and type(l1.b) is float
+    assert type(g["scale"]) is tuple
+    s32, s0d = g["scale"]
+    assert type(s32) is np.float32
+    assert_same_kind(s0d, params["scale"][1])
+    assert_close(l0.w, [[0.5, 0.5]])
+    assert_close(l0.b, 3.0)
+    assert_close(l1.w, [3.0, 3.0], np.float32)
+    assert_close(l1.b, -0.75, np.float32)
+    assert_close(s32, -1.0, np.float32)
+    assert_close(s0d, 4.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@SETTINGS
+@given(data=st.data())
+def test_dtype_and_shape_preserved(dtype, data):
+    x = data.draw(arrays(dtype=dtype))
+    g = db.gradient(lambda x: np.sum(np.sin(x) * x), x)
+    assert_same_kind(g, x)
+    assert_close(g, np.cos(x) * x + np.sin(x), dtype)
+    db.check_gradient(lambda x: np.sum(np.sin(x) * x), x)
+
+
+@pytest.mark.parametrize(
+    "x",
+    [2.5, np.float64(2.5), np.float32(2.5), np.array(2.5), np.array(2.5, np.float32)],
+    ids=["float", "float64", "float32", "0d-float64", "0d-float32"],
+)
+def test_scalar_kinds_preserved(x):
+    g = db.gradient(lambda x: x**3 - 2 * x, x)
+    assert_same_kind(g, x)
+    assert_close(g, 3 * 2.5**2 - 2, np.asarray(x).dtype)
+
+
+def test_one_argument_gives_one_gradient_several_give_a_tuple():
+    x, y, z = np.array([1.0, 2.0]), 3.0, np.array([[0.5]])
+    g = db.gradient(lambda x: np.sum(x**2), x)
+    assert type(g) is np.ndarray
+    gs = db.gradient(lambda x, y, z: np.sum(x * y * z), x, y, z)
+    assert type(gs) is tuple and len(gs) == 3
+    assert_close(gs[0], y * z[0, 0] * np.ones(2))
+    assert_close(gs[1], np.sum(x) * 0.5)
+    assert_close(gs[2], [[np.sum(x) * y]])
+    assert_same_kind(gs[1], y)
+    assert_same_kind(gs[2], z)
+
+
+@SETTINGS
+@given(x=arrays(shapes(min_dims=1)), y=arrays(shapes(min_dims=1)))
+def test_cut_argument_is_none_and_constant_inside(x, y):
+    seen = []
+
+    def f(x, y):
+        seen.append(type(y))
+        return np.sum(np.exp(x)) * np.sum(y)
+
+    gx, gy = db.gradient(f, x, db.cut(y))
+    assert gy is None
+    assert seen == [np.ndarray]  # the function sees the plain array, untracked
+    assert_close(gx, np.exp(x) * np.sum(y))
+    db.check_gradient(f, x, db.cut(y))
+
+
+def test_cut_argument_costs_no_backward_work():
+    mul, makers, calls = counting_multiply()
+    x, y = np.array([1.0, 2.0]), np.array([3.0, 4.0])
+    with rule(mul, *makers):
+        gx, gy = db.gradient(lambda a, b: np.sum(mul(a, b)), x, db.cut(y))
+        assert gy is None and calls == {"a": 1, "b": 0}
+        assert_close(gx, y)
+        gx, gy = db.gradient(lambda a, b: np.sum(mul(a, b)), db.cut(x), y)
+        assert gx is None and calls == {"a": 1, "b": 1}
+        assert_close(gy, x)
+        assert db.gradient(lambda a: np.sum(mul(a, y)), db.cut(x)) is None
+        assert calls == {"a": 1, "b": 1}
+        # an argument not derived from any differentiated input is constant automatically
+        db.gradient(lambda a: np.sum(mul(a, y)), x)
+        assert calls == {"a": 2, "b": 1}
+
+
+@SETTINGS
+@given(data=st.data())
+def test_cut_container_with_uncut_leaf(data):
+    shape = data.draw(shapes())
+    A, B = data.draw(arrays(shape)), data.draw(arrays(shape))
+    mul, makers, calls = counting_multiply()
+    with rule(mul, *makers):
+        g = db.gradient(lambda p: np.sum(mul(p["a"], np.sin(p["b"]))), db.cut({"a": A, "b": db.uncut(B)}))
+    assert type(g) is dict and g["a"] is None
+    assert_same_kind(g["b"], B)
+    assert_close(g["b"], A * np.cos(B))
+    assert calls == {"a": 0, "b": 1}
+
+
+@SETTINGS
+@given(x=arrays(shapes(min_dims=1), lo=-1, hi=1))
+def test_cut_inside_function_is_a_stop_gradient(x):
+    # d/dx sum(sin(x) * stop(exp(x))) = cos(x) * exp(x): the cut path contributes nothing
+    g = db.gradient(lambda x: np.sum(np.sin(x) * db.cut(np.exp(x))), x)
+    assert_close(g, np.cos(x) * np.exp(x))
+    g = db.gradient(lambda x: np.sum(x * db.cut(x)), x)
+    assert_close(g, x)
+
+    def f(x):
+        p = db.cut({"a": 2 * x, "b": db.uncut(3 * x)})
+        assert type(p["a"]) is np.ndarray and type(p["b"]) is Tracked
+        return np.sum(p["a"] * p["b"])
+
+    assert_close(db.gradient(f, x), 6 * x)
+
+
+def test_value_and_gradient():
+    x = np.array([0.5, -1.0, 2.0])
+    value, g = db.value_and_gradient(lambda x: np.sum(np.exp(x) * x), x)
+    assert type(value) is not Tracked
+    assert_close(value, np.sum(np.exp(x) * x))
+    assert_close(g, np.exp(x) * (x + 1))
+    value, (gx, gy) = db.value_and_gradient(lambda x, y: np.sum(x * y), x, db.cut(2 * x))
+    assert_close(value, 2 * np.sum(x * x))
+    assert_close(gx, 2 * x)
+    assert gy is None
+
+
+@SETTINGS
+@given(x=arrays(shapes(min_dims=1)))
+def test_value_and_gradient_matches_separate_calls(x):
+    def f(x):
+        return np.sum(np.cosh(x) / (1 + x**2))
+
+    value, g = db.value_and_gradient(f, x)
+    assert value == f(x)
+    np.testing.assert_array_equal(g, db.gradient(f, x))
+
+
+# --- Python control flow -------------------------------------------------------------------
+def newton_sqrt(a):
+    """sqrt(a) by Newton's iteration, until converged: the tape has as many steps as ran."""
+    y = a
+    steps = 0
+    while np.abs(y * y - a) > 1e-13 * a:
+        y = 0.5 * (y + a / y)
+        steps += 1
+    assert steps >= 1
+    return y
+
+
+@SETTINGS
+@given(a=st.floats(0.05, 1e4))
+def test_newton_iteration_until_convergence(a):
+    value, g = db.value_and_gradient(newton_sqrt, a)
+    assert math.isclose(value, math.sqrt(a), rel_tol=1e-12)
+    assert type(g) is float
+    assert math.isclose(g, 0.5 / math.sqrt(a), rel_tol=1e-9)
+
+
+def piecewise(x):
+    if x > 1.0:
+        return x**3
+    elif x > 0.0:
+        return 2.0 * x + 1.0
+    return np.sin(x)
+
+
+@SETTINGS
+@given(x=st.floats(-3, 3).filter(lambda v: abs(v) > 1e-3 and abs(v - 1) > 1e-3))
+def test_piecewise_gradient_is_the_branch_that_ran(x):
+    expected = 3 * x**2 if x > 1 else 2.0 if x > 0 else math.cos(x)
+    assert math.isclose(db.gradient(piecewise, x), expected, rel_tol=1e-12)
+    db.check_gradient(piecewise, x)
+
+
+@SETTINGS
+@given(x=st.floats(0.01, 20.0))
+def test_while_loop_on_a_tracked_value(x):
+    def f(x):
+        y = x
+        while y < 10.0:
+            y = y * 2.0
+        return y
+
+    doublings = 0
+    while x * 2.0**doublings < 10.0:
+        doublings += 1
+    assert db.gradient(f, x) == 2.0**doublings
+
+
+@SETTINGS
+@given(x=st.floats(-3, 3))
+def test_for_loop_with_break_on_a_tracked_value(x):
+    def exp_series(x):
+        total, term = 1.0, 1.0
+        for n in range(1, 200):
+            term = term * x / n
+            total = total + term
+            if np.abs(term) < 1e-17:
+                break
+        else:
+            raise AssertionError("series did not converge")
+        return total
+
+    assert math.isclose(db.gradient(exp_series, x), math.exp(x), rel_tol=1e-12)
+
+
+@SETTINGS
+@given(x=arrays(shapes(min_dims=1)))
+def test_branch_on_array_comparison(x):
+    def f(x):
+        if np.sum(x) > 0:
+            return np.sum(x**2)
+        return np.sum(np.sin(x))
+
+    expected = 2 * x if np.sum(x) > 0 else np.cos(x)
+    assert_close(db.gradient(f, x), expected)
+
+
+# --- jacobian -------------------------------------------------------------------------------
+@SETTINGS
+@given(x=arrays())
+def test_jacobian_of_elementwise_function(x):
+    jac = db.jacobian(lambda x: np.sin(x) * x, x)
+    assert jac.shape == x.shape + x.shape and jac.dtype == x.dtype
+    expected = np.diag((np.cos(x) * x + np.sin(x)).ravel()).reshape(x.shape + x.shape)
+    assert_close(jac, expected)
+
+
+@SETTINGS
+@given(m=st.integers(1, 4), n=st.integers(1, 4), data=st.data())
+def test_jacobian_of_matrix_vector_product(m, n, data):
+    W = data.draw(arrays((m, n)))
+    x = data.draw(arrays((n,)))
+    jac = db.jacobian(lambda x: np.sum(W * x, axis=1), x)
+    assert jac.shape == (m, n)
+    assert_close(jac, W)
+    jac = db.jacobian(lambda x: np.tanh(np.sum(W * x, axis=1)), x)
+    assert_close(jac, (1 - np.tanh(W @ x) ** 2)[:, None] * W)
+
+
+def test_jacobian_shapes_and_dtypes():
+    x32 = np.array([[1.0, 2.0, 3.0]], np.float32)
+    jac = db.jacobian(lambda x: np.exp(x), x32)
+    assert jac.shape == (1, 3, 1, 3) and jac.dtype == np.float32
+    jac = db.jacobian(lambda x: np.sum(x**2), np.array([1.0, 2.0]))  # scalar output: the gradient
+    assert jac.shape == (2,)
+    assert_close(jac, [2.0, 4.0])
+    jac = db.jacobian(lambda x: x * np.array([1.0, 2.0, 3.0]), 2.0)  # scalar input
+    assert jac.shape == (3,)
+    assert_close(jac, [1.0, 2.0, 3.0])
+
+
+# --- pullback ---------------------------------------------------------------------------------
+@SETTINGS
+@given(m=st.integers(1, 4), n=st.integers(1, 4), data=st.data())
+def test_pullback_of_non_scalar_output(m, n, data):
+    W, x, ybar = data.draw(arrays((m, n))), data.draw(arrays((n,))), data.draw(arrays((m,)))
+    y, back = db.pullback(lambda x: np.sum(W * np.sin(x), axis=1), x)
+    assert type(y) is np.ndarray
+    assert_close(y, W @ np.sin(x))
+    ybar_before = ybar.copy()
+    first = back(ybar)
+    second = back(ybar)
+    assert_close(first, (ybar @ W) * np.cos(x))
+    np.testing.assert_array_equal(first, second)
+    np.testing.assert_array_equal(ybar, ybar_before)  # the cotangent is not modified
+    first += 1.0
+    assert not np.array_equal(first, second)  # two calls give two arrays
+
+
+def test_pullback_of_tuple_and_dict_outputs():
+    x = np.array([0.5, 1.0, -2.0])
+    y, back = db.pullback(lambda x: (x * 2.0, np.sum(x**2)), x)
+    assert type(y) is tuple
+    assert_close(y[0], 2 * x)
+    assert_close(y[1], np.sum(x**2))
+    u = np.array([1.0, -1.0, 3.0])
+    for _ in range(2):  # calling back twice gives the same answer
+        assert_close(back((u, 0.5)), 2 * u + 2 * x * 0.5)
+    assert_close(back((np.zeros(3), 1.0)), 2 * x)
+
+    y, back = db.pullback(lambda x: {"double": 2 * x, "sin": np.sin(x)}, x)
+    assert list(y) == ["double", "sin"]
+    assert_close(back({"double": u, "sin": u}), 2 * u + np.cos(x) * u)
+
+
+def test_pullback_of_several_arguments():
+    x, w = np.array([1.0, 2.0]), np.array([3.0, -1.0])
+    y, back = db.pullback(lambda x, w: x * w, x, w)
+    gx, gw = back(np.array([1.0, 10.0]))
+    assert_close(gx, [3.0, -10.0])
+    assert_close(gw, [1.0, 20.0])
+    y, back = db.pullback(lambda x, w: x * w, x, db.cut(w))
+    gx, gw = back(np.array([1.0, 10.0]))
+    assert gw is None
+    assert_close(gx, [3.0, -10.0])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: pullback's back() returns the caller's cotangent array itself when the output "
+    "is an input or a sum/identity of it (api.py pullback: np.asarray(yb) is not copied)",
+)
+def test_pullback_result_does_not_alias_the_cotangent():
+    x = np.array([1.0, 2.0])
+    _, back = db.pullback(lambda x: x + 0.0, x)
+    ybar = np.array([1.0, 1.0])
+    g = back(ybar)
+    ybar[0] = 100.0  # the caller reuses its buffer
+    np.testing.assert_array_equal(g, [1.0, 1.0])
+
+
+# --- custom rules ---------------------------------------------------------------------------
+def dsinc(x):
+    return (np.cos(np.pi * x) - np.sinc(x)) / x
+
+
+def test_primitive_with_defvjp():
+    @db.primitive
+    def softplus(x):
+        return np.logaddexp(0.0, x)
+
+    calls = []
+
+    def softplus_vjp(ans, x):
+        calls.append(ans)
+        return lambda g: g / (1 + np.exp(-x))
+
+    x = np.array([-2.0, 0.0, 0.5, 3.0])
+    with rule(softplus, softplus_vjp):
+        assert type(softplus(x)) is np.ndarray  # undifferentiated: the plain function
+        g = db.gradient(lambda x: np.sum(softplus(x) * x), x)
+        assert len(calls) == 1  # the registered rule ran, once
+        sig = 1 / (1 + np.exp(-x))
+        assert_close(g, sig * x + np.logaddexp(0.0, x))
+        db.check_gradient(lambda x: np.sum(softplus(x) * x), x)
+
+
+def test_defvjp_on_a_numpy_function_without_a_rule():
+    x = np.array([0.3, -0.7, 1.2, 2.5])
+    with rule(np.sinc, lambda ans, x: lambda g: g * dsinc(x)):
+        g = db.gradient(lambda x: np.sum(np.sinc(x) ** 2), x)
+        assert_close(g, 2 * np.sinc(x) * dsinc(x))
+        assert db.check_gradient(lambda x: np.sum(np.sinc(x) ** 2), x) < 1
+    with pytest.raises(db.UnsupportedFunctionError):  # removed again
+        db.gradient(lambda x: np.sum(np.sinc(x)), x)
+
+
+def test_wrong_rule_is_caught_by_check_gradient():
+    x = np.array([0.3, -0.7, 1.2, 2.5])
+    error = np.array([0.0, 0.0, 0.5, 0.0])  # wrong at index 2 only
+    with rule(np.sinc, lambda ans, x: lambda g: g * (dsinc(x) + error)):
+        assert_close(db.gradient(lambda x: np.sum(np.sinc(x)), x), dsinc(x) + error)
+        with pytest.raises(db.GradientMismatchError, match=r"1 element.*index \(2,\)") as info:
+            db.check_gradient(lambda x: np.sum(np.sinc(x)), x)
+    assert isinstance(info.value, AssertionError)
+    message = str(info.value)
+    assert repr(np.float64(dsinc(x)[2] + 0.5)) in message  # the wrong gradient value
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: check_gradient pairs gradient leaves with argument leaves through an iterator that "
+    "skips cut leaves in the argument but not the None leaves in the gradient (api.py check_gradient, "
+    "g_iter = iter(g_leaves)): a partly cut pytree is checked against the wrong leaf",
+)
+@pytest.mark.parametrize("a,b", [(1.0, 0.3), (np.array([1.0, 2.0]), np.array([0.3, 0.6]))], ids=["scalars", "arrays"])
+def test_check_gradient_catches_a_wrong_rule_in_a_partly_cut_pytree(a, b):
+    with rule(np.sinc, lambda ans, x: lambda g: g * 100.0):
+        with pytest.raises(db.GradientMismatchError):
+            db.check_gradient(lambda p: np.sum(p["a"] * np.sinc(p["b"])), db.cut({"a": a, "b": db.uncut(b)}))
+
+
+# --- threads, long tapes, constants ---------------------------------------------------------------
+def test_concurrent_gradients_in_threads():
+    n_threads = 8
+    barrier = threading.Barrier(n_threads)
+    results, errors = {}, []
+
+    def f(x, c):
+        y = 0.0 * x
+        for _ in range(300):
+            y = y + c * x**3
+        return np.sum(y)
+
+    def work(k):
+        try:
+            x = np.linspace(-1.0, 1.0, 5) + k
+            barrier.wait()
+            results[k] = [db.gradient(f, x, db.cut(float(k + 1))) for _ in range(3)]
+        except Exception as e:  # noqa: BLE001  (reported by the main thread)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for k in range(n_threads):
+        x = np.linspace(-1.0, 1.0, 5) + k
+        for gx, gc in results[k]:
+            assert gc is None
+            assert_close(gx, 300 * (k + 1) * 3 * x**2, np.float32)  # 300 rounded sums
+
+
+def test_tape_of_100000_operations():
+    n = 100_000
+
+    def f(x):
+        y = 0.0
+        for _ in range(n):
+            y = y * 0.9999 + x
+        return y
+
+    value, g = db.value_and_gradient(f, 1.5)
+    expected = (1 - 0.9999**n) / (1 - 0.9999)
+    assert math.isclose(g, expected, rel_tol=1e-9)
+    assert math.isclose(value, 1.5 * expected, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "f",
+    [lambda x: 3.0, lambda x: np.float32(2.0), lambda x: np.sum(db.cut(x) ** 2), lambda x: np.sum(x > 0) * 1.0],
+    ids=["python-float", "constant", "cut", "comparison"],
+)
+@pytest.mark.parametrize(
+    "x", [np.ones((2, 3), np.float32), np.ones(4), 2.0, np.array(1.0)], ids=["float32", "float64", "float", "0d"]
+)
+def test_output_independent_of_input_gives_zeros(f, x):
+    g = db.gradient(f, x)
+    assert_same_kind(g, x)
+    assert np.all(np.asarray(g) == 0)
+
+
+def test_independent_argument_gives_zeros_in_a_pytree():
+    x, y = np.array([1.0, 2.0], np.float32), {"unused": np.ones(3), "used": 2.0}
+    gx, gy = db.gradient(lambda x, y: y["used"] ** 2, x, y)
+    assert_same_kind(gx, x)
+    assert not np.any(gx)
+    assert_same_kind(gy["unused"], y["unused"])
+    assert not np.any(gy["unused"])
+    assert gy["used"] == 4.0

@@ -1,0 +1,345 @@
+"""Every misuse is a clear error: its type, what went wrong, and what to do instead."""
+
+import math
+
+import numpy as np
+import pytest
+
+import dualbroadcast as db
+from dualbroadcast.registry import RULES
+
+X = np.array([0.5, 1.0, 2.0])
+
+
+def grad(f, *args):
+    return db.gradient(f, *args if args else (X,))
+
+
+# --- non-scalar outputs --------------------------------------------------------------
+@pytest.mark.parametrize(
+    "f,shape",
+    [(lambda x: x * 2, r"\(3,\)"), (lambda x: np.sum(x) * np.ones((1,)), r"\(1,\)"), (lambda x: np.sin(x) + np.zeros((2, 3)), r"\(2, 3\)")],
+    ids=["vector", "one-element", "matrix"],
+)
+def test_non_scalar_output(f, shape):
+    with pytest.raises(db.NonScalarOutputError, match=rf"scalar.*{shape}.*db\.pullback.*db\.jacobian") as info:
+        grad(f)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, db.DifferentiationError)
+    with pytest.raises(db.NonScalarOutputError, match="pullback"):
+        db.value_and_gradient(f, X)
+
+
+def test_non_scalar_constant_output():
+    with pytest.raises(db.NonScalarOutputError, match=r"db\.pullback"):
+        grad(lambda x: np.ones(3))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: a tuple/list result reaches np.ndim(value_of(out)) in api._scalar_seed, which turns the "
+    "tracked elements into an array and raises ValueConversionError about np.asarray instead of "
+    "NonScalarOutputError",
+)
+@pytest.mark.parametrize("container", [tuple, list])
+def test_tuple_output_is_a_non_scalar_output(container):
+    with pytest.raises(db.NonScalarOutputError, match=r"db\.pullback"):
+        grad(lambda x: container([np.sum(x), np.sum(x**2)]))
+
+
+# --- arguments that cannot be differentiated -------------------------------------------------
+@pytest.mark.parametrize(
+    "arg,kind",
+    [
+        (np.array([1, 2, 3]), "integer"),
+        (np.array([1, 2], np.uint8), "integer"),
+        (3, "integer"),
+        (np.int64(3), "integer"),
+        (np.array([True, False]), "boolean"),
+        (True, "boolean"),
+        (np.bool_(True), "boolean"),
+        (np.array([1 + 2j]), "complex"),
+        (np.complex128(1j), "complex"),
+        (np.array([1.0, None], dtype=object), "object"),
+        (np.array(["a", "b"]), "<U1"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else type(v).__name__ + str(getattr(v, "dtype", "")),
+)
+def test_non_float_argument(arg, kind):
+    with pytest.raises(TypeError, match=rf"argument 0.* is .*{kind}.*floating-point.*db\.cut") as info:
+        db.gradient(lambda x: np.sum(x * 1.0), arg)
+    assert "nested" not in str(info.value)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: api._float_value tests getattr(dtype, 'kind', '') in 'iu'; '' is a substring of every "
+    "string, so a leaf without a dtype (str, Python complex, any object) is reported as 'integer'",
+)
+@pytest.mark.parametrize("arg,kind", [("abc", "str"), (1 + 2j, "complex"), (object(), "object")], ids=["str", "complex", "object"])
+def test_non_float_python_value_names_its_kind(arg, kind):
+    with pytest.raises(TypeError, match=rf"is .*{kind}.*db\.cut"):
+        db.gradient(lambda x: x, arg)
+
+
+def test_non_float_leaf_of_a_pytree_names_the_leaf_and_cut_fixes_it():
+    params = {"x": X, "n": 3}
+    with pytest.raises(TypeError, match=r"argument 1 \(leaf 1\) to differentiate is integer.*db\.cut"):
+        db.gradient(lambda a, p: np.sum(p["x"] ** p["n"]) * a, 1.0, params)
+    g = db.gradient(lambda p: np.sum(p["x"] ** p["n"]), {"x": X, "n": db.cut(3)})
+    np.testing.assert_allclose(g["x"], 3 * X**2)
+    assert g["n"] is None
+
+
+def test_integer_argument_can_be_cut():
+    gx, gi = db.gradient(lambda x, i: np.sum(x * i), X, db.cut(np.array([1, 2, 3])))
+    np.testing.assert_array_equal(gx, [1.0, 2.0, 3.0])
+    assert gi is None
+
+
+# --- functions without a rule ----------------------------------------------------------------
+UNSUPPORTED = [
+    ("np.fft.fft", lambda x: np.sum(np.fft.fft(x).real)),
+    ("np.i0", lambda x: np.sum(np.i0(x))),
+    ("np.sinc", lambda x: np.sum(np.sinc(x))),
+    ("np.unwrap", lambda x: np.sum(np.unwrap(x))),
+    ("np.sort", lambda x: np.sum(np.sort(x))),
+]
+
+
+@pytest.mark.parametrize("name,f", UNSUPPORTED, ids=[n for n, _ in UNSUPPORTED])
+def test_unsupported_function(name, f):
+    func = eval(name, {"np": np})
+    if func in RULES:
+        pytest.skip(f"{name} has a rule now")
+    escaped = name.replace(".", r"\.")
+    with pytest.raises(db.UnsupportedFunctionError, match=rf"^{escaped} has no derivative rule.*db\.defvjp\({escaped}") as info:
+        grad(f)
+    assert "db.cut" in str(info.value)
+    assert isinstance(info.value, TypeError)
+
+
+def test_unsupported_ufunc_method():
+    with pytest.raises(db.UnsupportedFunctionError, match=r"np\.add\.reduce has no derivative rule.*db\.defvjp"):
+        grad(lambda x: np.add.reduce(x))
+    with pytest.raises(db.UnsupportedFunctionError, match=r"np\.multiply\.outer.*db\.defvjp"):
+        grad(lambda x: np.sum(np.multiply.outer(x, x)))
+
+
+def test_tracked_keyword_argument():
+    with pytest.raises(db.UnsupportedFunctionError, match=r"np\.clip got a tracked value as a keyword.*positionally"):
+        grad(lambda x: np.sum(np.clip(X, a_min=0.0, a_max=np.sum(x))))
+
+
+def test_unsupported_function_on_a_cut_value_is_fine():
+    g = grad(lambda x: np.sum(x * np.sort(db.cut(x))))
+    np.testing.assert_array_equal(g, np.sort(X))
+
+
+# --- in-place mutation ---------------------------------------------------------------------
+def setitem(x):
+    x[0] = 1.0
+    return np.sum(x)
+
+
+def add_out(x):
+    buf = np.zeros(3)
+    np.add(x, 1.0, out=buf)
+    return np.sum(buf)
+
+
+def exp_out(x):
+    buf = np.zeros(3)
+    np.exp(x, out=buf)
+    return np.sum(buf)
+
+
+def sum_out(x):
+    buf = np.zeros(())
+    np.sum(x, out=buf)
+    return buf
+
+
+def iadd_plain(x):
+    c = np.zeros(3)
+    c += x
+    return np.sum(c)
+
+
+def imul_plain(x):
+    c = np.ones(3)
+    c *= x
+    return np.sum(c)
+
+
+def add_at_into_plain(x):
+    c = np.zeros(5)
+    np.add.at(c, [0, 0, 4], x)
+    return np.sum(c)
+
+
+def add_at_into_tracked(x):
+    np.add.at(x, [0], 1.0)
+    return np.sum(x)
+
+
+IN_PLACE = [
+    (setitem, r"x\[\.\.\.\] = v would mutate a tracked array.*np\.where"),
+    (add_out, r"np\.add with out=.*drop its gradient.*instead of an in-place update"),
+    (exp_out, r"np\.exp with out=.*drop its gradient.*instead of an in-place update"),
+    (sum_out, r"np\.sum with out=.*drop its gradient.*instead of an in-place update"),
+    (iadd_plain, r"np\.add with out= or an in-place operator \(\+=.*y = x \+ y"),
+    (imul_plain, r"np\.multiply with out= or an in-place operator.*instead of an in-place update"),
+    (add_at_into_plain, r"np\.add\.at mutates an array in place.*np\.where|np\.add\.at.*bincount"),
+    (add_at_into_tracked, r"np\.add\.at mutates an array in place.*np\.where|np\.add\.at.*bincount"),
+]
+
+
+@pytest.mark.parametrize("f,message", IN_PLACE, ids=[f.__name__ for f, _ in IN_PLACE])
+def test_in_place_mutation(f, message):
+    with pytest.raises(db.InPlaceMutationError, match=message) as info:
+        grad(f)
+    assert isinstance(info.value, TypeError)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="message bug: Tracked.__array_ufunc__ (tape.py) formats _OUT with example='x + y' for every "
+    "ufunc, so np.exp(x, out=buf) is told to 'write y = x + y'; it should suggest y = np.exp(...)",
+)
+def test_out_message_suggests_the_same_function():
+    with pytest.raises(db.InPlaceMutationError, match=r"y = np\.exp\("):
+        grad(exp_out)
+
+
+def test_augmented_assignment_on_a_tracked_array_is_functional():
+    # x += 1 on a tracked x rebinds x (Tracked has no __iadd__): no mutation, right gradient
+    def f(x):
+        x += 1.0
+        x *= x
+        return np.sum(x)
+
+    np.testing.assert_allclose(grad(f), 2 * (X + 1))
+
+
+# --- conversions that would drop the gradient ------------------------------------------------
+def assign_into_plain(x):
+    buf = np.zeros(2)
+    buf[:] = x
+    return np.sum(buf)
+
+
+CONVERSIONS = [
+    ("float", lambda x: float(x), r"float\(\).*drop its gradient.*np\.\*.*db\.cut"),
+    ("int", lambda x: int(x) * x, r"int\(\).*drop its gradient.*db\.cut"),
+    ("math.exp", lambda x: math.exp(x), r"math\.\* function.*drop its gradient.*np\.exp, not math\.exp.*db\.cut"),
+    ("item", lambda x: x.item(), r"\.item\(\).*drop its gradient.*db\.cut"),
+    ("tolist", lambda x: np.sum(x.tolist()), r"\.tolist\(\).*drop its gradient.*db\.cut"),
+    ("asarray", lambda x: np.sum(np.asarray(x)), r"np\.asarray/np\.array.*np\.stack.*db\.cut"),
+    ("array-of-list", lambda x: np.sum(np.array([x, x])), r"plain NumPy array.*np\.stack.*db\.cut"),
+    ("slice-assign", lambda x: assign_into_plain(x), r"assignment into a NumPy array \(a\[i\] = x\).*np\.stack"),
+]
+
+
+@pytest.mark.parametrize("name,f,message", CONVERSIONS, ids=[c[0] for c in CONVERSIONS])
+def test_conversion_of_a_tracked_value(name, f, message):
+    with pytest.raises(db.ValueConversionError, match=message) as info:
+        db.gradient(f, np.array(2.0))
+    assert isinstance(info.value, TypeError)
+
+
+def test_conversion_error_on_arrays_names_the_shape():
+    with pytest.raises(db.ValueConversionError, match=r"shape \(3,\)"):
+        grad(lambda x: np.sum(np.asarray(x)))
+
+
+# --- tracked values outliving their gradient evaluation -------------------------------------------
+def kept_value():
+    kept = []
+
+    def f(x):
+        kept.append(x * 2.0)
+        return np.sum(x**2)
+
+    db.gradient(f, X)
+    return kept[0]
+
+
+STALE = r"tracked value from a finished gradient evaluation was used again.*db\.cut"
+
+
+def test_kept_tracked_value_used_outside_a_gradient():
+    kept = kept_value()
+    with pytest.raises(ValueError, match=STALE):
+        kept + 1.0
+    with pytest.raises(ValueError, match=STALE):
+        np.sin(kept)
+
+
+def test_kept_tracked_value_used_first_in_a_later_gradient():
+    kept = kept_value()
+    with pytest.raises(ValueError, match=STALE):
+        db.gradient(lambda y: np.sum(kept * y), X)
+
+
+def test_kept_tracked_value_returned_from_a_later_gradient():
+    kept = kept_value()
+    with pytest.raises(ValueError, match=r"returned a tracked value from another gradient evaluation"):
+        db.gradient(lambda y: kept, X)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: tape.call_rule checks only parents[0].tape.closed and records every parent's index on "
+    "parents[0]'s tape; a stale value as a later operand is recorded under an index of the new tape "
+    "(silently wrong gradient: here 3*(kept+z) = [15, 30, 45] instead of an error)",
+)
+def test_kept_tracked_value_used_second_in_a_later_gradient():
+    kept = kept_value()  # index 1 of its (closed) tape
+
+    def f(y):
+        z = y * 3.0  # index 1 of the new tape
+        return np.sum(z * kept)
+
+    with pytest.raises(ValueError, match=STALE):
+        db.gradient(f, np.array([1.0, 2.0, 3.0]))
+
+
+def test_nested_gradient_of_a_tracked_argument():
+    with pytest.raises(TypeError, match="nested gradients"):
+        grad(lambda x: np.sum(db.gradient(lambda y: np.sum(y * y), x)))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: same cause as above: an inner gradient whose function closes over the outer tracked "
+    "value mixes two tapes without an error (tape.call_rule uses parents[0].tape for all parents); "
+    "the outer gradient silently comes out 0",
+)
+def test_nested_gradient_closing_over_an_outer_tracked_value():
+    def outer(x):
+        return np.sum(db.gradient(lambda y: np.sum(y * x), np.ones(3)))
+
+    with pytest.raises((TypeError, ValueError), match="nested|another gradient|finished gradient"):
+        grad(outer)
+
+
+def test_pullback_cotangent_with_the_wrong_shape_or_structure():
+    _, back = db.pullback(lambda x: x * 2.0, X)
+    with pytest.raises(ValueError, match=r"cotangent of shape \(2,\) for an output of shape \(3,\)"):
+        back(np.ones(2))
+    _, back = db.pullback(lambda x: (x, np.sum(x)), X)
+    with pytest.raises(ValueError, match=r"output's structure \(2 arrays\)"):
+        back(np.ones(3))
+
+
+def test_jacobian_of_a_pytree_points_to_pullback():
+    with pytest.raises(TypeError, match=r"db\.pullback"):
+        db.jacobian(lambda p: p["a"] * 2.0, {"a": X})
+
+
+def test_every_error_is_a_differentiation_error():
+    for cls in (
+        db.UnsupportedFunctionError, db.InPlaceMutationError, db.ValueConversionError,
+        db.NonScalarOutputError, db.GradientMismatchError, db.KernelError,
+    ):
+        assert issubclass(cls, db.DifferentiationError)
