@@ -101,9 +101,9 @@ def _float_value(x, position, where):
     )
 
 
-def _trace(f, args):
+def _trace(f, args, single_sweep=False):
     """Run ``f`` on tracked arguments; return the tape, the output and the arguments."""
-    tape = Tape()
+    tape = Tape(single_sweep)
     call_args, arguments = _prepare(tape, args)
     token = ACTIVE_TAPE.set(tape)
     try:
@@ -174,7 +174,7 @@ def value_and_gradient(f, *args):
     >>> db.value_and_gradient(lambda x: np.sum(x**2), np.array([1.0, 2.0]))
     (np.float64(5.0), array([2., 4.]))
     """
-    tape, out, arguments = _trace(f, args)
+    tape, out, arguments = _trace(f, args, single_sweep=True)
     value, seed = _scalar_seed(out, tape)
     grads = backward(tape, {out.index: seed}) if seed is not None else None
     return value, _one_or_tuple(_gradients(arguments, grads))

@@ -130,20 +130,20 @@ def _record(parents, value, partials, shapes, reduce):
             "a tracked value from a finished gradient evaluation reached db.broadcast/db.sum; "
             "do not keep values from inside a differentiated function (store db.cut(x) instead)"
         )
-    if reduce:
-        backs = tuple(_scaled(p) for p in partials)
-    else:
-        backs = tuple(_unbroadcast_scaled(p, s, np.shape(value)) for p, s in zip(partials, shapes))
+    out_shape = () if reduce else np.shape(value)
+    backs = tuple(_pullback(tape, p, s, out_shape) for p, s in zip(partials, shapes))
     return tape.record(value, tuple(p.index for p in parents), backs)
 
 
-def _scaled(partial):
-    """Pullback of a summed broadcast: the partial was already reduced to its argument's shape."""
-    return lambda g: g * partial
+def _pullback(tape, partial, shape, out_shape):
+    """``g · ∂f/∂a`` summed back to ``a``'s shape (a summed partial already has that shape).
 
-
-def _unbroadcast_scaled(partial, shape, out_shape):
-    if np.shape(partial) == shape == out_shape:
+    The kernel's partial buffer is ours: when the tape is swept once, it becomes
+    the cotangent in place instead of allocating another array of its size.
+    """
+    if np.shape(partial) == shape and (out_shape == () or out_shape == shape):
+        if isinstance(partial, np.ndarray) and partial.base is None and partial.ndim:
+            return lambda g: np.multiply(partial, g, out=partial) if tape.single_sweep else g * partial
         return lambda g: g * partial
     return lambda g: unbroadcast(np.broadcast_to(g * partial, out_shape), shape)
 

@@ -14,8 +14,12 @@ eligible backends on the first call of that size, or forced with `set_backend`
 or ``backend=``.  Generated code only contains names the library made.
 """
 
+import concurrent.futures
 import contextvars
+import functools
 import math
+import operator
+import os
 import time
 
 import numexpr
@@ -26,6 +30,7 @@ from .expr import Sym
 BACKENDS = ("numpy", "blocked", "numexpr")
 BLOCK = 16384  # elements per block: a few scratch buffers of this size stay in L2
 NUMEXPR_BLOCK = 262144  # numexpr's own threads want larger blocks
+THREADS = os.cpu_count() or 1
 FORCED_BACKEND = contextvars.ContextVar("dualbroadcast_backend", default=None)
 
 _NUMEXPR_NAMES = {
@@ -134,13 +139,12 @@ class Kernel:
             compiled = self.blocked[signature] = _compile_blocked(self, *signature)
         run, out_dtypes = compiled
         args = [np.ravel(v) if f else (v if type(v) is float else np.reshape(v, ())) for v, f in zip(values, full)]
-        outs = [np.empty(size, d) for d, keep in zip(out_dtypes, stored) if keep]
-        sums = iter(run(size, BLOCK, *args, *outs))
+        shapes = [()] + list(active_shapes) if self.reduce else [shape] * len(stored)
+        outs = [np.empty(s, d) for s, d, keep in zip(shapes, out_dtypes, stored) if keep]
+        sums = iter(_in_threads(run, size, args + [o.reshape(-1) for o in outs]))
         stores = iter(outs)
-        results = [next(stores) if keep else next(sums) for keep in stored]
-        value = results[0] if self.reduce else results[0].reshape(shape)
-        shapes = active_shapes if self.reduce else [shape] * len(active_shapes)
-        return value, [np.reshape(p, s) for p, s in zip(results[1:], shapes)]
+        results = [next(stores) if keep else np.reshape(next(sums), s) for s, keep in zip(shapes, stored)]
+        return results[0][()] if self.reduce else results[0], results[1:]
 
     # --- numexpr -----------------------------------------------------------------
     def _run_numexpr(self, values, shape, size, active_shapes):
@@ -158,6 +162,22 @@ class Kernel:
 
     def names_of_inputs(self):
         return [self.names[x.index] for x in self.inputs]
+
+
+def _in_threads(run, size, args):
+    """Run a blocked kernel over contiguous chunks, one per core (NumPy releases the GIL)."""
+    chunks = min(THREADS, size // (4 * BLOCK)) or 1
+    bounds = [size * c // chunks for c in range(chunks + 1)]
+    if chunks == 1:
+        return run(0, size, BLOCK, *args)
+    futures = [_pool().submit(run, bounds[c], bounds[c + 1], BLOCK, *args) for c in range(1, chunks)]
+    results = [run(0, bounds[1], BLOCK, *args)] + [f.result() for f in futures]
+    return tuple(functools.reduce(operator.add, sums) for sums in zip(*results))
+
+
+@functools.cache
+def _pool():
+    return concurrent.futures.ThreadPoolExecutor(max_workers=THREADS - 1, thread_name_prefix="dualbroadcast")
 
 
 def _evaluate(source, local, shape):
@@ -267,15 +287,15 @@ def _compile_blocked(kernel, kinds, full, stored):
     out_dtypes = [node_dtypes[o.index] if type(o) is Sym else np.result_type(o) for o in kernel.outputs]
     inputs = kernel.names_of_inputs()
     stores = [f"o{k}" for k, keep in enumerate(stored) if keep]
-    lines = [f"def kernel({', '.join(['n', 'B'] + inputs + stores)}):"]
+    lines = [f"def kernel({', '.join(['start', 'stop', 'B'] + inputs + stores)}):"]
     buffers = _assign_buffers(kernel, node_dtypes)
     for buf, dtype in sorted(set(buffers.values())):
         lines.append(f"    {buf}_all = np.empty(B, np.dtype('{dtype}'))")
     for k, keep in enumerate(stored):
         if not keep:
             lines.append(f"    s{k} = np.dtype('{np.dtype(out_dtypes[k]).str}').type(0)")
-    lines.append("    for lo in range(0, n, B):")
-    lines.append("        hi = min(lo + B, n)")
+    lines.append("    for lo in range(start, stop, B):")
+    lines.append("        hi = min(lo + B, stop)")
     lines.append("        m = hi - lo")
     for name, is_full in zip(inputs, full):
         lines.append(f"        b{name} = {name}[lo:hi]" if is_full else f"        b{name} = {name}")

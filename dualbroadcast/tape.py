@@ -23,13 +23,18 @@ ACTIVE_TAPE = contextvars.ContextVar("dualbroadcast_active_tape", default=None)
 
 
 class Tape:
-    """A Wengert list: ``records[i]`` is ``(parent indices, pullbacks)``, or None for an input."""
+    """A Wengert list: ``records[i]`` is ``(parent indices, pullbacks)``, or None for an input.
 
-    __slots__ = ("records", "closed")
+    ``single_sweep``: the tape will be swept once (``gradient``), so a pullback may
+    reuse a buffer it owns for its cotangent instead of allocating a new one.
+    """
 
-    def __init__(self):
+    __slots__ = ("records", "closed", "single_sweep")
+
+    def __init__(self, single_sweep=False):
         self.records = []
         self.closed = False
+        self.single_sweep = single_sweep
 
     def leaf(self, value):
         """A new differentiated input."""
