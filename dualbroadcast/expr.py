@@ -185,7 +185,7 @@ def _integer_power(graph, x, k):
     if k < 0:
         return graph.apply(np.reciprocal, (_integer_power(graph, x, -k),))
     if k == 0:
-        return graph.apply(np.add, (graph.apply(np.multiply, (x, 0)), 1))
+        return 1
     if k == 1:
         return x
     return graph.apply(np.multiply, (_integer_power(graph, x, k - 1), x))
