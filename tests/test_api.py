@@ -318,7 +318,7 @@ def test_value_and_gradient_matches_separate_calls(x):
 # --- Python control flow -------------------------------------------------------------------
 def newton_sqrt(a):
     """sqrt(a) by Newton's iteration, until converged: the tape has as many steps as ran."""
-    y = a
+    y = a + 1.0  # (a + 1)**2 > a: at least one step
     steps = 0
     while np.abs(y * y - a) > 1e-13 * a:
         y = 0.5 * (y + a / y)
@@ -394,6 +394,15 @@ def test_branch_on_array_comparison(x):
 
     expected = 2 * x if np.sum(x) > 0 else np.cos(x)
     assert_close(db.gradient(f, x), expected)
+
+
+def test_truthiness_of_a_tracked_value():
+    def f(x):
+        return x * 2.0 if x else x * 3.0  # bool(x) on a tracked scalar
+
+    assert db.gradient(f, 0.0) == 3.0
+    assert db.gradient(f, 0.5) == 2.0
+    assert db.gradient(lambda x: np.sum(x * 2.0) if np.any(x != 0) else np.sum(x * 3.0), np.zeros(2)).tolist() == [3.0, 3.0]
 
 
 # --- jacobian -------------------------------------------------------------------------------
@@ -621,3 +630,30 @@ def test_independent_argument_gives_zeros_in_a_pytree():
     assert_same_kind(gy["unused"], y["unused"])
     assert not np.any(gy["unused"])
     assert gy["used"] == 4.0
+
+
+# --- the demo ------------------------------------------------------------------------------------
+def test_demo_model_gradients_match_the_hand_gradient():
+    from dualbroadcast.demo import eam, eam_fused, eam_hand_gradient, max_relative_difference
+
+    x = np.random.default_rng(1).uniform(0.0, 1.0, 200)
+    hand = eam_hand_gradient(x)
+    for model in (eam, eam_fused):
+        g = db.gradient(model, x)
+        assert_same_kind(g, x)
+        assert max_relative_difference(g, hand) < 1e-12
+    db.check_gradient(eam, x[:5])
+
+
+def test_demo_exit_status(capsys):
+    from dualbroadcast import __main__ as demo_main
+
+    assert demo_main.main(n=50) == 0
+    assert "OK" in capsys.readouterr().out
+    real = demo_main.eam_hand_gradient
+    demo_main.eam_hand_gradient = lambda x: real(x) * (1 + 1e-9)
+    try:
+        assert demo_main.main(n=50) == 1
+    finally:
+        demo_main.eam_hand_gradient = real
+    assert "FAIL" in capsys.readouterr().err

@@ -291,7 +291,7 @@ def test_kept_tracked_value_returned_from_a_later_gradient():
     strict=True,
     reason="bug: tape.call_rule checks only parents[0].tape.closed and records every parent's index on "
     "parents[0]'s tape; a stale value as a later operand is recorded under an index of the new tape "
-    "(silently wrong gradient: here 3*(kept+z) = [15, 30, 45] instead of an error)",
+    "(silently wrong gradient: here 3*(kept + z) = [12, 24, 39] instead of an error)",
 )
 def test_kept_tracked_value_used_second_in_a_later_gradient():
     kept = kept_value()  # index 1 of its (closed) tape
