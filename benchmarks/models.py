@@ -68,3 +68,54 @@ def poly9_hand_gradient(xs):
         grads[k] = np.sum(power)
         power *= xs
     return grads
+
+
+# --- constant arrays: the backward pass must not grow with a constant's size -----------------
+def constant_index_model(c):
+    """p -> c[0] * p with a large constant c."""
+    return lambda p: c[0] * p
+
+
+def constant_projection_model(c, proj):
+    """p -> (c @ proj) * p with a one-hot constant proj."""
+    return lambda p: (c @ proj) * p
+
+
+# --- slices in a loop: a dense layer over T inputs, then column inner products --------------
+def dense_layer(W, b, xs):
+    """ys[t] = W @ xs[t] + b[:, None] for every input."""
+    return [W @ x + b[:, None] for x in xs]
+
+
+def slices_diag(W, b, xs):
+    """Variant A: sum over t of diag(ys[0].T @ ys[t])."""
+    ys = dense_layer(W, b, xs)
+    total = 0.0
+    for y in ys:
+        total = total + np.sum(np.diag(ys[0].T @ y))
+    return total
+
+
+def slices_columns(W, b, xs):
+    """Variant B: dot(ys[0][:, j], ys[t][:, j]) for every column j and input t."""
+    ys = dense_layer(W, b, xs)
+    total = 0.0
+    for y in ys:
+        for j in range(y.shape[1]):
+            total = total + np.dot(ys[0][:, j], y[:, j])
+    return total
+
+
+def slices_einsum(W, b, xs):
+    """Variant C: one batched einsum over a stacked (T, out, batch) array."""
+    ys = np.einsum("oi,tib->tob", W, xs) + b[None, :, None]
+    return np.einsum("ob,tob->", ys[0], ys)
+
+
+def slices_hand_gradient(W, b, xs):
+    """∂/∂W and ∂/∂b of the slice workload: z = sum_t <y0, yt> = <y0, S> with S = sum_t yt."""
+    ys = np.einsum("oi,tib->tob", W, xs) + b[None, :, None]
+    S = ys.sum(axis=0)
+    gy = np.broadcast_to(ys[0], ys.shape).copy()  # ∂z/∂yt = y0 for every t ...
+    gy[0] += S  # ... and y0 also appears as the first factor
+    return np.einsum("tob,tib->oi", gy, xs), gy.sum(axis=(0, 2))

@@ -145,18 +145,19 @@ def call_rule(func, args, kwargs):
             "pass it positionally so its gradient can be recorded"
         )
     kind = rule.kind
+    sequence = args[0] if kind == SEQUENCE else args
+    values = list(sequence)
+    active = []
+    for i, a in enumerate(sequence):
+        if type(a) is Tracked:
+            active.append(i)
+            values[i] = a.value
     if kind == SEQUENCE:
-        seq = args[0]
-        active = [k for k, a in enumerate(seq) if type(a) is Tracked]
-        parents = [seq[k] for k in active]
-        vargs = ([value_of(a) for a in seq],) + args[1:]
-    else:
-        active = [i for i, a in enumerate(args) if type(a) is Tracked]
-        parents = [args[i] for i in active]
-        vargs = tuple([a.value if type(a) is Tracked else a for a in args])
-    ans = rule.impl(*vargs, **kwargs)
-    if not parents:
+        values = [values, *args[1:]]
+    ans = rule.impl(*values, **kwargs) if kwargs else rule.plain(*values)
+    if not active:
         return ans
+    parents = [sequence[i] for i in active]
     tape = parents[0].tape
     if tape.closed:
         raise ValueError(
@@ -166,15 +167,16 @@ def call_rule(func, args, kwargs):
     indices = tuple([p.index for p in parents])
     makers = rule.makers
     if kind == OUTPUTS:
-        return _record_outputs(func, tape, ans, active, indices, makers, vargs, kwargs)
-    if not _is_float(ans):
+        return _record_outputs(func, tape, ans, active, indices, makers, values, kwargs)
+    dtype = getattr(ans, "dtype", None)
+    if dtype is None or dtype.kind != "f":
         return ans
     if kind == PER_ARGUMENT:
         if active[-1] >= len(makers) or any(makers[i] is None for i in active):
             raise UnsupportedFunctionError(_not_differentiable_message(func, active, makers))
-        backs = tuple([makers[i](ans, *vargs, **kwargs) for i in active])
+        backs = tuple([makers[i](ans, *values, **kwargs) for i in active])
     else:
-        backs = tuple([makers(i, ans, *vargs, **kwargs) for i in active])
+        backs = tuple([makers(i, ans, *values, **kwargs) for i in active])
     return tape.record(ans, indices, backs)
 
 

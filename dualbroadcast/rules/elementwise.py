@@ -5,35 +5,53 @@ partial is evaluated when the operation is recorded, so the closure keeps only
 that one array (for ``x * c`` that is ``c`` itself), not the arguments.
 """
 
+import operator
+
 import numpy as np
 
 from ..derivatives import DERIVATIVES, ZERO_DERIVATIVE
-from ..registry import defvjp, nondifferentiable
+from ..registry import RULES, defvjp, nondifferentiable
 from ..tape import unbroadcast
 
 
 def _weak(args, dtype):
     """Python scalars as NumPy scalars of the result's dtype, so formulas keep the dtype."""
-    return [dtype.type(a) if type(a) in (float, int) else a for a in args]
+    for a in args:
+        if type(a) is float or type(a) is int:
+            return [dtype.type(a) if type(a) in (float, int) else a for a in args]
+    return args
 
 
 def vjp_maker(partial, argnum):
     """The vjp maker of argument ``argnum`` for a table entry ``partial``."""
     if partial is None:
         return None
+    if callable(partial):
 
-    def maker(ans, *args, **kwargs):
-        shape = np.shape(args[argnum])
-        if callable(partial):
+        def maker(ans, *args, **kwargs):
             d = partial(ans, *_weak(args, ans.dtype))
-            if shape == np.shape(ans):
+            shape = getattr(args[argnum], "shape", ())
+            if shape == ans.shape:
                 return lambda g: g * d
             return lambda g: unbroadcast(g * d, shape)
-        if partial == 1:
-            return (lambda g: g) if shape == np.shape(ans) else (lambda g: unbroadcast(g, shape))
-        return lambda g: unbroadcast(g * partial, shape)
+
+    elif partial == 1:
+
+        def maker(ans, *args, **kwargs):
+            shape = getattr(args[argnum], "shape", ())
+            return _identity if shape == ans.shape else (lambda g: unbroadcast(g, shape))
+
+    else:
+
+        def maker(ans, *args, **kwargs):
+            shape = getattr(args[argnum], "shape", ())
+            return lambda g: unbroadcast(g * partial, shape)
 
     return maker
+
+
+def _identity(g):
+    return g
 
 
 def _clip_with_bounds(partial):
@@ -45,11 +63,21 @@ def _clip_with_bounds(partial):
     return with_bounds
 
 
+# Same results as the ufuncs without keywords, without ufunc dispatch on NumPy scalars.
+OPERATORS = {
+    np.add: operator.add, np.subtract: operator.sub, np.multiply: operator.mul,
+    np.divide: operator.truediv, np.power: operator.pow, np.negative: operator.neg,
+    np.positive: operator.pos, np.absolute: operator.abs,
+}
+
+
 def _register():
     for func, partials in DERIVATIVES.items():
         if func is np.clip:
             partials = tuple(_clip_with_bounds(p) for p in partials)
         defvjp(func, *(vjp_maker(p, i) for i, p in enumerate(partials)))
+    for func, plain in OPERATORS.items():
+        RULES[func].plain = plain
     nondifferentiable(*ZERO_DERIVATIVE)
     nondifferentiable(
         np.equal, np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal,
