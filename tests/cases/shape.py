@@ -270,7 +270,7 @@ def build_getitem_integer_arrays(draw, s):
         np.array(rows),
         np.array(rows * 2).reshape(2, -1),
         (rows, slice(None, None, -1)),
-        (Ellipsis, cols),
+        (Ellipsis, indices(draw, s[-1], (2, 8))),
         (np.array(rows), np.array(cols[:1])),
         (slice(1, None), cols),
     ]))
