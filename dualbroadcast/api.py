@@ -84,11 +84,12 @@ def _float_value(x, position, where):
         return np.float64(x)
     if isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind == "f":
         return x
-    if isinstance(x, (bool, np.bool_)) or getattr(x, "dtype", None) == np.bool_:
+    kind = getattr(getattr(x, "dtype", None), "kind", None)
+    if isinstance(x, bool) or kind == "b":
         what = "boolean"
-    elif isinstance(x, (int, np.integer)) or getattr(getattr(x, "dtype", None), "kind", "") in "iu":
+    elif isinstance(x, int) or kind in ("i", "u"):
         what = "integer"
-    elif isinstance(x, (complex, np.complexfloating)) or getattr(getattr(x, "dtype", None), "kind", "") == "c":
+    elif isinstance(x, complex) or kind == "c":
         what = "complex (not supported yet)"
     elif type(x) is Tracked:
         raise TypeError("nested gradients (a gradient of a function that takes a gradient) are not supported")
@@ -116,6 +117,11 @@ def _trace(f, args, single_sweep=False):
 
 def _scalar_seed(out, tape):
     """The seed cotangent 1 for a scalar result; a clear error for anything else."""
+    if isinstance(out, (tuple, list, dict)):
+        raise NonScalarOutputError(
+            f"gradient needs a function with a scalar result, but it returned a {type(out).__name__}; "
+            "use db.pullback(f, x) for a vector-Jacobian product or db.jacobian(f, x) for all derivatives"
+        )
     value = value_of(out)
     if type(out) is Tracked and out.tape is not tape:
         raise ValueError("the function returned a tracked value from another gradient evaluation")
@@ -210,7 +216,7 @@ def pullback(f, *args):
         for o, yb in zip(out_leaves, ybar_leaves):
             if type(o) is not Tracked:
                 continue
-            yb = np.asarray(yb, dtype=o.dtype)
+            yb = np.array(yb, dtype=o.dtype)  # a copy: the gradient may be this very array
             if yb.shape != o.shape:
                 raise ValueError(f"cotangent of shape {yb.shape} for an output of shape {o.shape}")
             seeds[o.index] = seeds[o.index] + yb if o.index in seeds else yb
@@ -260,13 +266,12 @@ def check_gradient(f, *args, rtol=None, atol=None, step=None):
         if g is None:
             continue
         leaves, treedef = pytree.flatten(arg)
-        g_leaves = pytree.flatten(g)[0]
+        g_leaves = [g] if treedef is None else pytree.flatten(g)[0]
         flags = pytree.leaf_activity(treedef)
-        g_iter = iter(g_leaves)
-        for k, (leaf, on) in enumerate(zip(leaves, flags)):
+        for k, (leaf, on, g_leaf) in enumerate(zip(leaves, flags, g_leaves)):
             if not on or leaf is None:
                 continue
-            g_leaf = np.asarray(next(g_iter), dtype=np.float64)
+            g_leaf = np.asarray(g_leaf, dtype=np.float64)
             for index in np.ndindex(np.shape(leaf)):
                 fd = _central_difference(f, args64, position, leaves, treedef, k, index, step)
                 err = abs(g_leaf[index] - fd) / (atol * scale + rtol * abs(fd))

@@ -20,7 +20,7 @@ from . import pytree
 from .errors import KernelError
 from .expr import Sym, derivatives, trace
 from .kernels import Kernel
-from .tape import Tracked, unbroadcast
+from .tape import Tracked, tape_of, unbroadcast
 
 CACHE_SIZE = 512
 _cache = collections.OrderedDict()
@@ -124,12 +124,7 @@ def _run(f, args, reduce, backend):
 
 
 def _record(parents, value, partials, shapes, reduce):
-    tape = parents[0].tape
-    if tape.closed:
-        raise ValueError(
-            "a tracked value from a finished gradient evaluation reached db.broadcast/db.sum; "
-            "do not keep values from inside a differentiated function (store db.cut(x) instead)"
-        )
+    tape = tape_of(parents)
     out_shape = () if reduce else np.shape(value)
     backs = tuple(_pullback(tape, p, s, out_shape) for p, s in zip(partials, shapes))
     return tape.record(value, tuple(p.index for p in parents), backs)

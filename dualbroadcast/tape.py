@@ -158,12 +158,7 @@ def call_rule(func, args, kwargs):
     if not active:
         return ans
     parents = [sequence[i] for i in active]
-    tape = parents[0].tape
-    if tape.closed:
-        raise ValueError(
-            "a tracked value from a finished gradient evaluation was used again; do not keep "
-            "values from inside a differentiated function (store db.cut(x) instead)"
-        )
+    tape = tape_of(parents)
     indices = tuple([p.index for p in parents])
     makers = rule.makers
     if kind == OUTPUTS:
@@ -178,6 +173,23 @@ def call_rule(func, args, kwargs):
     else:
         backs = tuple([makers(i, ans, *values, **kwargs) for i in active])
     return tape.record(ans, indices, backs)
+
+
+def tape_of(parents):
+    """The one open tape all ``parents`` belong to; a clear error for stale or mixed values."""
+    tape = parents[0].tape
+    for p in parents:
+        if p.tape.closed:
+            raise ValueError(
+                "a tracked value from a finished gradient evaluation was used again; do not keep "
+                "values from inside a differentiated function (store db.cut(x) instead)"
+            )
+        if p.tape is not tape:
+            raise ValueError(
+                "tracked values of two gradient evaluations met in one operation: nested gradients "
+                "are not supported (compute the inner gradient of db.cut(x) if x is a constant for it)"
+            )
+    return tape
 
 
 def _record_outputs(func, tape, ans, active, indices, maker, vargs, kwargs):
@@ -250,6 +262,10 @@ _TO_ARRAY = (
     "db.cut(x) for the value without its gradient."
 )
 
+_OPERATOR_EXAMPLES = {
+    np.add: "x + y", np.subtract: "x - y", np.multiply: "x * y", np.divide: "x / y", np.power: "x ** y"
+}
+
 _OUT = (
     "{name} with out= or an in-place operator (+=, *=, ...) involving a tracked value would mutate "
     "an array and drop its gradient; write y = {example} instead of an in-place update."
@@ -269,7 +285,9 @@ class Tracked:
     # --- NumPy protocols -------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         if kwargs.get("out") is not None:
-            raise InPlaceMutationError(_OUT.format(name=f"np.{ufunc.__name__}", example="x + y"))
+            name = f"np.{ufunc.__name__}"
+            example = _OPERATOR_EXAMPLES.get(ufunc, f"{name}(...)")
+            raise InPlaceMutationError(_OUT.format(name=name, example=example))
         if method != "__call__":
             if method == "at":
                 raise InPlaceMutationError(
@@ -284,7 +302,7 @@ class Tracked:
 
     def __array_function__(self, func, types, args, kwargs):
         if kwargs.get("out") is not None:
-            raise InPlaceMutationError(_OUT.format(name=qualified_name(func), example="f(x)"))
+            raise InPlaceMutationError(_OUT.format(name=qualified_name(func), example=f"{qualified_name(func)}(...)"))
         return call_rule(func, args, kwargs)
 
     def __array__(self, dtype=None, copy=None):

@@ -151,8 +151,8 @@ def matmul_vjp(k):
         a_vector, b_vector = np.ndim(a) == 1, np.ndim(b) == 1
 
         def as_matrices(g):  # g with the axes matmul dropped for 1-d operands restored
-            g = np.expand_dims(g, -2) if a_vector else g
-            return np.expand_dims(g, -1) if b_vector else g
+            g = np.expand_dims(g, -1) if b_vector else g
+            return np.expand_dims(g, -2) if a_vector else g
 
         if k == 0:
             shape, matrix_shape, b = np.shape(a), np.shape(as_matrix(a, 0)), as_matrix(b, 1)
