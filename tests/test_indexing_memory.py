@@ -128,3 +128,20 @@ def test_gradient_of_slice_loop_is_exact(loop, dtype):
     x, grad, expected, _, _ = measure(loop, SLICES[0], dtype)
     assert grad.shape == x.shape and grad.dtype == dtype
     np.testing.assert_allclose(grad, expected, rtol=1e-6)
+
+
+def test_index_array_changed_after_indexing_does_not_change_the_gradient():
+    x = np.arange(1.0, 6.0)
+
+    def f(x):
+        idx = np.array([0, 1])
+        total = 0.0
+        for _ in range(3):
+            total = total + np.sum(x[idx] ** 2)
+            idx += 1  # the user reuses the index array in place
+        return total
+
+    expected = np.zeros(5)
+    for start in range(3):
+        expected[start : start + 2] += 2 * x[start : start + 2]
+    np.testing.assert_allclose(db.gradient(f, x), expected)

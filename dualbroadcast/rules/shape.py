@@ -222,7 +222,16 @@ def take_vjp(ans, x, indices, axis=None, mode="raise", **_):
 
 
 def getitem_vjp(ans, x, index):
-    return _into(x, index, repeats=_may_repeat(index))
+    return _into(x, _frozen(index), repeats=_may_repeat(index))
+
+
+def _frozen(index):
+    """``index`` with its arrays and lists copied: user code may change them after indexing."""
+    if type(index) is tuple:
+        if any(isinstance(p, (np.ndarray, list)) for p in index):
+            return tuple(np.array(p) if isinstance(p, (np.ndarray, list)) else p for p in index)
+        return index
+    return np.array(index) if isinstance(index, (np.ndarray, list)) else index
 
 
 def _register():
