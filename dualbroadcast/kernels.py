@@ -26,6 +26,7 @@ import numexpr
 import numpy as np
 
 from .expr import Sym
+from .tape import unbroadcast
 
 BACKENDS = ("numpy", "blocked", "numexpr")
 BLOCK = 16384  # elements per block: a few scratch buffers of this size stay in L2
@@ -67,6 +68,7 @@ class Kernel:
         self.order = _needed(graph, outputs)
         self.names, self.constants = _names(inputs, self.order, outputs)
         self.whole = _compile(_numpy_source(self), self.constants)
+        self.fresh = _fresh_partials(outputs)
         self.numexpr_sources = _numexpr_sources(self)
         self.blocked = {}  # dtypes of the inputs -> compiled blocked kernel
         self.choice = {}  # (size bucket, dtypes) -> backend
@@ -118,14 +120,18 @@ class Kernel:
         return self._run_numexpr(values, shape, size, active_shapes)
 
     def _finish(self, results, shape, active_shapes):
-        """Whole-array results to the call's shapes: full value, partials as the pullback needs."""
+        """Whole-array results to the call's shapes: full value, partials as the pullback needs.
+
+        Partials are returned as fresh arrays that nothing else holds (not an input,
+        not the value), so a pullback may overwrite them.
+        """
         value, partials = results[0], results[1:]
         if self.reduce:
-            value = np.sum(np.broadcast_to(value, shape))
-            partials = [_reduce_to(np.broadcast_to(p, shape), s) for p, s in zip(partials, active_shapes)]
-        elif np.shape(value) != shape or not isinstance(value, np.ndarray):
+            value = np.add.reduce(value if np.shape(value) == shape else np.broadcast_to(value, shape), axis=None)
+            return value, [_reduce_to(p, shape, s, fresh) for p, s, fresh in zip(partials, active_shapes, self.fresh)]
+        if np.shape(value) != shape or not isinstance(value, np.ndarray):
             value = np.array(np.broadcast_to(value, shape))
-        return value, partials
+        return value, [p if fresh else np.array(p) for p, fresh in zip(partials, self.fresh)]
 
     # --- blocked NumPy --------------------------------------------------------
     def _run_blocked(self, values, shape, size, active_shapes):
@@ -215,11 +221,27 @@ def _reduce_numexpr_blocked(sources, local, values, size, active_shapes):
     return value, partials
 
 
-def _reduce_to(p, shape):
-    """Sum a full-shape partial over the axes its argument was broadcast along."""
-    from .tape import unbroadcast
+def _reduce_to(p, shape, target, fresh):
+    """A partial summed over the axes its argument (of shape ``target``) was broadcast along."""
+    if np.shape(p) == shape == target:
+        return p if fresh else np.array(p)
+    return np.array(unbroadcast(np.broadcast_to(p, shape), target))
 
-    return np.array(unbroadcast(p, shape)) if np.shape(p) != shape else np.array(p)
+
+def _fresh_partials(outputs):
+    """Per partial: whether the whole-array kernel computes it as an array of its own.
+
+    Inputs, literals and nodes returned twice (``exp``'s partial is its value) are shared.
+    """
+    seen = set()
+    fresh = []
+    for k, o in enumerate(outputs):
+        own = type(o) is Sym and o.op is not None and o.index not in seen
+        if type(o) is Sym:
+            seen.add(o.index)
+        if k:
+            fresh.append(own)
+    return fresh
 
 
 # --- code generation -----------------------------------------------------------
