@@ -1,3 +1,207 @@
-"""Cases for the linalg rules."""
+"""Cases for the linalg rules: scalar, vector, matrix and batched (broadcast) operands, well-conditioned matrices."""
 
-CASES = []
+import numpy as np
+from hypothesis import strategies as st
+
+from . import Case, broadcast_shapes, shape, uniform
+
+
+def side(draw):
+    """One axis length, 1 to 4."""
+    return draw(st.integers(1, 4))
+
+
+def operands(draw, dtype, *shapes):
+    """One random array per shape."""
+    return [uniform(draw, s, dtype) for s in shapes]
+
+
+# --- dot, inner, outer, vdot, tensordot ------------------------------------------------
+def build_dot(ndims):
+    """np.dot of a ``ndims[0]``-d and a ``ndims[1]``-d operand with matching contracted axes."""
+
+    def build(draw, dtype):
+        a, b = shape(draw, ndims[0], ndims[0]), list(shape(draw, ndims[1], ndims[1]))
+        if ndims[0] and ndims[1]:
+            b[max(ndims[1] - 2, 0)] = a[-1]
+        return np.dot, operands(draw, dtype, a, tuple(b))
+
+    return build
+
+
+def build_dot_with_scalar(draw, dtype):
+    shapes = [(), shape(draw, min_dims=0)]
+    return np.dot, operands(draw, dtype, *(shapes if draw(st.booleans()) else shapes[::-1]))
+
+
+def build_inner(draw, dtype):
+    n = side(draw)
+    a, b = shape(draw, 0, 2), shape(draw, 0, 2)
+    a, b = (a, b) if not a or not b else (a[:-1] + (n,), b[:-1] + (n,))
+    return np.inner, operands(draw, dtype, a, b)
+
+
+def build_outer(draw, dtype):
+    return np.outer, operands(draw, dtype, shape(draw, min_dims=0, max_dims=2), shape(draw, min_dims=0, max_dims=2))
+
+
+def build_vdot(draw, dtype):
+    """Operands of equal size and different shapes (vdot flattens both)."""
+    n, m = side(draw), side(draw)
+    return np.vdot, operands(draw, dtype, (n, m), draw(st.sampled_from([(n * m,), (m, n), (n, 1, m)])))
+
+
+def build_tensordot_int(draw, dtype):
+    """axes=N: the last N axes of a with the first N of b (N = 0 is the outer product)."""
+    n = draw(st.integers(0, 2))
+    shared = shape(draw, n, n) if n else ()
+    a = shape(draw, 0, 2) + shared
+    b = shared + shape(draw, 0, 2)
+    return (lambda x, y: np.tensordot(x, y, axes=n)), operands(draw, dtype, a, b)
+
+
+def build_tensordot_pairs(draw, dtype):
+    """axes=(axes of a, axes of b): any order, negative axes, a single int for one pair."""
+    a = shape(draw, 2, 3)
+    k = draw(st.integers(1, 2))
+    axes_a = draw(st.permutations(range(len(a))))[:k]
+    b_ndim = k + draw(st.integers(0, 1))
+    axes_b = draw(st.permutations(range(b_ndim)))[:k]
+    b = [side(draw) for _ in range(b_ndim)]
+    for i, j in zip(axes_a, axes_b):
+        b[j] = a[i]
+    axes_a = [i - len(a) * draw(st.booleans()) for i in axes_a]
+    axes = (axes_a[0], axes_b[0]) if k == 1 and draw(st.booleans()) else (axes_a, axes_b)
+    return (lambda x, y: np.tensordot(x, y, axes=axes)), operands(draw, dtype, a, tuple(b))
+
+
+# --- matmul -------------------------------------------------------------------------------
+def build_matmul(draw, dtype):
+    """Stacks of matrices with broadcast batch axes (size-1 and missing axes)."""
+    batch_a, batch_b = broadcast_shapes(draw, 2, max_dims=2)
+    n, k, m = side(draw), side(draw), side(draw)
+    return np.matmul, operands(draw, dtype, batch_a + (n, k), batch_b + (k, m))
+
+
+def build_matmul_vector(draw, dtype):
+    """A 1-d operand on the left, the right or both, the other possibly batched."""
+    k = side(draw)
+    matrix = shape(draw, 0, 2) + (k, side(draw))
+    kind = draw(st.sampled_from(["vector @ matrix", "matrix @ vector", "vector @ vector"]))
+    if kind == "vector @ matrix":
+        return np.matmul, operands(draw, dtype, (k,), matrix)
+    if kind == "matrix @ vector":
+        return np.matmul, operands(draw, dtype, matrix[:-2] + (matrix[-1], k), (k,))
+    return (lambda x, y: x @ y), operands(draw, dtype, (k,), (k,))
+
+
+# --- einsum -------------------------------------------------------------------------------
+def einsum_case(subscripts, name, ellipsis_dims=0):
+    """np.einsum(subscripts, ...) with one drawn size per letter; ``...`` draws broadcast batch shapes."""
+    terms = subscripts.split("->")[0].split(",")
+
+    def build(draw, dtype):
+        letters = sorted(set(subscripts) - set(".,->"))
+        size = {c: side(draw) for c in letters}
+        batches = broadcast_shapes(draw, len(terms), max_dims=ellipsis_dims) if ellipsis_dims else [()] * len(terms)
+        shapes = []
+        for term, batch in zip(terms, batches):
+            before, dots, after = term.partition("...")
+            shapes.append(tuple(size[c] for c in before) + (batch if dots else ()) + tuple(size[c] for c in after))
+        return (lambda *xs: np.einsum(subscripts, *xs)), operands(draw, dtype, *shapes)
+
+    return Case(np.einsum, build, name=f"einsum_{name}")
+
+
+# --- trace --------------------------------------------------------------------------------
+def build_trace(draw, dtype):
+    return np.trace, operands(draw, dtype, shape(draw, 2, 2))
+
+
+def build_trace_options(draw, dtype):
+    """offset of either sign, axes anywhere (negative, axis1 > axis2) in a 3-d or 4-d array."""
+    s = shape(draw, 3, 4)
+    axis1, axis2 = draw(st.lists(st.integers(0, len(s) - 1), min_size=2, max_size=2, unique=True))
+    axis1 -= len(s) * draw(st.booleans())
+    offset = draw(st.integers(-2, 2))
+    return (lambda x: np.trace(x, offset, axis1, axis2)), operands(draw, dtype, s)
+
+
+# --- inv, solve, det, slogdet ----------------------------------------------------------------
+def well_conditioned(draw, dtype, batch=(), n=None, negative_det=False):
+    """A stack of diagonally dominant matrices: small off-diagonal noise plus 3 I.
+
+    ``negative_det`` flips the sign of each matrix's first row, so det < 0.
+    """
+    n = n or side(draw)
+    a = uniform(draw, batch + (n, n), dtype, -0.5, 0.5) + 3 * np.eye(n, dtype=dtype)
+    if negative_det:
+        a[..., 0, :] *= -1
+    return a
+
+
+def build_matrix_function(func, negative_det=False):
+    def build(draw, dtype):
+        batch = shape(draw, 0, 1)
+        return func, [well_conditioned(draw, dtype, batch, negative_det=negative_det)]
+
+    return build
+
+
+def build_solve(b_kind):
+    """b a vector, a matrix of k columns, or a batch broadcast against a's batch."""
+
+    def build(draw, dtype):
+        n = side(draw)
+        batch_a, batch_b = broadcast_shapes(draw, 2, max_dims=2) if b_kind == "batched" else ((), ())
+        a = well_conditioned(draw, dtype, batch_a, n)
+        b_shape = (n,) if b_kind == "vector" else batch_b + (n, side(draw))
+        return np.linalg.solve, [a, uniform(draw, b_shape, dtype)]
+
+    return build
+
+
+def build_solve_batched_a_vector_b(draw, dtype):
+    n = side(draw)
+    return np.linalg.solve, [well_conditioned(draw, dtype, shape(draw, 1, 1), n), uniform(draw, (n,), dtype)]
+
+
+CASES = [
+    Case(np.dot, build_dot_with_scalar, name="dot_scalar"),
+    Case(np.dot, build_dot((1, 1)), name="dot_vector_vector"),
+    Case(np.dot, build_dot((2, 1)), name="dot_matrix_vector"),
+    Case(np.dot, build_dot((1, 2)), name="dot_vector_matrix"),
+    Case(np.dot, build_dot((2, 2)), name="dot_matrix_matrix"),
+    Case(np.dot, build_dot((3, 3)), name="dot_nd_md"),
+    Case(np.inner, build_inner),
+    Case(np.outer, build_outer),
+    Case(np.vdot, build_vdot),
+    Case(np.tensordot, build_tensordot_int, name="tensordot_axes_int"),
+    Case(np.tensordot, build_tensordot_pairs, name="tensordot_axes_pairs"),
+    Case(np.matmul, build_matmul, name="matmul_batched_broadcast"),
+    Case(np.matmul, build_matmul_vector, name="matmul_1d_operands"),
+    einsum_case("ij,jk->ik", "matmul_explicit"),
+    einsum_case("ij,jk", "matmul_implicit"),
+    einsum_case("ij,jk,kl->il", "three_operands"),
+    einsum_case("ba,b,a", "implicit_scalar"),
+    einsum_case("ii->", "trace"),
+    einsum_case("ii->i", "diagonal"),
+    einsum_case("iij,j->ij", "diagonal_times_vector"),
+    einsum_case("ij->", "sum_all"),
+    einsum_case("ijk->kj", "sum_and_transpose"),
+    einsum_case("i,j->ij", "outer"),
+    einsum_case("i,i", "inner_implicit"),
+    einsum_case("...ij,...jk->...ik", "ellipsis_batched_matmul", ellipsis_dims=2),
+    einsum_case("...i,i...", "ellipsis_implicit", ellipsis_dims=1),
+    Case(np.trace, build_trace),
+    Case(np.trace, build_trace_options, name="trace_offset_axes"),
+    Case(np.linalg.inv, build_matrix_function(np.linalg.inv), name="inv"),
+    Case(np.linalg.solve, build_solve("vector"), name="solve_vector_b"),
+    Case(np.linalg.solve, build_solve("matrix"), name="solve_matrix_b"),
+    Case(np.linalg.solve, build_solve("batched"), name="solve_batched_broadcast"),
+    Case(np.linalg.solve, build_solve_batched_a_vector_b, name="solve_batched_a_vector_b"),
+    Case(np.linalg.det, build_matrix_function(np.linalg.det), name="det"),
+    Case(np.linalg.det, build_matrix_function(np.linalg.det, negative_det=True), name="det_negative"),
+    Case(np.linalg.slogdet, build_matrix_function(np.linalg.slogdet), name="slogdet"),
+    Case(np.linalg.slogdet, build_matrix_function(np.linalg.slogdet, negative_det=True), name="slogdet_negative"),
+]
