@@ -275,6 +275,8 @@ def check_gradient(f, *args, rtol=None, atol=None, step=None):
             for index in np.ndindex(np.shape(leaf)):
                 fd = _central_difference(f, args64, position, leaves, treedef, k, index, step)
                 err = abs(g_leaf[index] - fd) / (atol * scale + rtol * abs(fd))
+                if not np.isfinite(err):
+                    err = np.inf  # a NaN or infinite gradient (or difference) never passes
                 failures += err > 1
                 if err > worst[0]:
                     worst = (err, (position, k, index, g_leaf[index], fd))

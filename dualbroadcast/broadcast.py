@@ -12,6 +12,7 @@ import collections
 import contextvars
 import functools
 import threading
+from types import FunctionType
 from typing import NamedTuple
 
 import numpy as np
@@ -23,6 +24,7 @@ from .kernels import Kernel
 from .tape import Tracked, tape_of, unbroadcast
 
 CACHE_SIZE = 512
+_PLAIN = (np.ndarray, float, np.float64, np.float32, Tracked)
 _cache = collections.OrderedDict()
 _cache_lock = threading.Lock()
 _log = contextvars.ContextVar("dualbroadcast_kernel_log", default=None)
@@ -95,8 +97,12 @@ def elementwise(f):
 def _run(f, args, reduce, backend):
     if any(type(a) is Sym for a in args):
         return _inline(f, args, reduce)
-    leaves, treedef = pytree.flatten((f, args))
-    activity = pytree.leaf_activity(treedef)
+    if type(f) is FunctionType and not f.__closure__ and all(type(a) in _PLAIN for a in args):
+        leaves, treedef = args, None  # the common case, without walking a tree
+        activity = (True,) * len(args)
+    else:
+        leaves, treedef = pytree.flatten((f, args))
+        activity = pytree.leaf_activity(treedef)
     values, baked, active, kinds = [], [], [], []
     for leaf, on in zip(leaves, activity):
         if type(leaf) is Tracked:
@@ -110,7 +116,8 @@ def _run(f, args, reduce, backend):
         else:
             baked.append(leaf)
             kinds.append(_baked_key(leaf))
-    key = (_structure_key(treedef), tuple(kinds), tuple(active), reduce)
+    structure = _function_key(f) if treedef is None else _structure_key(treedef)
+    key = (structure, tuple(kinds), tuple(active), reduce)
     kernel = _kernel(key, f, treedef, leaves, len(values), active, reduce)
     active_shapes = [np.shape(values[i]) for i in active]
     value, partials, used, size = kernel(values, active_shapes, backend)
@@ -170,10 +177,16 @@ def _structure_key(d):
     if kind in ("dataclass", "object"):
         aux = (type(aux[0]), aux[1])
     elif kind in ("closure", "function"):
-        aux = (aux.__code__, _globals_read(aux))
+        aux = _function_key(aux)
     elif kind == "static":
         aux = aux if _hashable(aux) else id(aux)
     return (kind, aux, tuple(_structure_key(c) for c in children))
+
+
+def _function_key(function):
+    """What a traced function bakes in: its code, default values and the globals it reads."""
+    defaults = function.__defaults__
+    return (function.__code__, defaults if _hashable(defaults) else id(defaults), _globals_read(function))
 
 
 def _globals_read(function):
@@ -217,6 +230,8 @@ def _build(f, treedef, leaves, n_inputs, active, reduce):
     def call(symbols):
         symbols = iter(symbols)
         mixed = [next(symbols) if type(x) is Tracked or _is_array_input(x) else x for x in leaves]
+        if treedef is None:
+            return f(*mixed)
         g, args = pytree.unflatten(treedef, mixed)
         return g(*args)
 

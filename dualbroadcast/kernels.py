@@ -75,22 +75,20 @@ class Kernel:
 
     def __call__(self, values, active_shapes, backend=None):
         """Return ``(value, partials, backend, size)``; partials reduced to ``active_shapes`` if reducing."""
-        shape = np.broadcast_shapes(*[np.shape(v) for v in values])
+        shapes = [getattr(v, "shape", ()) for v in values]
+        shape = shapes[0] if shapes and shapes.count(shapes[0]) == len(shapes) else np.broadcast_shapes(*shapes)
         size = math.prod(shape)
-        candidates = self._candidates(values, shape, size)
-        backend = backend or FORCED_BACKEND.get()
-        if backend is not None and backend not in candidates:
-            backend = "numpy" if backend != "numexpr" or self.numexpr_sources is None else backend
-        key = (size.bit_length(), tuple(getattr(v, "dtype", type(v)) for v in values))
-        backend = backend or self.choice.get(key)
+        backend = backend or FORCED_BACKEND.get() or self.choice.get(size.bit_length())
         if backend is None:
-            if len(candidates) == 1:
-                backend = self.choice[key] = candidates[0]
-            else:
-                return self._measure(candidates, key, values, shape, size, active_shapes) + (size,)
+            candidates = self._candidates(values, size)
+            if len(candidates) > 1:
+                return self._measure(candidates, values, shape, size, active_shapes) + (size,)
+            backend = self.choice[size.bit_length()] = "numpy"
+        elif backend != "numpy" and backend not in self._candidates(values, size):
+            backend = "numpy"  # not eligible for these shapes (or numexpr lacks an operation)
         return self._run(backend, values, shape, size, active_shapes) + (backend, size)
 
-    def _candidates(self, values, shape, size):
+    def _candidates(self, values, size):
         found = ["numpy"]
         if size >= 2 * BLOCK and all(np.size(v) in (1, size) for v in values):
             found.append("blocked")
@@ -98,8 +96,8 @@ class Kernel:
             found.append("numexpr")
         return found
 
-    def _measure(self, candidates, key, values, shape, size, active_shapes):
-        """Time each candidate on this call's data (best of two) and keep the fastest."""
+    def _measure(self, candidates, values, shape, size, active_shapes):
+        """Time each candidate on this call's data (best of two) and keep the fastest for this size."""
         timings = {}
         for backend in candidates:
             best = math.inf
@@ -109,7 +107,7 @@ class Kernel:
                 best = min(best, time.perf_counter() - start)
             timings[backend] = (best, result)
         winner = min(timings, key=lambda b: timings[b][0])
-        self.choice[key] = winner
+        self.choice[size.bit_length()] = winner
         return timings[winner][1] + (winner,)
 
     def _run(self, backend, values, shape, size, active_shapes):

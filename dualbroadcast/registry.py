@@ -62,7 +62,10 @@ def defvjp_sequence(func, maker):
 
 
 def defvjp_outputs(func, maker):
-    """Register ``maker(j, ans, x, *rest, **kw)`` for output ``j`` of a tuple-valued ``func``."""
+    """Register ``maker(j, ans, x, *rest, **kw)`` for output ``j`` of a tuple-valued ``func``.
+
+    A maker returning None declares output ``j`` a constant (it is not recorded).
+    """
     RULES[func] = Rule(_implementation(func), OUTPUTS, maker)
 
 

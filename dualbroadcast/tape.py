@@ -166,12 +166,20 @@ def call_rule(func, args, kwargs):
     dtype = getattr(ans, "dtype", None)
     if dtype is None or dtype.kind != "f":
         return ans
-    if kind == PER_ARGUMENT:
-        if active[-1] >= len(makers) or any(makers[i] is None for i in active):
-            raise UnsupportedFunctionError(_not_differentiable_message(func, active, makers))
-        backs = tuple([makers[i](ans, *values, **kwargs) for i in active])
-    else:
-        backs = tuple([makers(i, ans, *values, **kwargs) for i in active])
+    try:
+        if kind == PER_ARGUMENT:
+            if active[-1] >= len(makers) or any(makers[i] is None for i in active):
+                raise UnsupportedFunctionError(_not_differentiable_message(func, active, makers))
+            backs = tuple([makers[i](ans, *values, **kwargs) for i in active])
+        else:
+            backs = tuple([makers(i, ans, *values, **kwargs) for i in active])
+    except TypeError as error:
+        if kwargs and "keyword argument" in str(error):
+            raise UnsupportedFunctionError(
+                f"the derivative rule of {qualified_name(func)} does not support the keyword arguments "
+                f"{sorted(kwargs)} ({error}); drop them, or register a rule that does (db.defvjp)"
+            ) from error
+        raise
     return tape.record(ans, indices, backs)
 
 
@@ -198,10 +206,10 @@ def _record_outputs(func, tape, ans, active, indices, maker, vargs, kwargs):
             f"{qualified_name(func)} is differentiable only in its first argument; "
             "pass the others as constants (db.cut)"
         )
-    outs = [
-        tape.record(a, indices, (maker(j, ans, *vargs, **kwargs),)) if _is_float(a) else a
-        for j, a in enumerate(ans)
-    ]
+    outs = []
+    for j, a in enumerate(ans):
+        back = maker(j, ans, *vargs, **kwargs) if _is_float(a) else None
+        outs.append(a if back is None else tape.record(a, indices, (back,)))
     return outs if type(ans) is list else type(ans)(*outs)
 
 

@@ -646,3 +646,22 @@ def test_demo_exit_status(capsys):
     finally:
         demo_main.eam_hand_gradient = real
     assert "FAIL" in capsys.readouterr().err
+
+
+def test_predicates_and_indices_of_tracked_values_are_plain():
+    def f(x):
+        assert np.any(x > 0) and np.all(x > -10) and np.argmax(x) == 2 and np.count_nonzero(x) == 3
+        assert type(np.any(x > 0)) is np.bool_ and np.shape(x) == (3,)
+        return np.sum(x * x)
+
+    np.testing.assert_allclose(db.gradient(f, np.array([1.0, 2.0, 3.0])), [2.0, 4.0, 6.0])
+
+
+def test_check_gradient_fails_on_a_non_finite_gradient():
+    with pytest.raises(db.GradientMismatchError, match="index"):
+        db.check_gradient(lambda x: np.sum(np.sqrt(x)), np.array([0.0, 1.0]))
+
+
+def test_unknown_keyword_of_a_rule_is_a_clear_error():
+    with pytest.raises(db.UnsupportedFunctionError, match=r"np\.var.*keyword"):
+        db.gradient(lambda x: np.var(x, correction=1), np.arange(3.0))

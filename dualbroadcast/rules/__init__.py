@@ -1,6 +1,6 @@
 """Reverse rules, one module per family; importing this package registers them all."""
 
-from . import elementwise, linalg, reductions, shape  # noqa: F401
+from . import elementwise, linalg, nondifferentiable, reductions, shape  # noqa: F401
 
 from ..registry import RULES
 

@@ -9,8 +9,8 @@ import operator
 
 import numpy as np
 
-from ..derivatives import DERIVATIVES, ZERO_DERIVATIVE
-from ..registry import RULES, defvjp, nondifferentiable
+from ..derivatives import DERIVATIVES
+from ..registry import RULES, defvjp
 from ..tape import unbroadcast
 
 
@@ -78,13 +78,6 @@ def _register():
         defvjp(func, *(vjp_maker(p, i) for i, p in enumerate(partials)))
     for func, plain in OPERATORS.items():
         RULES[func].plain = plain
-    nondifferentiable(*ZERO_DERIVATIVE)
-    nondifferentiable(
-        np.equal, np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal,
-        np.logical_and, np.logical_or, np.logical_xor, np.logical_not,
-        np.isfinite, np.isinf, np.isnan, np.signbit, np.isclose, np.allclose, np.array_equal,
-        np.zeros_like, np.ones_like, np.empty_like, np.full_like,
-    )
 
 
 _register()

@@ -238,8 +238,7 @@ def det_vjp(ans, a):
 def slogdet_vjp(j, ans, a):
     """(sign, log|det A|): sign is piecewise constant (zero cotangent); ∂ log|det A| / ∂A = A⁻ᵀ."""
     if j == 0:
-        shape, dtype = np.shape(a), np.result_type(a)
-        return lambda g: np.zeros(shape, dtype)
+        return None  # sign is a constant: not recorded
     return lambda g: per_matrix(g) * matrix_transpose(np.linalg.inv(a))
 
 

@@ -47,6 +47,6 @@ def broadcast_shapes(draw, n, max_dims=3, max_side=4):
     return draw(mutually_broadcastable_shapes(num_shapes=n, min_dims=0, max_dims=max_dims, max_side=max_side)).input_shapes
 
 
-def shape(draw, min_dims=1, max_dims=3, min_side=1, max_side=4):
+def array_shape(draw, min_dims=1, max_dims=3, min_side=1, max_side=4):
     """One array shape."""
     return draw(array_shapes(min_dims=min_dims, max_dims=max_dims, min_side=min_side, max_side=max_side))

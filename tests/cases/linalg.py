@@ -3,7 +3,7 @@
 import numpy as np
 from hypothesis import strategies as st
 
-from . import Case, broadcast_shapes, shape, uniform
+from . import Case, broadcast_shapes, array_shape, uniform
 
 
 def side(draw):
@@ -21,7 +21,7 @@ def build_dot(ndims):
     """np.dot of a ``ndims[0]``-d and a ``ndims[1]``-d operand with matching contracted axes."""
 
     def build(draw, dtype):
-        a, b = shape(draw, ndims[0], ndims[0]), list(shape(draw, ndims[1], ndims[1]))
+        a, b = array_shape(draw, ndims[0], ndims[0]), list(array_shape(draw, ndims[1], ndims[1]))
         if ndims[0] and ndims[1]:
             b[max(ndims[1] - 2, 0)] = a[-1]
         return np.dot, operands(draw, dtype, a, tuple(b))
@@ -30,19 +30,19 @@ def build_dot(ndims):
 
 
 def build_dot_with_scalar(draw, dtype):
-    shapes = [(), shape(draw, min_dims=0)]
+    shapes = [(), array_shape(draw, min_dims=0)]
     return np.dot, operands(draw, dtype, *(shapes if draw(st.booleans()) else shapes[::-1]))
 
 
 def build_inner(draw, dtype):
     n = side(draw)
-    a, b = shape(draw, 0, 2), shape(draw, 0, 2)
+    a, b = array_shape(draw, 0, 2), array_shape(draw, 0, 2)
     a, b = (a, b) if not a or not b else (a[:-1] + (n,), b[:-1] + (n,))
     return np.inner, operands(draw, dtype, a, b)
 
 
 def build_outer(draw, dtype):
-    return np.outer, operands(draw, dtype, shape(draw, min_dims=0, max_dims=2), shape(draw, min_dims=0, max_dims=2))
+    return np.outer, operands(draw, dtype, array_shape(draw, min_dims=0, max_dims=2), array_shape(draw, min_dims=0, max_dims=2))
 
 
 def build_vdot(draw, dtype):
@@ -54,15 +54,15 @@ def build_vdot(draw, dtype):
 def build_tensordot_int(draw, dtype):
     """axes=N: the last N axes of a with the first N of b (N = 0 is the outer product)."""
     n = draw(st.integers(0, 2))
-    shared = shape(draw, n, n) if n else ()
-    a = shape(draw, 0, 2) + shared
-    b = shared + shape(draw, 0, 2)
+    shared = array_shape(draw, n, n) if n else ()
+    a = array_shape(draw, 0, 2) + shared
+    b = shared + array_shape(draw, 0, 2)
     return (lambda x, y: np.tensordot(x, y, axes=n)), operands(draw, dtype, a, b)
 
 
 def build_tensordot_pairs(draw, dtype):
     """axes=(axes of a, axes of b): any order, negative axes, a single int for one pair."""
-    a = shape(draw, 2, 3)
+    a = array_shape(draw, 2, 3)
     k = draw(st.integers(1, 2))
     axes_a = draw(st.permutations(range(len(a))))[:k]
     b_ndim = k + draw(st.integers(0, 1))
@@ -86,7 +86,7 @@ def build_matmul(draw, dtype):
 def build_matmul_vector(draw, dtype):
     """A 1-d operand on the left, the right or both, the other possibly batched."""
     k = side(draw)
-    matrix = shape(draw, 0, 2) + (k, side(draw))
+    matrix = array_shape(draw, 0, 2) + (k, side(draw))
     kind = draw(st.sampled_from(["vector @ matrix", "matrix @ vector", "vector @ vector"]))
     if kind == "vector @ matrix":
         return np.matmul, operands(draw, dtype, (k,), matrix)
@@ -115,12 +115,12 @@ def einsum_case(subscripts, name, ellipsis_dims=0):
 
 # --- trace --------------------------------------------------------------------------------
 def build_trace(draw, dtype):
-    return np.trace, operands(draw, dtype, shape(draw, 2, 2))
+    return np.trace, operands(draw, dtype, array_shape(draw, 2, 2))
 
 
 def build_trace_options(draw, dtype):
     """offset of either sign, axes anywhere (negative, axis1 > axis2) in a 3-d or 4-d array."""
-    s = shape(draw, 3, 4)
+    s = array_shape(draw, 3, 4)
     axis1, axis2 = draw(st.lists(st.integers(0, len(s) - 1), min_size=2, max_size=2, unique=True))
     axis1 -= len(s) * draw(st.booleans())
     offset = draw(st.integers(-2, 2))
@@ -142,7 +142,7 @@ def well_conditioned(draw, dtype, batch=(), n=None, negative_det=False):
 
 def build_matrix_function(func, negative_det=False):
     def build(draw, dtype):
-        batch = shape(draw, 0, 1)
+        batch = array_shape(draw, 0, 1)
         return func, [well_conditioned(draw, dtype, batch, negative_det=negative_det)]
 
     return build
@@ -163,7 +163,7 @@ def build_solve(b_kind):
 
 def build_solve_batched_a_vector_b(draw, dtype):
     n = side(draw)
-    return np.linalg.solve, [well_conditioned(draw, dtype, shape(draw, 1, 1), n), uniform(draw, (n,), dtype)]
+    return np.linalg.solve, [well_conditioned(draw, dtype, array_shape(draw, 1, 1), n), uniform(draw, (n,), dtype)]
 
 
 CASES = [

@@ -3,7 +3,7 @@
 import numpy as np
 from hypothesis import strategies as st
 
-from . import Case, shape, uniform
+from . import Case, array_shape, uniform
 
 AXIS_KINDS = ("none", "int", "tuple")
 
@@ -22,7 +22,7 @@ def reduction_case(func, kind, keepdims, low=-2.0, high=2.0, min_side=1, **optio
     """``func(x, axis=..., keepdims=...)`` on a drawn array; axis None also draws 0-d arrays."""
 
     def build(draw, dtype):
-        s = shape(draw, min_dims=0 if kind == "none" else 1, min_side=min_side)
+        s = array_shape(draw, min_dims=0 if kind == "none" else 1, min_side=min_side)
         axis = draw_axis(draw, len(s), kind)
         return (lambda x: func(x, axis=axis, keepdims=keepdims, **options)), [uniform(draw, s, dtype, low, high)]
 
@@ -50,7 +50,7 @@ def masked_case(func, kind, at_least=1, **options):
     """``func(x, axis=..., where=mask)``; axis None reductions keep ``at_least`` elements."""
 
     def build(draw, dtype):
-        s = shape(draw, min_side=2 if at_least > 1 else 1)
+        s = array_shape(draw, min_side=2 if at_least > 1 else 1)
         axis = draw_axis(draw, len(s), kind)
         where = mask(draw, s, at_least)
         return (lambda x: func(x, axis=axis, where=where, **options)), [uniform(draw, s, dtype, 0.5, 1.5)]
@@ -59,7 +59,7 @@ def masked_case(func, kind, at_least=1, **options):
 
 
 def build_prod_with_zeros(draw, dtype):
-    s = shape(draw)
+    s = array_shape(draw)
     x = uniform(draw, s, dtype, 0.5, 1.5)
     x.flat[draw(st.lists(st.integers(0, x.size - 1), max_size=2))] = 0
     axis = draw_axis(draw, len(s), draw(st.sampled_from(AXIS_KINDS)))
@@ -73,7 +73,7 @@ def two_way_tie_case(func):
     """
 
     def build(draw, dtype):
-        s = shape(draw, min_side=2)
+        s = array_shape(draw, min_side=2)
         ranks = np.argsort(np.argsort(uniform(draw, s, dtype), axis=None)).reshape(s)
         x = (0.25 * ranks - 1).astype(dtype)  # distinct values, 0.25 apart
         extreme = func(x)
@@ -88,7 +88,7 @@ def cumulative_case(func, kind, low=-2.0, high=2.0):
     """cumsum / cumprod along one (maybe negative) axis, or flattened with axis None."""
 
     def build(draw, dtype):
-        s = shape(draw, min_dims=0 if kind == "none" else 1)
+        s = array_shape(draw, min_dims=0 if kind == "none" else 1)
         axis = draw_axis(draw, len(s), kind)
         return (lambda x: func(x, axis=axis)), [uniform(draw, s, dtype, low, high)]
 
@@ -97,7 +97,7 @@ def cumulative_case(func, kind, low=-2.0, high=2.0):
 
 def vector_norm_case(ord):
     def build(draw, dtype):
-        s = shape(draw)
+        s = array_shape(draw)
         axis = draw(st.integers(-len(s), len(s) - 1))
         keepdims = draw(st.booleans())
         return (lambda x: np.linalg.norm(x, ord, axis, keepdims)), [uniform(draw, s, dtype, 0.2, 2) * np.sign(uniform(draw, s, dtype))]
@@ -107,7 +107,7 @@ def vector_norm_case(ord):
 
 def matrix_norm_case(ord):
     def build(draw, dtype):
-        s = shape(draw, min_dims=2)
+        s = array_shape(draw, min_dims=2)
         axis = tuple(draw(st.lists(st.integers(-len(s), len(s) - 1), min_size=2, max_size=2, unique_by=lambda a: a % len(s))))
         keepdims = draw(st.booleans())
         return (lambda x: np.linalg.norm(x, ord, axis, keepdims)), [uniform(draw, s, dtype)]
@@ -116,7 +116,7 @@ def matrix_norm_case(ord):
 
 
 def build_norm_default(draw, dtype):
-    s = shape(draw, min_dims=0)
+    s = array_shape(draw, min_dims=0)
     keepdims = draw(st.booleans())
     return (lambda x: np.linalg.norm(x, keepdims=keepdims)), [uniform(draw, s, dtype, 0.2, 2)]
 
@@ -125,7 +125,7 @@ def build_norm_no_axis(draw, dtype):
     """axis=None with an ord: a 1-d array is a vector, a 2-d array a matrix."""
     ndim = draw(st.sampled_from([1, 2]))
     ord = draw(st.sampled_from([1, np.inf, 3] if ndim == 1 else ["fro", "nuc", 1, np.inf, 2]))
-    return (lambda x: np.linalg.norm(x, ord)), [uniform(draw, shape(draw, ndim, ndim), dtype, 0.2, 2)]
+    return (lambda x: np.linalg.norm(x, ord)), [uniform(draw, array_shape(draw, ndim, ndim), dtype, 0.2, 2)]
 
 
 CASES = [

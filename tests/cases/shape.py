@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from dualbroadcast.tape import astype, getitem
 
-from . import Case, broadcast_shapes, shape, uniform
+from . import Case, broadcast_shapes, array_shape, uniform
 
 
 def axis_of(draw, ndim):
@@ -31,7 +31,7 @@ def one_array(fn, min_dims=1, max_dims=3, min_side=1):
     """A build for ``fn(draw, x_shape) -> f`` applied to one drawn array."""
 
     def build(draw, dtype):
-        s = shape(draw, min_dims, max_dims, min_side)
+        s = array_shape(draw, min_dims, max_dims, min_side)
         return fn(draw, s), [uniform(draw, s, dtype)]
 
     return build
@@ -94,7 +94,7 @@ def build_expand_dims(draw, s):
 
 
 def build_squeeze(draw, dtype):
-    s = shape(draw, 1, 3)
+    s = array_shape(draw, 1, 3)
     padded = (1,) + s[:1] + (1,) + s[1:]
     axis = draw(st.sampled_from([None, 0, -len(padded) + 2, (0, 2)]))
     return (lambda x: np.squeeze(x, axis)), [uniform(draw, padded, dtype)]
@@ -108,7 +108,7 @@ def build_broadcast_to(draw, dtype):
 
 # --- joining and splitting ----------------------------------------------------------------
 def build_concatenate(draw, dtype):
-    s = shape(draw, 1, 3)
+    s = array_shape(draw, 1, 3)
     axis = axis_of(draw, len(s))
     template = tuple(None if i == axis % len(s) else n for i, n in enumerate(s))
     x, y, c = parts_along(draw, dtype, template, 3)
@@ -116,24 +116,24 @@ def build_concatenate(draw, dtype):
 
 
 def build_concatenate_flat(draw, dtype):
-    x, y = uniform(draw, shape(draw), dtype), uniform(draw, shape(draw), dtype)
+    x, y = uniform(draw, array_shape(draw), dtype), uniform(draw, array_shape(draw), dtype)
     return (lambda x, y: np.concatenate((y, x), axis=None)), [x, y]
 
 
 def build_concatenate_cast(draw, dtype):
-    x, y = uniform(draw, shape(draw, 1, 1), dtype), uniform(draw, shape(draw, 1, 1), dtype)
+    x, y = uniform(draw, array_shape(draw, 1, 1), dtype), uniform(draw, array_shape(draw, 1, 1), dtype)
     return (lambda x, y: np.concatenate([x, y], dtype=np.float64).astype(x.dtype)), [x, y]
 
 
 def build_stack(draw, dtype):
-    s = shape(draw, 0, 2)
+    s = array_shape(draw, 0, 2)
     axis = axis_of(draw, len(s) + 1)
     x, y = uniform(draw, s, dtype), uniform(draw, s, dtype)
     return (lambda x, y: np.stack([x, y, x], axis=axis)), [x, y]
 
 
 def build_hstack_1d(draw, dtype):
-    x, y = uniform(draw, shape(draw, 1, 1), dtype), uniform(draw, (), dtype)
+    x, y = uniform(draw, array_shape(draw, 1, 1), dtype), uniform(draw, (), dtype)
     return (lambda x, y: np.hstack([y, x, y])), [x, y]
 
 
@@ -154,7 +154,7 @@ def build_vstack_0d(draw, dtype):
 
 
 def build_split_sections(draw, dtype):
-    s = list(shape(draw, 1, 3))
+    s = list(array_shape(draw, 1, 3))
     axis = axis_of(draw, len(s))
     sections = draw(st.integers(1, 3))
     s[axis] = sections * draw(st.integers(1, 2))
@@ -213,7 +213,7 @@ def build_diag_matrix(draw, s):
 
 
 def build_diagonal(draw, dtype):
-    s = shape(draw, 2, 3, min_side=2)
+    s = array_shape(draw, 2, 3, min_side=2)
     a, b = draw(st.permutations(range(-len(s), 0)))[:2]
     offset = draw(st.integers(-1, 1))
     return (lambda x: np.diagonal(x, offset, a, b)), [uniform(draw, s, dtype)]
