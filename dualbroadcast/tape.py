@@ -139,6 +139,8 @@ def call_rule(func, args, kwargs):
         if func in NONDIFFERENTIABLE:
             return func(*_strip(args), **_strip_dict(kwargs))
         raise UnsupportedFunctionError(_unsupported_message(func))
+    if not kwargs and rule.kind == PER_ARGUMENT:
+        return _call_per_argument(func, rule, args)
     if kwargs and any(type(v) is Tracked for v in kwargs.values()):
         raise UnsupportedFunctionError(
             f"{qualified_name(func)} got a tracked value as a keyword argument; "
@@ -148,31 +150,37 @@ def call_rule(func, args, kwargs):
     sequence = args[0] if kind == SEQUENCE else args
     values = list(sequence)
     active = []
+    indices = []
+    tape = None
     for i, a in enumerate(sequence):
         if type(a) is Tracked:
+            if a.tape is not tape:
+                tape = _check_tape(tape, a.tape)
             active.append(i)
+            indices.append(a.index)
             values[i] = a.value
     if kind == SEQUENCE:
         values = [values, *args[1:]]
     ans = rule.impl(*values, **kwargs) if kwargs else rule.plain(*values)
-    if not active:
+    if tape is None:
         return ans
-    parents = [sequence[i] for i in active]
-    tape = tape_of(parents)
-    indices = tuple([p.index for p in parents])
     makers = rule.makers
     if kind == OUTPUTS:
-        return _record_outputs(func, tape, ans, active, indices, makers, values, kwargs)
+        return _record_outputs(func, tape, ans, active, tuple(indices), makers, values, kwargs)
     dtype = getattr(ans, "dtype", None)
     if dtype is None or dtype.kind != "f":
         return ans
     try:
+        backs = []
         if kind == PER_ARGUMENT:
-            if active[-1] >= len(makers) or any(makers[i] is None for i in active):
-                raise UnsupportedFunctionError(_not_differentiable_message(func, active, makers))
-            backs = tuple([makers[i](ans, *values, **kwargs) for i in active])
+            for i in active:
+                maker = makers[i] if i < len(makers) else None
+                if maker is None:
+                    raise UnsupportedFunctionError(_not_differentiable_message(func, i))
+                backs.append(maker(ans, *values, **kwargs))
         else:
-            backs = tuple([makers(i, ans, *values, **kwargs) for i in active])
+            for i in active:
+                backs.append(makers(i, ans, *values, **kwargs))
     except TypeError as error:
         if kwargs and "keyword argument" in str(error):
             raise UnsupportedFunctionError(
@@ -180,23 +188,62 @@ def call_rule(func, args, kwargs):
                 f"{sorted(kwargs)} ({error}); drop them, or register a rule that does (db.defvjp)"
             ) from error
         raise
-    return tape.record(ans, indices, backs)
+    return tape.record(ans, tuple(indices), tuple(backs))
+
+
+def _call_per_argument(func, rule, args):
+    """`call_rule` for the common case: one vjp maker per argument, no keywords."""
+    values = list(args)
+    tape = None
+    for a in args:
+        if type(a) is Tracked:
+            if a.tape is not tape:
+                tape = _check_tape(tape, a.tape)
+    if tape is None:
+        return rule.plain(*args)
+    for i, a in enumerate(args):
+        if type(a) is Tracked:
+            values[i] = a.value
+    ans = rule.plain(*values)
+    dtype = getattr(ans, "dtype", None)
+    if dtype is None or dtype.kind != "f":
+        return ans
+    makers = rule.makers
+    indices = []
+    backs = []
+    for i, a in enumerate(args):
+        if type(a) is Tracked:
+            maker = makers[i] if i < len(makers) else None
+            if maker is None:
+                raise UnsupportedFunctionError(_not_differentiable_message(func, i))
+            indices.append(a.index)
+            backs.append(maker(ans, *values))
+    records = tape.records
+    records.append((tuple(indices), tuple(backs)))
+    return Tracked(ans, tape, len(records) - 1)
+
+
+def _check_tape(current, tape):
+    """``tape`` if it may join ``current`` (None: no tape yet); a clear error for stale or mixed values."""
+    if tape.closed:
+        raise ValueError(
+            "a tracked value from a finished gradient evaluation was used again; do not keep "
+            "values from inside a differentiated function (store db.cut(x) instead)"
+        )
+    if current is not None:
+        raise ValueError(
+            "tracked values of two gradient evaluations met in one operation: nested gradients "
+            "are not supported (compute the inner gradient of db.cut(x) if x is a constant for it)"
+        )
+    return tape
 
 
 def tape_of(parents):
     """The one open tape all ``parents`` belong to; a clear error for stale or mixed values."""
-    tape = parents[0].tape
+    tape = None
     for p in parents:
-        if p.tape.closed:
-            raise ValueError(
-                "a tracked value from a finished gradient evaluation was used again; do not keep "
-                "values from inside a differentiated function (store db.cut(x) instead)"
-            )
         if p.tape is not tape:
-            raise ValueError(
-                "tracked values of two gradient evaluations met in one operation: nested gradients "
-                "are not supported (compute the inner gradient of db.cut(x) if x is a constant for it)"
-            )
+            tape = _check_tape(tape, p.tape)
     return tape
 
 
@@ -250,10 +297,9 @@ def _unsupported_message(func):
     )
 
 
-def _not_differentiable_message(func, active, makers):
-    bad = [i for i in active if i >= len(makers) or makers[i] is None]
+def _not_differentiable_message(func, argnum):
     return (
-        f"argument {bad[0]} of {qualified_name(func)} is not differentiable (an index, axis, "
+        f"argument {argnum} of {qualified_name(func)} is not differentiable (an index, axis, "
         "shape or integer argument) but received a tracked value; pass a constant or db.cut(x)"
     )
 
@@ -309,7 +355,7 @@ class Tracked:
         return call_rule(ufunc, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
-        if kwargs.get("out") is not None:
+        if kwargs and kwargs.get("out") is not None:
             raise InPlaceMutationError(_OUT.format(name=qualified_name(func), example=f"{qualified_name(func)}(...)"))
         return call_rule(func, args, kwargs)
 

@@ -118,6 +118,41 @@ def dot_subscripts(ndim_a, ndim_b):
     return contraction_subscripts(ndim_a, ndim_b, [-1], [max(ndim_b - 2, 0)])
 
 
+def dot_vjp(k):
+    """np.dot of vectors and matrices by its formulas (ā = g·bᵀ, b̄ = aᵀ·g); other ranks as einsum.
+
+    Vectors and matrices are the hot path (a dot per column in a loop), where an
+    einsum pullback would cost far more than the product itself.
+    """
+    general = contraction_vjps(dot_subscripts)[k]
+
+    def vjp_a(ans, a, b):
+        ranks = (a.ndim, np.ndim(b))
+        if ranks == (1, 1):
+            return lambda g: g * b
+        if ranks == (2, 2):
+            return lambda g: g @ b.T
+        if ranks == (1, 2):
+            return lambda g: b @ g
+        if ranks == (2, 1):
+            return lambda g: np.outer(g, b)
+        return general(ans, a, b)
+
+    def vjp_b(ans, a, b):
+        ranks = (np.ndim(a), b.ndim)
+        if ranks == (1, 1):
+            return lambda g: g * a
+        if ranks == (2, 2):
+            return lambda g: a.T @ g
+        if ranks == (1, 2):
+            return lambda g: np.outer(a, g)
+        if ranks == (2, 1):
+            return lambda g: g @ a
+        return general(ans, a, b)
+
+    return vjp_a if k == 0 else vjp_b
+
+
 def inner_subscripts(ndim_a, ndim_b):
     """A scalar operand multiplies; otherwise the last axes of a and b."""
     if ndim_a == 0 or ndim_b == 0:
@@ -242,7 +277,7 @@ def slogdet_vjp(j, ans, a):
     return lambda g: per_matrix(g) * matrix_transpose(np.linalg.inv(a))
 
 
-defvjp(np.dot, *contraction_vjps(dot_subscripts))
+defvjp(np.dot, dot_vjp(0), dot_vjp(1))
 defvjp(np.inner, *contraction_vjps(inner_subscripts))
 defvjp(np.tensordot, *contraction_vjps(tensordot_subscripts))
 defvjp_argnum(np.einsum, einsum_vjp)

@@ -32,7 +32,7 @@ def _padded(shape, ndim):
 
 def _into(x, index, repeats=False):
     """Pullback of ``x[index]``: ``g`` added at ``index`` of x's gradient buffer."""
-    shape, dtype = np.shape(x), x.dtype
+    shape, dtype = x.shape, x.dtype
     return lambda g: IndexCotangent(index, g, shape, dtype, repeats)
 
 
@@ -221,8 +221,14 @@ def take_vjp(ans, x, indices, axis=None, mode="raise", **_):
     return _into(x, _along(axis % np.ndim(x), positions), repeats=np.ndim(positions) > 0)
 
 
+_BASIC_INDEX = (int, slice, type(None), type(Ellipsis))
+
+
 def getitem_vjp(ans, x, index):
-    return _into(x, _frozen(index), repeats=_may_repeat(index))
+    for part in index if type(index) is tuple else (index,):
+        if type(part) not in _BASIC_INDEX:
+            return _into(x, _frozen(index), repeats=_may_repeat(index))
+    return _into(x, index)  # basic indexing: a view, no repeats, nothing to copy
 
 
 def _frozen(index):
