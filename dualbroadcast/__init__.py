@@ -7,6 +7,7 @@ mode with vectorised dual arrays.  See DESIGN.md for the contract.
 from . import rules  # noqa: F401  (registers every rule)
 from .broadcast import KernelCall, broadcast, clear_cache, elementwise, kernel_log, sum  # noqa: A004
 from .api import check_gradient, cut, gradient, jacobian, pullback, uncut, value_and_gradient
+from .explain import explain
 from .kernels import set_backend
 from .errors import (
     DifferentiationError,
@@ -21,7 +22,7 @@ from .registry import defvjp, defvjp_argnum, defvjp_outputs, defvjp_sequence, no
 
 __all__ = [
     "gradient", "value_and_gradient", "broadcast", "sum", "elementwise", "kernel_log", "KernelCall",
-    "set_backend", "clear_cache", "pullback", "jacobian", "cut", "uncut", "check_gradient",
+    "set_backend", "clear_cache", "explain", "pullback", "jacobian", "cut", "uncut", "check_gradient",
     "defvjp", "defvjp_argnum", "defvjp_sequence", "defvjp_outputs", "nondifferentiable", "primitive",
     "DifferentiationError", "GradientMismatchError", "InPlaceMutationError", "KernelError",
     "NonScalarOutputError", "UnsupportedFunctionError", "ValueConversionError",

@@ -121,20 +121,21 @@ def _run(f, args, reduce, backend):
     kernel = _kernel(key, f, treedef, leaves, len(values), active, reduce)
     active_shapes = [np.shape(values[i]) for i in active]
     value, partials, used, size = kernel(values, active_shapes, backend)
+    call = KernelCall(kernel.name, len(active), used, size, reduce)
     calls = _log.get()
     if calls is not None:
-        calls.append(KernelCall(kernel.name, len(active), used, size, reduce))
+        calls.append(call)
     if not active:
         return value
     parents = [leaf for leaf, on in zip(leaves, activity) if type(leaf) is Tracked and on]
-    return _record(parents, value, partials, active_shapes, reduce)
+    return _record(parents, value, partials, active_shapes, call)
 
 
-def _record(parents, value, partials, shapes, reduce):
+def _record(parents, value, partials, shapes, call):
     tape = tape_of(parents)
-    out_shape = () if reduce else np.shape(value)
+    out_shape = () if call.reduce else np.shape(value)
     backs = tuple(_pullback(tape, p, s, out_shape) for p, s in zip(partials, shapes))
-    return tape.record(value, tuple(p.index for p in parents), backs)
+    return tape.record(value, tuple(p.index for p in parents), backs, call)
 
 
 def _pullback(tape, partial, shape, out_shape):

@@ -23,7 +23,7 @@ ACTIVE_TAPE = contextvars.ContextVar("dualbroadcast_active_tape", default=None)
 
 
 class Tape:
-    """A Wengert list: ``records[i]`` is ``(parent indices, pullbacks)``, or None for an input.
+    """A Wengert list: ``records[i]`` is ``(parent indices, pullbacks, operation)``, or None for an input.
 
     ``single_sweep``: the tape will be swept once (``gradient``), so a pullback may
     reuse a buffer it owns for its cotangent instead of allocating a new one.
@@ -41,10 +41,10 @@ class Tape:
         self.records.append(None)
         return Tracked(value, self, len(self.records) - 1)
 
-    def record(self, ans, parents, backs):
+    def record(self, ans, parents, backs, operation):
         """Append the operation that made ``ans`` and return its tracked result."""
         records = self.records
-        records.append((parents, backs))
+        records.append((parents, backs, operation))
         return Tracked(ans, self, len(records) - 1)
 
 
@@ -65,7 +65,7 @@ def backward(tape, seeds):
         if g is None or record is None:
             continue
         grads[i] = None
-        parents, backs = record
+        parents, backs, _ = record
         for p, back in zip(parents, backs):
             _accumulate(grads, owned, p, back(g))
     return grads
@@ -188,7 +188,7 @@ def call_rule(func, args, kwargs):
                 f"{sorted(kwargs)} ({error}); drop them, or register a rule that does (db.defvjp)"
             ) from error
         raise
-    return tape.record(ans, tuple(indices), tuple(backs))
+    return tape.record(ans, tuple(indices), tuple(backs), func)
 
 
 def _call_per_argument(func, rule, args):
@@ -219,7 +219,7 @@ def _call_per_argument(func, rule, args):
             indices.append(a.index)
             backs.append(maker(ans, *values))
     records = tape.records
-    records.append((tuple(indices), tuple(backs)))
+    records.append((tuple(indices), tuple(backs), func))
     return Tracked(ans, tape, len(records) - 1)
 
 
@@ -256,7 +256,7 @@ def _record_outputs(func, tape, ans, active, indices, maker, vargs, kwargs):
     outs = []
     for j, a in enumerate(ans):
         back = maker(j, ans, *vargs, **kwargs) if _is_float(a) else None
-        outs.append(a if back is None else tape.record(a, indices, (back,)))
+        outs.append(a if back is None else tape.record(a, indices, (back,), func))
     return outs if type(ans) is list else type(ans)(*outs)
 
 

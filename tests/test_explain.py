@@ -1,0 +1,56 @@
+"""db.explain reports the right modes, widths, active sets and kept bytes on known models."""
+
+import numpy as np
+import pytest
+
+import dualbroadcast as db
+from benchmarks.models import COEFFICIENTS, eam_dualbroadcast, eam_numpy, poly9_all_uncut, poly9_one_uncut
+
+
+def test_eam_with_sum_is_one_forward_kernel_keeping_one_partial():
+    x = np.random.default_rng(0).random(100)
+    report = db.explain(eam_dualbroadcast, x)
+    first = report.operations[0]
+    assert first.mode == "forward" and first.width == 1 and first.active == 1
+    assert first.kept_bytes == x.nbytes  # ∂rho/∂x for every point, nothing else
+    assert all(op.mode == "reverse" for op in report.operations[1:])
+    assert report.value == pytest.approx(eam_numpy(x))
+    scalars = sum(op.kept_bytes for op in report.operations[1:])
+    assert scalars < 200 and report.total_kept_bytes == x.nbytes + scalars
+
+
+def test_eam_as_plain_numpy_keeps_an_array_per_elementwise_step():
+    x = np.random.default_rng(0).random(100)
+    report = db.explain(eam_numpy, x)
+    assert not report.forward_operations
+    assert [op.name for op in report.operations[:4]] == ["np.add", "np.multiply", "np.exp", "np.sum"]
+    assert report.operations[2].kept_bytes == x.nbytes  # exp keeps its value as its derivative
+    assert report.total_kept_bytes > x.nbytes
+
+
+@pytest.mark.parametrize("n", [1000, 100_000])
+def test_poly9_one_uncut_coefficient_keeps_one_number_whatever_n(n):
+    xs = np.random.default_rng(1).uniform(-1, 1, n)
+    one = db.explain(poly9_one_uncut, COEFFICIENTS[2], db.cut(xs))
+    (kernel,) = one.forward_operations
+    assert kernel.width == 1 and kernel.kept_bytes == 8
+    ten = db.explain(poly9_all_uncut, np.array(COEFFICIENTS), db.cut(xs))
+    kernel = ten.forward_operations[0]
+    assert kernel.width == 10 and kernel.kept_bytes == 10 * 8
+    assert one.arguments[1].active_leaves == 0 and one.arguments[1].cut_leaves == 1
+
+
+def test_constant_operand_is_kept_and_reported():
+    c = np.arange(1000.0)
+    report = db.explain(lambda x: np.sum(x * c), np.ones(1000))
+    assert [(op.name, op.kept_bytes) for op in report.operations] == [("np.multiply", c.nbytes), ("np.sum", 0)]
+    assert report.total_kept_bytes == c.nbytes
+
+
+def test_text_and_html_views_show_every_operation():
+    x = np.random.default_rng(0).random(10)
+    report = db.explain(eam_dualbroadcast, x)
+    text, page = str(report), report._repr_html_()
+    assert text.count("\n") == len(report.operations) + 1
+    assert "forward" in text and "reverse" in text and "kept for the backward pass" in text
+    assert page.count("<tr>") == len(report.operations) + 1 and "sum(rho)" in page
