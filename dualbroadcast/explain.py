@@ -13,7 +13,7 @@ import numpy as np
 
 from .api import _scalar_seed, _trace
 from .broadcast import KernelCall
-from .tape import qualified_name
+from .tape import IndexPullback, qualified_name
 
 
 class Operation(NamedTuple):
@@ -114,6 +114,7 @@ def _kept_arrays(backs):
     """Arrays reachable from the pullbacks' closures (and tuples in them), by identity."""
     found = {}
     stack = [cell.cell_contents for back in backs for cell in (getattr(back, "__closure__", None) or ())]
+    stack += [back.index for back in backs if type(back) is IndexPullback]
     while stack:
         x = stack.pop()
         if isinstance(x, (np.ndarray, np.generic)):

@@ -67,22 +67,17 @@ def backward(tape, seeds):
         grads[i] = None
         parents, backs, _ = record
         for p, back in zip(parents, backs):
-            _accumulate(grads, owned, p, back(g))
+            if type(back) is IndexPullback:
+                back.add_into(grads, owned, p, g)
+            else:
+                _accumulate(grads, owned, p, back(g))
     return grads
 
 
 def _accumulate(grads, owned, p, ct):
     """Add cotangent ``ct`` into ``grads[p]``, in place once the buffer is ours."""
     current = grads[p]
-    if type(ct) is IndexCotangent:
-        if current is None:
-            current = np.zeros(ct.shape, ct.dtype)
-        elif not owned[p]:
-            current = np.array(current, dtype=ct.dtype)
-        ct.add_into(current)
-        grads[p] = current
-        owned[p] = True
-    elif current is None:
+    if current is None:
         grads[p] = ct
     elif owned[p]:
         np.add(current, ct, out=current)
@@ -91,23 +86,38 @@ def _accumulate(grads, owned, p, ct):
         owned[p] = type(current) is np.ndarray
 
 
-class IndexCotangent:
-    """The cotangent of ``x[index]``: added into the parent's one buffer, never densified."""
+class IndexPullback:
+    """The pullback of ``x[index]``: ``g`` added at ``index`` of x's one gradient buffer.
 
-    __slots__ = ("index", "value", "shape", "dtype", "repeats")
+    The sweep applies it directly, so a slice in a loop never densifies its
+    cotangent: the buffer is allocated once per backward pass, on first use.
+    ``repeats``: integer-array indices may repeat (``np.add.at`` semantics).
+    ``transform``: reshapes ``g`` first, when the index selects in another layout.
+    """
 
-    def __init__(self, index, value, shape, dtype, repeats):
+    __slots__ = ("index", "shape", "dtype", "repeats", "transform")
+
+    def __init__(self, index, shape, dtype, repeats=False, transform=None):
         self.index = index
-        self.value = value
         self.shape = shape
         self.dtype = dtype
-        self.repeats = repeats  # integer-array indices may repeat: np.add.at semantics
+        self.repeats = repeats
+        self.transform = transform
 
-    def add_into(self, buffer):
+    def add_into(self, grads, owned, p, g):
+        buffer = grads[p]
+        if buffer is None:
+            buffer = grads[p] = np.zeros(self.shape, self.dtype)
+            owned[p] = True
+        elif not owned[p]:
+            buffer = grads[p] = np.array(buffer, dtype=self.dtype)
+            owned[p] = True
+        if self.transform is not None:
+            g = self.transform(g)
         if self.repeats:
-            np.add.at(buffer, self.index, self.value)
+            np.add.at(buffer, self.index, g)
         else:
-            buffer[self.index] += self.value
+            buffer[self.index] += g
 
 
 def unbroadcast(g, shape):

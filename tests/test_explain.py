@@ -54,3 +54,9 @@ def test_text_and_html_views_show_every_operation():
     assert text.count("\n") == len(report.operations) + 1
     assert "forward" in text and "reverse" in text and "kept for the backward pass" in text
     assert page.count("<tr>") == len(report.operations) + 1 and "sum(rho)" in page
+
+
+def test_index_arrays_kept_by_an_indexing_pullback_are_counted():
+    idx = np.arange(50)
+    report = db.explain(lambda x: np.sum(x[idx]), np.ones(100))
+    assert report.operations[0].name.endswith("getitem") and report.operations[0].kept_bytes == idx.nbytes

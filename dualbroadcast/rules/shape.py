@@ -6,7 +6,7 @@ copies that tile/repeat/broadcast_to made, cut out the slice of ``g`` that came
 from one part of a concatenation or stack.
 
 Where the result is a piece of the argument (indexing, ``np.take``, the parts of
-``np.split``, ``np.diagonal``) the pullback returns an `IndexCotangent`: the
+``np.split``, ``np.diagonal``) the pullback returns an `IndexPullback`: the
 sweep adds ``g`` at that index into the argument's one gradient buffer, so no
 dense zero array is built per operation.  Closures keep only shapes, dtypes and
 indices, never the arrays.
@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import UnsupportedFunctionError
 from ..registry import defvjp, defvjp_outputs, defvjp_sequence
-from ..tape import IndexCotangent, astype, getitem, unbroadcast
+from ..tape import IndexPullback, astype, getitem, unbroadcast
 
 
 # --- helpers ------------------------------------------------------------------
@@ -32,8 +32,7 @@ def _padded(shape, ndim):
 
 def _into(x, index, repeats=False):
     """Pullback of ``x[index]``: ``g`` added at ``index`` of x's gradient buffer."""
-    shape, dtype = x.shape, x.dtype
-    return lambda g: IndexCotangent(index, g, shape, dtype, repeats)
+    return IndexPullback(index, x.shape, x.dtype, repeats)
 
 
 def _into_flat(x, positions):
@@ -195,7 +194,7 @@ def diagonal_vjp(ans, x, offset=0, axis1=0, axis2=1):
     index = tuple(index)
     position = min(axis1, axis2) if abs(axis1 - axis2) == 1 else 0
     shape, dtype = np.shape(x), x.dtype
-    return lambda g: IndexCotangent(index, np.moveaxis(g, -1, position), shape, dtype, False)
+    return IndexPullback(index, shape, dtype, transform=lambda g: np.moveaxis(g, -1, position))
 
 
 def diag_vjp(ans, v, k=0):
