@@ -208,6 +208,16 @@ def pullback(f, *args):
     tape, out, arguments = _trace(f, args)
     out_leaves, out_def = pytree.flatten(out)
 
+    if type(out) is Tracked:  # one array output: no trees to walk on every call
+
+        def back_one(ybar):
+            yb = np.array(ybar, dtype=out.dtype)  # a copy: the gradient may be this very array
+            if yb.shape != out.shape:
+                raise ValueError(f"cotangent of shape {yb.shape} for an output of shape {out.shape}")
+            return _one_or_tuple(_gradients(arguments, backward(tape, {out.index: yb})))
+
+        return out.value, back_one
+
     def back(ybar):
         ybar_leaves, _ = pytree.flatten(ybar)
         if len(ybar_leaves) != len(out_leaves):
