@@ -9,6 +9,7 @@ from .broadcast import KernelCall, broadcast, clear_cache, elementwise, kernel_l
 from .api import check_gradient, cut, gradient, jacobian, pullback, uncut, value_and_gradient
 from .explain import explain
 from .kernels import set_backend
+from .prepared import PreparedGradient, prepare_gradient
 from .errors import (
     DifferentiationError,
     GradientMismatchError,
@@ -22,7 +23,7 @@ from .registry import defvjp, defvjp_argnum, defvjp_outputs, defvjp_sequence, no
 
 __all__ = [
     "gradient", "value_and_gradient", "broadcast", "sum", "elementwise", "kernel_log", "KernelCall",
-    "set_backend", "clear_cache", "explain", "pullback", "jacobian", "cut", "uncut", "check_gradient",
+    "set_backend", "clear_cache", "explain", "prepare_gradient", "PreparedGradient", "pullback", "jacobian", "cut", "uncut", "check_gradient",
     "defvjp", "defvjp_argnum", "defvjp_sequence", "defvjp_outputs", "nondifferentiable", "primitive",
     "DifferentiationError", "GradientMismatchError", "InPlaceMutationError", "KernelError",
     "NonScalarOutputError", "UnsupportedFunctionError", "ValueConversionError",

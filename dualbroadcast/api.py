@@ -5,7 +5,7 @@ import numpy as np
 from . import pytree
 from .errors import GradientMismatchError, NonScalarOutputError
 from .pytree import Cut, Uncut
-from .tape import ACTIVE_TAPE, Tape, Tracked, backward, value_of
+from .tape import ACTIVE_TAPE, RECORDER, Tape, Tracked, backward, value_of
 
 _FLOAT_TYPES = (np.ndarray, float, np.float64, np.float32)
 
@@ -34,31 +34,38 @@ def uncut(x):
 
 def strip(x):
     """``x`` with every leaf that is not under `uncut` made constant, markers removed."""
+    recorder = RECORDER.get()
+    constant = value_of if recorder is None else (lambda v: recorder.alias(v) if type(v) is Tracked else v)
     if type(x) is Tracked:
-        return x.value
+        return constant(x)
     if isinstance(x, _FLOAT_TYPES):
         return x
     leaves, treedef = pytree.flatten(x)
     flags = pytree.leaf_activity(treedef, active=False)
     if not pytree.has_markers(treedef) and not any(type(leaf) is Tracked for leaf in leaves):
         return x
-    return pytree.unflatten(treedef, [leaf if on else value_of(leaf) for leaf, on in zip(leaves, flags)])
+    return pytree.unflatten(treedef, [leaf if on else constant(leaf) for leaf, on in zip(leaves, flags)])
 
 
 # --- tracing ----------------------------------------------------------------
 class _Argument:
     """One argument of a differentiated call: its tree and the tape input of each leaf."""
 
-    __slots__ = ("treedef", "originals", "inputs")
+    __slots__ = ("treedef", "originals", "inputs", "every_input")
 
-    def __init__(self, treedef, originals, inputs):
+    def __init__(self, treedef, originals, inputs, every_input=None):
         self.treedef = treedef
         self.originals = originals
         self.inputs = inputs  # per leaf: the Tracked input, or None for a constant
+        self.every_input = every_input or inputs  # also constants, when they are traced
 
 
-def _prepare(tape, args):
-    """Wrap every differentiated leaf of ``args`` as a tape input."""
+def _prepare(tape, args, constants_traced=False):
+    """Wrap every differentiated leaf of ``args`` as a tape input.
+
+    ``constants_traced``: array and float constants become tape inputs too (with no
+    gradient), so a prepared program sees new constant data on replay.
+    """
     call_args, arguments = [], []
     for position, arg in enumerate(args):
         if isinstance(arg, _FLOAT_TYPES):
@@ -68,13 +75,16 @@ def _prepare(tape, args):
             continue
         leaves, treedef = pytree.flatten(arg)
         flags = pytree.leaf_activity(treedef)
-        inputs, new_leaves = [], []
+        inputs, every, new_leaves = [], [], []
         for k, (leaf, on) in enumerate(zip(leaves, flags)):
             t = tape.leaf(_float_value(leaf, position, f" (leaf {k})")) if on and leaf is not None else None
             inputs.append(t)
+            if t is None and constants_traced and isinstance(leaf, (np.ndarray, np.generic, float)):
+                t = tape.leaf(np.float64(leaf) if type(leaf) is float else leaf)
+            every.append(t)
             new_leaves.append(t if t is not None else value_of(leaf))
         call_args.append(pytree.unflatten(treedef, new_leaves))
-        arguments.append(_Argument(treedef, leaves, inputs))
+        arguments.append(_Argument(treedef, leaves, inputs, every))
     return call_args, arguments
 
 

@@ -21,7 +21,7 @@ from . import pytree
 from .errors import KernelError
 from .expr import Sym, derivatives, trace
 from .kernels import Kernel
-from .tape import Tracked, tape_of, unbroadcast
+from .tape import RECORDER, Tracked, tape_of, unbroadcast
 
 CACHE_SIZE = 512
 _PLAIN = (np.ndarray, float, np.float64, np.float32, Tracked)
@@ -103,10 +103,12 @@ def _run(f, args, reduce, backend):
     else:
         leaves, treedef = pytree.flatten((f, args))
         activity = pytree.leaf_activity(treedef)
+    recorder = RECORDER.get()
+    inactive = recorder.inactive if recorder is not None else ()
     values, baked, active, kinds = [], [], [], []
     for leaf, on in zip(leaves, activity):
         if type(leaf) is Tracked:
-            if on:
+            if on and leaf.index not in inactive:
                 active.append(len(values))
             values.append(leaf.value)
             kinds.append(leaf.value.dtype)
@@ -125,14 +127,21 @@ def _run(f, args, reduce, backend):
     calls = _log.get()
     if calls is not None:
         calls.append(call)
+    if recorder is not None and any(type(leaf) is Tracked for leaf in leaves):
+        inputs = [leaf for leaf in leaves if type(leaf) is Tracked or _is_array_input(leaf)]
+
+        def record(on):
+            return _record([inputs[i] for i in on], value, partials, active_shapes, call, recorder.tape)
+
+        return recorder.kernel(kernel, inputs, activity, values, active, used, reduce, record)
     if not active:
         return value
-    parents = [leaf for leaf, on in zip(leaves, activity) if type(leaf) is Tracked and on]
+    parents = [leaf for leaf, on in zip(leaves, activity) if type(leaf) is Tracked and on and leaf.index not in inactive]
     return _record(parents, value, partials, active_shapes, call)
 
 
-def _record(parents, value, partials, shapes, call):
-    tape = tape_of(parents)
+def _record(parents, value, partials, shapes, call, tape=None):
+    tape = tape_of(parents) if parents else tape
     out_shape = () if call.reduce else np.shape(value)
     backs = tuple(_pullback(tape, p, s, out_shape) for p, s in zip(partials, shapes))
     return tape.record(value, tuple(p.index for p in parents), backs, call)

@@ -8,6 +8,7 @@ constants: they are never recorded and cost nothing in the backward pass.
 """
 
 import contextvars
+import operator
 
 import numpy as np
 
@@ -20,6 +21,8 @@ from .registry import BY_ARGNUM, NONDIFFERENTIABLE, OUTPUTS, PER_ARGUMENT, RULES
 
 # The tape of the gradient being evaluated in this thread/context, if any.
 ACTIVE_TAPE = contextvars.ContextVar("dualbroadcast_active_tape", default=None)
+# The recorder of a prepared gradient being recorded (prepared.Recorder), if any.
+RECORDER = contextvars.ContextVar("dualbroadcast_recorder", default=None)
 
 
 class Tape:
@@ -144,6 +147,9 @@ def value_of(x):
 
 def call_rule(func, args, kwargs):
     """Run ``func`` on plain values; record it if any argument is tracked."""
+    recorder = RECORDER.get()
+    if recorder is not None:
+        return recorder.call(func, args, kwargs)
     rule = RULES.get(func)
     if rule is None:
         if func in NONDIFFERENTIABLE:
@@ -374,16 +380,24 @@ class Tracked:
 
     # --- conversions that would lose the gradient -------------------------
     def __float__(self):
-        raise ValueConversionError(_CONVERSION.format(what="float() or a math.* function"))
+        return self._constant(float, "float() or a math.* function")
 
     def __int__(self):
-        raise ValueConversionError(_CONVERSION.format(what="int()"))
+        return self._constant(int, "int()")
+
+    def _constant(self, convert, what):
+        """A conversion is allowed only while recording a prepared gradient, of a value with no
+        gradient: it becomes a guard, checked on every replay."""
+        recorder = RECORDER.get()
+        if recorder is not None and self.index in recorder.inactive:
+            return recorder.guard(self, convert)
+        raise ValueConversionError(_CONVERSION.format(what=what))
 
     def __complex__(self):
         raise ValueConversionError(_CONVERSION.format(what="complex()"))
 
     def __index__(self):
-        raise ValueConversionError(_CONVERSION.format(what="using it as an index"))
+        return self._constant(operator.index, "using it as an index")
 
     def item(self, *args):
         raise ValueConversionError(_CONVERSION.format(what=".item()"))
@@ -398,7 +412,8 @@ class Tracked:
         )
 
     def __bool__(self):
-        return bool(self.value)
+        recorder = RECORDER.get()
+        return bool(self.value) if recorder is None else recorder.guard(self, bool)
 
     # --- array attributes -------------------------------------------------
     shape = property(lambda self: np.shape(self.value))
@@ -481,21 +496,33 @@ class Tracked:
         return call_rule(np.absolute, (self,), {})
 
     def __lt__(self, other):
+        if RECORDER.get() is not None:
+            return call_rule(np.less, (self, other), {})
         return self.value < value_of(other)
 
     def __le__(self, other):
+        if RECORDER.get() is not None:
+            return call_rule(np.less_equal, (self, other), {})
         return self.value <= value_of(other)
 
     def __gt__(self, other):
+        if RECORDER.get() is not None:
+            return call_rule(np.greater, (self, other), {})
         return self.value > value_of(other)
 
     def __ge__(self, other):
+        if RECORDER.get() is not None:
+            return call_rule(np.greater_equal, (self, other), {})
         return self.value >= value_of(other)
 
     def __eq__(self, other):
+        if RECORDER.get() is not None:
+            return call_rule(np.equal, (self, other), {})
         return self.value == value_of(other)
 
     def __ne__(self, other):
+        if RECORDER.get() is not None:
+            return call_rule(np.not_equal, (self, other), {})
         return self.value != value_of(other)
 
     # --- methods: the NumPy function of the same name ------------------------

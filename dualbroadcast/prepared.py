@@ -1,0 +1,379 @@
+"""Layer 4: prepared gradients — record once, replay many times.
+
+``prepare_gradient(f, *example_args)`` records ``f`` once as a list of steps:
+every operation on a value derived from *any* argument (cut arguments
+included, so new data is seen), with references to the values it used.
+Replaying runs those steps on new arguments — no user Python, no dispatch —
+then sweeps the backward pass, and can write the gradient into ``out=``.
+
+Every decision the recording took on a traced value is a guard: ``bool`` of a
+comparison, ``int``/``float``/index conversions, non-array results (shapes,
+counts).  Replay checks each guard where it was taken; if one differs, the
+program is recorded again for the new case (kept among a few variants) and
+``recordings`` counts it.  Replay never returns a gradient for a path the
+function did not take.
+"""
+
+import collections
+
+import numpy as np
+
+from . import pytree
+from .api import _gradients, _prepare, _scalar_seed
+from .errors import UnsupportedFunctionError
+from .registry import BY_ARGNUM, NONDIFFERENTIABLE, OUTPUTS, PER_ARGUMENT, RULES, SEQUENCE
+from .tape import ACTIVE_TAPE, RECORDER, Tape, Tracked, backward, qualified_name
+
+MAX_VARIANTS = 8
+
+
+class GuardFailed(Exception):
+    """A replayed decision differs from the recorded one: record this case anew."""
+
+
+class Const:
+    """A constant argument of a step (anything not derived from an argument of f)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+class Step:
+    """One recorded operation: how to recompute its outputs and rebuild their pullbacks."""
+
+    __slots__ = ("func", "impl", "kind", "refs", "rest", "kwargs", "outs", "active", "makers", "expected")
+
+    def __init__(self, func, impl, kind, refs, rest, kwargs, outs, active, makers, expected=None):
+        self.func = func
+        self.impl = impl
+        self.kind = kind
+        self.refs = refs  # per argument (or sequence element): a value index, or a Const
+        self.rest = rest  # SEQUENCE: the arguments after the sequence
+        self.kwargs = kwargs
+        self.outs = outs  # per output: its value index, or None for a plain (guarded) result
+        self.active = active  # argument positions whose cotangents are needed
+        self.makers = makers
+        self.expected = expected  # a plain result, checked on replay
+
+
+class KernelStep:
+    """A broadcast/sum kernel: rerun with the same backend, pullbacks rebuilt from its partials."""
+
+    __slots__ = ("kernel", "refs", "active", "backend", "out", "reduce")
+
+    def __init__(self, kernel, refs, active, backend, out, reduce):
+        self.kernel = kernel
+        self.refs = refs
+        self.active = active
+        self.backend = backend
+        self.out = out
+        self.reduce = reduce
+
+
+class Guard:
+    """A conversion of a traced value (bool, int, float, index) and the result it gave."""
+
+    __slots__ = ("index", "convert", "expected")
+
+    def __init__(self, index, convert, expected):
+        self.index = index
+        self.convert = convert
+        self.expected = expected
+
+
+class Recorder:
+    """Records the steps of one evaluation on ``tape``; values not needing a gradient are inactive."""
+
+    def __init__(self, tape):
+        self.tape = tape
+        self.steps = []
+        self.inactive = set()
+
+    def _new(self, value, parents, backs, func, active):
+        out = self.tape.record(value, parents, backs, func)
+        if not active:
+            self.inactive.add(out.index)
+        return out
+
+    def call(self, func, args, kwargs):
+        """Run ``func``; if any argument is traced, record a step (and a tape record)."""
+        rule = RULES.get(func)
+        if rule is None and func not in NONDIFFERENTIABLE:
+            raise UnsupportedFunctionError(
+                f"{qualified_name(func)} has no derivative rule in dualbroadcast; register one with "
+                "db.defvjp, or apply it to db.cut(x)"
+            )
+        kind = rule.kind if rule is not None else None
+        sequence, rest = (args[0], args[1:]) if kind == SEQUENCE else (args, ())
+        refs, values, traced = [], [], False
+        for a in sequence:
+            if type(a) is Tracked:
+                traced = True
+                refs.append(a.index)
+                values.append(a.value)
+            else:
+                refs.append(Const(a))
+                values.append(a)
+        if any(type(v) is Tracked for v in list(kwargs.values()) + list(rest)):
+            raise UnsupportedFunctionError(f"{qualified_name(func)}: pass tracked values positionally")
+        impl = rule.impl if rule is not None else func
+        call_values = [values, *rest] if kind == SEQUENCE else values
+        ans = impl(*call_values, **kwargs)
+        if not traced:
+            return ans
+        active = [i for i, r in enumerate(refs) if type(r) is int and r not in self.inactive]
+        makers = rule.makers if rule is not None else None
+        outputs = list(ans) if kind == OUTPUTS else [ans]
+        outs, results = [], []
+        for j, a in enumerate(outputs):
+            if not isinstance(a, (np.ndarray, np.generic)):
+                outs.append(None)  # a plain result (a shape, a count): guarded by equality
+                results.append(a)
+                continue
+            backs = _backs(rule, kind, j, active, a, ans, call_values, kwargs) if _is_float(a) and active else None
+            parents = tuple(refs[i] for i in active) if backs else ()
+            out = self._new(a, parents, backs or (), func, bool(backs))
+            outs.append(out.index)
+            results.append(out)
+        expected = ans if outs == [None] else None
+        self.steps.append(Step(func, impl, kind, refs, rest, kwargs, outs, active, makers, expected))
+        if kind == OUTPUTS:
+            return results if type(ans) is list else type(ans)(*results)
+        return results[0]
+
+    def kernel(self, kernel, leaves, activity, values, active, backend, reduce, record):
+        """Record a broadcast/sum kernel call; ``record(parents, value, partials)`` makes the record."""
+        refs = [leaf.index if type(leaf) is Tracked else Const(v) for leaf, v in zip(leaves, values)]
+        on = [i for i in active if refs[i] not in self.inactive]
+        out = record(on)
+        self.steps.append(KernelStep(kernel, refs, on, backend, out.index, reduce))
+        if not on:
+            self.inactive.add(out.index)
+        return out
+
+    def alias(self, x):
+        """``cut(x)`` of a traced value: the same value, inactive from here on."""
+        out = self._new(x.value, (), (), "cut", False)
+        self.steps.append(Step("cut", _identity, None, [x.index], (), {}, [out.index], [], None))
+        return out
+
+    def guard(self, x, convert):
+        """A decision on a traced value: its result must be the same on every replay."""
+        result = convert(x.value)
+        self.steps.append(Guard(x.index, convert, result))
+        return result
+
+
+def _identity(x):
+    return x
+
+
+def _is_float(a):
+    return getattr(a, "dtype", None) is not None and a.dtype.kind == "f"
+
+
+def _backs(rule, kind, j, active, a, ans, values, kwargs):
+    if kind == PER_ARGUMENT:
+        makers = rule.makers
+        for i in active:
+            if i >= len(makers) or makers[i] is None:
+                raise UnsupportedFunctionError(f"argument {i} of {qualified_name(rule.impl)} is not differentiable")
+        return tuple(makers[i](a, *values, **kwargs) for i in active)
+    if kind == OUTPUTS:
+        back = rule.makers(j, ans, *values, **kwargs)
+        return None if back is None else (back,)
+    return tuple(rule.makers(i, a, *values, **kwargs) for i in active)
+
+
+class Program:
+    """One recorded variant: steps, the leaves' value indices and the output index."""
+
+    def __init__(self, tape, recorder, arguments, out):
+        self.steps = recorder.steps
+        self.size = len(tape.records)
+        self.arguments = arguments
+        self.leaves = [(k, t.index) for k, t in enumerate(_all_inputs(arguments)) if t is not None]
+        self.out = out.index if type(out) is Tracked else None
+
+    def replay(self, leaves):
+        """Values, records and the output value for new leaf values; GuardFailed if a decision differs."""
+        values = [None] * self.size
+        records = [None] * self.size
+        for k, index in self.leaves:
+            values[index] = leaves[k]
+        tape = Tape(single_sweep=True)
+        tape.records = records
+        for step in self.steps:
+            kind = type(step)
+            if kind is Step:
+                _replay_step(step, values, records)
+            elif kind is Guard:
+                if step.convert(values[step.index]) != step.expected:
+                    raise GuardFailed
+            else:
+                _replay_kernel(step, values, records, tape)
+        return tape, values
+
+
+def _resolve(refs, values):
+    return [values[r] if type(r) is int else r.value for r in refs]
+
+
+def _replay_step(step, values, records):
+    args = _resolve(step.refs, values)
+    call_values = [args, *step.rest] if step.kind == SEQUENCE else args
+    ans = step.impl(*call_values, **step.kwargs)
+    if step.expected is not None or step.outs == [None]:
+        if not _same(ans, step.expected):
+            raise GuardFailed
+        return
+    outputs = list(ans) if step.kind == OUTPUTS else [ans]
+    for j, (index, a) in enumerate(zip(step.outs, outputs)):
+        if index is None:
+            continue
+        values[index] = a
+        if step.active and _is_float(a):
+            rule = RULES.get(step.func)
+            backs = _backs(rule, step.kind, j, step.active, a, ans, call_values, step.kwargs)
+            if backs:
+                records[index] = (tuple(step.refs[i] for i in step.active), backs, step.func)
+
+
+def _replay_kernel(step, values, records, tape):
+    from .broadcast import _pullback
+
+    args = _resolve(step.refs, values)
+    shapes = [np.shape(args[i]) for i in step.active]
+    value, partials, _, _ = step.kernel(args, shapes, step.backend)
+    values[step.out] = value
+    if step.active:
+        out_shape = () if step.reduce else np.shape(value)
+        backs = tuple(_pullback(tape, p, s, out_shape) for p, s in zip(partials, shapes))
+        records[step.out] = (tuple(step.refs[i] for i in step.active), backs, None)
+
+
+def _same(a, b):
+    try:
+        return bool(np.array_equal(a, b)) if isinstance(a, np.ndarray) else a == b
+    except Exception:  # noqa: BLE001 - incomparable results are different results
+        return False
+
+
+def _all_inputs(arguments):
+    """Every tape input of the arguments (differentiated and constant), in leaf order."""
+    return [t for arg in arguments for t in arg.every_input]
+
+
+class PreparedGradient:
+    """A gradient program recorded for one argument structure; call it like `db.gradient`.
+
+    ``prog(*args, out=None)`` returns the gradient (written into ``out`` if given);
+    ``prog.value_and_gradient(*args, out=None)`` also returns the value.
+    ``prog.recordings`` counts how often ``f`` was recorded (a new variant, or a
+    guard that failed: a branch that went another way).
+    """
+
+    def __init__(self, f, example_args):
+        self.f = f
+        self.recordings = 0
+        self.variants = collections.OrderedDict()  # signature -> [Program, ...]
+        self._record(example_args, _signature(example_args))
+
+    def __call__(self, *args, out=None):
+        return self.value_and_gradient(*args, out=out)[1]
+
+    def value_and_gradient(self, *args, out=None):
+        signature = _signature(args)
+        for program in self.variants.get(signature, ()):
+            try:
+                value, grads = _run(program, args)
+                break
+            except GuardFailed:
+                continue
+        else:
+            value, grads = self._record(args, signature)
+        if out is not None:
+            grads = _write(grads, out, len(args))
+        return value, grads
+
+    def _record(self, args, signature):
+        """Record ``f`` on ``args``: a new program for this signature; return its value and gradient."""
+        tape = Tape(single_sweep=True)
+        call_args, arguments = _prepare(tape, args, constants_traced=True)
+        recorder = Recorder(tape)
+        recorder.inactive.update(
+            t.index for a in arguments for t, i in zip(a.every_input, a.inputs) if t is not None and i is None
+        )
+        token, rtoken = ACTIVE_TAPE.set(tape), RECORDER.set(recorder)
+        try:
+            out = self.f(*call_args)
+        finally:
+            RECORDER.reset(rtoken)
+            ACTIVE_TAPE.reset(token)
+            tape.closed = True
+        value, seed = _scalar_seed(out, tape)
+        program = Program(tape, recorder, arguments, out)
+        self.recordings += 1
+        programs = self.variants.setdefault(signature, [])
+        programs.insert(0, program)
+        del programs[MAX_VARIANTS:]
+        if len(self.variants) > MAX_VARIANTS:
+            self.variants.popitem(last=False)
+        grads = backward(tape, {out.index: seed}) if seed is not None and out.index not in recorder.inactive else None
+        return value, _one_or_tuple(_gradients(arguments, grads))
+
+
+def _run(program, args):
+    leaves = [_leaf_value(leaf) for arg in args for leaf in _leaves(arg)]
+    tape, values = program.replay(leaves)
+    value = values[program.out] if program.out is not None else None
+    seed_dtype = getattr(value, "dtype", None)
+    if program.out is None or tape.records[program.out] is None:
+        grads = None
+    else:
+        grads = backward(tape, {program.out: seed_dtype.type(1)})
+    return value, _one_or_tuple(_gradients(program.arguments, grads))
+
+
+def _leaves(arg):
+    return [arg] if isinstance(arg, (np.ndarray, float, np.generic)) else pytree.flatten(arg)[0]
+
+
+def _leaf_value(leaf):
+    return np.float64(leaf) if type(leaf) is float else leaf
+
+
+def _signature(args):
+    """What a recording depends on: structure, cut pattern, shapes and dtypes of every leaf."""
+    from .broadcast import _structure_key
+
+    parts = []
+    for arg in args:
+        leaves, treedef = pytree.flatten(arg)
+        parts.append((_structure_key(treedef), tuple((np.shape(v), getattr(v, "dtype", type(v))) for v in leaves)))
+    return tuple(parts)
+
+
+def _one_or_tuple(items):
+    return items[0] if len(items) == 1 else tuple(items)
+
+
+def _write(grads, out, n_args):
+    """Copy the gradient into the caller's arrays ``out`` (same structure); return ``out``."""
+    pairs = zip(pytree.flatten(grads)[0], pytree.flatten(out)[0])
+    for g, o in pairs:
+        if g is not None:
+            np.copyto(o, g)
+    return out
+
+
+def prepare_gradient(f, *example_args):
+    """Record ``f`` once for arguments like ``example_args``; return a fast `PreparedGradient`.
+
+    >>> prog = db.prepare_gradient(loss, x, db.cut(data))
+    >>> g = prog(x2, db.cut(data2))          # replayed, no tracing
+    >>> prog(x3, db.cut(data3), out=buffer)   # gradient written into buffer
+    """
+    return PreparedGradient(f, example_args)
