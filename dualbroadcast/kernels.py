@@ -86,7 +86,7 @@ class Kernel:
             backend = self.choice[size.bit_length()] = "numpy"
         elif backend != "numpy" and backend not in self._candidates(values, size):
             backend = "numpy"  # not eligible for these shapes (or numexpr lacks an operation)
-        return self._run(backend, values, shape, size, active_shapes) + (backend, size)
+        return self.run(backend, values, shape, size, active_shapes) + (backend, size)
 
     def _candidates(self, values, size):
         found = ["numpy"]
@@ -103,14 +103,15 @@ class Kernel:
             best = math.inf
             for _ in range(2):
                 start = time.perf_counter()
-                result = self._run(backend, values, shape, size, active_shapes)
+                result = self.run(backend, values, shape, size, active_shapes)
                 best = min(best, time.perf_counter() - start)
             timings[backend] = (best, result)
         winner = min(timings, key=lambda b: timings[b][0])
         self.choice[size.bit_length()] = winner
         return timings[winner][1] + (winner,)
 
-    def _run(self, backend, values, shape, size, active_shapes):
+    def run(self, backend, values, shape, size, active_shapes):
+        """``(value, partials)`` on a given backend, for inputs whose broadcast shape is known."""
         if backend == "numpy":
             return self._finish(self.whole(*values), shape, active_shapes)
         if backend == "blocked":

@@ -21,7 +21,8 @@ import numpy as np
 from . import pytree
 from .api import _gradients, _prepare, _scalar_seed
 from .errors import UnsupportedFunctionError
-from .registry import BY_ARGNUM, NONDIFFERENTIABLE, OUTPUTS, PER_ARGUMENT, RULES, SEQUENCE
+from .registry import NONDIFFERENTIABLE, OUTPUTS, PER_ARGUMENT, RULES, SEQUENCE
+from .replay import compile_program
 from .tape import ACTIVE_TAPE, RECORDER, Tape, Tracked, backward, qualified_name
 
 MAX_VARIANTS = 8
@@ -90,12 +91,17 @@ class Recorder:
         self.tape = tape
         self.steps = []
         self.inactive = set()
+        self.meta = {}  # value index -> (shape, dtype)
 
     def _new(self, value, parents, backs, func, active):
         out = self.tape.record(value, parents, backs, func)
+        self.describe(out)
         if not active:
             self.inactive.add(out.index)
         return out
+
+    def describe(self, t):
+        self.meta[t.index] = (np.shape(t.value), np.result_type(t.value))
 
     def call(self, func, args, kwargs):
         """Run ``func``; if any argument is traced, record a step (and a tape record)."""
@@ -148,6 +154,7 @@ class Recorder:
         refs = [leaf.index if type(leaf) is Tracked else Const(v) for leaf, v in zip(leaves, values)]
         on = [i for i in active if refs[i] not in self.inactive]
         out = record(on)
+        self.describe(out)
         self.steps.append(KernelStep(kernel, refs, on, backend, out.index, reduce))
         if not on:
             self.inactive.add(out.index)
@@ -188,82 +195,22 @@ def _backs(rule, kind, j, active, a, ans, values, kwargs):
 
 
 class Program:
-    """One recorded variant: steps, the leaves' value indices and the output index."""
+    """One recorded variant, compiled to straight-line Python (see `replay.compile_program`)."""
 
     def __init__(self, tape, recorder, arguments, out):
         self.steps = recorder.steps
-        self.size = len(tape.records)
+        self.meta = recorder.meta
+        self.records = tape.records  # the recorded pullbacks' kinds shape the generated code
         self.arguments = arguments
-        self.leaves = [(k, t.index) for k, t in enumerate(_all_inputs(arguments)) if t is not None]
-        self.out = out.index if type(out) is Tracked else None
+        inputs = [t for arg in arguments for t in arg.every_input]
+        self.leaves = [(k, t.index) for k, t in enumerate(inputs) if t is not None]
+        self.active_leaves = [t.index for arg in arguments for t in arg.inputs if t is not None]
+        self.out = out.index
+        self.run, self.source = compile_program(self, GuardFailed)
+        self.records = None  # the recording's values are not needed any more
 
-    def replay(self, leaves):
-        """Values, records and the output value for new leaf values; GuardFailed if a decision differs."""
-        values = [None] * self.size
-        records = [None] * self.size
-        for k, index in self.leaves:
-            values[index] = leaves[k]
-        tape = Tape(single_sweep=True)
-        tape.records = records
-        for step in self.steps:
-            kind = type(step)
-            if kind is Step:
-                _replay_step(step, values, records)
-            elif kind is Guard:
-                if step.convert(values[step.index]) != step.expected:
-                    raise GuardFailed
-            else:
-                _replay_kernel(step, values, records, tape)
-        return tape, values
-
-
-def _resolve(refs, values):
-    return [values[r] if type(r) is int else r.value for r in refs]
-
-
-def _replay_step(step, values, records):
-    args = _resolve(step.refs, values)
-    call_values = [args, *step.rest] if step.kind == SEQUENCE else args
-    ans = step.impl(*call_values, **step.kwargs)
-    if step.expected is not None or step.outs == [None]:
-        if not _same(ans, step.expected):
-            raise GuardFailed
-        return
-    outputs = list(ans) if step.kind == OUTPUTS else [ans]
-    for j, (index, a) in enumerate(zip(step.outs, outputs)):
-        if index is None:
-            continue
-        values[index] = a
-        if step.active and _is_float(a):
-            rule = RULES.get(step.func)
-            backs = _backs(rule, step.kind, j, step.active, a, ans, call_values, step.kwargs)
-            if backs:
-                records[index] = (tuple(step.refs[i] for i in step.active), backs, step.func)
-
-
-def _replay_kernel(step, values, records, tape):
-    from .broadcast import _pullback
-
-    args = _resolve(step.refs, values)
-    shapes = [np.shape(args[i]) for i in step.active]
-    value, partials, _, _ = step.kernel(args, shapes, step.backend)
-    values[step.out] = value
-    if step.active:
-        out_shape = () if step.reduce else np.shape(value)
-        backs = tuple(_pullback(tape, p, s, out_shape) for p, s in zip(partials, shapes))
-        records[step.out] = (tuple(step.refs[i] for i in step.active), backs, None)
-
-
-def _same(a, b):
-    try:
-        return bool(np.array_equal(a, b)) if isinstance(a, np.ndarray) else a == b
-    except Exception:  # noqa: BLE001 - incomparable results are different results
-        return False
-
-
-def _all_inputs(arguments):
-    """Every tape input of the arguments (differentiated and constant), in leaf order."""
-    return [t for arg in arguments for t in arg.every_input]
+    def shape_of(self, ref):
+        return self.meta[ref][0] if type(ref) is int else np.shape(ref.value)
 
 
 class PreparedGradient:
@@ -279,33 +226,33 @@ class PreparedGradient:
         self.f = f
         self.recordings = 0
         self.variants = collections.OrderedDict()  # signature -> [Program, ...]
-        self._record(example_args, _signature(example_args))
+        self._record(example_args, _signature([pytree.flatten(arg) for arg in example_args]))
 
     def __call__(self, *args, out=None):
         return self.value_and_gradient(*args, out=out)[1]
 
     def value_and_gradient(self, *args, out=None):
-        signature = _signature(args)
+        flat = [pytree.flatten(arg) for arg in args]
+        signature = _signature(flat)
         for program in self.variants.get(signature, ()):
             try:
-                value, grads = _run(program, args)
-                break
+                return _run(program, flat, out)
             except GuardFailed:
                 continue
-        else:
-            value, grads = self._record(args, signature)
-        if out is not None:
-            grads = _write(grads, out, len(args))
-        return value, grads
+        value, grads = self._record(args, signature)
+        return (value, _write(_active_gradients(grads, len(args)), out)) if out is not None else (value, grads)
 
     def _record(self, args, signature):
         """Record ``f`` on ``args``: a new program for this signature; return its value and gradient."""
         tape = Tape(single_sweep=True)
         call_args, arguments = _prepare(tape, args, constants_traced=True)
         recorder = Recorder(tape)
-        recorder.inactive.update(
-            t.index for a in arguments for t, i in zip(a.every_input, a.inputs) if t is not None and i is None
-        )
+        for a in arguments:
+            for t, i in zip(a.every_input, a.inputs):
+                if t is not None:
+                    recorder.describe(t)
+                    if i is None:
+                        recorder.inactive.add(t.index)
         token, rtoken = ACTIVE_TAPE.set(tape), RECORDER.set(recorder)
         try:
             out = self.f(*call_args)
@@ -314,6 +261,9 @@ class PreparedGradient:
             ACTIVE_TAPE.reset(token)
             tape.closed = True
         value, seed = _scalar_seed(out, tape)
+        if type(out) is not Tracked:
+            raise ValueError("prepare_gradient: f's result does not depend on its arguments; use db.gradient")
+        grads = backward(tape, {out.index: seed}) if out.index not in recorder.inactive else None
         program = Program(tape, recorder, arguments, out)
         self.recordings += 1
         programs = self.variants.setdefault(signature, [])
@@ -321,51 +271,66 @@ class PreparedGradient:
         del programs[MAX_VARIANTS:]
         if len(self.variants) > MAX_VARIANTS:
             self.variants.popitem(last=False)
-        grads = backward(tape, {out.index: seed}) if seed is not None and out.index not in recorder.inactive else None
         return value, _one_or_tuple(_gradients(arguments, grads))
 
 
-def _run(program, args):
-    leaves = [_leaf_value(leaf) for arg in args for leaf in _leaves(arg)]
-    tape, values = program.replay(leaves)
-    value = values[program.out] if program.out is not None else None
-    seed_dtype = getattr(value, "dtype", None)
-    if program.out is None or tape.records[program.out] is None:
-        grads = None
-    else:
-        grads = backward(tape, {program.out: seed_dtype.type(1)})
-    return value, _one_or_tuple(_gradients(program.arguments, grads))
+def _run(program, flat, out):
+    leaves = [leaf for leaves, _ in flat for leaf in leaves]
+    value, grads = program.run(*[_leaf_value(leaves[k]) for k, _ in program.leaves])
+    if out is not None:
+        return value, _write(grads, out)
+    by_index = dict(zip(program.active_leaves, grads))
+    return value, _one_or_tuple(_gradients(program.arguments, by_index))
 
 
-def _leaves(arg):
-    return [arg] if isinstance(arg, (np.ndarray, float, np.generic)) else pytree.flatten(arg)[0]
+def _active_gradients(grads, n_args):
+    """The gradient arrays of the differentiated leaves, in order."""
+    trees = grads if n_args > 1 else (grads,)
+    return [g for tree in trees for g in pytree.flatten(tree)[0] if g is not None]
 
 
 def _leaf_value(leaf):
     return np.float64(leaf) if type(leaf) is float else leaf
 
 
-def _signature(args):
-    """What a recording depends on: structure, cut pattern, shapes and dtypes of every leaf."""
+def _signature(flat):
+    """What a recording depends on: per argument its structure, and per leaf its shape and dtype
+    (arrays and floats) or its value (anything else is baked into the program)."""
     from .broadcast import _structure_key
 
-    parts = []
-    for arg in args:
-        leaves, treedef = pytree.flatten(arg)
-        parts.append((_structure_key(treedef), tuple((np.shape(v), getattr(v, "dtype", type(v))) for v in leaves)))
-    return tuple(parts)
+    return tuple((_structure_key(treedef), tuple(map(_leaf_key, leaves))) for leaves, treedef in flat)
+
+
+def _leaf_key(leaf):
+    if type(leaf) is float:
+        return float
+    if isinstance(leaf, (np.ndarray, np.generic)):
+        return (leaf.shape, leaf.dtype)
+    return (type(leaf), leaf if _hashable(leaf) else id(leaf))
+
+
+def _hashable(x):
+    try:
+        hash(x)
+        return True
+    except TypeError:
+        return False
 
 
 def _one_or_tuple(items):
     return items[0] if len(items) == 1 else tuple(items)
 
 
-def _write(grads, out, n_args):
-    """Copy the gradient into the caller's arrays ``out`` (same structure); return ``out``."""
-    pairs = zip(pytree.flatten(grads)[0], pytree.flatten(out)[0])
-    for g, o in pairs:
-        if g is not None:
-            np.copyto(o, g)
+def _write(grads, out):
+    """Copy the gradient into the caller's arrays ``out`` (the gradient's structure); return ``out``."""
+    targets = [o for o in pytree.flatten(out)[0] if o is not None]
+    if len(targets) != len(grads):
+        raise ValueError(
+            f"out= has {len(targets)} arrays but the gradient has {len(grads)}; pass arrays shaped like "
+            "the gradient (None for cut arguments)"
+        )
+    for g, o in zip(grads, targets):
+        np.copyto(o, g)
     return out
 
 

@@ -79,6 +79,7 @@ class Uncut(Cut):
 
 # A treedef is (kind, aux, children_treedefs); a leaf is LEAF.
 LEAF = None
+_PLAIN_LEAVES = {float, int, bool, complex, str, type(None), np.ndarray, np.float64, np.float32, np.int64}
 
 
 def _is_namedtuple(x):
@@ -178,6 +179,9 @@ def flatten(tree):
     in_progress = set()
 
     def visit(x):
+        if type(x) in _PLAIN_LEAVES:
+            leaves.append(x)
+            return LEAF
         if isinstance(x, (types.FunctionType, types.MethodType)) and id(x) in in_progress:
             return ("static", x, ())  # a function whose closure refers to itself
         node = _children(x)

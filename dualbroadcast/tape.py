@@ -108,6 +108,7 @@ class IndexPullback:
         self.transform = transform
 
     def add_into(self, grads, owned, p, g):
+        """The sweep's step: add ``g`` into ``grads[p]``, made our own buffer first."""
         buffer = grads[p]
         if buffer is None:
             buffer = grads[p] = np.zeros(self.shape, self.dtype)
@@ -115,6 +116,10 @@ class IndexPullback:
         elif not owned[p]:
             buffer = grads[p] = np.array(buffer, dtype=self.dtype)
             owned[p] = True
+        self.add(buffer, g)
+
+    def add(self, buffer, g):
+        """Add ``g`` at the index into ``buffer`` (x's gradient buffer) in place."""
         if self.transform is not None:
             g = self.transform(g)
         if self.repeats:

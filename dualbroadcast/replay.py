@@ -1,0 +1,287 @@
+"""Straight-line Python for a recorded prepared program: forward steps, guards, then the adjoints.
+
+Elementwise steps become inline expressions (operators on NumPy scalars cost
+no ufunc dispatch) and their adjoints are rendered from the `DERIVATIVES`
+table through `Src`, an algebra that writes code instead of computing.  Other
+steps call their implementation, and their vjp maker in the backward part.
+Which cotangent is assigned, added or added in place is decided here, once,
+from the recorded order — the generated code has no bookkeeping left.
+"""
+
+import numpy as np
+
+from .derivatives import DERIVATIVES
+from .registry import OUTPUTS, PER_ARGUMENT, SEQUENCE
+from .tape import IndexPullback, getitem, unbroadcast
+
+_OPERATORS = {np.add: "+", np.subtract: "-", np.multiply: "*", np.divide: "/", np.power: "**",
+              np.less: "<", np.less_equal: "<=", np.greater: ">", np.greater_equal: ">=",
+              np.equal: "==", np.not_equal: "!="}
+
+
+class Namespace:
+    """The names generated code refers to; every one made by the library."""
+
+    def __init__(self):
+        self.names = {"np": np, "unbroadcast": unbroadcast, "IndexPullback": IndexPullback}
+        self._ids = {}
+
+    def bind(self, value, prefix="c"):
+        key = id(value)
+        if key not in self._ids:
+            name = f"{prefix}{len(self.names)}"
+            self.names[name] = value
+            self._ids[key] = (name, value)  # keep value alive so its id stays unique
+        return self._ids[key][0]
+
+
+class Src:
+    """Source text of an expression; NumPy functions and operators applied to it write code."""
+
+    __slots__ = ("text", "space")
+
+    def __init__(self, text, space):
+        self.text = text
+        self.space = space
+
+    def _of(self, x):
+        if type(x) is Src:
+            return x.text
+        if type(x) in (int, float) and np.isfinite(x):
+            return repr(x)
+        return self.space.bind(x)
+
+    def _apply(self, func, args):
+        texts = [self._of(a) for a in args]
+        if func in _OPERATORS and len(texts) == 2:
+            return Src(f"({texts[0]} {_OPERATORS[func]} {texts[1]})", self.space)
+        if func is np.negative:
+            return Src(f"(-{texts[0]})", self.space)
+        return Src(f"{self.space.bind(func, 'f')}({', '.join(texts)})", self.space)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return self._apply(ufunc, inputs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return self._apply(func, args)
+
+    def __add__(self, o): return self._apply(np.add, (self, o))
+    def __radd__(self, o): return self._apply(np.add, (o, self))
+    def __sub__(self, o): return self._apply(np.subtract, (self, o))
+    def __rsub__(self, o): return self._apply(np.subtract, (o, self))
+    def __mul__(self, o): return self._apply(np.multiply, (self, o))
+    def __rmul__(self, o): return self._apply(np.multiply, (o, self))
+    def __truediv__(self, o): return self._apply(np.divide, (self, o))
+    def __rtruediv__(self, o): return self._apply(np.divide, (o, self))
+    def __pow__(self, o): return self._apply(np.power, (self, o))
+    def __rpow__(self, o): return self._apply(np.power, (o, self))
+    def __neg__(self): return self._apply(np.negative, (self,))
+    def __lt__(self, o): return self._apply(np.less, (self, o))
+    def __le__(self, o): return self._apply(np.less_equal, (self, o))
+    def __gt__(self, o): return self._apply(np.greater, (self, o))
+    def __ge__(self, o): return self._apply(np.greater_equal, (self, o))
+    def __and__(self, o): return self._apply(np.logical_and, (self, o))
+    def __or__(self, o): return self._apply(np.logical_or, (self, o))
+
+
+def compile_program(program, guard_failed):
+    """Generate ``run(*leaf_values) -> (value, gradients of the active leaves)`` for ``program``."""
+    space = Namespace()
+    space.names["GuardFailed"] = guard_failed
+    writer = _Writer(program, space)
+    lines = [f"def run({', '.join(f'v{i}' for _, i in program.leaves)}):"]
+    lines += writer.forward()
+    lines += writer.backward()
+    source = "\n".join(lines)
+    exec(compile(source, "<dualbroadcast prepared program>", "exec"), space.names)
+    return space.names["run"], source
+
+
+class _Writer:
+    def __init__(self, program, space):
+        self.p = program
+        self.space = space
+
+    def ref(self, r):
+        return f"v{r}" if type(r) is int else self.space.bind(r.value)
+
+    def args(self, step):
+        refs = [self.ref(r) for r in step.refs]
+        if step.kind == SEQUENCE:
+            return [f"[{', '.join(refs)}]"] + [self.space.bind(x) for x in step.rest]
+        return refs
+
+    def call(self, step, args):
+        kwargs = f", **{self.space.bind(step.kwargs)}" if step.kwargs else ""
+        return f"{self.space.bind(step.impl, 's')}({', '.join(args)}{kwargs})"
+
+    # --- forward ---------------------------------------------------------------------
+    def forward(self):
+        lines = []
+        for k, step in enumerate(self.p.steps):
+            kind = type(step).__name__
+            if kind == "Guard":
+                convert, expected = self.space.bind(step.convert), self.space.bind(step.expected)
+                lines.append(f"    if {convert}(v{step.index}) != {expected}: raise GuardFailed")
+            elif kind == "KernelStep":
+                lines.append(f"    v{step.out}, p{step.out} = {self.kernel_runner(step)}({', '.join(self.ref(r) for r in step.refs)})")
+            elif step.expected is not None or step.outs == [None]:
+                same = self.space.bind(_same)
+                lines.append(f"    if not {same}({self.call(step, self.args(step))}, {self.space.bind(step.expected)}): raise GuardFailed")
+            elif step.kind == OUTPUTS:
+                lines.append(f"    r{k} = {self.call(step, self.args(step))}")
+                lines += [f"    v{o} = r{k}[{j}]" for j, o in enumerate(step.outs) if o is not None]
+            elif step.func == "cut":
+                lines.append(f"    v{step.outs[0]} = {self.ref(step.refs[0])}")
+            elif self.inline(step):
+                expression = Src("", self.space)._apply(step.func, [Src(self.ref(r), self.space) for r in step.refs])
+                lines.append(f"    v{step.outs[0]} = {expression.text}")
+            else:
+                lines.append(f"    v{step.outs[0]} = {self.call(step, self.args(step))}")
+        return lines
+
+    def inline(self, step):
+        return step.kind == PER_ARGUMENT and not step.kwargs and step.func in DERIVATIVES and step.func is not np.clip
+
+    def kernel_runner(self, step):
+        """The kernel on its recorded backend and shapes: no shape or backend work per call."""
+        kernel, backend = step.kernel, step.backend
+        values_shape = np.broadcast_shapes(*[self.p.shape_of(r) for r in step.refs])
+        active_shapes = [self.p.shape_of(step.refs[i]) for i in step.active]
+        size = int(np.prod(values_shape))
+
+        def run(*values):
+            return kernel.run(backend, values, values_shape, size, active_shapes)
+
+        return self.space.bind(run, "k")
+
+    # --- backward --------------------------------------------------------------------
+    def backward(self):
+        p = self.p
+        out = p.out
+        lines = [f"    g{out} = {self.space.bind(p.meta[out][1].type(1))}"]
+        state = {out: "shared"}  # per value: None (no cotangent yet), "shared" or "owned"
+        for k in range(len(p.steps) - 1, -1, -1):
+            step = p.steps[k]
+            kind = type(step).__name__
+            if kind == "Guard":
+                continue
+            if kind == "KernelStep":
+                if step.out in state and step.active:
+                    lines += self.kernel_adjoints(step, state)
+                continue
+            for j, o in enumerate(step.outs):
+                if o is not None and o in state and p.records[o] is not None:
+                    lines += self.adjoints(k, step, j, o, state)
+        leaves = []
+        for i in p.active_leaves:
+            if i not in state:
+                shape, dtype = p.meta[i]
+                lines.append(f"    g{i} = {self.space.bind(np.zeros)}({shape!r}, {self.space.bind(dtype)})")
+            leaves.append(f"g{i}")
+        lines.append(f"    return v{out}, ({''.join(g + ', ' for g in leaves)})")
+        return lines
+
+    def adjoints(self, k, step, j, o, state):
+        lines = []
+        backs = self.p.records[o][1]
+        parents = [step.refs[i] for i in step.active]
+        for slot, (i, parent) in enumerate(zip(step.active, parents)):
+            recorded = backs[slot]
+            if self.inline(step):
+                lines += self.accumulate(parent, self.inline_adjoint(step, i, o), state)
+            elif type(recorded) is IndexPullback and step.func is getitem and type(step.refs[1]) is not int:
+                lines += self.index_add(parent, f"{self.ref(step.refs[1])}", f"g{o}", recorded.repeats, state)
+            else:
+                maker = self.maker(step, i, j, k, o)
+                if type(recorded) is IndexPullback:
+                    lines.append(f"    b = {maker}")
+                    lines += self.index_add(parent, None, f"g{o}", None, state, back="b")
+                else:
+                    lines += self.accumulate(parent, f"{maker}(g{o})", state)
+        return lines
+
+    def maker(self, step, i, j, k, o):
+        args = self.args(step)
+        kwargs = f", **{self.space.bind(step.kwargs)}" if step.kwargs else ""
+        if step.kind == OUTPUTS:
+            return f"{self.space.bind(step.makers, 'm')}({j}, r{k}, {', '.join(args)}{kwargs})"
+        if step.kind == PER_ARGUMENT:
+            return f"{self.space.bind(step.makers[i], 'm')}(v{o}, {', '.join(args)}{kwargs})"
+        return f"{self.space.bind(step.makers, 'm')}({i}, v{o}, {', '.join(args)}{kwargs})"
+
+    def inline_adjoint(self, step, i, o):
+        """``g · ∂f/∂argᵢ`` from the derivative table, summed back to argᵢ's shape."""
+        partial = DERIVATIVES[step.func][i]
+        dtype = self.p.meta[o][1]
+        args = [Src(self.ref(r), self.space) if type(r) is int else _weak(r.value, dtype) for r in step.refs]
+        if callable(partial):
+            d = partial(Src(f"v{o}", self.space), *args)
+            term = f"(g{o} * {d.text if type(d) is Src else Src('', self.space)._of(d)})"
+        elif partial == 1:
+            term = f"g{o}"
+        elif partial == -1:
+            term = f"(-g{o})"
+        else:
+            term = f"(g{o} * {partial!r})"
+        shape = self.p.shape_of(step.refs[i])
+        if shape != self.p.meta[o][0]:
+            term = f"unbroadcast({term}, {shape!r})"
+        return term
+
+    def kernel_adjoints(self, step, state):
+        lines = []
+        out_shape = () if step.reduce else self.p.meta[step.out][0]
+        for slot, i in enumerate(step.active):
+            parent = step.refs[i]
+            shape = self.p.shape_of(parent)
+            partial = f"p{step.out}[{slot}]"
+            if shape == out_shape or step.reduce:
+                if shape:  # a full partial array of our own: it becomes the cotangent
+                    term = f"np.multiply({partial}, g{step.out}, out={partial})"
+                else:
+                    term = f"(g{step.out} * {partial})"
+            else:
+                term = f"unbroadcast(np.broadcast_to(g{step.out} * {partial}, {out_shape!r}), {shape!r})"
+            lines += self.accumulate(parent, term, state)
+        return lines
+
+    def accumulate(self, p, term, state):
+        current = state.get(p)
+        if current is None:
+            state[p] = "shared"
+            return [f"    g{p} = {term}"]
+        if current == "owned":
+            return [f"    g{p} += {term}"]
+        state[p] = "owned" if self.p.meta[p][0] else "shared"
+        return [f"    g{p} = g{p} + {term}"]
+
+    def index_add(self, p, index, g, repeats, state, back=None):
+        shape, dtype = self.p.meta[p]
+        lines = []
+        current = state.get(p)
+        if current is None:
+            lines.append(f"    g{p} = {self.space.bind(np.zeros)}({shape!r}, {self.space.bind(dtype)})")
+        elif current == "shared":
+            lines.append(f"    g{p} = {self.space.bind(np.array)}(g{p}, dtype={self.space.bind(dtype)})")
+        state[p] = "owned"
+        if back is not None:
+            lines.append(f"    {back}.add(g{p}, {g})")
+        elif repeats:
+            lines.append(f"    np.add.at(g{p}, {index}, {g})")
+        else:
+            lines.append(f"    g{p}[{index}] += {g}")
+        return lines
+
+
+def _weak(value, dtype):
+    """A Python scalar constant as the result's dtype inside a derivative (float32 stays float32)."""
+    return dtype.type(value) if type(value) in (int, float) else value
+
+
+def _same(a, b):
+    try:
+        return bool(np.array_equal(a, b)) if isinstance(a, np.ndarray) else a == b
+    except Exception:  # noqa: BLE001 - incomparable results are different results
+        return False
+
