@@ -134,6 +134,14 @@ class Kernel:
 
     # --- blocked NumPy --------------------------------------------------------
     def _run_blocked(self, values, shape, size, active_shapes):
+        return self.blocked_runner(values, shape, size, active_shapes, owned=False)(*values)
+
+    def blocked_runner(self, values, shape, size, active_shapes, owned=True):
+        """A function of the input values running the blocked kernel for these shapes and dtypes.
+
+        ``owned``: its output and scratch buffers are allocated once and reused by every
+        call (a prepared program's zero-allocation replay); else fresh ones per call.
+        """
         full = tuple(np.ndim(v) > 0 and np.size(v) == size for v in values)
         stored = (not self.reduce,) + tuple(
             not self.reduce or (size > 1 and math.prod(s) == size) for s in active_shapes
@@ -142,14 +150,27 @@ class Kernel:
         compiled = self.blocked.get(signature)
         if compiled is None:
             compiled = self.blocked[signature] = _compile_blocked(self, *signature)
-        run, out_dtypes = compiled
-        args = [np.ravel(v) if f else (v if type(v) is float else np.reshape(v, ())) for v, f in zip(values, full)]
+        run, out_dtypes, scratch_dtypes = compiled
         shapes = [()] + list(active_shapes) if self.reduce else [shape] * len(stored)
-        outs = [np.empty(s, d) for s, d, keep in zip(shapes, out_dtypes, stored) if keep]
-        sums = iter(_in_threads(run, size, args + [o.reshape(-1) for o in outs]))
-        stores = iter(outs)
-        results = [next(stores) if keep else np.reshape(next(sums), s) for s, keep in zip(shapes, stored)]
-        return results[0][()] if self.reduce else results[0], results[1:]
+        block = min(BLOCK, size)
+        chunks = _chunks(size)
+
+        def buffers():
+            outs = [np.empty(s, d) for s, d, keep in zip(shapes, out_dtypes, stored) if keep]
+            scratch = [[np.empty(block, d) for d in scratch_dtypes] for _ in range(len(chunks) - 1)]
+            return outs, [o.reshape(-1) for o in outs], scratch
+
+        kept = buffers() if owned else None
+
+        def execute(*values):
+            outs, flat_outs, scratch = kept or buffers()
+            args = [np.ravel(v) if f else (v if type(v) is float else np.reshape(v, ())) for v, f in zip(values, full)]
+            sums = iter(_in_threads(run, chunks, block, args + flat_outs, scratch))
+            stores = iter(outs)
+            results = [next(stores) if keep else np.reshape(next(sums), s) for s, keep in zip(shapes, stored)]
+            return results[0][()] if self.reduce else results[0], results[1:]
+
+        return execute
 
     # --- numexpr -----------------------------------------------------------------
     def _run_numexpr(self, values, shape, size, active_shapes):
@@ -169,14 +190,20 @@ class Kernel:
         return [self.names[x.index] for x in self.inputs]
 
 
-def _in_threads(run, size, args):
-    """Run a blocked kernel over contiguous chunks, one per core (NumPy releases the GIL)."""
+def _chunks(size):
+    """Bounds of the contiguous chunks a blocked kernel runs in parallel, one per core."""
     chunks = min(THREADS, size // (4 * BLOCK)) or 1
-    bounds = [size * c // chunks for c in range(chunks + 1)]
-    if chunks == 1:
-        return run(0, size, BLOCK, *args)
-    futures = [_pool().submit(run, bounds[c], bounds[c + 1], BLOCK, *args) for c in range(1, chunks)]
-    results = [run(0, bounds[1], BLOCK, *args)] + [f.result() for f in futures]
+    return [size * c // chunks for c in range(chunks + 1)]
+
+
+def _in_threads(run, bounds, block, args, scratch):
+    """Run a blocked kernel over its chunks on the pool's threads (NumPy releases the GIL)."""
+    if len(bounds) == 2:
+        return run(0, bounds[1], block, *args, *scratch[0])
+    futures = [
+        _pool().submit(run, bounds[c], bounds[c + 1], block, *args, *scratch[c]) for c in range(1, len(bounds) - 1)
+    ]
+    results = [run(0, bounds[1], block, *args, *scratch[0])] + [f.result() for f in futures]
     return tuple(functools.reduce(operator.add, sums) for sums in zip(*results))
 
 
@@ -297,7 +324,7 @@ def _numpy_source(kernel):
 
 
 def _compile_blocked(kernel, kinds, full, stored):
-    """Generate the blocked, in-place kernel; return it and its outputs' dtypes.
+    """Generate the blocked, in-place kernel; return it, its outputs' and its scratch buffers' dtypes.
 
     ``kinds``: per input a dtype, or ``float`` for a (weakly typed) Python float;
     ``full``: per input, whether it has the call's full size (else it is one element);
@@ -308,10 +335,10 @@ def _compile_blocked(kernel, kinds, full, stored):
     out_dtypes = [node_dtypes[o.index] if type(o) is Sym else np.result_type(o) for o in kernel.outputs]
     inputs = kernel.names_of_inputs()
     stores = [f"o{k}" for k, keep in enumerate(stored) if keep]
-    lines = [f"def kernel({', '.join(['start', 'stop', 'B'] + inputs + stores)}):"]
     buffers = _assign_buffers(kernel, node_dtypes)
-    for buf, dtype in sorted(set(buffers.values())):
-        lines.append(f"    {buf}_all = np.empty(B, np.dtype('{dtype}'))")
+    scratch = sorted(set(buffers.values()))
+    parameters = ["start", "stop", "B"] + inputs + stores + [f"{buf}_all" for buf, _ in scratch]
+    lines = [f"def kernel({', '.join(parameters)}):"]
     for k, keep in enumerate(stored):
         if not keep:
             lines.append(f"    s{k} = np.dtype('{np.dtype(out_dtypes[k]).str}').type(0)")
@@ -335,7 +362,7 @@ def _compile_blocked(kernel, kinds, full, stored):
             lines.append(f"        s{k} += np.add.reduce(np.broadcast_to({ref}, (m,)))")
     sums = [f"s{k}" for k, keep in enumerate(stored) if not keep]
     lines.append("    return (" + "".join(f"{s}, " for s in sums) + ")")
-    return _compile("\n".join(lines), kernel.constants), out_dtypes
+    return _compile("\n".join(lines), kernel.constants), out_dtypes, [np.dtype(d) for _, d in scratch]
 
 
 def _kind(v):

@@ -279,7 +279,7 @@ def _run(program, flat, out):
     value, grads = program.run(*[_leaf_value(leaves[k]) for k, _ in program.leaves])
     if out is not None:
         return value, _write(grads, out)
-    by_index = dict(zip(program.active_leaves, grads))
+    by_index = {i: np.array(g) for i, g in zip(program.active_leaves, grads)}  # buffers are reused
     return value, _one_or_tuple(_gradients(program.arguments, by_index))
 
 

@@ -144,14 +144,18 @@ class _Writer:
         return step.kind == PER_ARGUMENT and not step.kwargs and step.func in DERIVATIVES and step.func is not np.clip
 
     def kernel_runner(self, step):
-        """The kernel on its recorded backend and shapes: no shape or backend work per call."""
+        """The kernel on its recorded backend and shapes; blocked with buffers of its own when the
+        shapes allow (no allocation per call), else the recorded backend."""
         kernel, backend = step.kernel, step.backend
-        values_shape = np.broadcast_shapes(*[self.p.shape_of(r) for r in step.refs])
-        active_shapes = [self.p.shape_of(step.refs[i]) for i in step.active]
-        size = int(np.prod(values_shape))
+        examples = [np.zeros(*self.p.meta[r]) if type(r) is int else r.value for r in step.refs]
+        shape = np.broadcast_shapes(*[np.shape(v) for v in examples])
+        size = int(np.prod(shape))
+        active_shapes = [np.shape(examples[i]) for i in step.active]
+        if size and all(np.size(v) in (1, size) for v in examples):
+            return self.space.bind(kernel.blocked_runner(examples, shape, size, active_shapes), "k")
 
         def run(*values):
-            return kernel.run(backend, values, values_shape, size, active_shapes)
+            return kernel.run(backend, values, shape, size, active_shapes)
 
         return self.space.bind(run, "k")
 

@@ -146,3 +146,38 @@ def test_index_from_a_traced_value_is_guarded():
     np.testing.assert_allclose(prog(np.array([1.0, 6.0, 2.0])), [0.0, 2.0, 0.0])
     np.testing.assert_allclose(prog(np.array([9.0, 6.0, 2.0])), [2.0, 0.0, 0.0])
     assert prog.recordings == 2
+
+
+def _allocated_per_call(call):
+    """Peak bytes a steady-state call allocates above what was allocated before it."""
+    import tracemalloc
+
+    for _ in range(3):
+        call()
+    tracemalloc.start()
+    try:
+        call()
+        worst = 0
+        for _ in range(5):
+            before = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            call()
+            worst = max(worst, tracemalloc.get_traced_memory()[1] - before)
+        return worst
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("n", [100, 100_000])
+def test_prepared_eam_with_out_allocates_nothing_that_grows_with_n(n):
+    x = np.random.default_rng(3).random(n)
+    out = np.empty(n)
+    prog = db.prepare_gradient(eam_dualbroadcast, x)
+    allocated = _allocated_per_call(lambda: prog(x, out=out))
+    np.testing.assert_allclose(out, eam_hand_gradient(x), rtol=1e-12)
+    assert allocated < 4096, f"a replayed call allocated {allocated} bytes"
+
+
+def test_allocation_meter_sees_an_allocating_call():
+    x = np.random.default_rng(3).random(100_000)
+    assert _allocated_per_call(lambda: db.gradient(eam_dualbroadcast, x)) > x.nbytes
