@@ -214,33 +214,29 @@ def call_rule(func, args, kwargs):
 
 def _call_per_argument(func, rule, args):
     """`call_rule` for the common case: one vjp maker per argument, no keywords."""
-    values = list(args)
-    tape = None
-    for a in args:
-        if type(a) is Tracked:
-            if a.tape is not tape:
-                tape = _check_tape(tape, a.tape)
-    if tape is None:
+    positions = [i for i, a in enumerate(args) if type(a) is Tracked]
+    if not positions:
         return rule.plain(*args)
-    for i, a in enumerate(args):
-        if type(a) is Tracked:
-            values[i] = a.value
+    values = list(args)
+    tape = args[positions[0]].tape
+    for i in positions:
+        a = args[i]
+        if a.tape is not tape or tape.closed:
+            _check_tape(None if a.tape is tape else tape, a.tape)
+        values[i] = a.value
     ans = rule.plain(*values)
     dtype = getattr(ans, "dtype", None)
     if dtype is None or dtype.kind != "f":
         return ans
     makers = rule.makers
-    indices = []
     backs = []
-    for i, a in enumerate(args):
-        if type(a) is Tracked:
-            maker = makers[i] if i < len(makers) else None
-            if maker is None:
-                raise UnsupportedFunctionError(_not_differentiable_message(func, i))
-            indices.append(a.index)
-            backs.append(maker(ans, *values))
+    for i in positions:
+        maker = makers[i] if i < len(makers) else None
+        if maker is None:
+            raise UnsupportedFunctionError(_not_differentiable_message(func, i))
+        backs.append(maker(ans, *values))
     records = tape.records
-    records.append((tuple(indices), tuple(backs), func))
+    records.append((tuple([args[i].index for i in positions]), tuple(backs), func))
     return Tracked(ans, tape, len(records) - 1)
 
 

@@ -41,10 +41,18 @@ def vjp_maker(partial, argnum):
             shape = getattr(args[argnum], "shape", ())
             return _identity if shape == ans.shape else (lambda g: unbroadcast(g, shape))
 
+    elif partial == -1:
+
+        def maker(ans, *args, **kwargs):
+            shape = getattr(args[argnum], "shape", ())
+            return operator.neg if shape == ans.shape else (lambda g: unbroadcast(-g, shape))
+
     else:
 
         def maker(ans, *args, **kwargs):
             shape = getattr(args[argnum], "shape", ())
+            if shape == ans.shape:
+                return lambda g: g * partial
             return lambda g: unbroadcast(g * partial, shape)
 
     return maker
