@@ -20,6 +20,7 @@ import functools
 import math
 import operator
 import os
+import re
 import time
 
 import numexpr
@@ -71,6 +72,7 @@ class Kernel:
         self.fresh = _fresh_partials(outputs)
         self.numexpr_sources = _numexpr_sources(self)
         self.blocked = {}  # dtypes of the inputs -> compiled blocked kernel
+        self.dtypes = {}  # kinds of the inputs -> dtype of the value
         self.choice = {}  # (size bucket, dtypes) -> backend
 
     def __call__(self, values, active_shapes, backend=None):
@@ -111,12 +113,32 @@ class Kernel:
         return timings[winner][1] + (winner,)
 
     def run(self, backend, values, shape, size, active_shapes):
-        """``(value, partials)`` on a given backend, for inputs whose broadcast shape is known."""
+        """``(value, partials)`` on a given backend, for inputs whose broadcast shape is known.
+
+        Every backend gives the dtypes NumPy's own evaluation would (numexpr computes
+        float32 scalars in float64; a literal partial is in the value's dtype).
+        """
         if backend == "numpy":
-            return self._finish(self.whole(*values), shape, active_shapes)
-        if backend == "blocked":
-            return self._run_blocked(values, shape, size, active_shapes)
-        return self._run_numexpr(values, shape, size, active_shapes)
+            value, partials = self._finish(self.whole(*values), shape, active_shapes)
+        elif backend == "blocked":
+            value, partials = self._run_blocked(values, shape, size, active_shapes)
+        else:
+            value, partials = self._run_numexpr(values, shape, size, active_shapes)
+        dtype = self.value_dtype(values)
+        if value.dtype != dtype:
+            value = value.astype(dtype)
+        return value, [p if getattr(p, "dtype", None) == dtype else np.asarray(p, dtype) for p in partials]
+
+    def value_dtype(self, values):
+        """The dtype NumPy gives the value for inputs like ``values`` (its partials share it)."""
+        kinds = tuple(_kind(v) for v in values)
+        dtype = self.dtypes.get(kinds)
+        if dtype is None:
+            output = self.outputs[0]
+            dtype = self.dtypes[kinds] = (
+                _infer_dtypes(self, kinds)[output.index] if type(output) is Sym else np.result_type(output)
+            )
+        return dtype
 
     def _finish(self, results, shape, active_shapes):
         """Whole-array results to the call's shapes: full value, partials as the pullback needs.
@@ -221,6 +243,7 @@ def _reduce_numexpr_blocked(sources, local, values, size, active_shapes):
     """Sum each output over blocks, never materialising more than a block."""
     full = [k for k, v in local.items() if np.size(v) == size and np.ndim(v) > 0]
     flat = {k: np.ravel(local[k]) for k in full}
+    reads_full = [bool(set(re.findall(r"\bi\d+\b", source)) & set(full)) for source in sources]
     totals = [0.0] * len(sources)
     partials_full = {}
     for s, shape in enumerate(active_shapes, start=1):
@@ -232,8 +255,10 @@ def _reduce_numexpr_blocked(sources, local, values, size, active_shapes):
         for k in full:
             block[k] = flat[k][lo:hi]
         for s, source in enumerate(sources):
-            if s in partials_full:
+            if s in partials_full and reads_full[s]:
                 numexpr.evaluate(source, local_dict=block, out=partials_full[s][lo:hi])
+            elif s in partials_full:  # a constant partial (x + c): numexpr gives one number
+                partials_full[s][lo:hi] = numexpr.evaluate(source, local_dict=block)
             else:
                 part = numexpr.evaluate(source, local_dict=block)
                 totals[s] += np.sum(part) * ((hi - lo) // max(part.size, 1))
@@ -332,7 +357,8 @@ def _compile_blocked(kernel, kinds, full, stored):
     """
     names = kernel.names
     node_dtypes = _infer_dtypes(kernel, kinds)
-    out_dtypes = [node_dtypes[o.index] if type(o) is Sym else np.result_type(o) for o in kernel.outputs]
+    value_dtype = node_dtypes[kernel.outputs[0].index] if type(kernel.outputs[0]) is Sym else np.result_type(kernel.outputs[0])
+    out_dtypes = [value_dtype] + [node_dtypes[o.index] if type(o) is Sym else value_dtype for o in kernel.outputs[1:]]
     inputs = kernel.names_of_inputs()
     stores = [f"o{k}" for k, keep in enumerate(stored) if keep]
     buffers = _assign_buffers(kernel, node_dtypes)
