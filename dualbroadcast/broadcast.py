@@ -189,14 +189,14 @@ def _structure_key(d):
     elif kind in ("closure", "function"):
         aux = _function_key(aux)
     elif kind == "static":
-        aux = aux if _hashable(aux) else id(aux)
+        aux = aux if pytree.hashable(aux) else id(aux)
     return (kind, aux, tuple(_structure_key(c) for c in children))
 
 
 def _function_key(function):
     """What a traced function bakes in: its code, default values and the globals it reads."""
     defaults = function.__defaults__
-    return (function.__code__, defaults if _hashable(defaults) else id(defaults), _globals_read(function))
+    return (function.__code__, defaults if pytree.hashable(defaults) else id(defaults), _globals_read(function))
 
 
 def _globals_read(function):
@@ -210,14 +210,6 @@ def _globals_read(function):
         elif isinstance(value, np.ndarray):
             found.append((name, id(value)))
     return tuple(found)
-
-
-def _hashable(x):
-    try:
-        hash(x)
-        return True
-    except TypeError:
-        return False
 
 
 def _kernel(key, f, treedef, leaves, n_inputs, active, reduce):

@@ -22,7 +22,40 @@ ELEMENTWISE = set(DERIVATIVES) | set(ZERO_DERIVATIVE) | set(PREDICATES)
 LITERAL_TYPES = (int, float, bool, np.number, np.bool_)
 
 
-class Sym:
+class UfuncOperators:
+    """Python's operators as the NumPy ufuncs they mean, for symbolic array types.
+
+    A subclass defines ``_ufunc(func, args)``: build the node (or text) ``func(*args)``.
+    """
+
+    def __add__(self, o): return self._ufunc(np.add, (self, o))
+    def __radd__(self, o): return self._ufunc(np.add, (o, self))
+    def __sub__(self, o): return self._ufunc(np.subtract, (self, o))
+    def __rsub__(self, o): return self._ufunc(np.subtract, (o, self))
+    def __mul__(self, o): return self._ufunc(np.multiply, (self, o))
+    def __rmul__(self, o): return self._ufunc(np.multiply, (o, self))
+    def __truediv__(self, o): return self._ufunc(np.divide, (self, o))
+    def __rtruediv__(self, o): return self._ufunc(np.divide, (o, self))
+    def __pow__(self, o): return self._ufunc(np.power, (self, o))
+    def __rpow__(self, o): return self._ufunc(np.power, (o, self))
+    def __mod__(self, o): return self._ufunc(np.remainder, (self, o))
+    def __floordiv__(self, o): return self._ufunc(np.floor_divide, (self, o))
+    def __neg__(self): return self._ufunc(np.negative, (self,))
+    def __abs__(self): return self._ufunc(np.absolute, (self,))
+    def __lt__(self, o): return self._ufunc(np.less, (self, o))
+    def __le__(self, o): return self._ufunc(np.less_equal, (self, o))
+    def __gt__(self, o): return self._ufunc(np.greater, (self, o))
+    def __ge__(self, o): return self._ufunc(np.greater_equal, (self, o))
+    def __eq__(self, o): return self._ufunc(np.equal, (self, o))
+    def __ne__(self, o): return self._ufunc(np.not_equal, (self, o))
+    def __and__(self, o): return self._ufunc(np.logical_and, (self, o))
+    def __or__(self, o): return self._ufunc(np.logical_or, (self, o))
+    def __invert__(self): return self._ufunc(np.logical_not, (self,))
+
+    __hash__ = None
+
+
+class Sym(UfuncOperators):
     """A node of the graph: an input (``op is None``) or ``op(*args)``; args are Syms or literals."""
 
     __slots__ = ("graph", "op", "args", "index")
@@ -67,33 +100,12 @@ class Sym:
         )
 
     __float__ = __int__ = __index__ = __complex__ = _conversion
-    __hash__ = None
 
-    # --- operators -----------------------------------------------------------
-    def __add__(self, o): return self.graph.apply(np.add, (self, o))
-    def __radd__(self, o): return self.graph.apply(np.add, (o, self))
-    def __sub__(self, o): return self.graph.apply(np.subtract, (self, o))
-    def __rsub__(self, o): return self.graph.apply(np.subtract, (o, self))
-    def __mul__(self, o): return self.graph.apply(np.multiply, (self, o))
-    def __rmul__(self, o): return self.graph.apply(np.multiply, (o, self))
-    def __truediv__(self, o): return self.graph.apply(np.divide, (self, o))
-    def __rtruediv__(self, o): return self.graph.apply(np.divide, (o, self))
-    def __pow__(self, o): return self.graph.apply(np.power, (self, o))
-    def __rpow__(self, o): return self.graph.apply(np.power, (o, self))
-    def __mod__(self, o): return self.graph.apply(np.remainder, (self, o))
-    def __floordiv__(self, o): return self.graph.apply(np.floor_divide, (self, o))
-    def __neg__(self): return self.graph.apply(np.negative, (self,))
-    def __pos__(self): return self
-    def __abs__(self): return self.graph.apply(np.absolute, (self,))
-    def __lt__(self, o): return self.graph.apply(np.less, (self, o))
-    def __le__(self, o): return self.graph.apply(np.less_equal, (self, o))
-    def __gt__(self, o): return self.graph.apply(np.greater, (self, o))
-    def __ge__(self, o): return self.graph.apply(np.greater_equal, (self, o))
-    def __eq__(self, o): return self.graph.apply(np.equal, (self, o))
-    def __ne__(self, o): return self.graph.apply(np.not_equal, (self, o))
-    def __and__(self, o): return self.graph.apply(np.logical_and, (self, o))
-    def __or__(self, o): return self.graph.apply(np.logical_or, (self, o))
-    def __invert__(self): return self.graph.apply(np.logical_not, (self,))
+    def _ufunc(self, func, args):
+        return self.graph.apply(func, args)
+
+    def __pos__(self):
+        return self
 
 
 def _clip(graph, x, lo=None, hi=None):

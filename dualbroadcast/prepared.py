@@ -306,15 +306,7 @@ def _leaf_key(leaf):
         return float
     if isinstance(leaf, (np.ndarray, np.generic)):
         return (leaf.shape, leaf.dtype)
-    return (type(leaf), leaf if _hashable(leaf) else id(leaf))
-
-
-def _hashable(x):
-    try:
-        hash(x)
-        return True
-    except TypeError:
-        return False
+    return (type(leaf), leaf if pytree.hashable(leaf) else id(leaf))
 
 
 def _one_or_tuple(items):

@@ -243,3 +243,12 @@ def without_markers(x):
         return x
     leaves, treedef = flatten(x)
     return unflatten(treedef, leaves)
+
+
+def hashable(x):
+    """Whether ``x`` can be part of a cache key."""
+    try:
+        hash(x)
+        return True
+    except TypeError:
+        return False

@@ -11,6 +11,7 @@ from the recorded order — the generated code has no bookkeeping left.
 import numpy as np
 
 from .derivatives import DERIVATIVES
+from .expr import UfuncOperators
 from .registry import OUTPUTS, PER_ARGUMENT, SEQUENCE
 from .tape import IndexPullback, getitem, unbroadcast
 
@@ -35,7 +36,7 @@ class Namespace:
         return self._ids[key][0]
 
 
-class Src:
+class Src(UfuncOperators):
     """Source text of an expression; NumPy functions and operators applied to it write code."""
 
     __slots__ = ("text", "space")
@@ -65,23 +66,7 @@ class Src:
     def __array_function__(self, func, types, args, kwargs):
         return self._apply(func, args)
 
-    def __add__(self, o): return self._apply(np.add, (self, o))
-    def __radd__(self, o): return self._apply(np.add, (o, self))
-    def __sub__(self, o): return self._apply(np.subtract, (self, o))
-    def __rsub__(self, o): return self._apply(np.subtract, (o, self))
-    def __mul__(self, o): return self._apply(np.multiply, (self, o))
-    def __rmul__(self, o): return self._apply(np.multiply, (o, self))
-    def __truediv__(self, o): return self._apply(np.divide, (self, o))
-    def __rtruediv__(self, o): return self._apply(np.divide, (o, self))
-    def __pow__(self, o): return self._apply(np.power, (self, o))
-    def __rpow__(self, o): return self._apply(np.power, (o, self))
-    def __neg__(self): return self._apply(np.negative, (self,))
-    def __lt__(self, o): return self._apply(np.less, (self, o))
-    def __le__(self, o): return self._apply(np.less_equal, (self, o))
-    def __gt__(self, o): return self._apply(np.greater, (self, o))
-    def __ge__(self, o): return self._apply(np.greater_equal, (self, o))
-    def __and__(self, o): return self._apply(np.logical_and, (self, o))
-    def __or__(self, o): return self._apply(np.logical_or, (self, o))
+    _ufunc = _apply
 
 
 def compile_program(program, guard_failed):
