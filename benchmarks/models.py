@@ -119,3 +119,70 @@ def slices_hand_gradient(W, b, xs):
     gy = np.broadcast_to(ys[0], ys.shape).copy()  # ∂z/∂yt = y0 for every t ...
     gy[0] += S  # ... and y0 also appears as the first factor
     return np.einsum("tob,tib->oi", gy, xs), gy.sum(axis=(0, 2))
+
+
+# --- elementwise reductions over a float32 image batch ---------------------------------------
+IMAGE_SHAPE = (128, 1, 28, 28)
+
+
+def sum_of_squares(x):
+    return np.sum(x**2)
+
+
+def sum_of_squares_dualbroadcast(x):
+    return db.sum(_square, x)
+
+
+def _square(v):
+    return v * v
+
+
+def sum_of_squares_hand_gradient(x):
+    return 2 * x
+
+
+def sum_arctan2(x):
+    return np.sum(np.arctan2(x, 2))
+
+
+def sum_arctan2_dualbroadcast(x):
+    return db.sum(_arctan2_by_two, x)
+
+
+def _arctan2_by_two(v):
+    return np.arctan2(v, 2)
+
+
+def sum_arctan2_hand_gradient(x):
+    """d/dx arctan2(x, 2) = 2 / (x^2 + 4), in the dtype of x."""
+    return (2 / (x * x + 4)).astype(x.dtype, copy=False)
+
+
+# --- tiny scalar workloads -------------------------------------------------------------------
+def qux(a, b, x):
+    """(sech if b else tanh)(sin(x) if a else cos(x)), with NumPy functions on a Python float."""
+    y = np.sin(x) if a else np.cos(x)
+    return 1 / np.cosh(y) if b else np.tanh(y)
+
+
+def qux_hand_gradient(a, b, x):
+    import math
+
+    y, dy = (math.sin(x), math.cos(x)) if a else (math.cos(x), -math.sin(x))
+    if b:
+        s = 1 / math.cosh(y)
+        return -s * math.tanh(y) * dy
+    t = math.tanh(y)
+    return (1 - t * t) * dy
+
+
+def foldminus(xs):
+    """xs[0] - xs[1] - ... - xs[-1], as a left fold in plain Python."""
+    total = xs[0]
+    for v in xs[1:]:
+        total = total - v
+    return total
+
+
+def foldminus_hand_gradient(xs):
+    return (1.0,) + (-1.0,) * (len(xs) - 1)

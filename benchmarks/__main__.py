@@ -1,0 +1,14 @@
+"""``python -m benchmarks [--quick]``: the whole suite, one table, one JSON file (see `benchmarks.suite`)."""
+
+import os
+import sys
+
+# --threads N must reach the thread pools (OpenBLAS, OpenMP, MKL, numexpr) before NumPy loads them.
+if "--threads" in sys.argv[1:-1]:
+    threads = sys.argv[sys.argv.index("--threads") + 1]
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
+        os.environ[name] = threads
+
+from .suite import main  # noqa: E402
+
+sys.exit(main())

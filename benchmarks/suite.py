@@ -1,0 +1,584 @@
+"""The benchmark suite: every workload, every implementation, one run, one table.
+
+Run: ``python -m benchmarks [--quick] [--json PATH] [--only eam,poly9] [--no-peers]``
+
+Every workload row is timed for its NumPy primal (for the tiny scalar workloads:
+the same function on plain Python floats), its hand-written gradient, and each
+gradient implementation: dualbroadcast (``db.gradient`` on the plain NumPy code,
+and ``db.sum`` where a fused broadcast helps), dualbroadcast prepared
+(``db.prepare_gradient``), and the installed peers (JAX ``grad`` and
+``jit(grad)``, PyTorch eager autograd, autograd).  Times are medians; the table
+shows each as a ratio to the primal of the same row, measured in the same run,
+with the absolute median beside it.  Every implementation's gradient is checked
+against the hand-written one before it is timed: a disagreement is printed as a
+warning and its cell is marked ``!``; an exception marks the cell ``err``.
+A column is ``-`` when the implementation is not installed or does not apply.
+"""
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+import dualbroadcast as db
+
+from . import models as m
+from . import peers as pm
+from .progress import Progress
+
+COLUMNS = ("primal", "hand", "db", "db.sum", "db prep", "jax", "jax.jit", "torch", "autograd")
+DEFAULT_JSON = Path(__file__).resolve().parent / "results.json"
+QUICK_BUDGET, FULL_BUDGET = 0.06, 1.0  # seconds of timed calls per cell
+QUICK_CAP, FULL_CAP = 2.0, 30.0  # a first call slower than this is the only call of its cell
+
+
+# --- timing -----------------------------------------------------------------------------------
+def measure(fn, budget, max_runs=1000, cap=math.inf, warm=None):
+    """(median seconds per call, calls timed) of ``fn`` over about ``budget`` seconds.
+
+    One warm-up call first (compilation, caches).  Calls faster than 0.2 ms are
+    batched so the clock's resolution does not matter; a call slower than the
+    whole budget is timed once.  A warm-up slower than ``cap`` seconds is the only
+    call: its time (warm-up included) is returned with 0 calls timed.  ``warm``:
+    the seconds of a first call already made (it then is the warm-up).
+    """
+    if warm is None:
+        start = time.perf_counter()
+        fn()
+        warm = time.perf_counter() - start
+    if warm > cap:
+        return warm, 0
+    start = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - start, 1e-9)
+    inner = max(1, int(2e-4 / once))
+    runs = min(max_runs, int(budget / (once * inner)))
+    if runs < 1:
+        return once, 1
+    samples = [] if runs >= 3 else [once]
+    for _ in range(runs):
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        samples.append((time.perf_counter() - start) / inner)
+    return statistics.median(samples), runs * inner
+
+
+# --- workloads --------------------------------------------------------------------------------
+@dataclass
+class Row:
+    """One size of one workload: the callables to time, by column.
+
+    ``impls`` maps a column to a factory returning the zero-argument callable
+    that computes the gradient (``None``: the column does not apply).  Factories
+    run (and so convert data, jit-compile, record) outside the timed region.
+    """
+
+    label: str
+    primal: Callable
+    hand: Callable
+    impls: dict = field(default_factory=dict)
+    tol: float = 1e-8
+    params: dict = field(default_factory=dict)
+    skip: dict = field(default_factory=dict)  # column -> why it is not run (too slow to be worth it)
+
+
+@dataclass
+class Workload:
+    key: str
+    title: str
+    rows: list  # zero-argument builders of Row, built when the workload runs
+    extra: tuple = ()  # columns beyond COLUMNS
+
+    @property
+    def columns(self):
+        return COLUMNS + self.extra
+
+
+def _sci(n):
+    e = round(math.log10(n))
+    return f"1e{e}" if 10**e == n else f"{n}"
+
+
+def _prepared(candidates, args):
+    """The ``db prep`` factory: ``db.prepare_gradient`` on the first candidate that works."""
+    if not hasattr(db, "prepare_gradient"):
+        return None
+
+    def factory():
+        first_error = None
+        for f in candidates:
+            try:
+                prog = db.prepare_gradient(f, *args)
+                prog(*args)
+                return lambda: prog(*args)
+            except Exception as e:  # try the next formulation, report the first failure
+                first_error = first_error or e
+        raise first_error
+
+    return factory
+
+
+def _db_columns(plain, fused, args):
+    """``db``, ``db.sum`` and ``db prep`` for a model written in plain NumPy (and fused)."""
+    impls = {"db": lambda: (lambda: db.gradient(plain, *args))}
+    if fused is not None:
+        impls["db.sum"] = lambda: (lambda: db.gradient(fused, *args))
+    impls["db prep"] = _prepared([f for f in (fused, plain) if f is not None], args)
+    return impls
+
+
+def _peer_columns(peers, f, diff, consts=()):
+    impls = {}
+    for peer in peers:
+        for column in peer.columns:
+            impls[column] = (lambda peer=peer, column=column: _peer_call(peer, column, f, diff, consts))
+    return impls
+
+
+def _peer_call(peer, column, f, diff, consts):
+    call = peer.make(column, f, diff, consts)
+    return call, peer.to_numpy
+
+
+def eam_workload(quick, peers):
+    sizes = [100, 1000, 10**4] if quick else [100, 1000, 10**4, 10**5, 10**6]
+
+    def build(n):
+        x = np.random.default_rng(0).random(n)
+        impls = _db_columns(m.eam_numpy, m.eam_dualbroadcast, (x,))
+        impls.update(_peer_columns(peers, pm.eam, x))
+        return Row(f"N={_sci(n)}", lambda: m.eam_numpy(x), lambda: m.eam_hand_gradient(x), impls, 1e-8, {"N": n})
+
+    return Workload("eam", "EAM: P = sum(exp(-3(x+1))), E = P^2 + P^3 + P^4/4; dE/dx (float64)",
+                    [lambda n=n: build(n) for n in sizes])
+
+
+def poly9_workload(quick, peers):
+    sizes = [1000, 10**5] if quick else [1000, 10**6]
+    c = np.array(m.COEFFICIENTS)
+
+    def build(n):
+        xs = np.random.default_rng(1).uniform(-1, 1, n)
+        args = (c, db.cut(xs))
+        impls = _db_columns(m.poly9_numpy, m.poly9_all_uncut, args)
+        impls.update(_peer_columns(peers, pm.poly9, c, (xs,)))
+        return Row(f"N={_sci(n)}", lambda: m.poly9_numpy(c, xs), lambda: m.poly9_hand_gradient(xs), impls, 1e-8,
+                   {"N": n})
+
+    return Workload("poly9", "Poly9: sum over N points of c0 + c1 x + ... + c9 x^9; d/dc (10 coefficients, float64)",
+                    [lambda n=n: build(n) for n in sizes])
+
+
+def _image():
+    return np.random.default_rng(2).standard_normal(m.IMAGE_SHAPE).astype(np.float32)
+
+
+def sum_of_squares_workload(quick, peers):
+    def build():
+        x = _image()
+        impls = _db_columns(m.sum_of_squares, m.sum_of_squares_dualbroadcast, (x,))
+        impls.update(_peer_columns(peers, pm.sum_of_squares, x))
+        return Row("128x1x28x28", lambda: m.sum_of_squares(x), lambda: m.sum_of_squares_hand_gradient(x), impls,
+                   1e-5, {"shape": list(m.IMAGE_SHAPE)})
+
+    return Workload("sumsq", "Sum of squares: sum(x**2), x float32 of shape (128, 1, 28, 28); d/dx", [build])
+
+
+def sum_arctan2_workload(quick, peers):
+    def build():
+        x = _image()
+        impls = _db_columns(m.sum_arctan2, m.sum_arctan2_dualbroadcast, (x,))
+        impls.update(_peer_columns(peers, pm.sum_arctan2, x))
+        return Row("128x1x28x28", lambda: m.sum_arctan2(x), lambda: m.sum_arctan2_hand_gradient(x), impls,
+                   1e-5, {"shape": list(m.IMAGE_SHAPE)})
+
+    return Workload("arctan2", "Sum of arctan2(x, 2), x float32 of shape (128, 1, 28, 28); d/dx", [build])
+
+
+def constants_workloads(quick, peers):
+    sizes = [10**3, 10**6] if quick else [10**3, 10**4, 10**5, 10**6]
+
+    def build(n, projection):
+        c = np.ones(n)
+        proj = np.zeros(n)
+        proj[0] = 1.0
+        if projection:
+            model, consts, peer_f = m.constant_projection_model(c, proj), (c, proj), pm.constant_projection
+            hand = lambda: c @ proj  # noqa: E731
+        else:
+            model, consts, peer_f = m.constant_index_model(c), (c,), pm.constant_index
+            hand = lambda: c[0]  # noqa: E731
+        impls = _db_columns(model, None, (1.0,))
+
+        def back_only():
+            _, back = db.pullback(model, 1.0)
+            return lambda: back(1.0)
+
+        impls["db back()"] = back_only
+        impls.update(_peer_columns(peers, peer_f, 1.0, consts))
+        return Row(f"n={_sci(n)}", lambda: model(1.0), hand, impls, 1e-12, {"n": n})
+
+    return [
+        Workload("const_index", "Constant array: p -> c[0] * p, c constant of size n; d/dp at p = 1.0 (float64)",
+                 [lambda n=n: build(n, False) for n in sizes], extra=("db back()",)),
+        Workload("const_proj",
+                 "Constant arrays: p -> (c @ proj) * p, c and one-hot proj constant of size n; d/dp (float64)",
+                 [lambda n=n: build(n, True) for n in sizes], extra=("db back()",)),
+    ]
+
+
+def slices_workload(quick, peers):
+    T = 16 if quick else 256
+    variants = (
+        ("A sum(diag(y0.T @ yt))", m.slices_diag, pm.slices_diag, True),
+        ("B columnwise dot", m.slices_columns, pm.slices_columns, True),
+        ("C batched einsum", m.slices_einsum, pm.slices_einsum, False),
+    )
+
+    def build(name, model, peer_f, as_list):
+        rng = np.random.default_rng(0)
+        W = rng.standard_normal((32, 64)).astype(np.float32)
+        b = rng.standard_normal(32).astype(np.float32)
+        xs = rng.standard_normal((T, 64, 128)).astype(np.float32)
+        data = list(xs) if as_list else xs
+        impls = _db_columns(model, None, (W, b, db.cut(data)))
+        impls.update(_peer_columns(peers, peer_f, (W, b), (data,)))
+        skip = {}
+        if peer_f is pm.slices_columns and T > 32:  # 128 T dot products of slices
+            skip = {"jax": f"eager jax.grad takes ~0.5 s per input: ~{T // 2} s a call",
+                    "jax.jit": f"XLA compiles ~0.9 s per input: ~{T} s"}
+        return Row(name, lambda: model(W, b, data), lambda: m.slices_hand_gradient(W, b, xs), impls, 2e-4,
+                   {"T": T, "variant": name[0]}, skip)
+
+    return Workload("slices", f"Slices in a loop: dense layer over T={T} inputs (64, 128), then sum_t <y0, yt>; "
+                              "d/dW, d/db (float32)",
+                    [lambda v=v: build(*v) for v in variants])
+
+
+def qux_workload(quick, peers):
+    def build(a, b):
+        x = 0.7
+        f = lambda x: m.qux(a, b, x)  # noqa: E731
+        impls = _db_columns(f, None, (x,))
+        impls.update(_peer_columns(peers, lambda xp, x: pm.qux(xp, a, b, x), x))
+        inner = "sin" if a else "cos"
+        outer = "sech" if b else "tanh"
+        return Row(f"{outer}({inner} x)", lambda: f(x), lambda: m.qux_hand_gradient(a, b, x), impls, 1e-12,
+                   {"a": a, "b": b, "x": x})
+
+    return Workload("qux", "qux(a, b, x) = (sech if b else tanh)(sin(x) if a else cos(x)), x a Python float; d/dx",
+                    [lambda a=a, b=b: build(a, b) for a in (True, False) for b in (True, False)])
+
+
+def foldminus_workload(quick, peers):
+    def build():
+        xs = tuple(float(v) for v in np.random.default_rng(3).standard_normal(16))
+        impls = _db_columns(m.foldminus, None, (xs,))
+        impls.update(_peer_columns(peers, pm.foldminus, xs))
+        return Row("16 floats", lambda: m.foldminus(xs), lambda: m.foldminus_hand_gradient(xs), impls, 1e-12,
+                   {"n": 16})
+
+    return Workload("foldminus", "foldminus(xs) = xs[0] - xs[1] - ... - xs[15], a tuple of 16 Python floats; d/dxs",
+                    [build])
+
+
+def workloads(quick, peers):
+    return [
+        eam_workload(quick, peers),
+        poly9_workload(quick, peers),
+        sum_of_squares_workload(quick, peers),
+        sum_arctan2_workload(quick, peers),
+        *constants_workloads(quick, peers),
+        slices_workload(quick, peers),
+        qux_workload(quick, peers),
+        foldminus_workload(quick, peers),
+    ]
+
+
+WORKLOAD_KEYS = ("eam", "poly9", "sumsq", "arctan2", "const_index", "const_proj", "slices", "qux", "foldminus")
+
+
+# --- checking ---------------------------------------------------------------------------------
+def _leaves(tree):
+    """Flatten tuples and lists of gradients into NumPy arrays (``None`` leaves dropped)."""
+    if tree is None:
+        return []
+    if isinstance(tree, (tuple, list)):
+        return [leaf for item in tree for leaf in _leaves(item)]
+    return [np.asarray(tree)]
+
+
+def max_relative_error(got, expected):
+    """max |got - expected| / max |expected| over the leaves (inf on a structure or shape mismatch)."""
+    got, expected = _leaves(got), _leaves(expected)
+    if len(got) != len(expected):
+        return math.inf
+    worst = 0.0
+    for g, e in zip(got, expected):
+        if g.shape != e.shape:
+            return math.inf
+        e64 = e.astype(np.float64)
+        scale = max(float(np.max(np.abs(e64))) if e.size else 0.0, 1e-300)
+        diff = float(np.max(np.abs(g.astype(np.float64) - e64))) if e.size else 0.0
+        if not math.isfinite(diff):
+            return math.inf
+        worst = max(worst, diff / scale)
+    return worst
+
+
+# --- running ----------------------------------------------------------------------------------
+def run(quick=True, only=None, peers=("jax", "torch", "autograd"), budget=None, progress=True, stream=None,
+        cap=None):
+    """Run the suite and return the results (a JSON-ready dict; see `format_table`).
+
+    ``only``: workload keys to run (default all, `WORKLOAD_KEYS`); ``peers``: the
+    peer libraries to try (absent ones are skipped); ``budget``: seconds of timed
+    calls per cell (default 0.06 quick, 1.0 full); ``cap``: a first call slower
+    than this many seconds is the only call of its cell (default 2 quick, 30 full;
+    its cell is marked ``~``).
+    """
+    budget = budget if budget is not None else (QUICK_BUDGET if quick else FULL_BUDGET)
+    cap = cap if cap is not None else (QUICK_CAP if quick else FULL_CAP)
+    started = time.perf_counter()
+    unknown = set(only or ()) - set(WORKLOAD_KEYS)
+    if unknown:
+        raise ValueError(f"unknown workload(s) {sorted(unknown)}; choose from {', '.join(WORKLOAD_KEYS)}")
+    found, missing = pm.available(tuple(peers or ()))
+    chosen = [w for w in workloads(quick, found) if only is None or w.key in only]
+    results = {
+        "meta": _meta(quick, budget, cap, found, missing),
+        "columns": list(COLUMNS),
+        "workloads": [],
+        "warnings": [],
+    }
+    total = sum(len(w.rows) * len(w.columns) for w in chosen)
+    with Progress(total, stream=stream, enabled=progress) as bar:
+        for w in chosen:
+            entry = {"key": w.key, "title": w.title, "columns": list(w.columns), "rows": []}
+            results["workloads"].append(entry)
+            for build in w.rows:
+                row = build()
+                entry["rows"].append(_run_row(w, row, budget, cap, bar, results["warnings"]))
+    results["meta"]["wall_seconds"] = round(time.perf_counter() - started, 2)
+    return results
+
+
+def _run_row(w, row, budget, cap, bar, warnings):
+    cells = {}
+    reference = None
+    for column in w.columns:
+        bar.step(f"{w.key} {row.label} {column}")
+        cells[column] = cell = {}
+        started = time.perf_counter()
+        try:
+            if column == "primal":
+                fn, warm = row.primal, None
+            elif column == "hand":
+                fn = row.hand
+                reference, warm = _first_call(fn)
+            else:
+                factory = row.impls.get(column)
+                if factory is not None and column in row.skip:
+                    cell.update(status="skipped", reason=row.skip[column])
+                    bar.advance()
+                    continue
+                if factory is None:
+                    cell["status"] = "missing" if column in _optional_columns() else "n/a"
+                    bar.advance()
+                    continue
+                made = factory()
+                fn, convert = made if isinstance(made, tuple) else (made, lambda out: out)
+                out, warm = _first_call(fn)
+                err = max_relative_error(convert(out), reference)
+                cell["max_rel_err"] = err if math.isfinite(err) else "inf (shapes or structure differ, or not finite)"
+                if not err <= row.tol:
+                    cell["status"] = "mismatch"
+                    message = (f"warning: {w.key} {row.label}: {column} gradient disagrees with the hand-written "
+                               f"one (max relative error {err:.3g} > {row.tol:g}); its cell is marked '!'")
+                    warnings.append(message)
+                    bar.write(message)
+            seconds, calls = measure(fn, budget, cap=cap, warm=warm)
+            cell.update(seconds=seconds, calls=calls)
+            cell.setdefault("status", "ok")
+            cell["wall_seconds"] = round(time.perf_counter() - started, 3)
+        except Exception as e:
+            cell.clear()
+            cell.update(status="error", error=f"{type(e).__name__}: {e}"[:500])
+            message = f"warning: {w.key} {row.label}: {column} failed: {cell['error'][:200]}"
+            warnings.append(message)
+            bar.write(message)
+        bar.advance()
+    base = cells["primal"].get("seconds")
+    for cell in cells.values():
+        if base and "seconds" in cell:
+            cell["ratio"] = cell["seconds"] / base
+    return {"label": row.label, "params": row.params, "cells": cells}
+
+
+def _first_call(fn):
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def _optional_columns():
+    return {"db prep", "jax", "jax.jit", "torch", "autograd"}
+
+
+def _meta(quick, budget, cap, found, missing):
+    meta = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "quick": quick,
+        "budget_seconds_per_cell": budget,
+        "cap_seconds_per_call": cap,
+        "load_average_at_start": _load_average(),
+        "thread_env": {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                                                   "NUMEXPR_NUM_THREADS") if k in os.environ},
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "numpy": np.__version__,
+        "dualbroadcast": getattr(db, "__version__", _package_version("dualbroadcast")),
+        "prepare_gradient": hasattr(db, "prepare_gradient"),
+        "peers": {p.name: p.version for p in found},
+        "peers_missing": missing,
+    }
+    try:
+        import subprocess
+
+        meta["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                        cwd=Path(__file__).resolve().parent, timeout=5).stdout.strip()
+    except Exception:
+        pass
+    return meta
+
+
+def _load_average():
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def _package_version(name):
+    try:
+        from importlib.metadata import version
+
+        return version(name)
+    except Exception:
+        return "?"
+
+
+# --- reporting --------------------------------------------------------------------------------
+def human(seconds):
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g}{unit}"
+    return f"{seconds / 1e-9:.3g}ns"
+
+
+def _ratio(r):
+    return f"{r:.2f}x" if r < 10 else f"{r:.1f}x" if r < 100 else f"{r:.0f}x"
+
+
+def format_cell(cell, primal=False):
+    status = cell.get("status")
+    if status == "error":
+        return "err"
+    if status == "skipped":
+        return "skip"
+    if "seconds" not in cell:
+        return "-"
+    mark = "!" if status == "mismatch" else ""
+    mark += "~" if cell.get("calls") == 0 else ""
+    if primal or "ratio" not in cell:
+        return human(cell["seconds"]) + mark
+    return f"{_ratio(cell['ratio'])} {human(cell['seconds'])}{mark}"
+
+
+def format_table(results):
+    """The results as text: one table per workload, ratios to the primal with absolute medians."""
+    meta = results["meta"]
+    lines = [
+        f"dualbroadcast benchmarks ({'quick' if meta['quick'] else 'full'}): ratio to the NumPy primal of the same "
+        f"row, median time beside it; '!' = gradient disagrees with the hand-written one, 'err' = failed, "
+        f"'~' = one slow first call (warm-up included), 'skip' = too slow to run (reason in the JSON), "
+        f"'-' = not installed / not applicable",
+        f"numpy {meta['numpy']}, python {meta['python']}, {meta['cpus']} cpus; peers: "
+        + (", ".join(f"{k} {v}" for k, v in meta["peers"].items()) or "none")
+        + (f"; absent: {', '.join(meta['peers_missing'])}" if meta["peers_missing"] else "")
+        + ("" if meta["prepare_gradient"] else "; db.prepare_gradient: absent")
+        + (f"; {', '.join(f'{k}={v}' for k, v in meta['thread_env'].items())}" if meta.get("thread_env") else ""),
+    ]
+    for w in results["workloads"]:
+        columns = w["columns"]
+        table = [[""] + columns]
+        for row in w["rows"]:
+            table.append([row["label"]] + [format_cell(row["cells"][c], primal=(c == "primal")) for c in columns])
+        widths = [max(len(r[i]) for r in table) for i in range(len(columns) + 1)]
+        lines.append("")
+        lines.append(w["title"])
+        for r in table:
+            lines.append(r[0].ljust(widths[0]) + "".join("  " + v.rjust(wd) for v, wd in zip(r[1:], widths[1:])))
+    load = meta.get("load_average_at_start")
+    if load is not None and load > 0.5:
+        lines.append("")
+        lines.append(f"note: the load average was {load} when the run started: other processes shared the "
+                     f"{meta['cpus']} cores, so the timings (and multithreaded BLAS above all) are noisy"
+                     + ("" if meta.get("thread_env") else "; --threads 1 avoids the BLAS stalls"))
+    if results.get("warnings"):
+        lines.append("")
+        lines.extend(results["warnings"])
+    lines.append("")
+    lines.append(f"wall time {meta.get('wall_seconds', float('nan')):.1f}s")
+    return "\n".join(lines)
+
+
+def write_json(results, path):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1, default=_json_default) + "\n")
+    return path
+
+
+def _json_default(value):
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    return str(value)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes and short time budgets (< 3 minutes)")
+    parser.add_argument("--json", default=str(DEFAULT_JSON), help=f"where to write the results (default {DEFAULT_JSON})")
+    parser.add_argument("--only", default=None, help=f"comma-separated workloads among {','.join(WORKLOAD_KEYS)}")
+    parser.add_argument("--no-peers", action="store_true", help="do not import JAX, PyTorch or autograd")
+    parser.add_argument("--budget", type=float, default=None, help="seconds of timed calls per cell")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads for BLAS, OpenMP and numexpr (only through python -m benchmarks, which sets "
+                             "OMP/OPENBLAS/MKL/NUMEXPR_NUM_THREADS before NumPy loads); 1 steadies timings on a "
+                             "busy machine")
+    args = parser.parse_args(argv)
+    only = [k.strip() for k in args.only.split(",") if k.strip()] if args.only else None
+    results = run(quick=args.quick, only=only, peers=() if args.no_peers else ("jax", "torch", "autograd"),
+                  budget=args.budget, progress=not args.no_progress)
+    print(format_table(results))
+    path = write_json(results, args.json)
+    print(f"results written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
