@@ -120,7 +120,8 @@ def _run(f, args, reduce, backend):
             kinds.append(_baked_key(leaf))
     structure = _function_key(f) if treedef is None else _structure_key(treedef)
     key = (structure, tuple(kinds), tuple(active), reduce)
-    kernel = _kernel(key, f, treedef, leaves, len(values), active, reduce)
+    input_kinds = [k for k in kinds if not (type(k) is tuple and k and k[0] == "baked")]
+    kernel = _kernel(key, f, treedef, leaves, len(values), active, reduce, input_kinds)
     active_shapes = [np.shape(values[i]) for i in active]
     value, partials, used, size = kernel(values, active_shapes, backend)
     call = KernelCall(kernel.name, len(active), used, size, reduce)
@@ -193,14 +194,18 @@ def _structure_key(d):
     return (kind, aux, tuple(_structure_key(c) for c in children))
 
 
-def _function_key(function):
+def _function_key(function, seen=None):
     """What a traced function bakes in: its code, default values and the globals it reads."""
     defaults = function.__defaults__
-    return (function.__code__, defaults if pytree.hashable(defaults) else id(defaults), _globals_read(function))
+    return (function.__code__, defaults if pytree.hashable(defaults) else id(defaults), _globals_read(function, seen))
 
 
-def _globals_read(function):
-    """Numbers and arrays a function reads from its globals: a change must not go stale."""
+def _globals_read(function, seen=None):
+    """Numbers, arrays and functions a function reads from its globals: a change must not go stale.
+
+    A global helper function counts by its own key, so redefining it (in a notebook) is seen.
+    """
+    seen = seen or {function.__code__}
     found = []
     namespace = function.__globals__
     for name in function.__code__.co_names:
@@ -209,16 +214,19 @@ def _globals_read(function):
             found.append((name, value))
         elif isinstance(value, np.ndarray):
             found.append((name, id(value)))
+        elif isinstance(value, FunctionType) and value.__code__ not in seen:
+            seen.add(value.__code__)
+            found.append((name, _function_key(value, seen)))
     return tuple(found)
 
 
-def _kernel(key, f, treedef, leaves, n_inputs, active, reduce):
+def _kernel(key, f, treedef, leaves, n_inputs, active, reduce, kinds):
     with _cache_lock:
         kernel = _cache.get(key)
         if kernel is not None:
             _cache.move_to_end(key)
             return kernel
-    kernel = _build(f, treedef, leaves, n_inputs, active, reduce)
+    kernel = _build(f, treedef, leaves, n_inputs, active, reduce, kinds)
     with _cache_lock:
         _cache[key] = kernel
         if len(_cache) > CACHE_SIZE:
@@ -226,7 +234,7 @@ def _kernel(key, f, treedef, leaves, n_inputs, active, reduce):
     return kernel
 
 
-def _build(f, treedef, leaves, n_inputs, active, reduce):
+def _build(f, treedef, leaves, n_inputs, active, reduce, kinds):
     """Trace ``f`` on symbols (array leaves) and literals (baked leaves) into a kernel."""
 
     def call(symbols):
@@ -238,7 +246,8 @@ def _build(f, treedef, leaves, n_inputs, active, reduce):
         return g(*args)
 
     graph, inputs, output = trace(call, n_inputs)
-    partials = derivatives(graph, output, [inputs[i] for i in active])
+    seeds = [np.dtype(kinds[i]).type(1) for i in active]
+    partials = derivatives(graph, output, [inputs[i] for i in active], seeds)
     name = getattr(f, "__name__", type(f).__name__)
     return Kernel(graph, inputs, [output] + partials, reduce, name)
 

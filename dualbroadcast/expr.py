@@ -20,6 +20,24 @@ PREDICATES = (
 )
 ELEMENTWISE = set(DERIVATIVES) | set(ZERO_DERIVATIVE) | set(PREDICATES)
 LITERAL_TYPES = (int, float, bool, np.number, np.bool_)
+_NOT_ELEMENTWISE = (
+    "{name} is not elementwise, so it cannot run inside a broadcast kernel "
+    "(f sees one element at a time). Compute it outside f, or use db.sum(f, x) to sum."
+)
+
+
+# Arithmetic written as Python operators in generated code: on Python floats alone they stay
+# (weakly typed) Python floats, exactly as in the user's own NumPy code.
+OPERATOR_SYMBOLS = {np.add: "+", np.subtract: "-", np.multiply: "*", np.divide: "/", np.power: "**"}
+
+
+def source_of(op, args):
+    """Python source of ``op(*args)`` (args given as source text): operators where NumPy code has them."""
+    if op in OPERATOR_SYMBOLS:
+        return f"({args[0]} {OPERATOR_SYMBOLS[op]} {args[1]})"
+    if op is np.negative:
+        return f"(-{args[0]})"
+    return None
 
 
 class UfuncOperators:
@@ -82,10 +100,12 @@ class Sym(UfuncOperators):
             return _clip(self.graph, *args, **kwargs)
         if func is np.round:
             return self.graph.apply(np.rint, args[:1])
-        raise KernelError(
-            f"{qualified_name(func)} is not elementwise, so it cannot run inside a broadcast kernel "
-            "(f sees one element at a time). Compute it outside f, or use db.sum(f, x) to sum."
-        )
+        raise KernelError(_NOT_ELEMENTWISE.format(name=qualified_name(func)))
+
+    def __matmul__(self, other):
+        raise KernelError(_NOT_ELEMENTWISE.format(name="@ (np.matmul)"))
+
+    __rmatmul__ = __matmul__
 
     def __bool__(self):
         raise KernelError(
@@ -136,10 +156,13 @@ class Graph:
     def apply(self, op, args):
         """The node ``op(*args)``, simplified; literals fold to literals."""
         if op not in ELEMENTWISE:
+            if getattr(op, "signature", None):
+                raise KernelError(_NOT_ELEMENTWISE.format(name=qualified_name(op)))
             raise KernelError(
                 f"{qualified_name(op)} has no derivative rule for broadcast kernels; register it in "
                 "dualbroadcast.derivatives.DERIVATIVES or compute it outside f"
             )
+        args = tuple(a[()] if isinstance(a, np.ndarray) and a.ndim == 0 else a for a in args)
         for a in args:
             if not (type(a) is Sym or _is_literal(a)):
                 raise KernelError(
@@ -147,16 +170,34 @@ class Graph:
                     "kernel; pass arrays as arguments of db.broadcast/db.sum (they broadcast) instead"
                 )
         if all(_is_literal(a) for a in args):
-            return op(*args)
+            folded = op(*args)
+            return folded[()] if isinstance(folded, np.ndarray) else folded
         simple = _simplify(self, op, args)
         if simple is not NotImplemented:
             return simple
+        return self.node(op, args)
+
+    def multiply(self, d, t):
+        """``d * t`` as a node: a boolean ``d`` times a typed one becomes a number, never simplified away."""
+        if _is_boolean(d) or _is_boolean(t):
+            return self.node(np.multiply, (d, t))
+        return self.apply(np.multiply, (d, t))
+
+    def node(self, op, args):
+        """The node ``op(*args)`` itself, shared if it exists."""
         key = (op,) + tuple(("n", a.index) if type(a) is Sym else ("l", type(a), a) for a in args)
         node = self.table.get(key)
         if node is None:
             node = self.table[key] = Sym(self, op, tuple(args), len(self.nodes))
             self.nodes.append(node)
         return node
+
+
+def _is_boolean(a):
+    """Whether ``a`` is a truth value: a comparison, a logical operation or a bool literal."""
+    if type(a) is Sym:
+        return a.op in PREDICATES
+    return isinstance(a, (bool, np.bool_))
 
 
 def _simplify(graph, op, args):
@@ -185,7 +226,7 @@ def _simplify(graph, op, args):
             return graph.apply(np.negative, (x,))
     elif op is np.divide and _is_one(args[1]):
         return args[0]
-    elif op is np.power and _is_literal(args[1]) and float(args[1]).is_integer() and abs(args[1]) <= 16:
+    elif op is np.power and _is_literal(args[1]) and float(args[1]).is_integer() and 0 < abs(args[1]) <= 16:
         return _integer_power(graph, args[0], int(args[1]))
     elif op is np.negative and type(args[0]) is Sym and args[0].op is np.negative:
         return args[0].args[0]
@@ -196,8 +237,6 @@ def _integer_power(graph, x, k):
     """``x**k`` as a product chain, so every lower power is shared."""
     if k < 0:
         return graph.apply(np.reciprocal, (_integer_power(graph, x, -k),))
-    if k == 0:
-        return 1
     if k == 1:
         return x
     return graph.apply(np.multiply, (_integer_power(graph, x, k - 1), x))
@@ -211,12 +250,16 @@ def _is_one(a):
     return _is_literal(a) and not isinstance(a, (bool, np.bool_)) and a == 1
 
 
-def derivatives(graph, output, active):
+def derivatives(graph, output, active, seeds):
     """Forward mode over the graph: ∂output/∂a for each active input node ``a``.
 
-    Each result is a Sym, a literal, or 0 where the output does not depend on it.
+    ``seeds``: per active input, a one of its dtype (``np.float32(1)``), so tangents
+    have the inputs' precision.  A selection's partial is boolean (``x >= y``); it
+    is always multiplied by its tangent, so tangents are never boolean (adding two
+    booleans would be OR).  Each result is a Sym, a literal, or 0 where the output
+    does not depend on that input.
     """
-    tangents = {a.index: {slot: 1} for slot, a in enumerate(active)}
+    tangents = {a.index: {slot: seed} for slot, (a, seed) in enumerate(zip(active, seeds))}
     for node in list(graph.nodes):
         if node.op is None or node.op not in DERIVATIVES:
             continue
@@ -228,7 +271,7 @@ def derivatives(graph, output, active):
                 continue
             d = partials[j](node, *node.args) if callable(partials[j]) else partials[j]
             for slot, t in incoming.items():
-                term = graph.apply(np.multiply, (d, t)) if not _is_one(t) else d
+                term = d if _is_one(t) and not _is_boolean(d) else graph.multiply(d, t)
                 total[slot] = graph.apply(np.add, (total[slot], term)) if slot in total else term
         if total:
             tangents[node.index] = total
@@ -245,6 +288,8 @@ def trace(build_call, n_inputs):
     graph = Graph()
     inputs = [graph.input() for _ in range(n_inputs)]
     output = build_call(inputs)
+    if isinstance(output, np.ndarray) and output.ndim == 0:
+        output = output[()]  # a constant computed by NumPy itself
     if isinstance(output, np.ndarray) or not (type(output) is Sym or _is_literal(output)):
         raise KernelError(
             f"the function given to db.broadcast/db.sum returned {type(output).__name__}; it must "

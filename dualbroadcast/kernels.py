@@ -26,7 +26,8 @@ import time
 import numexpr
 import numpy as np
 
-from .expr import Sym
+from .expr import Sym, source_of
+from .rules.elementwise import OPERATORS
 from .tape import unbroadcast
 
 BACKENDS = ("numpy", "blocked", "numexpr")
@@ -342,10 +343,15 @@ def _numpy_source(kernel):
     names = kernel.names
     lines = [f"def kernel({', '.join(kernel.names_of_inputs())}):"]
     for node in kernel.order:
-        args = ", ".join(_ref(names, a) for a in node.args)
-        lines.append(f"    {names[node.index]} = np.{node.op.__name__}({args})")
+        lines.append(f"    {names[node.index]} = {_call_source(names, node)}")
     lines.append("    return " + ", ".join(_ref(names, o) for o in kernel.outputs) + ",")
     return "\n".join(lines)
+
+
+def _call_source(names, node, ref=_ref):
+    """``op(*args)`` as source: a Python operator for arithmetic, else the NumPy function."""
+    args = [ref(names, a) for a in node.args]
+    return source_of(node.op, args) or f"np.{node.op.__name__}({', '.join(args)})"
 
 
 def _compile_blocked(kernel, kinds, full, stored):
@@ -361,28 +367,38 @@ def _compile_blocked(kernel, kinds, full, stored):
     out_dtypes = [value_dtype] + [node_dtypes[o.index] if type(o) is Sym else value_dtype for o in kernel.outputs[1:]]
     inputs = kernel.names_of_inputs()
     stores = [f"o{k}" for k, keep in enumerate(stored) if keep]
-    buffers = _assign_buffers(kernel, node_dtypes)
+    buffers = _assign_buffers(kernel, node_dtypes, _scalar_nodes(kernel, full))
     scratch = sorted(set(buffers.values()))
     parameters = ["start", "stop", "B"] + inputs + stores + [f"{buf}_all" for buf, _ in scratch]
     lines = [f"def kernel({', '.join(parameters)}):"]
     for k, keep in enumerate(stored):
         if not keep:
             lines.append(f"    s{k} = np.dtype('{np.dtype(out_dtypes[k]).str}').type(0)")
+    hoisted = _scalar_nodes(kernel, full)
+    for node in kernel.order:
+        if node.index in hoisted:  # depends on no full-size input: computed once, as Python would
+            lines.append(f"    {names[node.index]} = {_call_source(names, node)}")
     lines.append("    for lo in range(start, stop, B):")
     lines.append("        hi = min(lo + B, stop)")
     lines.append("        m = hi - lo")
     for name, is_full in zip(inputs, full):
         lines.append(f"        b{name} = {name}[lo:hi]" if is_full else f"        b{name} = {name}")
     for node in kernel.order:
+        if node.index in hoisted:
+            continue
         buf = buffers[node.index][0]
-        args = ", ".join(_block_ref(names, buffers, a) for a in node.args)
+        refs = [_block_ref(names, buffers, a) for a in node.args]
         lines.append(f"        {buf} = {buf}_all[:m]")
-        lines.append(f"        np.{node.op.__name__}({args}, out={buf})")
+        if node.op is np.where:  # np.where has no out=: copy the second choice, then the first where chosen
+            lines.append(f"        np.copyto({buf}, {refs[2]})")
+            lines.append(f"        np.copyto({buf}, {refs[1]}, where={refs[0]})")
+        else:
+            lines.append(f"        np.{node.op.__name__}({', '.join(refs)}, out={buf})")
     for k, (o, keep) in enumerate(zip(kernel.outputs, stored)):
         ref = _block_ref(names, buffers, o)
         if keep:
             lines.append(f"        o{k}[lo:hi] = {ref}")
-        elif type(o) is Sym and o.op is not None:
+        elif type(o) is Sym and o.index in buffers:
             lines.append(f"        s{k} += np.add.reduce({ref})")
         else:
             lines.append(f"        s{k} += np.add.reduce(np.broadcast_to({ref}, (m,)))")
@@ -401,10 +417,22 @@ def _block_ref(names, buffers, a):
         return names[("c", type(a), a)]
     if a.op is None:
         return "b" + names[a.index]
-    return buffers[a.index][0]
+    return buffers[a.index][0] if a.index in buffers else names[a.index]
 
 
-def _assign_buffers(kernel, node_dtypes):
+def _scalar_nodes(kernel, full):
+    """Nodes that depend on no full-size input (one value for the whole call)."""
+    full_inputs = {x.index for x, f in zip(kernel.inputs, full) if f}
+    scalar = set()
+    for node in kernel.order:
+        if not any(type(a) is Sym and (a.index in full_inputs or (a.op is not None and a.index not in scalar))
+                   for a in node.args):
+            scalar.add(node.index)
+    return scalar
+
+
+
+def _assign_buffers(kernel, node_dtypes, hoisted):
     """Reuse a scratch buffer once its node's last use has passed (same dtype only)."""
     last_use = {}
     for position, node in enumerate(kernel.order):
@@ -416,6 +444,8 @@ def _assign_buffers(kernel, node_dtypes):
             last_use[o.index] = len(kernel.order)
     free, buffers, count = {}, {}, 0
     for position, node in enumerate(kernel.order):
+        if node.index in hoisted:
+            continue
         dtype = np.dtype(node_dtypes[node.index]).str
         pool = free.setdefault(dtype, [])
         if pool:
@@ -423,7 +453,7 @@ def _assign_buffers(kernel, node_dtypes):
         else:
             name, count = f"w{count}", count + 1
         buffers[node.index] = (name, dtype)
-        for a in set(a.index for a in node.args if type(a) is Sym and a.op is not None):
+        for a in set(a.index for a in node.args if type(a) is Sym and a.index in buffers):
             if last_use.get(a) == position:
                 free.setdefault(buffers[a][1], []).append(buffers[a][0])
     return buffers
@@ -435,7 +465,7 @@ def _infer_dtypes(kernel, kinds):
     with np.errstate(all="ignore"):
         for node in kernel.order:
             args = [values[a.index] if type(a) is Sym else a for a in node.args]
-            values[node.index] = np.asarray(node.op(*args))
+            values[node.index] = OPERATORS.get(node.op, node.op)(*args)  # Python floats stay weak
     return {k: np.result_type(v) for k, v in values.items()}
 
 

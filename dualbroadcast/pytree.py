@@ -115,7 +115,11 @@ def _children(x):
     if isinstance(x, functools.partial):
         return "partial", None, [x.func, x.args, x.keywords]
     if isinstance(x, types.MethodType):
-        return "method", None, [x.__func__, x.__self__]
+        owner = x.__self__
+        return "method", None, [x.__func__, _Owner(owner) if _has_plain_attributes(owner) else owner]
+    if type(x) is _Owner:
+        names = tuple(sorted(vars(x.obj)))
+        return "object", (x.obj, names), [vars(x.obj)[n] for n in names]
     if isinstance(x, types.FunctionType):
         if not x.__closure__:
             return "function", x, []
@@ -124,6 +128,25 @@ def _children(x):
         names = tuple(sorted(vars(x)))
         return "object", (x, names), [vars(x)[n] for n in names]
     return None
+
+
+class _Owner:
+    """The ``self`` of a bound method whose class is neither a dataclass nor callable: its
+    attributes are the method's state too."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+
+def _has_plain_attributes(obj):
+    return (
+        hasattr(obj, "__dict__")
+        and not isinstance(obj, (type, types.ModuleType, types.FunctionType))
+        and not dataclasses.is_dataclass(obj)
+        and not _is_callable_object(obj)
+    )
 
 
 _EMPTY_CELL = object()

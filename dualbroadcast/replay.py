@@ -11,13 +11,12 @@ from the recorded order — the generated code has no bookkeeping left.
 import numpy as np
 
 from .derivatives import DERIVATIVES
-from .expr import UfuncOperators
+from .expr import UfuncOperators, source_of
 from .registry import OUTPUTS, PER_ARGUMENT, SEQUENCE
 from .tape import IndexPullback, getitem, unbroadcast
 
-_OPERATORS = {np.add: "+", np.subtract: "-", np.multiply: "*", np.divide: "/", np.power: "**",
-              np.less: "<", np.less_equal: "<=", np.greater: ">", np.greater_equal: ">=",
-              np.equal: "==", np.not_equal: "!="}
+_COMPARISONS = {np.less: "({} < {})", np.less_equal: "({} <= {})", np.greater: "({} > {})",
+                np.greater_equal: "({} >= {})", np.equal: "({} == {})", np.not_equal: "({} != {})"}
 
 
 class Namespace:
@@ -54,11 +53,8 @@ class Src(UfuncOperators):
 
     def _apply(self, func, args):
         texts = [self._of(a) for a in args]
-        if func in _OPERATORS and len(texts) == 2:
-            return Src(f"({texts[0]} {_OPERATORS[func]} {texts[1]})", self.space)
-        if func is np.negative:
-            return Src(f"(-{texts[0]})", self.space)
-        return Src(f"{self.space.bind(func, 'f')}({', '.join(texts)})", self.space)
+        text = source_of(func, texts) or _COMPARISONS.get(func, "").format(*texts)
+        return Src(text or f"{self.space.bind(func, 'f')}({', '.join(texts)})", self.space)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         return self._apply(ufunc, inputs)

@@ -2,9 +2,8 @@
 
 Every value is compared with plain NumPy and every gradient with a hand-written
 formula, the reverse tape or finite differences.  The random-expression
-properties are in ``test_broadcast_properties.py``.  Tests marked
-``xfail(strict=True)`` pin library bugs (the reason names file, cause and fix):
-they start passing, and so fail as XPASS, once the bug is fixed.
+properties are in ``test_broadcast_properties.py``.  The last section holds
+regression tests for the library bugs these tests found.
 """
 
 import functools
@@ -87,12 +86,6 @@ KERNELS = {
     "selection": (selection, d_selection, 2),
     "clipped": (clipped, d_clipped, 2),
 }
-WHERE_BLOCKED = (
-    "kernels._compile_blocked emits `np.<op>(args, out=buffer)` for every node, but np.where is "
-    "not a ufunc and has no out=: any kernel with np.where fails on the blocked backend "
-    "(TypeError: where() got an unexpected keyword argument 'out'). Fix: for np.where emit "
-    "np.copyto(buf, y); np.copyto(buf, x, where=c) (or exclude such kernels from blocked)"
-)
 BACKENDS = ["numpy", "blocked", "numexpr"]
 
 
@@ -116,15 +109,8 @@ def as_tuple(g):
     return g if isinstance(g, tuple) else (g,)
 
 
-KNOWN = {
-    ("selection", 70000, np.float64): WHERE_BLOCKED,
-    ("selection", 70000, np.float32): WHERE_BLOCKED,
-}
-
-
 @pytest.mark.parametrize("name, n, dtype", [
-    pytest.param(name, n, dtype, marks=[pytest.mark.xfail(strict=True, reason=KNOWN[name, n, dtype])]
-                 if (name, n, dtype) in KNOWN else [], id=f"{name}-{n}-{dtype.__name__}")
+    pytest.param(name, n, dtype, id=f"{name}-{n}-{dtype.__name__}")
     for name in KERNELS for n in [10, 1000, 70000] for dtype in [np.float64, np.float32]
 ])
 def test_backends_agree_on_value_and_gradient(name, n, dtype):
@@ -214,7 +200,6 @@ def test_numexpr_selection_keeps_float32(f):
     assert np.result_type(db.sum(f, r, backend="numexpr")) == np.float32
 
 
-@pytest.mark.xfail(strict=True, reason=WHERE_BLOCKED)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_where_on_blocked_backend(dtype):
     r = uniform((70000,), dtype, seed=24)
@@ -420,11 +405,6 @@ def test_callable_object_state():
     np.testing.assert_allclose((ga, gb), energy_gradient(1.5, 0.3), rtol=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "pytree._children: for a bound method, `self` of a plain class (not a dataclass, not "
-    "callable) is a leaf, so broadcast._run bakes the whole object into the kernel: self.a "
-    "(tracked) gets no partial and the gradient is silently 0. Fix: in _children, flatten a "
-    "method's __self__ like a callable object (kind 'object' over vars(self)) whenever it has a __dict__"))
 def test_bound_method_of_plain_class():
     with db.kernel_log() as calls:
         ga, gb = db.gradient(lambda a, b: db.sum(PlainModel(a, b).energy, db.cut(XS)), 1.5, 0.3)
@@ -492,11 +472,6 @@ def uses_helper(x):
     return helper(x) + 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "broadcast._globals_read only keys the kernel cache on globals that are numbers or arrays; "
-    "a global function the kernel calls (rebinding a helper, as in a notebook) is baked into "
-    "the cached trace, so the old helper keeps running. Fix: include read globals that are "
-    "Python functions (their _function_key, recursively, or at least their identity) in the key"))
 def test_global_function_rebinding_is_seen():
     global helper
     x = np.ones(3)
@@ -548,10 +523,6 @@ def test_dataclass_field_change_is_seen():
         np.testing.assert_allclose(db.broadcast(pair.energy, x), a * np.exp(-0.5 * x), rtol=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "pytree._children leaves a plain-class `self` of a bound method unflattened; broadcast._baked_key "
-    "keys it by identity, so the kernel traced with the first self.a (a literal) is reused after "
-    "self.a changes. Same fix as for the dropped gradient: flatten __self__'s attributes"))
 def test_plain_class_attribute_change_is_seen():
     x = uniform((7,), seed=15)
     model = PlainModel(1.0, 0.5)
@@ -703,20 +674,11 @@ def test_array_functions_are_not_elementwise(op):
     assert op.__name__ in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "expr.Graph.apply reports np.matmul (a gufunc, signature '(n?,k),(k,m?)->(n?,m?)') as 'has no "
-    "derivative rule ... register it in DERIVATIVES', which is wrong advice: it is not elementwise. "
-    "Fix: in Graph.apply (or Sym.__array_ufunc__) raise the 'is not elementwise' message for "
-    "ufuncs with a non-None .signature"))
 def test_matmul_is_not_elementwise():
     with pytest.raises(db.KernelError, match="not elementwise"):
         db.broadcast(lambda x: np.matmul(x, x), np.array([1.0, 2.0]))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "expr.Sym defines no __matmul__/__rmatmul__, so `x @ y` inside a kernel is Python's "
-    "'unsupported operand type(s) for @' TypeError, not a KernelError. Fix: add both, raising the "
-    "'is not elementwise' KernelError"))
 def test_matmul_operator_is_a_kernel_error():
     with pytest.raises(db.KernelError, match="not elementwise"):
         db.broadcast(lambda x: x @ x, np.array([1.0, 2.0]))
@@ -810,8 +772,7 @@ def test_scalar_only_active_argument_backward_is_constant_memory(backend):
 
 
 # =====================================================================================
-# Library bugs found by these tests and the properties: regressions for the fixed ones,
-# xfail(strict) for the open ones
+# Library bugs found by these tests and the properties: regression tests
 # =====================================================================================
 X = np.array([0.25, -1.5, 2.0, 0.75])
 X32 = np.linspace(0.1, 1.0, 3000, dtype=np.float32)
@@ -824,11 +785,7 @@ SELECTIONS = {
 }
 
 
-@pytest.mark.parametrize("name, backend", [
-    pytest.param(name, backend, marks=[pytest.mark.xfail(strict=True, reason=WHERE_BLOCKED)]
-                 if (name, backend) == ("where", "blocked") else [])
-    for name in SELECTIONS for backend in BACKENDS
-])
+@pytest.mark.parametrize("name, backend", [(name, backend) for name in SELECTIONS for backend in BACKENDS])
 def test_selection_alone_gradient_through_broadcast(name, backend):
     """A selection's partial is boolean; the pullback must still produce float cotangents."""
     f, df = SELECTIONS[name]
@@ -847,12 +804,6 @@ def test_sum_gradient_with_constant_partial(f):
     np.testing.assert_allclose(gy, want_y)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "expr.derivatives adds the boolean partials of two selections with np.add, which on bools is "
-    "logical OR: d/dt [max(t,0) + max(t,-1)] comes out 1 instead of 2 where both are selected, "
-    "silently (the kernel then casts the OR to float). Fix: make selection partials numeric before "
-    "they are combined, e.g. term = np.where(d, t, 0) for a boolean d in expr.derivatives, or cast "
-    "predicate partials to the value dtype where derivatives() builds them"))
 @pytest.mark.parametrize("how", ["broadcast", "sum", "pullback", "scalar"])
 def test_sum_of_selections_counts_both(how):
     def f(t):
@@ -871,10 +822,6 @@ def test_sum_of_selections_counts_both(how):
     np.testing.assert_allclose(got, want)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "expr._simplify turns `-1 * t` into np.negative(t); for a selection's boolean partial that "
-    "is NumPy's 'boolean negative is not supported' TypeError, so -np.maximum(t, 0), "
-    "1 - np.clip(t, ...) or -np.where(...) cannot be differentiated. Fix: numeric selection partials"))
 @pytest.mark.parametrize("f", [
     lambda t: -np.maximum(t, 0.0),
     lambda t: 1 - np.clip(t, -1.0, 1.0),
@@ -885,12 +832,6 @@ def test_negated_selection_gradient(f):
     assert g == -1.0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a NumPy scalar compared with a Sym reaches expr.Graph.apply as a 0-d ndarray (NumPy converts "
-    "the scalar before calling Sym.__array_ufunc__), and a constant np.where folds to a 0-d "
-    "ndarray: 'a value of type ndarray reached np.less'. This also breaks the derivative of "
-    "np.maximum(np.sqrt(2.0), t), whose rule evaluates `x < y` with the literal on the left. "
-    "Fix: in Graph.apply, unwrap 0-d ndarray arguments and folded results with a[()]"))
 @pytest.mark.parametrize("f", [
     lambda t: np.where(np.float64(0.5) < t, t, 0.0),
     lambda t: np.maximum(np.sqrt(2.0), t) * t,
@@ -903,11 +844,6 @@ def test_numpy_scalar_literals_in_kernels(f):
     np.testing.assert_allclose(db.gradient(lambda a: db.sum(f, a), x), want)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a Python-float argument is weakly typed in NumPy, but inside a kernel any operation on it "
-    "alone (here -c) is a np.* call returning a strong np.float64, so float32 arrays are promoted: "
-    "exp(-c*r) with c=3.0 comes back float64 on every backend (plain NumPy: float32). Fix: in "
-    "broadcast._run (or Kernel.__call__) convert Python-float inputs to np.result_type(*values)"))
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_python_float_coefficient_keeps_float32(backend):
     def f(r, c):
@@ -935,10 +871,6 @@ def test_folded_float64_literal_dtype_on_every_backend():
     assert [np.result_type(db.sum(f, X32, backend=b)) for b in BACKENDS] == [want] * 3
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "expr._integer_power returns the int literal 1 for k == 0, so x**0 (or x**0.0, e.g. "
-    "x**np.tanh(0.0)) inside a kernel is an int64 array of ones, not x's float dtype. Fix: keep a "
-    "node of x's dtype, e.g. do not simplify k == 0 (leave np.power(x, 0))"))
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_power_zero_keeps_dtype(dtype):
     x = X.astype(dtype)

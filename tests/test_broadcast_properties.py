@@ -12,12 +12,9 @@ grow large are skipped, so every comparison is between smooth functions.
 """
 
 import numpy as np
-import pytest
 from hypothesis import assume, given, note, settings, strategies as st
 
 import dualbroadcast as db
-from dualbroadcast.errors import KernelError
-from dualbroadcast.expr import Sym, derivatives, trace
 from dualbroadcast.tape import unbroadcast
 
 from .cases import broadcast_shapes, reset_streams, uniform
@@ -178,7 +175,6 @@ def problems(draw, reduce=False, max_args=3, large=True, backends=BACKENDS):
     note(f"f = {source}; dtype {dtype.__name__}; backend {backend}; cut {cuts}; sum {reduce}")
     note("shapes: " + ", ".join(f"{type(a).__name__}{np.shape(a)}" for a in args))
     assume(well_conditioned(f, args, margin=1e-4 if enlarged else 1e-3))
-    assume(not hits_known_kernel_bugs(f, args, [k for k, c in enumerate(cuts) if not c], backend, reduce))
     return dict(source=source, f=f, args=args, cuts=cuts, dtype=dtype, backend=backend, seed=seed, reduce=reduce)
 
 
@@ -238,62 +234,6 @@ def assert_gradients_match(got, want, scales, args, cuts, dtype):
 
 
 # --- known library bugs ------------------------------------------------------------------
-# The bugs pinned by xfail tests in test_broadcast.py.  Until they are fixed the properties
-# skip (or, for dtype-only bugs, do not check the dtype of) the examples that hit them, else
-# every run would only rediscover them.  Once fixed, set this to False.
-AVOID_KNOWN_BUGS = True
-ARITHMETIC = (np.add, np.subtract, np.negative)
-
-
-def hits_known_kernel_bugs(f, args, active, backend, reduce):
-    """Whether ``f``'s kernel would hit a known bug, judged from its traced derivative graph.
-
-    - a NumPy-scalar literal (np.sin(0.5) folds to one) on the left of a comparison, or a
-      constant np.where, reaches the graph as a 0-d ndarray: a KernelError;
-    - boolean partials added or negated: np.add on bools is `or`, np.negative raises;
-    - np.where on the blocked backend (no out= for np.where).
-    """
-    if not AVOID_KNOWN_BUGS:
-        return False
-    try:
-        graph, inputs, output = trace(lambda symbols: f(*symbols), len(args))
-        derivatives(graph, output, [inputs[k] for k in active])
-    except KernelError as e:
-        if "ndarray" in str(e):
-            return True
-        raise
-    values = {}
-    with np.errstate(all="ignore"):
-        for node in graph.nodes:
-            if node.op is None:
-                values[node.index] = np.ones(1)
-                continue
-            node_args = [values[a.index] if type(a) is Sym else a for a in node.args]
-            if node.op in ARITHMETIC and all(np.result_type(a) == np.bool_ for a in node_args):
-                return True
-            values[node.index] = np.asarray(node.op(*node_args))
-    shapes = [np.shape(a) for a in args]
-    size = int(np.prod(np.broadcast_shapes(*shapes)))
-    blocked = backend == "blocked" and size >= LARGE["blocked"] and all(np.prod(s) in (1, size) for s in shapes)
-    return blocked and any(node.op is np.where for node in graph.nodes)
-
-
-def hits_known_dtype_bugs(f, args):
-    """Whether the result dtype would be wrong through a known bug (values are still right).
-
-    - a Python-float argument becomes a strong np.float64 inside a kernel (``-c`` is
-      ``np.negative(c)``), so next to float32 arrays the result can be float64;
-    - x**0 folds to the int literal 1 (a constant result).
-    """
-    if not AVOID_KNOWN_BUGS:
-        return False
-    dtypes = [np.result_type(a) for a in args if type(a) is not float]
-    if any(type(a) is float for a in args) and np.float32 in dtypes:
-        return True
-    graph, inputs, output = trace(lambda symbols: f(*symbols), len(args))
-    return type(output) is not Sym
-
-
 # --- (a) value, (b) gradient of a broadcast --------------------------------------------
 @SETTINGS
 @given(problems())
@@ -302,8 +242,7 @@ def test_broadcast_value_and_dtype_match_plain_numpy(p):
     want = f(*args)
     got = db.broadcast(f, *wrap(args, p["cuts"]), backend=p["backend"])
     assert isinstance(got, np.ndarray), f"broadcast returned {type(got).__name__}"
-    if not hits_known_dtype_bugs(f, args):
-        assert got.dtype == np.result_type(want), f"dtype {got.dtype}, plain NumPy gives {np.result_type(want)}"
+    assert got.dtype == np.result_type(want), f"dtype {got.dtype}, plain NumPy gives {np.result_type(want)}"
     assert got.shape == np.broadcast_shapes(*[np.shape(a) for a in args])
     want = np.broadcast_to(want, got.shape)
     np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64),
@@ -331,8 +270,7 @@ def test_sum_value_and_gradient_match_reverse_tape(p):
     want = np.sum(values)
     got = db.sum(f, *wrap(args, cuts), backend=backend)
     assert np.ndim(got) == 0
-    if not hits_known_dtype_bugs(f, args):
-        assert np.result_type(got) == np.result_type(want), f"dtype {np.result_type(got)} != {np.result_type(want)}"
+    assert np.result_type(got) == np.result_type(want), f"dtype {np.result_type(got)} != {np.result_type(want)}"
     scale = float(np.sum(np.abs(values.astype(np.float64))))
     np.testing.assert_allclose(float(got), float(want), **tolerances(p["dtype"], scale))
 
