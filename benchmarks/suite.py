@@ -185,25 +185,27 @@ def _image():
 
 
 def sum_of_squares_workload(quick, peers):
-    def build():
-        x = _image()
-        impls = _db_columns(m.sum_of_squares, m.sum_of_squares_dualbroadcast, (x,))
-        impls.update(_peer_columns(peers, pm.sum_of_squares, x))
-        return Row("128x1x28x28", lambda: m.sum_of_squares(x), lambda: m.sum_of_squares_hand_gradient(x), impls,
-                   1e-5, {"shape": list(m.IMAGE_SHAPE)})
-
-    return Workload("sumsq", "Sum of squares: sum(x**2), x float32 of shape (128, 1, 28, 28); d/dx", [build])
+    return _image_reduction("sumsq", "Sum of squares: sum(x**2), x float32 of shape (128, 1, 28, 28); d/dx",
+                            m.sum_of_squares, m.sum_of_squares_dualbroadcast, m.sum_of_squares_hand_gradient,
+                            pm.sum_of_squares, peers)
 
 
 def sum_arctan2_workload(quick, peers):
+    return _image_reduction("arctan2", "Sum of arctan2(x, 2), x float32 of shape (128, 1, 28, 28); d/dx",
+                            m.sum_arctan2, m.sum_arctan2_dualbroadcast, m.sum_arctan2_hand_gradient,
+                            pm.sum_arctan2, peers)
+
+
+def _image_reduction(key, title, primal, dualbroadcast_model, hand, peer_model, peers):
+    """An elementwise reduction over the float32 image batch (128, 1, 28, 28)."""
+
     def build():
         x = _image()
-        impls = _db_columns(m.sum_arctan2, m.sum_arctan2_dualbroadcast, (x,))
-        impls.update(_peer_columns(peers, pm.sum_arctan2, x))
-        return Row("128x1x28x28", lambda: m.sum_arctan2(x), lambda: m.sum_arctan2_hand_gradient(x), impls,
-                   1e-5, {"shape": list(m.IMAGE_SHAPE)})
+        impls = _db_columns(primal, dualbroadcast_model, (x,))
+        impls.update(_peer_columns(peers, peer_model, x))
+        return Row("128x1x28x28", lambda: primal(x), lambda: hand(x), impls, 1e-5, {"shape": list(m.IMAGE_SHAPE)})
 
-    return Workload("arctan2", "Sum of arctan2(x, 2), x float32 of shape (128, 1, 28, 28); d/dx", [build])
+    return Workload(key, title, [build])
 
 
 def constants_workloads(quick, peers):

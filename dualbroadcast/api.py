@@ -5,7 +5,7 @@ import numpy as np
 from . import pytree
 from .errors import GradientMismatchError, NonScalarOutputError
 from .pytree import Cut, Uncut
-from .tape import ACTIVE_TAPE, RECORDER, Tape, Tracked, backward, value_of
+from .tape import ACTIVE_TAPE, RECORDER, GarbageCollectionPaused, Tape, Tracked, backward, value_of
 
 _FLOAT_TYPES = (np.ndarray, float, np.float64, np.float32)
 
@@ -118,7 +118,8 @@ def _trace(f, args, single_sweep=False):
     call_args, arguments = _prepare(tape, args)
     token = ACTIVE_TAPE.set(tape)
     try:
-        out = f(*call_args)
+        with GarbageCollectionPaused():
+            out = f(*call_args)
     finally:
         ACTIVE_TAPE.reset(token)
         tape.closed = True

@@ -328,10 +328,6 @@ def _ref(names, a):
     return names[a.index] if type(a) is Sym else names[("c", type(a), a)]
 
 
-def _function_name(op):
-    return f"f_{op.__name__}"
-
-
 def _compile(source, namespace):
     env = dict(namespace)
     env["np"] = np

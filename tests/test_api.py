@@ -665,3 +665,23 @@ def test_check_gradient_fails_on_a_non_finite_gradient():
 def test_unknown_keyword_of_a_rule_is_a_clear_error():
     with pytest.raises(db.UnsupportedFunctionError, match=r"np\.var.*keyword"):
         db.gradient(lambda x: np.var(x, correction=1), np.arange(3.0))
+
+
+def test_garbage_collector_is_restored_after_gradients_in_threads():
+    import gc
+
+    assert gc.isenabled()
+    results = []
+
+    def work(k):
+        results.append(db.gradient(lambda x: np.sum(x * float(k)), np.ones(3)))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert gc.isenabled() and len(results) == 8
+    with pytest.raises(ZeroDivisionError):
+        db.gradient(lambda x: x * (1 / 0), 1.0)
+    assert gc.isenabled(), "an error inside the function must not leave the collector off"
