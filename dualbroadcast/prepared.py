@@ -232,8 +232,17 @@ class PreparedGradient:
         return self.value_and_gradient(*args, out=out)[1]
 
     def value_and_gradient(self, *args, out=None):
+        plain = _plain_key(args)
+        for program in self.variants.get(plain, ()) if plain else ():
+            try:
+                value, grads = program.run(*[np.float64(a) if type(a) is float else a for a in args])
+            except GuardFailed:
+                continue
+            return value, _write(grads, out) if out is not None else _plain_gradients(args, grads)
         flat = [pytree.flatten(arg) for arg in args]
         signature = _signature(flat)
+        if plain:
+            self.variants[plain] = self.variants.setdefault(signature, [])  # the same programs
         for program in self.variants.get(signature, ()):
             try:
                 return _run(program, flat, out)
@@ -281,6 +290,26 @@ def _run(program, flat, out):
         return value, _write(grads, out)
     by_index = {i: np.array(g) for i, g in zip(program.active_leaves, grads)}  # buffers are reused
     return value, _one_or_tuple(_gradients(program.arguments, by_index))
+
+
+_PLAIN = (float, np.ndarray, np.float64, np.float32)
+
+
+def _plain_key(args):
+    """For arguments that are all plain floats or arrays, their signature, cheaply; else None."""
+    for a in args:
+        if type(a) not in _PLAIN:
+            return None
+    return tuple(float if type(a) is float else (a.shape, a.dtype) for a in args)
+
+
+def _plain_gradients(args, grads):
+    """The gradients of plain arguments: Python floats as floats, arrays as fresh arrays."""
+    result = tuple(
+        float(g) if type(a) is float else (np.array(g, dtype=a.dtype) if type(a) is np.ndarray else a.dtype.type(g))
+        for a, g in zip(args, grads)
+    )
+    return result[0] if len(result) == 1 else result
 
 
 def _active_gradients(grads, n_args):
