@@ -25,6 +25,11 @@ UNARY = [
 ]
 
 
+# Functions with a kink where arguments tie (or x is 0): their arguments are drawn on
+# interleaved grids, half a grid step apart.
+KINKED = {np.maximum, np.minimum, np.fmax, np.fmin, np.absolute}
+
+
 def ufunc_case(func):
     arity = ARITY.get(func, 1)
     domains = DOMAINS.get(func, [(-2, 2)] * arity)
@@ -32,6 +37,8 @@ def ufunc_case(func):
     def build(draw, dtype):
         shapes = broadcast_shapes(draw, arity)
         args = [uniform(draw, s, dtype, *d) for s, d in zip(shapes, domains)]
+        if func in KINKED:
+            args = [on_grid(a, (k + 1) % 2 / 128 if func is np.absolute else k / 128) for k, a in enumerate(args)]
         return func, args
 
     return Case(func, build)
@@ -43,15 +50,22 @@ def build_where(draw, dtype):
     return (lambda x, y: np.where(cond, x, y)), [uniform(draw, xs, dtype), uniform(draw, ys, dtype)]
 
 
+def on_grid(x, offset=0.0):
+    """Values rounded to multiples of 1/64, plus ``offset``: a value on the grid and one half a step
+    off it are never within the finite-difference step of each other (no kink is straddled)."""
+    return (np.round(np.asarray(x) * 64) / 64 + offset).astype(x.dtype)[()]
+
+
 def build_clip(draw, dtype):
     xs, ls, hs = broadcast_shapes(draw, 3)
-    args = [uniform(draw, xs, dtype), uniform(draw, ls, dtype, -1, -0.2), uniform(draw, hs, dtype, 0.2, 1)]
-    return np.clip, args
+    bounds = [on_grid(uniform(draw, ls, dtype, -1, -0.2), 1 / 128), on_grid(uniform(draw, hs, dtype, 0.2, 1), 1 / 128)]
+    return np.clip, [on_grid(uniform(draw, xs, dtype)), *bounds]
 
 
 def build_clip_one_bound(draw, dtype):
     xs, hs = broadcast_shapes(draw, 2)
-    return (lambda x, hi: np.clip(x, None, hi)), [uniform(draw, xs, dtype), uniform(draw, hs, dtype, -1, 1)]
+    x, hi = on_grid(uniform(draw, xs, dtype)), on_grid(uniform(draw, hs, dtype, -1, 1), 1 / 128)
+    return (lambda x, hi: np.clip(x, None, hi)), [x, hi]
 
 
 CASES = [ufunc_case(f) for f in UNARY + list(ARITY)] + [
