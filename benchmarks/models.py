@@ -168,3 +168,13 @@ def foldminus(xs):
 
 def foldminus_hand_gradient(xs):
     return (1.0,) + (-1.0,) * (len(xs) - 1)
+
+
+def eam_hand_gradient_into(x, g):
+    """The hand gradient written into a preallocated ``g`` with in-place NumPy (no allocation)."""
+    np.multiply(x, -3.0, out=g)
+    g -= 3.0
+    np.exp(g, out=g)  # g = rho(x)
+    p = np.add.reduce(g)
+    g *= -3.0 * (2 * p + 3 * p**2 + p**3)
+    return g
