@@ -105,22 +105,21 @@ def _run(f, args, reduce, backend):
         activity = pytree.leaf_activity(treedef)
     recorder = RECORDER.get()
     inactive = recorder.inactive if recorder is not None else ()
-    values, baked, active, kinds = [], [], [], []
+    inputs, values, active, kinds, input_kinds = [], [], [], [], []
     for leaf, on in zip(leaves, activity):
-        if type(leaf) is Tracked:
-            if on and leaf.index not in inactive:
+        if type(leaf) is Tracked or _is_array_input(leaf):
+            value = leaf.value if type(leaf) is Tracked else leaf
+            kind = float if type(value) is float else np.result_type(value)
+            if type(leaf) is Tracked and on and leaf.index not in inactive:
                 active.append(len(values))
-            values.append(leaf.value)
-            kinds.append(leaf.value.dtype)
-        elif _is_array_input(leaf):
-            values.append(leaf)
-            kinds.append(float if type(leaf) is float else np.result_type(leaf))
+            inputs.append(leaf)
+            values.append(value)
+            input_kinds.append(kind)
+            kinds.append(kind)
         else:
-            baked.append(leaf)
             kinds.append(_baked_key(leaf))
     structure = _function_key(f) if treedef is None else _structure_key(treedef)
     key = (structure, tuple(kinds), tuple(active), reduce)
-    input_kinds = [k for k in kinds if not (type(k) is tuple and k and k[0] == "baked")]
     kernel = _kernel(key, f, treedef, leaves, len(values), active, reduce, input_kinds)
     active_shapes = [np.shape(values[i]) for i in active]
     value, partials, used, size = kernel(values, active_shapes, backend)
@@ -128,16 +127,12 @@ def _run(f, args, reduce, backend):
     calls = _log.get()
     if calls is not None:
         calls.append(call)
-    if recorder is not None and any(type(leaf) is Tracked for leaf in leaves):
-        inputs = [leaf for leaf in leaves if type(leaf) is Tracked or _is_array_input(leaf)]
-
-        def record(on):
-            return _record([inputs[i] for i in on], value, partials, active_shapes, call, recorder.tape)
-
-        return recorder.kernel(kernel, inputs, activity, values, active, used, reduce, record)
+    parents = [inputs[i] for i in active]
+    if recorder is not None and any(type(leaf) is Tracked for leaf in inputs):
+        record = lambda: _record(parents, value, partials, active_shapes, call, recorder.tape)  # noqa: E731
+        return recorder.kernel(kernel, inputs, values, active, used, reduce, record)
     if not active:
         return value
-    parents = [leaf for leaf, on in zip(leaves, activity) if type(leaf) is Tracked and on and leaf.index not in inactive]
     return _record(parents, value, partials, active_shapes, call)
 
 

@@ -149,14 +149,14 @@ class Recorder:
             return results if type(ans) is list else type(ans)(*results)
         return results[0]
 
-    def kernel(self, kernel, leaves, activity, values, active, backend, reduce, record):
-        """Record a broadcast/sum kernel call; ``record(parents, value, partials)`` makes the record."""
-        refs = [leaf.index if type(leaf) is Tracked else Const(v) for leaf, v in zip(leaves, values)]
-        on = [i for i in active if refs[i] not in self.inactive]
-        out = record(on)
+    def kernel(self, kernel, inputs, values, active, backend, reduce, record):
+        """Record a broadcast/sum kernel call; ``record()`` makes its tape record (the active inputs
+        are its parents)."""
+        refs = [x.index if type(x) is Tracked else Const(v) for x, v in zip(inputs, values)]
+        out = record()
         self.describe(out)
-        self.steps.append(KernelStep(kernel, refs, on, backend, out.index, reduce))
-        if not on:
+        self.steps.append(KernelStep(kernel, refs, active, backend, out.index, reduce))
+        if not active:
             self.inactive.add(out.index)
         return out
 
