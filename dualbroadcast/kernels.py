@@ -72,9 +72,9 @@ class Kernel:
         self.whole = _compile(_numpy_source(self), self.constants)
         self.fresh = _fresh_partials(outputs)
         self.numexpr_sources = _numexpr_sources(self)
-        self.blocked = {}  # dtypes of the inputs -> compiled blocked kernel
-        self.dtypes = {}  # kinds of the inputs -> dtype of the value
-        self.choice = {}  # (size bucket, dtypes) -> backend
+        self.blocked = {}  # (input kinds, full-size inputs, stored outputs) -> compiled blocked kernel
+        self.dtypes = {}  # input kinds -> dtype of the value
+        self.choice = {}  # size bucket (bit length of the size) -> backend measured fastest
 
     def __call__(self, values, active_shapes, backend=None):
         """Return ``(value, partials, backend, size)``; partials reduced to ``active_shapes`` if reducing."""
