@@ -5,7 +5,7 @@ import numpy as np
 from . import pytree
 from .errors import GradientMismatchError, NonScalarOutputError
 from .pytree import Cut, Uncut
-from .tape import ACTIVE_TAPE, RECORDER, GarbageCollectionPaused, Tape, Tracked, backward, value_of
+from .tape import ACTIVE_TAPE, RECORDER, Tape, Tracked, backward, value_of
 
 _FLOAT_TYPES = (np.ndarray, float, np.float64, np.float32)
 
@@ -118,11 +118,10 @@ def _trace(f, args, single_sweep=False):
     call_args, arguments = _prepare(tape, args)
     token = ACTIVE_TAPE.set(tape)
     try:
-        with GarbageCollectionPaused():
-            out = f(*call_args)
+        out = f(*call_args)
     finally:
         ACTIVE_TAPE.reset(token)
-        tape.closed = True
+        tape.close()
     return tape, out, arguments
 
 

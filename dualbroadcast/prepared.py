@@ -268,7 +268,7 @@ class PreparedGradient:
         finally:
             RECORDER.reset(rtoken)
             ACTIVE_TAPE.reset(token)
-            tape.closed = True
+            tape.close()
         value, seed = _scalar_seed(out, tape)
         if type(out) is not Tracked:
             raise ValueError("prepare_gradient: f's result does not depend on its arguments; use db.gradient")

@@ -34,12 +34,25 @@ class Tape:
     reuse a buffer it owns for its cotangent instead of allocating a new one.
     """
 
-    __slots__ = ("records", "closed", "single_sweep")
+    __slots__ = ("records", "closed", "single_sweep", "collector_pause")
 
     def __init__(self, single_sweep=False):
         self.records = []
         self.closed = False
         self.single_sweep = single_sweep
+        self.collector_pause = None
+
+    def grew_long(self):
+        """The tape reached `LONG_TAPE` records: pause the garbage collector until it is closed."""
+        self.collector_pause = GarbageCollectionPaused()
+        self.collector_pause.__enter__()
+
+    def close(self):
+        """Recording is over: no more operations may join this tape."""
+        self.closed = True
+        if self.collector_pause is not None:
+            self.collector_pause.__exit__()
+            self.collector_pause = None
 
     def leaf(self, value):
         """A new differentiated input."""
@@ -50,6 +63,8 @@ class Tape:
         """Append the operation that made ``ans`` and return its tracked result."""
         records = self.records
         records.append((parents, backs, operation))
+        if len(records) == LONG_TAPE:
+            self.grew_long()
         return Tracked(ans, self, len(records) - 1)
 
 
@@ -57,8 +72,9 @@ class GarbageCollectionPaused:
     """Pause Python's cyclic garbage collector while a tape grows or is swept.
 
     Its collections rescan the growing tape again and again: a 130,000-record
-    gradient took 40% longer with it on.  Process-wide, so counted: nested and
-    concurrent uses restore it once, when the last one ends.
+    gradient took 40% longer with it on.  A pause costs about a microsecond, so only
+    long tapes take one.  Process-wide, so counted: nested and concurrent uses
+    restore it once, when the last one ends.
     """
 
     _lock = threading.Lock()
@@ -81,7 +97,7 @@ class GarbageCollectionPaused:
                 gc.enable()
 
 
-LONG_TAPE = 10_000  # records; shorter sweeps are over before a collection would matter
+LONG_TAPE = 10_000  # records; shorter tapes are recorded and swept before a collection would matter
 
 
 def backward(tape, seeds):
@@ -276,6 +292,8 @@ def _call_per_argument(func, rule, args):
         backs.append(maker(ans, *values))
     records = tape.records
     records.append((tuple([args[i].index for i in positions]), tuple(backs), func))
+    if len(records) == LONG_TAPE:
+        tape.grew_long()
     return Tracked(ans, tape, len(records) - 1)
 
 

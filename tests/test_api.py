@@ -685,3 +685,22 @@ def test_garbage_collector_is_restored_after_gradients_in_threads():
     with pytest.raises(ZeroDivisionError):
         db.gradient(lambda x: x * (1 / 0), 1.0)
     assert gc.isenabled(), "an error inside the function must not leave the collector off"
+
+
+def test_long_tape_pauses_the_collector_while_recording_and_restores_it():
+    import gc
+
+    seen = {}
+
+    def f(x):
+        y = x
+        for _ in range(db.tape.LONG_TAPE + 10):
+            y = y * 1.0
+        seen["during"] = gc.isenabled()
+        return y
+
+    assert db.gradient(f, 2.0) == 1.0
+    assert seen["during"] is False and gc.isenabled()
+    seen.clear()
+    db.gradient(lambda x: (seen.setdefault("during", gc.isenabled()), x * 2.0)[1], 1.0)
+    assert seen["during"] is True, "a short tape must not pay for a pause"
