@@ -8,6 +8,7 @@ from .pytree import Cut, Uncut
 from .tape import ACTIVE_TAPE, RECORDER, Tape, Tracked, backward, value_of
 
 _FLOAT_TYPES = (np.ndarray, float, np.float64, np.float32)
+_FLOAT_SCALARS = {np.float64, np.float32, np.float16, np.longdouble}
 
 
 # --- cut / uncut -------------------------------------------------------------
@@ -69,26 +70,30 @@ def _prepare(tape, args, constants_traced=False):
     call_args, arguments = [], []
     for position, arg in enumerate(args):
         if isinstance(arg, _FLOAT_TYPES):
-            t = tape.leaf(_float_value(arg, position, ""))
+            t = tape.leaf(_float_value(arg, position))
             call_args.append(t)
             arguments.append(_Argument(None, [arg], [t]))
             continue
         leaves, treedef = pytree.flatten(arg)
         flags = pytree.leaf_activity(treedef)
-        inputs, every, new_leaves = [], [], []
-        for k, (leaf, on) in enumerate(zip(leaves, flags)):
-            t = tape.leaf(_float_value(leaf, position, f" (leaf {k})")) if on and leaf is not None else None
-            inputs.append(t)
-            if t is None and constants_traced and isinstance(leaf, (np.ndarray, np.generic, float)):
-                t = tape.leaf(np.float64(leaf) if type(leaf) is float else leaf)
-            every.append(t)
-            new_leaves.append(t if t is not None else value_of(leaf))
+        inputs = tape.leaves([
+            (np.float64(leaf) if type(leaf) is float else _float_value(leaf, position, k)) if on and leaf is not None else None
+            for k, (leaf, on) in enumerate(zip(leaves, flags))
+        ])
+        every = inputs
+        if constants_traced:
+            every = [
+                tape.leaf(np.float64(leaf) if type(leaf) is float else leaf)
+                if t is None and isinstance(leaf, (np.ndarray, np.generic, float)) else t
+                for t, leaf in zip(inputs, leaves)
+            ]
+        new_leaves = [value_of(leaf) if t is None else t for t, leaf in zip(every, leaves)]
         call_args.append(pytree.unflatten(treedef, new_leaves))
         arguments.append(_Argument(treedef, leaves, inputs, every))
     return call_args, arguments
 
 
-def _float_value(x, position, where):
+def _float_value(x, position, leaf=None):
     """The value a differentiated leaf is tracked with; a clear error if it is not a float."""
     if type(x) is float:
         return np.float64(x)
@@ -105,6 +110,7 @@ def _float_value(x, position, where):
         raise TypeError("nested gradients (a gradient of a function that takes a gradient) are not supported")
     else:
         what = f"of type {type(x).__name__}" + (f" with dtype {x.dtype}" if hasattr(x, "dtype") else "")
+    where = "" if leaf is None else f" (leaf {leaf})"
     raise TypeError(
         f"argument {position}{where} to differentiate is {what}; only floating-point values have "
         "gradients. Convert it with np.asarray(x, dtype=float), or wrap it in db.cut(...) to "
@@ -127,6 +133,8 @@ def _trace(f, args, single_sweep=False):
 
 def _scalar_seed(out, tape):
     """The seed cotangent 1 for a scalar result; a clear error for anything else."""
+    if type(out) is Tracked and out.tape is tape and type(out.value) in _FLOAT_SCALARS:  # the usual case
+        return out.value, out.value.dtype.type(1)
     if isinstance(out, (tuple, list, dict)):
         raise NonScalarOutputError(
             f"gradient needs a function with a scalar result, but it returned a {type(out).__name__}; "
@@ -152,7 +160,9 @@ def _gradients(arguments, grads):
     result = []
     for arg in arguments:
         leaves = [
-            None if t is None else _leaf_gradient(grads[t.index] if grads else None, original, seen)
+            None if t is None
+            else float(grads[t.index]) if type(original) is float and grads and grads[t.index] is not None
+            else _leaf_gradient(grads[t.index] if grads else None, original, seen)
             for t, original in zip(arg.inputs, arg.originals)
         ]
         if arg.treedef is None:

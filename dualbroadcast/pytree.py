@@ -205,6 +205,12 @@ def flatten(tree):
         if type(x) in _PLAIN_LEAVES:
             leaves.append(x)
             return LEAF
+        if type(x) is tuple or type(x) is list:  # the common containers, without the general dispatch
+            kind = "tuple" if type(x) is tuple else "list"
+            if _PLAIN_LEAVES.issuperset(map(type, x)):  # only leaves: no visit per element
+                leaves.extend(x)
+                return (kind, None, (LEAF,) * len(x))
+            return (kind, None, tuple([visit(c) for c in x]))
         if isinstance(x, (types.FunctionType, types.MethodType)) and id(x) in in_progress:
             return ("static", x, ())  # a function whose closure refers to itself
         node = _children(x)
@@ -224,13 +230,21 @@ def flatten(tree):
 
 def unflatten(treedef, leaves, strip_markers=True):
     """Rebuild the tree of ``treedef`` with ``leaves`` in flatten order."""
-    it = iter(leaves)
+    leaves = leaves if type(leaves) is list else list(leaves)
+    position = 0
 
     def build(d):
+        nonlocal position
         if d is LEAF:
-            return next(it)
+            position += 1
+            return leaves[position - 1]
         kind, aux, defs = d
-        return _rebuild(kind, aux, [build(c) for c in defs], strip_markers)
+        if defs.count(LEAF) == len(defs):  # only leaves below: one slice
+            children = leaves[position : position + len(defs)]
+            position += len(defs)
+        else:
+            children = [build(c) for c in defs]
+        return _rebuild(kind, aux, children, strip_markers)
 
     return build(treedef)
 
@@ -245,6 +259,9 @@ def leaf_activity(treedef, active=True):
             return
         kind, _, defs = d
         on = False if kind == "cut" else True if kind == "uncut" else on
+        if defs.count(LEAF) == len(defs):
+            flags.extend([on] * len(defs))
+            return
         for c in defs:
             visit(c, on)
 

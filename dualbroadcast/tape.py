@@ -59,6 +59,13 @@ class Tape:
         self.records.append(None)
         return Tracked(value, self, len(self.records) - 1)
 
+    def leaves(self, values):
+        """A new differentiated input per value; None stays None (a constant)."""
+        records = self.records
+        start = len(records)
+        records.extend([None] * len(values))
+        return [None if v is None else Tracked(v, self, start + k) for k, v in enumerate(values)]
+
     def record(self, ans, parents, backs, operation):
         """Append the operation that made ``ans`` and return its tracked result."""
         records = self.records
@@ -127,6 +134,8 @@ def _sweep(tape, seeds):
         for p, back in zip(parents, backs):
             if type(back) is IndexPullback:
                 back.add_into(grads, owned, p, g)
+            elif grads[p] is None:
+                grads[p] = back(g)
             else:
                 _accumulate(grads, owned, p, back(g))
     return grads
@@ -295,6 +304,50 @@ def _call_per_argument(func, rule, args):
     if len(records) == LONG_TAPE:
         tape.grew_long()
     return Tracked(ans, tape, len(records) - 1)
+
+
+def _binary(func, x, y):
+    """``x op y`` for Tracked's arithmetic operators: `_call_per_argument` unrolled for two
+    arguments, since a scalar model's gradient pays this once per operator."""
+    rule = RULES.get(func)
+    if rule is None or rule.kind != PER_ARGUMENT or RECORDER.get() is not None or len(rule.makers) != 2 or None in rule.makers:
+        return call_rule(func, (x, y), {})  # the general path, with its checks and messages
+    if type(x) is Tracked:
+        tape = x.tape
+        if tape.closed:
+            _check_tape(None, tape)
+        if type(y) is Tracked:
+            if y.tape is not tape:
+                _check_tape(tape, y.tape)
+            xv, yv = x.value, y.value
+            ans = rule.plain(xv, yv)
+            if type(ans) not in _FLOAT_SCALARS and (type(ans) is not np.ndarray or ans.dtype.kind != "f"):
+                return ans
+            makers = rule.makers
+            parents, backs = (x.index, y.index), (makers[0](ans, xv, yv), makers[1](ans, xv, yv))
+        else:
+            xv = x.value
+            ans = rule.plain(xv, y)
+            if type(ans) not in _FLOAT_SCALARS and (type(ans) is not np.ndarray or ans.dtype.kind != "f"):
+                return ans
+            parents, backs = (x.index,), (rule.makers[0](ans, xv, y),)
+    else:
+        tape = y.tape
+        if tape.closed:
+            _check_tape(None, tape)
+        yv = y.value
+        ans = rule.plain(x, yv)
+        if type(ans) not in _FLOAT_SCALARS and (type(ans) is not np.ndarray or ans.dtype.kind != "f"):
+            return ans
+        parents, backs = (y.index,), (rule.makers[1](ans, x, yv),)
+    records = tape.records
+    records.append((parents, backs, func))
+    if len(records) == LONG_TAPE:
+        tape.grew_long()
+    return Tracked(ans, tape, len(records) - 1)
+
+
+_FLOAT_SCALARS = {np.float64, np.float32, np.float16, np.longdouble}
 
 
 def _check_tape(current, tape):
@@ -497,28 +550,28 @@ class Tracked:
     __hash__ = None
 
     def __add__(self, other):
-        return call_rule(np.add, (self, other), {})
+        return _binary(np.add, self, other)
 
     def __radd__(self, other):
-        return call_rule(np.add, (other, self), {})
+        return _binary(np.add, other, self)
 
     def __sub__(self, other):
-        return call_rule(np.subtract, (self, other), {})
+        return _binary(np.subtract, self, other)
 
     def __rsub__(self, other):
-        return call_rule(np.subtract, (other, self), {})
+        return _binary(np.subtract, other, self)
 
     def __mul__(self, other):
-        return call_rule(np.multiply, (self, other), {})
+        return _binary(np.multiply, self, other)
 
     def __rmul__(self, other):
-        return call_rule(np.multiply, (other, self), {})
+        return _binary(np.multiply, other, self)
 
     def __truediv__(self, other):
-        return call_rule(np.divide, (self, other), {})
+        return _binary(np.divide, self, other)
 
     def __rtruediv__(self, other):
-        return call_rule(np.divide, (other, self), {})
+        return _binary(np.divide, other, self)
 
     def __floordiv__(self, other):
         return call_rule(np.floor_divide, (self, other), {})
@@ -533,10 +586,10 @@ class Tracked:
         return call_rule(np.remainder, (other, self), {})
 
     def __pow__(self, other):
-        return call_rule(np.power, (self, other), {})
+        return _binary(np.power, self, other)
 
     def __rpow__(self, other):
-        return call_rule(np.power, (other, self), {})
+        return _binary(np.power, other, self)
 
     def __matmul__(self, other):
         return call_rule(np.matmul, (self, other), {})

@@ -31,19 +31,23 @@ def vjp_maker(partial, argnum):
         def maker(ans, *args, **kwargs):
             d = partial(ans, *_weak(args, ans.dtype))
             shape = getattr(args[argnum], "shape", ())
-            if shape == ans.shape:
+            if type(ans) is not np.ndarray or shape == ans.shape:  # a scalar result: all arguments are 0-d
                 return lambda g: g * d
             return lambda g: unbroadcast(g * d, shape)
 
     elif partial == 1:
 
         def maker(ans, *args, **kwargs):
+            if type(ans) is not np.ndarray:
+                return _identity
             shape = getattr(args[argnum], "shape", ())
             return _identity if shape == ans.shape else (lambda g: unbroadcast(g, shape))
 
     elif partial == -1:
 
         def maker(ans, *args, **kwargs):
+            if type(ans) is not np.ndarray:
+                return operator.neg
             shape = getattr(args[argnum], "shape", ())
             return operator.neg if shape == ans.shape else (lambda g: unbroadcast(-g, shape))
 
@@ -51,7 +55,7 @@ def vjp_maker(partial, argnum):
 
         def maker(ans, *args, **kwargs):
             shape = getattr(args[argnum], "shape", ())
-            if shape == ans.shape:
+            if type(ans) is not np.ndarray or shape == ans.shape:
                 return lambda g: g * partial
             return lambda g: unbroadcast(g * partial, shape)
 
