@@ -28,15 +28,20 @@ class Rule:
 
     ``plain`` computes the same as ``impl`` for calls without keywords, faster
     (``operator.mul`` for ``np.multiply``: no ufunc dispatch on scalars).
+    ``binary``: one maker for each of two arguments, as operators (``x - y``) need.
+    ``scalar_backs``: for constant partials (``x - y``), the pullbacks of a scalar
+    result, the same for every call, so recording one calls no maker.
     """
 
-    __slots__ = ("impl", "kind", "makers", "plain")
+    __slots__ = ("impl", "kind", "makers", "plain", "binary", "scalar_backs")
 
     def __init__(self, impl, kind, makers):
         self.impl = impl
         self.kind = kind
         self.makers = makers
         self.plain = impl
+        self.binary = kind == PER_ARGUMENT and len(makers) == 2 and None not in makers
+        self.scalar_backs = None
 
 
 RULES = {}

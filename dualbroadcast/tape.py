@@ -310,36 +310,47 @@ def _binary(func, x, y):
     """``x op y`` for Tracked's arithmetic operators: `_call_per_argument` unrolled for two
     arguments, since a scalar model's gradient pays this once per operator."""
     rule = RULES.get(func)
-    if rule is None or rule.kind != PER_ARGUMENT or RECORDER.get() is not None or len(rule.makers) != 2 or None in rule.makers:
+    if rule is None or not rule.binary or RECORDER.get() is not None:
         return call_rule(func, (x, y), {})  # the general path, with its checks and messages
     if type(x) is Tracked:
         tape = x.tape
         if tape.closed:
             _check_tape(None, tape)
+        xv = x.value
         if type(y) is Tracked:
             if y.tape is not tape:
                 _check_tape(tape, y.tape)
-            xv, yv = x.value, y.value
+            yv = y.value
             ans = rule.plain(xv, yv)
-            if type(ans) not in _FLOAT_SCALARS and (type(ans) is not np.ndarray or ans.dtype.kind != "f"):
+            if type(ans) in _FLOAT_SCALARS and rule.scalar_backs is not None:
+                backs = rule.scalar_backs
+            elif _is_float(ans):
+                backs = (rule.makers[0](ans, xv, yv), rule.makers[1](ans, xv, yv))
+            else:
                 return ans
-            makers = rule.makers
-            parents, backs = (x.index, y.index), (makers[0](ans, xv, yv), makers[1](ans, xv, yv))
+            parents = (x.index, y.index)
         else:
-            xv = x.value
             ans = rule.plain(xv, y)
-            if type(ans) not in _FLOAT_SCALARS and (type(ans) is not np.ndarray or ans.dtype.kind != "f"):
+            if type(ans) in _FLOAT_SCALARS and rule.scalar_backs is not None:
+                backs = rule.scalar_backs[:1]
+            elif _is_float(ans):
+                backs = (rule.makers[0](ans, xv, y),)
+            else:
                 return ans
-            parents, backs = (x.index,), (rule.makers[0](ans, xv, y),)
+            parents = (x.index,)
     else:
         tape = y.tape
         if tape.closed:
             _check_tape(None, tape)
         yv = y.value
         ans = rule.plain(x, yv)
-        if type(ans) not in _FLOAT_SCALARS and (type(ans) is not np.ndarray or ans.dtype.kind != "f"):
+        if type(ans) in _FLOAT_SCALARS and rule.scalar_backs is not None:
+            backs = rule.scalar_backs[1:]
+        elif _is_float(ans):
+            backs = (rule.makers[1](ans, x, yv),)
+        else:
             return ans
-        parents, backs = (y.index,), (rule.makers[1](ans, x, yv),)
+        parents = (y.index,)
     records = tape.records
     records.append((parents, backs, func))
     if len(records) == LONG_TAPE:

@@ -90,6 +90,8 @@ def _register():
         defvjp(func, *(vjp_maker(p, i) for i, p in enumerate(partials)))
     for func, plain in OPERATORS.items():
         RULES[func].plain = plain
+    for func in (np.add, np.subtract, np.negative, np.positive):
+        RULES[func].scalar_backs = tuple(_identity if d == 1 else operator.neg for d in DERIVATIVES[func])
 
 
 _register()
