@@ -165,12 +165,15 @@ class Kernel:
 
         ``owned``: its output and scratch buffers are allocated once and reused by every
         call (a prepared program's zero-allocation replay); else fresh ones per call.
+        A call that fits one block runs a kernel without a loop (see `_compile_single_block`).
         """
         full = tuple(np.ndim(v) > 0 and np.size(v) == size for v in values)
         stored = (not self.reduce,) + tuple(
             not self.reduce or (size > 1 and math.prod(s) == size) for s in active_shapes
         )
         signature = (tuple(_kind(v) for v in values), full, stored)
+        if size <= BLOCK:
+            return self._single_block_runner(signature, shape, active_shapes, owned)
         compiled = self.blocked.get(signature)
         if compiled is None:
             compiled = self.blocked[signature] = _compile_blocked(self, *signature)
@@ -195,6 +198,38 @@ class Kernel:
             return results[0][()] if self.reduce else results[0], results[1:]
 
         return execute
+
+    def _single_block_runner(self, signature, shape, active_shapes, owned):
+        """The one-block kernel bound to its buffers: ``kernel(*values) -> (value, partials)``.
+
+        Buffers have the call's shape, so inputs enter as they are (no ravel, no reshape).
+        """
+        key = ("single",) + signature
+        compiled = self.blocked.get(key)
+        if compiled is None:
+            compiled = self.blocked[key] = _compile_single_block(self, *signature)
+        make, out_dtypes, scratch = compiled
+        stored = signature[2]
+
+        def bind():
+            env = {"SHAPE": shape}
+            partials = []
+            for k, keep in enumerate(stored):
+                target = active_shapes[k - 1] if self.reduce and k else shape
+                if keep:
+                    env[f"r{k}"] = result = np.empty(target, out_dtypes[k])
+                    env[f"o{k}"] = result.reshape(shape)
+                else:
+                    env[f"s{k}"] = result = target
+                if k:
+                    partials.append(result)
+            env["P"] = partials  # returned as is when every partial is stored
+            env.update((name, np.empty(shape, dtype)) for name, dtype in scratch)
+            return make(**env)
+
+        if owned:
+            return bind()
+        return lambda *values: bind()(*values)
 
     # --- numexpr -----------------------------------------------------------------
     def _run_numexpr(self, values, shape, size, active_shapes):
@@ -360,18 +395,18 @@ def _compile_blocked(kernel, kinds, full, stored):
     """
     names = kernel.names
     node_dtypes = _infer_dtypes(kernel, kinds)
-    value_dtype = node_dtypes[kernel.outputs[0].index] if type(kernel.outputs[0]) is Sym else np.result_type(kernel.outputs[0])
-    out_dtypes = [value_dtype] + [node_dtypes[o.index] if type(o) is Sym else value_dtype for o in kernel.outputs[1:]]
+    out_dtypes = _out_dtypes(kernel, node_dtypes)
     inputs = kernel.names_of_inputs()
     stores = [f"o{k}" for k, keep in enumerate(stored) if keep]
-    buffers = _assign_buffers(kernel, node_dtypes, _scalar_nodes(kernel, full))
+    hoisted = _scalar_nodes(kernel, full)
+    buffers = _assign_buffers(kernel, node_dtypes, hoisted)
     scratch = sorted(set(buffers.values()))
+    namespace = dict(kernel.constants)
     parameters = ["start", "stop", "B"] + inputs + stores + [f"{buf}_all" for buf, _ in scratch]
     lines = [f"def kernel({', '.join(parameters)}):"]
     for k, keep in enumerate(stored):
         if not keep:
             lines.append(f"    s{k} = np.dtype('{np.dtype(out_dtypes[k]).str}').type(0)")
-    hoisted = _scalar_nodes(kernel, full)
     for node in kernel.order:
         if node.index in hoisted:  # depends on no full-size input: computed once, as Python would
             lines.append(f"    {names[node.index]} = {_call_source(names, node)}")
@@ -384,15 +419,11 @@ def _compile_blocked(kernel, kinds, full, stored):
         if node.index in hoisted:
             continue
         buf = buffers[node.index][0]
-        refs = [_block_ref(names, buffers, a) for a in node.args]
         lines.append(f"        {buf} = {buf}_all[:m]")
-        if node.op is np.where:  # np.where has no out=: copy the second choice, then the first where chosen
-            lines.append(f"        np.copyto({buf}, {refs[2]})")
-            lines.append(f"        np.copyto({buf}, {refs[1]}, where={refs[0]})")
-        else:
-            lines.append(f"        np.{node.op.__name__}({', '.join(refs)}, out={buf})")
+        refs = _operand_refs(kernel, node, "b", buffers, kinds, node_dtypes, namespace)
+        lines.append("        " + _in_place_source(node.op, refs, buf))
     for k, (o, keep) in enumerate(zip(kernel.outputs, stored)):
-        ref = _block_ref(names, buffers, o)
+        ref = _block_ref(names, buffers, o, "b")
         if keep:
             lines.append(f"        o{k}[lo:hi] = {ref}")
         elif type(o) is Sym and o.index in buffers:
@@ -401,7 +432,124 @@ def _compile_blocked(kernel, kinds, full, stored):
             lines.append(f"        s{k} += np.add.reduce(np.broadcast_to({ref}, (m,)))")
     sums = [f"s{k}" for k, keep in enumerate(stored) if not keep]
     lines.append("    return (" + "".join(f"{s}, " for s in sums) + ")")
-    return _compile("\n".join(lines), kernel.constants), out_dtypes, [np.dtype(d) for _, d in scratch]
+    return _compile("\n".join(lines), namespace), out_dtypes, [np.dtype(d) for _, d in scratch]
+
+
+def _compile_single_block(kernel, kinds, full, stored):
+    """Generate the blocked kernel for a call that fits one block and one chunk.
+
+    The same operations as `_compile_blocked`, once over whole buffers of the call's
+    shape: no loop and no slices, ``out`` given positionally, a stored output written
+    by the operation that computes it (no copy).  Returns ``make(**buffers) -> kernel``
+    (the buffers are closure cells: ``SHAPE``, ``P``, ``o<k>``/``r<k>`` the stored
+    outputs in the call's and the returned shape, ``s<k>`` a summed partial's shape,
+    the scratch ``w<k>``), the outputs' dtypes and the scratch buffers' names and dtypes.
+    """
+    names = kernel.names
+    node_dtypes = _infer_dtypes(kernel, kinds)
+    out_dtypes = _out_dtypes(kernel, node_dtypes)
+    hoisted = _scalar_nodes(kernel, full)
+    owners = {}
+    for k, (o, keep) in enumerate(zip(kernel.outputs, stored)):
+        if keep and type(o) is Sym and o.op is not None and o.index not in hoisted and o.index not in owners:
+            owners[o.index] = f"o{k}"
+    buffers = _assign_buffers(kernel, node_dtypes, hoisted, owners)
+    scratch = sorted(b for b in set(buffers.values()) if b[0] not in owners.values())
+    namespace = dict(kernel.constants)
+    cells = ["SHAPE", "P"] + [f"{p}{k}" for k, keep in enumerate(stored) for p in (("o", "r") if keep else ("s",))]
+    lines = [f"def make({', '.join(cells + [buf for buf, _ in scratch])}):"]
+    lines.append(f"    def kernel({', '.join(kernel.names_of_inputs())}):")
+    for node in kernel.order:
+        if node.index in hoisted:
+            lines.append(f"        {names[node.index]} = {_call_source(names, node)}")
+        else:
+            refs = _operand_refs(kernel, node, "", buffers, kinds, node_dtypes, namespace)
+            lines.append("        " + _in_place_source(node.op, refs, buffers[node.index][0]))
+    results = []
+    for k, (o, keep) in enumerate(zip(kernel.outputs, stored)):
+        ref = _block_ref(names, buffers, o, "")
+        if keep:
+            if ref != f"o{k}":
+                lines.append(f"        o{k}[...] = {ref}")
+            results.append(f"r{k}")
+        elif type(o) is Sym and o.index in buffers:
+            results.append(f"np.add.reduce({ref}, None)")
+        else:  # a literal, input or hoisted node: summed as often as the call has elements
+            namespace[f"z{k}"] = np.dtype(out_dtypes[k]).type(0)
+            results.append(f"z{k} + np.add.reduce(np.broadcast_to({ref}, SHAPE), None)")
+        if not keep and k:
+            results[k] = f"np.reshape({results[k]}, s{k})"
+    partials = "P" if all(stored[1:]) else f"[{', '.join(results[1:])}]"
+    lines.append(f"        return {results[0]}, {partials}")
+    lines.append("    return kernel")
+    namespace["np"] = np
+    exec(compile("\n".join(lines), "<dualbroadcast kernel>", "exec"), namespace)
+    return namespace["make"], out_dtypes, scratch
+
+
+def _out_dtypes(kernel, node_dtypes):
+    """Per output (value, then partials), its dtype: a literal partial takes the value's dtype."""
+    first = kernel.outputs[0]
+    value_dtype = node_dtypes[first.index] if type(first) is Sym else np.result_type(first)
+    return [value_dtype] + [node_dtypes[o.index] if type(o) is Sym else value_dtype for o in kernel.outputs[1:]]
+
+
+def _in_place_source(op, refs, buf):
+    """``op(*refs)`` written into the buffer ``buf`` (positionally for a ufunc: cheaper to parse)."""
+    if op is np.where:  # np.where has no out=: copy the second choice, then the first where chosen
+        return f"np.copyto({buf}, {refs[2]}); np.copyto({buf}, {refs[1]}, where={refs[0]})"
+    if isinstance(op, np.ufunc) and op not in (np.maximum, np.minimum):  # NumPy 2.4 deprecates those
+        return f"np.{op.__name__}({', '.join(refs)}, {buf})"
+    return f"np.{op.__name__}({', '.join(refs)}, out={buf})"
+
+
+def _operand_refs(kernel, node, prefix, buffers, kinds, node_dtypes, namespace):
+    """The arguments of a blocked operation as source; a literal becomes a 0-d array where that
+    computes the same (a ufunc takes a 0-d array ~250 ns faster than a Python or NumPy scalar).
+
+    A NumPy scalar literal keeps its dtype.  A Python int or float is weak: NumPy casts it to
+    the dtype of the other operands, so it is cast here once, when every other operand is a
+    float array of one dtype (a buffer or an input array; not a Python float input).
+    """
+    strong = set()
+    for a in node.args:
+        if type(a) is Sym and (a.index in buffers or (a.op is None and kinds[_input_position(kernel, a)] is not float)):
+            strong.add(np.dtype(node_dtypes[a.index]))
+        elif type(a) is Sym:
+            strong.add(None)
+    refs = []
+    for a in node.args:
+        typed = None
+        if type(a) is not Sym and node.op is not np.where:
+            typed = _typed_literal(a, strong)
+        if typed is None:
+            refs.append(_block_ref(kernel.names, buffers, a, prefix))
+        else:
+            name = f"a{len(namespace)}"
+            namespace[name] = typed
+            refs.append(name)
+    return refs
+
+
+def _typed_literal(literal, dtypes):
+    """``literal`` as a 0-d array of the dtype NumPy would compute it in, or None if unsure."""
+    if isinstance(literal, np.generic) and literal.dtype.kind in "fiu":
+        return np.array(literal)
+    if type(literal) not in (int, float) or len(dtypes) != 1:
+        return None
+    (dtype,) = dtypes
+    if dtype is None or dtype.kind != "f":
+        return None
+    try:
+        with np.errstate(all="ignore"):
+            typed = np.array(literal, dtype)
+    except OverflowError:
+        return None
+    return typed if np.isfinite(typed) else None
+
+
+def _input_position(kernel, sym):
+    return next(k for k, x in enumerate(kernel.inputs) if x.index == sym.index)
 
 
 def _kind(v):
@@ -409,11 +557,12 @@ def _kind(v):
     return float if type(v) is float else np.result_type(v)
 
 
-def _block_ref(names, buffers, a):
+def _block_ref(names, buffers, a, prefix):
+    """A node as a blocked kernel refers to it: literal, input (its block: ``prefix``), buffer or hoisted."""
     if type(a) is not Sym:
         return names[("c", type(a), a)]
     if a.op is None:
-        return "b" + names[a.index]
+        return prefix + names[a.index]
     return buffers[a.index][0] if a.index in buffers else names[a.index]
 
 
@@ -429,8 +578,12 @@ def _scalar_nodes(kernel, full):
 
 
 
-def _assign_buffers(kernel, node_dtypes, hoisted):
-    """Reuse a scratch buffer once its node's last use has passed (same dtype only)."""
+def _assign_buffers(kernel, node_dtypes, hoisted, owners=None):
+    """Reuse a scratch buffer once its node's last use has passed (same dtype only).
+
+    ``owners``: nodes written straight into an output buffer (by name); those are never reused.
+    """
+    owners = owners or {}
     last_use = {}
     for position, node in enumerate(kernel.order):
         for a in node.args:
@@ -445,13 +598,15 @@ def _assign_buffers(kernel, node_dtypes, hoisted):
             continue
         dtype = np.dtype(node_dtypes[node.index]).str
         pool = free.setdefault(dtype, [])
-        if pool:
+        if node.index in owners:
+            name = owners[node.index]
+        elif pool:
             name = pool.pop()
         else:
             name, count = f"w{count}", count + 1
         buffers[node.index] = (name, dtype)
         for a in set(a.index for a in node.args if type(a) is Sym and a.index in buffers):
-            if last_use.get(a) == position:
+            if last_use.get(a) == position and a not in owners:
                 free.setdefault(buffers[a][1], []).append(buffers[a][0])
     return buffers
 
