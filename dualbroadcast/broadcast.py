@@ -24,7 +24,7 @@ from .kernels import Kernel
 from .tape import RECORDER, Tracked, tape_of, unbroadcast
 
 CACHE_SIZE = 512
-_PLAIN = (np.ndarray, float, np.float64, np.float32, Tracked)
+_PLAIN = {np.ndarray, float, np.float64, np.float32, Tracked}
 _cache = collections.OrderedDict()
 _cache_lock = threading.Lock()
 _log = contextvars.ContextVar("dualbroadcast_kernel_log", default=None)
@@ -95,9 +95,9 @@ def elementwise(f):
 
 
 def _run(f, args, reduce, backend):
-    if any(type(a) is Sym for a in args):
+    if Sym in map(type, args):
         return _inline(f, args, reduce)
-    if type(f) is FunctionType and not f.__closure__ and all(type(a) in _PLAIN for a in args):
+    if type(f) is FunctionType and not f.__closure__ and _PLAIN.issuperset(map(type, args)):
         leaves, treedef = args, None  # the common case, without walking a tree
         activity = (True,) * len(args)
     else:
@@ -109,7 +109,7 @@ def _run(f, args, reduce, backend):
     for leaf, on in zip(leaves, activity):
         if type(leaf) is Tracked or _is_array_input(leaf):
             value = leaf.value if type(leaf) is Tracked else leaf
-            kind = float if type(value) is float else np.result_type(value)
+            kind = value.dtype if type(value) is np.ndarray else float if type(value) is float else np.result_type(value)
             if type(leaf) is Tracked and on and leaf.index not in inactive:
                 active.append(len(values))
             inputs.append(leaf)

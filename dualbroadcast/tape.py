@@ -306,6 +306,15 @@ def _call_per_argument(func, rule, args):
     return Tracked(ans, tape, len(records) - 1)
 
 
+def _dispatch(func, args, kwargs):
+    """A NumPy call on tracked values: the fast paths for the common shapes of call, else `call_rule`."""
+    if not kwargs and args and type(args[0]) is Tracked:
+        if len(args) == 2 and type(args[1]) is Tracked:
+            return _binary(func, args[0], args[1])
+        return _call_first(func, args[0], args[1:])
+    return call_rule(func, args, kwargs)
+
+
 def _binary(func, x, y):
     """``x op y`` for Tracked's arithmetic operators: `_call_per_argument` unrolled for two
     arguments, since a scalar model's gradient pays this once per operator."""
@@ -353,6 +362,29 @@ def _binary(func, x, y):
         parents = (y.index,)
     records = tape.records
     records.append((parents, backs, func))
+    if len(records) == LONG_TAPE:
+        tape.grew_long()
+    return Tracked(ans, tape, len(records) - 1)
+
+
+def _call_first(func, x, rest):
+    """``func(x, *rest)`` with only ``x`` tracked (``x[i]``, ``np.exp(x)``, ``np.sum(x, 0)``):
+    `_call_per_argument` without its search for tracked arguments."""
+    rule = RULES.get(func)
+    if rule is None or rule.kind != PER_ARGUMENT or RECORDER.get() is not None or Tracked in map(type, rest):
+        return call_rule(func, (x,) + rest, {})
+    tape = x.tape
+    if tape.closed:
+        _check_tape(None, tape)
+    xv = x.value
+    ans = rule.plain(xv, *rest)
+    if type(ans) is not np.ndarray and type(ans) not in _FLOAT_SCALARS or ans.dtype.kind != "f":
+        return ans
+    maker = rule.makers[0] if rule.makers else None
+    if maker is None:
+        raise UnsupportedFunctionError(_not_differentiable_message(func, 0))
+    records = tape.records
+    records.append(((x.index,), (maker(ans, xv, *rest),), func))
     if len(records) == LONG_TAPE:
         tape.grew_long()
     return Tracked(ans, tape, len(records) - 1)
@@ -490,12 +522,12 @@ class Tracked:
                 f"np.{ufunc.__name__}.{method} has no derivative rule; use the NumPy function "
                 f"(np.sum, np.cumsum, np.max, ...) or register a rule with db.defvjp"
             )
-        return call_rule(ufunc, inputs, kwargs)
+        return _dispatch(ufunc, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
         if kwargs and kwargs.get("out") is not None:
             raise InPlaceMutationError(_OUT.format(name=qualified_name(func), example=f"{qualified_name(func)}(...)"))
-        return call_rule(func, args, kwargs)
+        return _dispatch(func, args, kwargs)
 
     def __array__(self, dtype=None, copy=None):
         raise ValueConversionError(_TO_ARRAY.format(shape=self.shape))
@@ -552,7 +584,7 @@ class Tracked:
         return (call_rule(getitem, (self, i), {}) for i in range(len(self.value)))
 
     def __getitem__(self, index):
-        return call_rule(getitem, (self, index), {})
+        return _call_first(getitem, self, (index,))
 
     def __repr__(self):
         return f"Tracked({self.value!r})"
