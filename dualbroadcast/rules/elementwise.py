@@ -30,8 +30,10 @@ def vjp_maker(partial, argnum):
 
         def maker(ans, *args, **kwargs):
             d = partial(ans, *_weak(args, ans.dtype))
+            if type(ans) is not np.ndarray:  # a scalar result: all arguments are 0-d
+                return d.__mul__ if type(d) is type(ans) else (lambda g: g * d)  # d * g == g * d
             shape = getattr(args[argnum], "shape", ())
-            if type(ans) is not np.ndarray or shape == ans.shape:  # a scalar result: all arguments are 0-d
+            if shape == ans.shape:
                 return lambda g: g * d
             return lambda g: unbroadcast(g * d, shape)
 
