@@ -197,15 +197,15 @@ def _backs(rule, kind, j, active, a, ans, values, kwargs):
 class Program:
     """One recorded variant, compiled to straight-line Python (see `replay.compile_program`)."""
 
-    def __init__(self, tape, recorder, arguments, out):
+    def __init__(self, tape, recorder, arguments, out, float_leaves):
         self.steps = recorder.steps
         self.meta = recorder.meta
         self.records = tape.records  # the recorded pullbacks' kinds shape the generated code
         self.arguments = arguments
-        inputs = [t for arg in arguments for t in arg.every_input]
-        self.leaves = [(k, t.index) for k, t in enumerate(inputs) if t is not None]
+        self.leaves = _leaves(arguments)
         self.active_leaves = [t.index for arg in arguments for t in arg.inputs if t is not None]
         self.out = out.index
+        self.float_leaves = float_leaves  # value indices of the leaves passed as Python floats
         self.run, self.source = compile_program(self, GuardFailed)
         self.records = None  # the recording's values are not needed any more
 
@@ -232,24 +232,33 @@ class PreparedGradient:
         return self.value_and_gradient(*args, out=out)[1]
 
     def value_and_gradient(self, *args, out=None):
-        plain = _plain_key(args)
-        for program in self.variants.get(plain, ()) if plain else ():
-            try:
-                value, grads = program.run(*[np.float64(a) if type(a) is float else a for a in args])
-            except GuardFailed:
-                continue
-            return value, _write(grads, out) if out is not None else _plain_gradients(args, grads)
+        plain = _plain(args)
+        if plain is not None:
+            key, leaves = plain
+            for program in self.variants.get(key, ()):
+                try:
+                    if out is None:
+                        value, grads = program.run(*leaves)
+                        return value, _plain_gradients(args, grads)
+                    return program.run(*leaves, out=_targets(out, len(program.active_leaves)))[0], out
+                except GuardFailed:
+                    continue
         flat = [pytree.flatten(arg) for arg in args]
         signature = _signature(flat)
-        if plain:
-            self.variants[plain] = self.variants.setdefault(signature, [])  # the same programs
+        if plain is not None:
+            self.variants[plain[0]] = self.variants.setdefault(signature, [])  # the same programs
         for program in self.variants.get(signature, ()):
             try:
                 return _run(program, flat, out)
             except GuardFailed:
                 continue
         value, grads = self._record(args, signature)
-        return (value, _write(_active_gradients(grads, len(args)), out)) if out is not None else (value, grads)
+        if out is None:
+            return value, grads
+        gradients = _active_gradients(grads, len(args))
+        for g, o in zip(gradients, _targets(out, len(gradients))):
+            np.copyto(o, g)
+        return value, out
 
     def _record(self, args, signature):
         """Record ``f`` on ``args``: a new program for this signature; return its value and gradient."""
@@ -273,7 +282,8 @@ class PreparedGradient:
         if type(out) is not Tracked:
             raise ValueError("prepare_gradient: f's result does not depend on its arguments; use db.gradient")
         grads = backward(tape, {out.index: seed}) if out.index not in recorder.inactive else None
-        program = Program(tape, recorder, arguments, out)
+        leaf_keys = [key for _, keys in signature for key in keys]
+        program = Program(tape, recorder, arguments, out, {i for k, i in _leaves(arguments) if leaf_keys[k] is float})
         self.recordings += 1
         programs = self.variants.setdefault(signature, [])
         programs.insert(0, program)
@@ -283,43 +293,81 @@ class PreparedGradient:
         return value, _one_or_tuple(_gradients(arguments, grads))
 
 
+def _leaves(arguments):
+    """Per traced leaf of the arguments: its position among all leaves, and its value index."""
+    inputs = [t for arg in arguments for t in arg.every_input]
+    return [(k, t.index) for k, t in enumerate(inputs) if t is not None]
+
+
 def _run(program, flat, out):
     leaves = [leaf for leaves, _ in flat for leaf in leaves]
-    value, grads = program.run(*[_leaf_value(leaves[k]) for k, _ in program.leaves])
+    values = [leaves[k] for k, _ in program.leaves]
     if out is not None:
-        return value, _write(grads, out)
+        return program.run(*values, out=_targets(out, len(program.active_leaves)))[0], out
+    value, grads = program.run(*values)
     by_index = {i: np.array(g) for i, g in zip(program.active_leaves, grads)}  # buffers are reused
     return value, _one_or_tuple(_gradients(program.arguments, by_index))
 
 
-_PLAIN = (float, np.ndarray, np.float64, np.float32)
+_ARRAYS = (np.ndarray, np.float64, np.float32)
+_SEQUENCES = (tuple, list)
 
 
-def _plain_key(args):
-    """For arguments that are all plain floats or arrays, their signature, cheaply; else None."""
+def _plain(args):
+    """For arguments that are floats, float arrays and scalars, or flat tuples and lists of floats:
+    a cheap signature and the leaf values in order (Python floats as they are); else None.
+
+    The signature cannot equal a pytree signature (`_signature`: pairs of a structure and leaf keys).
+    """
+    key, leaves = [], []
     for a in args:
-        if type(a) not in _PLAIN:
+        kind = type(a)
+        if kind is float:
+            key.append(float)
+            leaves.append(a)
+        elif kind in _ARRAYS:
+            key.append((a.shape, a.dtype))
+            leaves.append(a)
+        elif kind in _SEQUENCES and a and list(map(type, a)).count(float) == len(a):
+            key.append((kind, len(a)))
+            leaves += a
+        else:
             return None
-    return tuple(float if type(a) is float else (a.shape, a.dtype) for a in args)
+    return tuple(key), leaves
 
 
 def _plain_gradients(args, grads):
-    """The gradients of plain arguments: Python floats as floats, arrays as fresh arrays."""
-    result = tuple(
-        float(g) if type(a) is float else (np.array(g, dtype=a.dtype) if type(a) is np.ndarray else a.dtype.type(g))
-        for a, g in zip(args, grads)
-    )
-    return result[0] if len(result) == 1 else result
+    """The gradients of plain arguments, as `db.gradient` gives them: Python floats as floats
+    (in their tuple or list), arrays as fresh arrays (the program's buffers are reused)."""
+    result, k = [], 0
+    for a in args:
+        kind = type(a)
+        if kind in _SEQUENCES:
+            result.append(kind(map(float, grads[k:k + len(a)])))
+            k += len(a)
+            continue
+        g = grads[k]
+        k += 1
+        result.append(float(g) if kind is float else np.array(g, dtype=a.dtype) if kind is np.ndarray else a.dtype.type(g))
+    return result[0] if len(result) == 1 else tuple(result)
+
+
+def _targets(out, count):
+    """The arrays of ``out=`` (shaped like the gradient, None for cut arguments), in leaf order;
+    ``count``: how many the gradient has."""
+    targets = (out,) if type(out) is np.ndarray else [o for o in pytree.flatten(out)[0] if o is not None]
+    if len(targets) != count:
+        raise ValueError(
+            f"out= has {len(targets)} arrays but the gradient has {count}; pass arrays shaped like "
+            "the gradient (None for cut arguments)"
+        )
+    return targets
 
 
 def _active_gradients(grads, n_args):
     """The gradient arrays of the differentiated leaves, in order."""
     trees = grads if n_args > 1 else (grads,)
     return [g for tree in trees for g in pytree.flatten(tree)[0] if g is not None]
-
-
-def _leaf_value(leaf):
-    return np.float64(leaf) if type(leaf) is float else leaf
 
 
 def _signature(flat):
@@ -340,19 +388,6 @@ def _leaf_key(leaf):
 
 def _one_or_tuple(items):
     return items[0] if len(items) == 1 else tuple(items)
-
-
-def _write(grads, out):
-    """Copy the gradient into the caller's arrays ``out`` (the gradient's structure); return ``out``."""
-    targets = [o for o in pytree.flatten(out)[0] if o is not None]
-    if len(targets) != len(grads):
-        raise ValueError(
-            f"out= has {len(targets)} arrays but the gradient has {len(grads)}; pass arrays shaped like "
-            "the gradient (None for cut arguments)"
-        )
-    for g, o in zip(grads, targets):
-        np.copyto(o, g)
-    return out
 
 
 def prepare_gradient(f, *example_args):

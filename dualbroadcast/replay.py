@@ -6,6 +6,10 @@ table through `Src`, an algebra that writes code instead of computing.  Other
 steps call their implementation, and their vjp maker in the backward part.
 Which cotangent is assigned, added or added in place is decided here, once,
 from the recorded order — the generated code has no bookkeeping left.
+
+Arguments that were Python floats enter as Python floats: ``+``, ``-``, ``*`` and
+negation on them give what NumPy's float64 gives (IEEE, no exception), and cost
+less.  Any other use first converts the value to ``np.float64``.
 """
 
 import numpy as np
@@ -66,11 +70,13 @@ class Src(UfuncOperators):
 
 
 def compile_program(program, guard_failed):
-    """Generate ``run(*leaf_values) -> (value, gradients of the active leaves)`` for ``program``."""
+    """Generate ``run(*leaf_values, out=None) -> (value, gradients of the active leaves)`` for
+    ``program``; with ``out`` (one array per active leaf) the gradients are written there instead
+    and ``out`` is returned in their place."""
     space = Namespace()
     space.names["GuardFailed"] = guard_failed
     writer = _Writer(program, space)
-    lines = [f"def run({', '.join(f'v{i}' for _, i in program.leaves)}):"]
+    lines = [f"def run({''.join(f'v{i}, ' for _, i in program.leaves)}out=None):"]
     lines += writer.forward()
     lines += writer.backward()
     source = "\n".join(lines)
@@ -78,10 +84,15 @@ def compile_program(program, guard_failed):
     return space.names["run"], source
 
 
+_FLOAT_SAFE = {np.add, np.subtract, np.multiply, np.negative}  # same on Python floats as on float64
+
+
 class _Writer:
     def __init__(self, program, space):
         self.p = program
         self.space = space
+        self.floats = set(program.float_leaves)  # values that are still Python floats here
+        self.last = {}  # active leaf -> (partial, cotangent): its one in-place product, written last
 
     def ref(self, r):
         return f"v{r}" if type(r) is int else self.space.bind(r.value)
@@ -102,9 +113,20 @@ class _Writer:
         for k, step in enumerate(self.p.steps):
             kind = type(step).__name__
             if kind == "Guard":
+                lines += self.as_numpy([step.index])
                 convert, expected = self.space.bind(step.convert), self.space.bind(step.expected)
                 lines.append(f"    if {convert}(v{step.index}) != {expected}: raise GuardFailed")
-            elif kind == "KernelStep":
+                continue
+            if step.func == "cut" if kind == "Step" else False:
+                if step.refs[0] in self.floats:
+                    self.floats.add(step.outs[0])
+                lines.append(f"    v{step.outs[0]} = {self.ref(step.refs[0])}")
+                continue
+            if kind == "Step" and self.stays_float(step):
+                self.floats.add(step.outs[0])
+            else:
+                lines += self.as_numpy(step.refs)
+            if kind == "KernelStep":
                 lines.append(f"    v{step.out}, p{step.out} = {self.kernel_runner(step)}({', '.join(self.ref(r) for r in step.refs)})")
             elif step.expected is not None or step.outs == [None]:
                 same = self.space.bind(_same)
@@ -112,13 +134,26 @@ class _Writer:
             elif step.kind == OUTPUTS:
                 lines.append(f"    r{k} = {self.call(step, self.args(step))}")
                 lines += [f"    v{o} = r{k}[{j}]" for j, o in enumerate(step.outs) if o is not None]
-            elif step.func == "cut":
-                lines.append(f"    v{step.outs[0]} = {self.ref(step.refs[0])}")
             elif self.inline(step):
                 expression = Src("", self.space)._apply(step.func, [Src(self.ref(r), self.space) for r in step.refs])
                 lines.append(f"    v{step.outs[0]} = {expression.text}")
             else:
                 lines.append(f"    v{step.outs[0]} = {self.call(step, self.args(step))}")
+        return lines
+
+    def stays_float(self, step):
+        """Whether an inline step on Python floats (and Python number literals) may run on them."""
+        if not (step.func in _FLOAT_SAFE and self.inline(step)):
+            return False
+        return all(r in self.floats if type(r) is int else _python_number(r.value) for r in step.refs)
+
+    def as_numpy(self, refs):
+        """Convert the Python floats among ``refs`` to np.float64 before a use they are not safe for."""
+        lines = []
+        for r in refs:
+            if type(r) is int and r in self.floats:
+                self.floats.discard(r)
+                lines.append(f"    v{r} = {self.space.bind(np.float64)}(v{r})")
         return lines
 
     def inline(self, step):
@@ -158,13 +193,24 @@ class _Writer:
             for j, o in enumerate(step.outs):
                 if o is not None and o in state and p.records[o] is not None:
                     lines += self.adjoints(k, step, j, o, state)
-        leaves = []
         for i in p.active_leaves:
             if i not in state:
                 shape, dtype = p.meta[i]
                 lines.append(f"    g{i} = {self.space.bind(np.zeros)}({shape!r}, {self.space.bind(dtype)})")
-            leaves.append(f"g{i}")
-        lines.append(f"    return v{out}, ({''.join(g + ', ' for g in leaves)})")
+        value = f"{self.space.bind(np.float64)}(v{out})" if out in self.floats else f"v{out}"
+        returned, written = [], []
+        for k, i in enumerate(p.active_leaves):
+            if i in self.last:
+                partial, g = self.last[i]
+                returned.append(f"    g{i} = np.multiply({partial}, {g}, out={partial})")
+                written.append(f"    np.multiply({partial}, {g}, out=out[{k}])")
+            else:
+                written.append(f"    np.copyto(out[{k}], g{i})")
+        lines.append("    if out is None:")
+        lines += ["    " + line for line in returned]
+        lines.append(f"        return {value}, ({''.join(f'g{i}, ' for i in p.active_leaves)})")
+        lines += written
+        lines.append(f"    return {value}, out")
         return lines
 
     def adjoints(self, k, step, j, o, state):
@@ -222,6 +268,10 @@ class _Writer:
             shape = self.p.shape_of(parent)
             partial = f"p{step.out}[{slot}]"
             if shape == out_shape or step.reduce:
+                if shape and parent in self.p.active_leaves and parent not in state:
+                    self.last[parent] = (partial, f"g{step.out}")  # written last, into out= if given
+                    state[parent] = "last"
+                    continue
                 if shape:  # a full partial array of our own: it becomes the cotangent
                     term = f"np.multiply({partial}, g{step.out}, out={partial})"
                 else:
@@ -231,7 +281,19 @@ class _Writer:
             lines += self.accumulate(parent, term, state)
         return lines
 
+    def materialize(self, p, state):
+        """A leaf's deferred in-place product, written now: another contribution follows."""
+        if state.get(p) != "last":
+            return []
+        partial, g = self.last.pop(p)
+        state[p] = "shared"
+        return [f"    g{p} = np.multiply({partial}, {g}, out={partial})"]
+
     def accumulate(self, p, term, state):
+        lines = self.materialize(p, state)
+        return lines + self._accumulate(p, term, state)
+
+    def _accumulate(self, p, term, state):
         current = state.get(p)
         if current is None:
             state[p] = "shared"
@@ -243,7 +305,7 @@ class _Writer:
 
     def index_add(self, p, index, g, repeats, state, back=None):
         shape, dtype = self.p.meta[p]
-        lines = []
+        lines = self.materialize(p, state)
         current = state.get(p)
         if current is None:
             lines.append(f"    g{p} = {self.space.bind(np.zeros)}({shape!r}, {self.space.bind(dtype)})")
@@ -270,3 +332,9 @@ def _same(a, b):
     except Exception:  # noqa: BLE001 - incomparable results are different results
         return False
 
+
+
+def _python_number(value):
+    """A literal that keeps Python-float arithmetic exact to float64's: a float, or an int a float
+    holds exactly (a bool or a huge int is left to NumPy)."""
+    return type(value) is float or (type(value) is int and abs(value) <= 2**53)

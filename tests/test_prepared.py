@@ -181,3 +181,132 @@ def test_prepared_eam_with_out_allocates_nothing_that_grows_with_n(n):
 def test_allocation_meter_sees_an_allocating_call():
     x = np.random.default_rng(3).random(100_000)
     assert _allocated_per_call(lambda: db.gradient(eam_dualbroadcast, x)) > x.nbytes
+
+
+# --- plain arguments: floats, arrays, and flat tuples and lists of floats ------------------------
+def _fold(xs):
+    total = xs[0]
+    for v in xs[1:]:
+        total = total - 2.0 * v
+    return total
+
+
+@pytest.mark.parametrize("container", [tuple, list])
+def test_float_sequences_give_what_gradient_gives(container):
+    xs = container(float(k) + 0.5 for k in range(16))
+    prog = db.prepare_gradient(_fold, xs)
+    for ys in (xs, container(-v for v in xs)):
+        value, g = prog.value_and_gradient(ys)
+        expected_value, expected = db.value_and_gradient(_fold, ys)
+        assert type(g) is container and all(type(v) is float for v in g) and g == expected
+        assert type(value) is type(expected_value) and value == expected_value
+    assert prog.recordings == 1
+
+
+def test_python_floats_are_converted_before_operations_not_exact_on_them():
+    def f(xs):
+        a = xs[0] - xs[1]  # stays a Python float in the program
+        return np.sin(a) * xs[2] + a / xs[1] + a**2
+
+    xs = (0.3, 0.0, 2.0)
+    prog = db.prepare_gradient(f, (0.3, 1.0, 2.0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = prog(xs)  # division by zero: inf/nan like NumPy, not ZeroDivisionError
+        expected = db.gradient(f, xs)
+    np.testing.assert_array_equal(g, expected)
+    assert np.isinf(g[0]) and type(g[0]) is float
+
+
+def test_float_sequence_branch_flip_and_length_change_re_record():
+    def f(xs):
+        if xs[0] - xs[1] > 0:
+            return xs[0] * xs[1]
+        return xs[0] - xs[1] * xs[-1]
+
+    prog = db.prepare_gradient(f, (2.0, 1.0, 5.0))
+    assert prog((3.0, 1.0, 5.0)) == db.gradient(f, (3.0, 1.0, 5.0))
+    assert prog.recordings == 1
+    assert prog((1.0, 3.0, 5.0)) == db.gradient(f, (1.0, 3.0, 5.0))  # the other branch
+    assert prog.recordings == 2
+    assert prog([1.0, 3.0, 5.0, 7.0]) == db.gradient(f, [1.0, 3.0, 5.0, 7.0])  # a list, one longer
+    assert prog.recordings == 3
+    assert prog((4.0, 3.0, 5.0)) == (3.0, 4.0, 0.0) and prog((1.0, 3.0, 6.0)) == (1.0, -6.0, -3.0)
+    assert prog.recordings == 3  # every variant stays cached
+
+
+def test_sequences_floats_and_arrays_together():
+    f = lambda xs, s, a: (xs[0] - xs[1]) * s + np.sum(a * xs[1])
+    args = ([1.0, 2.0], 3.0, np.arange(3.0))
+    prog = db.prepare_gradient(f, *args)
+    new = ([4.0, -1.0], 0.5, np.ones(3))
+    gxs, gs, ga = prog(*new)
+    expected = db.gradient(f, *new)
+    assert gxs == expected[0] and type(gxs) is list and gs == expected[1] and type(gs) is float
+    np.testing.assert_array_equal(ga, expected[2])
+    assert prog(*new)[2] is not ga  # a fresh array each call
+
+
+def test_sequences_that_are_not_plain_take_the_pytree_path():
+    f = lambda xs: xs[0] * xs[1] if isinstance(xs[1], float) else xs[0] * np.sum(xs[1])
+    prog = db.prepare_gradient(f, (2.0, 3.0))
+    assert prog((2.0, 3.0)) == (3.0, 2.0)
+    gx, gy = prog((2.0, np.ones(2)))  # an array in the tuple: another signature, recorded anew
+    assert gx == 2.0 and np.array_equal(gy, [2.0, 2.0]) and prog.recordings == 2
+
+
+# --- out=: the program writes the gradient into the caller's arrays ------------------------------
+def test_out_for_several_arguments_and_cut_ones():
+    f = lambda x, y, c: np.sum(db.sum(lambda a, b: np.exp(a * b), x, y) * x) + np.sum(c * y)
+    x, y, c = np.linspace(0.0, 1.0, 50), np.linspace(1.0, 2.0, 50), np.ones(50)
+    prog = db.prepare_gradient(f, x, y, db.cut(c))
+    gx, gy = np.empty(50), np.empty(50)
+    result = prog(x, y, db.cut(c), out=(gx, gy, None))
+    assert result[0] is gx and result[1] is gy
+    expected = db.gradient(f, x, y, db.cut(c))
+    np.testing.assert_allclose(gx, expected[0], rtol=1e-12)
+    np.testing.assert_allclose(gy, expected[1], rtol=1e-12)
+    with pytest.raises(ValueError, match="out= has 1 arrays but the gradient has 2"):
+        prog(x, y, db.cut(c), out=(gx, None, None))
+
+
+def test_out_may_be_the_argument_itself():
+    x = np.random.default_rng(5).random(100)
+    prog = db.prepare_gradient(eam_dualbroadcast, x)
+    expected = eam_hand_gradient(x)
+    y = x.copy()
+    assert prog(y, out=y) is y
+    np.testing.assert_allclose(y, expected, rtol=1e-12)
+
+
+def test_kernel_partial_and_other_contributions_to_one_leaf():
+    def f(x):
+        return db.sum(lambda r: np.exp(-3 * (r + 1)), x) ** 2 + np.sum(x * x) + db.sum(np.sin, x)
+
+    x = np.linspace(0.0, 1.0, 100)
+    prog = db.prepare_gradient(f, x)
+    out = np.empty(100)
+    for z in (x, 2 * x):
+        np.testing.assert_allclose(prog(z, out=out), db.gradient(f, z), rtol=1e-12)
+        np.testing.assert_allclose(prog(z), db.gradient(f, z), rtol=1e-12)
+
+
+@pytest.mark.parametrize("n", [100, 16384, 16385])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_eam_prepared_around_the_block_size(n, dtype):
+    x = np.random.default_rng(2).random(n).astype(dtype)
+    prog = db.prepare_gradient(eam_dualbroadcast, x)
+    out = np.empty(n, dtype)
+    prog(x, out=out)
+    _close(out, db.gradient(eam_dualbroadcast, x), dtype)
+    _close(prog(x), db.gradient(eam_dualbroadcast, x), dtype)
+
+
+def test_a_python_float_meeting_a_float32_array_is_float64_first():
+    f = lambda s, a: np.sum((s - 1.0) * a)  # np.float64 * float32 array is float64; a Python float would give float32
+    a = np.linspace(0.0, 1.0, 7, dtype=np.float32) + np.float32(1e-3)
+    prog = db.prepare_gradient(f, 0.1, a)
+    value, (gs, ga) = prog.value_and_gradient(0.3, a)
+    expected_value, (es, ea) = db.value_and_gradient(f, 0.3, a)
+    assert np.result_type(value) == np.result_type(expected_value) == np.float64 and value == expected_value
+    assert gs == es and type(gs) is float and ga.dtype == np.float32
+    np.testing.assert_array_equal(ga, ea)
