@@ -292,6 +292,20 @@ def test_cut_inside_function_is_a_stop_gradient(x):
     assert_close(db.gradient(f, x), 6 * x)
 
 
+@pytest.mark.parametrize("f, df", [(np.sin, np.cos), (np.exp, np.exp), (np.tanh, lambda v: 1 - np.tanh(v) ** 2)])
+@SETTINGS
+@given(x=st.floats(-2, 2, width=32), c=st.floats(-3, 3))
+def test_scalar_chain_mixing_float32_and_float64(f, df, x, c):
+    """A float32 scalar's pullback receives a float64 cotangent (and the reverse): NumPy's promotion,
+    not the partial's own type, decides the product."""
+    x32 = np.float32(x)
+    g = db.gradient(lambda v: np.float64(c) * f(v), x32)
+    assert type(g) is np.float32
+    np.testing.assert_allclose(g, c * df(np.float64(x32)), rtol=1e-5, atol=1e-6)
+    g = db.gradient(lambda v: f(np.float32(0.5) * v), np.float64(x))
+    np.testing.assert_allclose(g, 0.5 * df(np.float64(np.float32(0.5) * x)), rtol=1e-6, atol=1e-7)
+
+
 def test_value_and_gradient():
     x = np.array([0.5, -1.0, 2.0])
     value, g = db.value_and_gradient(lambda x: np.sum(np.exp(x) * x), x)
