@@ -121,7 +121,7 @@ def _run(f, args, reduce, backend):
     structure = _function_key(f) if treedef is None else _structure_key(treedef)
     key = (structure, tuple(kinds), tuple(active), reduce)
     kernel = _kernel(key, f, treedef, leaves, len(values), active, reduce, input_kinds)
-    active_shapes = [np.shape(values[i]) for i in active]
+    active_shapes = [getattr(values[i], "shape", ()) for i in active]  # arrays, NumPy scalars or floats
     value, partials, used, size = kernel(values, active_shapes, backend)
     call = KernelCall(kernel.name, len(active), used, size, reduce)
     calls = _log.get()
@@ -139,7 +139,7 @@ def _run(f, args, reduce, backend):
 def _record(parents, value, partials, shapes, call, tape=None):
     tape = tape_of(parents) if parents else tape
     out_shape = () if call.reduce else np.shape(value)
-    backs = tuple(_pullback(tape, p, s, out_shape) for p, s in zip(partials, shapes))
+    backs = tuple([_pullback(tape, p, s, out_shape) for p, s in zip(partials, shapes)])
     return tape.record(value, tuple(p.index for p in parents), backs, call)
 
 
@@ -149,7 +149,7 @@ def _pullback(tape, partial, shape, out_shape):
     The kernel's partial buffer is ours: when the tape is swept once, it becomes
     the cotangent in place instead of allocating another array of its size.
     """
-    if np.shape(partial) == shape and (out_shape == () or out_shape == shape):
+    if getattr(partial, "shape", ()) == shape and (out_shape == () or out_shape == shape):
         if isinstance(partial, np.ndarray) and partial.base is None and partial.ndim:
             return lambda g: np.multiply(partial, g, out=partial) if tape.single_sweep else g * partial
         return lambda g: g * partial

@@ -378,7 +378,7 @@ def _call_first(func, x, rest):
         _check_tape(None, tape)
     xv = x.value
     ans = rule.plain(xv, *rest)
-    if type(ans) is not np.ndarray and type(ans) not in _FLOAT_SCALARS or ans.dtype.kind != "f":
+    if type(ans) not in _FLOAT_SCALARS and not _is_float(ans):
         return ans
     maker = rule.makers[0] if rule.makers else None
     if maker is None:

@@ -306,6 +306,16 @@ def test_scalar_chain_mixing_float32_and_float64(f, df, x, c):
     np.testing.assert_allclose(g, 0.5 * df(np.float64(np.float32(0.5) * x)), rtol=1e-6, atol=1e-7)
 
 
+def test_ndarray_subclass_values_keep_their_gradient(tmp_path):
+    """Slices and products of an np.memmap are ndarray subclasses: still recorded, never dropped."""
+    x = np.memmap(tmp_path / "x.dat", dtype=np.float64, mode="w+", shape=(4,))
+    x[:] = [1.0, 2.0, 3.0, 4.0]
+    plain = np.array(x)
+    expected = db.gradient(lambda v: np.sum(v[:3] * v[1:] * np.exp(v[1:])), plain)
+    np.testing.assert_allclose(db.gradient(lambda v: np.sum(v[:3] * v[1:] * np.exp(v[1:])), x), expected, rtol=1e-14)
+    assert np.all(expected != 0)
+
+
 def test_value_and_gradient():
     x = np.array([0.5, -1.0, 2.0])
     value, g = db.value_and_gradient(lambda x: np.sum(np.exp(x) * x), x)
