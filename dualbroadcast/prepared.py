@@ -206,7 +206,7 @@ class Program:
         self.active_leaves = [t.index for arg in arguments for t in arg.inputs if t is not None]
         self.out = out.index
         self.float_leaves = float_leaves  # value indices of the leaves passed as Python floats
-        self.run, self.source = compile_program(self, GuardFailed)
+        self.run, self.gradient, self.source = compile_program(self, GuardFailed)
         self.records = None  # the recording's values are not needed any more
 
     def shape_of(self, ref):
@@ -229,18 +229,24 @@ class PreparedGradient:
         self._record(example_args, _signature([pytree.flatten(arg) for arg in example_args]))
 
     def __call__(self, *args, out=None):
-        return self.value_and_gradient(*args, out=out)[1]
+        return self._evaluate(args, out, False)[1]
 
     def value_and_gradient(self, *args, out=None):
+        return self._evaluate(args, out, True)
+
+    def _evaluate(self, args, out, with_value):
+        """Replay a program recorded for arguments like ``args`` (plain ones by a cheap key), or record
+        one; ``with_value``: also compute the value (else it may be None)."""
         plain = _plain(args)
         if plain is not None:
             key, leaves = plain
             for program in self.variants.get(key, ()):
+                run = program.run if with_value else program.gradient
                 try:
                     if out is None:
-                        value, grads = program.run(*leaves)
+                        value, grads = run(*leaves)
                         return value, _plain_gradients(args, grads)
-                    return program.run(*leaves, out=_targets(out, len(program.active_leaves)))[0], out
+                    return run(*leaves, _targets(out, len(program.active_leaves)))[0], out
                 except GuardFailed:
                     continue
         flat = [pytree.flatten(arg) for arg in args]
@@ -249,7 +255,7 @@ class PreparedGradient:
             self.variants[plain[0]] = self.variants.setdefault(signature, [])  # the same programs
         for program in self.variants.get(signature, ()):
             try:
-                return _run(program, flat, out)
+                return _run(program.run if with_value else program.gradient, program, flat, out)
             except GuardFailed:
                 continue
         value, grads = self._record(args, signature)
@@ -299,12 +305,13 @@ def _leaves(arguments):
     return [(k, t.index) for k, t in enumerate(inputs) if t is not None]
 
 
-def _run(program, flat, out):
+def _run(run, program, flat, out):
+    """``run`` (``program.run`` or ``program.gradient``) on the leaves of pytree arguments."""
     leaves = [leaf for leaves, _ in flat for leaf in leaves]
     values = [leaves[k] for k, _ in program.leaves]
     if out is not None:
-        return program.run(*values, out=_targets(out, len(program.active_leaves)))[0], out
-    value, grads = program.run(*values)
+        return run(*values, _targets(out, len(program.active_leaves)))[0], out
+    value, grads = run(*values)
     by_index = {i: np.array(g) for i, g in zip(program.active_leaves, grads)}  # buffers are reused
     return value, _one_or_tuple(_gradients(program.arguments, by_index))
 
@@ -319,6 +326,8 @@ def _plain(args):
 
     The signature cannot equal a pytree signature (`_signature`: pairs of a structure and leaf keys).
     """
+    if len(args) == 1 and type(args[0]) is np.ndarray:  # the most common call, at the least cost
+        return ((args[0].shape, args[0].dtype),), args
     key, leaves = [], []
     for a in args:
         kind = type(a)

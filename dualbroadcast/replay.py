@@ -12,6 +12,8 @@ negation on them give what NumPy's float64 gives (IEEE, no exception), and cost
 less.  Any other use first converts the value to ``np.float64``.
 """
 
+import re
+
 import numpy as np
 
 from .derivatives import DERIVATIVES
@@ -70,18 +72,49 @@ class Src(UfuncOperators):
 
 
 def compile_program(program, guard_failed):
-    """Generate ``run(*leaf_values, out=None) -> (value, gradients of the active leaves)`` for
-    ``program``; with ``out`` (one array per active leaf) the gradients are written there instead
-    and ``out`` is returned in their place."""
+    """Generate two functions of the leaf values for ``program``:
+
+    ``run(*leaf_values, out=None) -> (value, gradients of the active leaves)``, and
+    ``gradient(...)``, the same without the value: forward steps only the value needed
+    are left out.  With ``out`` (one array per active leaf) the gradients are written
+    there instead and ``out`` is returned in their place.
+    """
     space = Namespace()
     space.names["GuardFailed"] = guard_failed
     writer = _Writer(program, space)
-    lines = [f"def run({''.join(f'v{i}, ' for _, i in program.leaves)}out=None):"]
-    lines += writer.forward()
-    lines += writer.backward()
-    source = "\n".join(lines)
+    blocks = writer.forward()
+    value = f"{space.bind(np.float64)}(v{program.out})" if program.out in writer.floats else f"v{program.out}"
+    parameters = f"{''.join(f'v{i}, ' for _, i in program.leaves)}out=None"
+    functions = []
+    for name, returned in (("run", value), ("gradient", "None")):
+        backward = writer.backward(returned)
+        needed = set(_LOCAL.findall("\n".join(backward)))
+        functions += [f"def {name}({parameters}):"] + _live(blocks, needed) + backward
+    source = "\n".join(functions)
     exec(compile(source, "<dualbroadcast prepared program>", "exec"), space.names)
-    return space.names["run"], source
+    return space.names["run"], space.names["gradient"], source
+
+
+_LOCAL = re.compile(r"\b[vpr]\d+\b")  # the generated code's values, kernel partials and multiple results
+
+
+class _Block:
+    """Forward lines for one step, the local names they define and use; a guard is always kept."""
+
+    __slots__ = ("lines", "defines", "uses", "guard")
+
+    def __init__(self, lines, defines, uses, guard=False):
+        self.lines, self.defines, self.uses, self.guard = lines, set(defines), set(uses), guard
+
+
+def _live(blocks, needed):
+    """The lines of the blocks that guards or the ``needed`` names depend on, in order."""
+    kept, live = [], set(needed)
+    for block in reversed(blocks):
+        if block.guard or block.defines & live:
+            kept.append(block.lines)
+            live = (live - block.defines) | block.uses
+    return [line for lines in reversed(kept) for line in lines]
 
 
 _FLOAT_SAFE = {np.add, np.subtract, np.multiply, np.negative}  # same on Python floats as on float64
@@ -109,37 +142,42 @@ class _Writer:
 
     # --- forward ---------------------------------------------------------------------
     def forward(self):
-        lines = []
+        """The forward steps as `_Block` s, in order."""
+        blocks = []
         for k, step in enumerate(self.p.steps):
             kind = type(step).__name__
+            uses = [f"v{r}" for r in ([step.index] if kind == "Guard" else step.refs) if type(r) is int]
             if kind == "Guard":
-                lines += self.as_numpy([step.index])
+                blocks += self.as_numpy([step.index])
                 convert, expected = self.space.bind(step.convert), self.space.bind(step.expected)
-                lines.append(f"    if {convert}(v{step.index}) != {expected}: raise GuardFailed")
+                blocks.append(_Block([f"    if {convert}(v{step.index}) != {expected}: raise GuardFailed"], [], uses, True))
                 continue
             if step.func == "cut" if kind == "Step" else False:
                 if step.refs[0] in self.floats:
                     self.floats.add(step.outs[0])
-                lines.append(f"    v{step.outs[0]} = {self.ref(step.refs[0])}")
+                blocks.append(_Block([f"    v{step.outs[0]} = {self.ref(step.refs[0])}"], [f"v{step.outs[0]}"], uses))
                 continue
             if kind == "Step" and self.stays_float(step):
                 self.floats.add(step.outs[0])
             else:
-                lines += self.as_numpy(step.refs)
+                blocks += self.as_numpy(step.refs)
             if kind == "KernelStep":
-                lines.append(f"    v{step.out}, p{step.out} = {self.kernel_runner(step)}({', '.join(self.ref(r) for r in step.refs)})")
+                line = f"    v{step.out}, p{step.out} = {self.kernel_runner(step)}({', '.join(self.ref(r) for r in step.refs)})"
+                blocks.append(_Block([line], [f"v{step.out}", f"p{step.out}"], uses))
             elif step.expected is not None or step.outs == [None]:
                 same = self.space.bind(_same)
-                lines.append(f"    if not {same}({self.call(step, self.args(step))}, {self.space.bind(step.expected)}): raise GuardFailed")
+                line = f"    if not {same}({self.call(step, self.args(step))}, {self.space.bind(step.expected)}): raise GuardFailed"
+                blocks.append(_Block([line], [], uses, True))
             elif step.kind == OUTPUTS:
-                lines.append(f"    r{k} = {self.call(step, self.args(step))}")
+                lines = [f"    r{k} = {self.call(step, self.args(step))}"]
                 lines += [f"    v{o} = r{k}[{j}]" for j, o in enumerate(step.outs) if o is not None]
+                blocks.append(_Block(lines, [f"r{k}"] + [f"v{o}" for o in step.outs if o is not None], uses))
             elif self.inline(step):
                 expression = Src("", self.space)._apply(step.func, [Src(self.ref(r), self.space) for r in step.refs])
-                lines.append(f"    v{step.outs[0]} = {expression.text}")
+                blocks.append(_Block([f"    v{step.outs[0]} = {expression.text}"], [f"v{step.outs[0]}"], uses))
             else:
-                lines.append(f"    v{step.outs[0]} = {self.call(step, self.args(step))}")
-        return lines
+                blocks.append(_Block([f"    v{step.outs[0]} = {self.call(step, self.args(step))}"], [f"v{step.outs[0]}"], uses))
+        return blocks
 
     def stays_float(self, step):
         """Whether an inline step on Python floats (and Python number literals) may run on them."""
@@ -149,12 +187,12 @@ class _Writer:
 
     def as_numpy(self, refs):
         """Convert the Python floats among ``refs`` to np.float64 before a use they are not safe for."""
-        lines = []
+        blocks = []
         for r in refs:
             if type(r) is int and r in self.floats:
                 self.floats.discard(r)
-                lines.append(f"    v{r} = {self.space.bind(np.float64)}(v{r})")
-        return lines
+                blocks.append(_Block([f"    v{r} = {self.space.bind(np.float64)}(v{r})"], [f"v{r}"], [f"v{r}"]))
+        return blocks
 
     def inline(self, step):
         return step.kind == PER_ARGUMENT and not step.kwargs and step.func in DERIVATIVES and step.func is not np.clip
@@ -176,9 +214,11 @@ class _Writer:
         return self.space.bind(run, "k")
 
     # --- backward --------------------------------------------------------------------
-    def backward(self):
+    def backward(self, value):
+        """The adjoints, then the gradients returned (or written into ``out``) with ``value``."""
         p = self.p
         out = p.out
+        self.last = {}
         lines = [f"    g{out} = {self.space.bind(p.meta[out][1].type(1))}"]
         state = {out: "shared"}  # per value: None (no cotangent yet), "shared" or "owned"
         for k in range(len(p.steps) - 1, -1, -1):
@@ -197,13 +237,12 @@ class _Writer:
             if i not in state:
                 shape, dtype = p.meta[i]
                 lines.append(f"    g{i} = {self.space.bind(np.zeros)}({shape!r}, {self.space.bind(dtype)})")
-        value = f"{self.space.bind(np.float64)}(v{out})" if out in self.floats else f"v{out}"
         returned, written = [], []
         for k, i in enumerate(p.active_leaves):
             if i in self.last:
                 partial, g = self.last[i]
                 returned.append(f"    g{i} = np.multiply({partial}, {g}, out={partial})")
-                written.append(f"    np.multiply({partial}, {g}, out=out[{k}])")
+                written.append(f"    {self.space.bind(np.multiply, 'f')}({partial}, {g}, out[{k}])")
             else:
                 written.append(f"    np.copyto(out[{k}], g{i})")
         lines.append("    if out is None:")
