@@ -237,16 +237,21 @@ class PreparedGradient:
     def _evaluate(self, args, out, with_value):
         """Replay a program recorded for arguments like ``args`` (plain ones by a cheap key), or record
         one; ``with_value``: also compute the value (else it may be None)."""
-        plain = _plain(args)
+        if len(args) == 1 and type(args[0]) is np.ndarray:  # the most common call, at the least cost
+            plain = ((args[0].shape, args[0].dtype),), args
+        else:
+            plain = _plain(args)
         if plain is not None:
             key, leaves = plain
             for program in self.variants.get(key, ()):
                 run = program.run if with_value else program.gradient
                 try:
                     if out is None:
-                        value, grads = run(*leaves)
+                        value, grads = run(leaves)
                         return value, _plain_gradients(args, grads)
-                    return run(*leaves, _targets(out, len(program.active_leaves)))[0], out
+                    if type(out) is not np.ndarray or len(program.active_leaves) != 1:
+                        return run(leaves, _targets(out, len(program.active_leaves)))[0], out
+                    return run(leaves, (out,))[0], out
                 except GuardFailed:
                     continue
         flat = [pytree.flatten(arg) for arg in args]
@@ -310,8 +315,8 @@ def _run(run, program, flat, out):
     leaves = [leaf for leaves, _ in flat for leaf in leaves]
     values = [leaves[k] for k, _ in program.leaves]
     if out is not None:
-        return run(*values, _targets(out, len(program.active_leaves)))[0], out
-    value, grads = run(*values)
+        return run(values, _targets(out, len(program.active_leaves)))[0], out
+    value, grads = run(values)
     by_index = {i: np.array(g) for i, g in zip(program.active_leaves, grads)}  # buffers are reused
     return value, _one_or_tuple(_gradients(program.arguments, by_index))
 
@@ -326,8 +331,6 @@ def _plain(args):
 
     The signature cannot equal a pytree signature (`_signature`: pairs of a structure and leaf keys).
     """
-    if len(args) == 1 and type(args[0]) is np.ndarray:  # the most common call, at the least cost
-        return ((args[0].shape, args[0].dtype),), args
     key, leaves = [], []
     for a in args:
         kind = type(a)

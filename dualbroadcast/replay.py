@@ -74,7 +74,7 @@ class Src(UfuncOperators):
 def compile_program(program, guard_failed):
     """Generate two functions of the leaf values for ``program``:
 
-    ``run(*leaf_values, out=None) -> (value, gradients of the active leaves)``, and
+    ``run(leaf_values, out=None) -> (value, gradients of the active leaves)``, and
     ``gradient(...)``, the same without the value: forward steps only the value needed
     are left out.  With ``out`` (one array per active leaf) the gradients are written
     there instead and ``out`` is returned in their place.
@@ -84,12 +84,12 @@ def compile_program(program, guard_failed):
     writer = _Writer(program, space)
     blocks = writer.forward()
     value = f"{space.bind(np.float64)}(v{program.out})" if program.out in writer.floats else f"v{program.out}"
-    parameters = f"{''.join(f'v{i}, ' for _, i in program.leaves)}out=None"
+    leaves = f"    {''.join(f'v{i}, ' for _, i in program.leaves)}= leaves"
     functions = []
     for name, returned in (("run", value), ("gradient", "None")):
         backward = writer.backward(returned)
         needed = set(_LOCAL.findall("\n".join(backward)))
-        functions += [f"def {name}({parameters}):"] + _live(blocks, needed) + backward
+        functions += [f"def {name}(leaves, out=None):", leaves] + _live(blocks, needed) + backward
     source = "\n".join(functions)
     exec(compile(source, "<dualbroadcast prepared program>", "exec"), space.names)
     return space.names["run"], space.names["gradient"], source
@@ -219,7 +219,8 @@ class _Writer:
         p = self.p
         out = p.out
         self.last = {}
-        lines = [f"    g{out} = {self.space.bind(p.meta[out][1].type(1))}"]
+        self.known = {out: p.meta[out][1].type(1)}  # cotangents that are numbers known here
+        lines = [f"    g{out} = {self.space.bind(self.known[out])}"]
         state = {out: "shared"}  # per value: None (no cotangent yet), "shared" or "owned"
         for k in range(len(p.steps) - 1, -1, -1):
             step = p.steps[k]
@@ -281,20 +282,26 @@ class _Writer:
         return f"{self.space.bind(step.makers, 'm')}({i}, v{o}, {', '.join(args)}{kwargs})"
 
     def inline_adjoint(self, step, i, o):
-        """``g · ∂f/∂argᵢ`` from the derivative table, summed back to argᵢ's shape."""
+        """``g · ∂f/∂argᵢ`` from the derivative table, summed back to argᵢ's shape; a `Folded`
+        number when the cotangent and the partial are numbers (the product the code would compute)."""
         partial = DERIVATIVES[step.func][i]
         dtype = self.p.meta[o][1]
         args = [Src(self.ref(r), self.space) if type(r) is int else _weak(r.value, dtype) for r in step.refs]
+        shape = self.p.shape_of(step.refs[i])
+        g = self.known.get(o) if shape == self.p.meta[o][0] else None
         if callable(partial):
             d = partial(Src(f"v{o}", self.space), *args)
+            if type(d) is not Src and g is not None:
+                return Folded(g * d)
             term = f"(g{o} * {d.text if type(d) is Src else Src('', self.space)._of(d)})"
+        elif g is not None:
+            return Folded(g if partial == 1 else -g if partial == -1 else g * partial)
         elif partial == 1:
             term = f"g{o}"
         elif partial == -1:
             term = f"(-g{o})"
         else:
             term = f"(g{o} * {partial!r})"
-        shape = self.p.shape_of(step.refs[i])
         if shape != self.p.meta[o][0]:
             term = f"unbroadcast({term}, {shape!r})"
         return term
@@ -334,6 +341,14 @@ class _Writer:
 
     def _accumulate(self, p, term, state):
         current = state.get(p)
+        if type(term) is Folded:
+            if current is None or p in self.known:  # the first cotangent, or a number plus a number
+                value = term.value if current is None else self.known[p] + term.value
+                self.known[p] = value
+                state[p] = "shared"
+                return [f"    g{p} = {self.space.bind(value)}"]
+            term = self.space.bind(term.value)
+        self.known.pop(p, None)
         if current is None:
             state[p] = "shared"
             return [f"    g{p} = {term}"]
@@ -358,6 +373,15 @@ class _Writer:
         else:
             lines.append(f"    g{p}[{index}] += {g}")
         return lines
+
+
+class Folded:
+    """A cotangent term computed while generating the code: the same operation on the same numbers."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
 
 
 def _weak(value, dtype):

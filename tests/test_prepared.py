@@ -310,3 +310,15 @@ def test_a_python_float_meeting_a_float32_array_is_float64_first():
     assert np.result_type(value) == np.result_type(expected_value) == np.float64 and value == expected_value
     assert gs == es and type(gs) is float and ga.dtype == np.float32
     np.testing.assert_array_equal(ga, ea)
+
+
+def test_constant_cotangents_folded_while_generating_give_the_same_numbers():
+    def f(x, ys):
+        a = x * 2.5 - x * 0.1  # two constant contributions to x's cotangent
+        b = -(ys[0] * 3.0) + ys[0] * ys[1]  # a constant and a variable contribution to ys[0]'s
+        return a * 1.5 - b - b
+
+    prog = db.prepare_gradient(f, 1.0, (2.0, 3.0))
+    for x, ys in [(1.5, (0.7, -2.0)), (-3.0, (1e10, 1e-10))]:
+        got, expected = prog(x, ys), db.gradient(f, x, ys)
+        assert got == expected and type(got[0]) is float and type(got[1]) is tuple
