@@ -322,3 +322,16 @@ def test_constant_cotangents_folded_while_generating_give_the_same_numbers():
     for x, ys in [(1.5, (0.7, -2.0)), (-3.0, (1e10, 1e-10))]:
         got, expected = prog(x, ys), db.gradient(f, x, ys)
         assert got == expected and type(got[0]) is float and type(got[1]) is tuple
+
+
+@pytest.mark.parametrize("scale", [np.float32(0.1), np.float64(0.1)], ids=["float32", "float64"])
+def test_last_product_with_a_cotangent_of_another_dtype_than_recorded_for_the_value(scale):
+    def f(x):  # float32 density; its cotangent is float64 when scaled by a float64 number
+        return db.sum(lambda r: np.exp(-3 * (r + 1)), x) * scale
+
+    x = np.random.default_rng(4).random(1000).astype(np.float32)
+    prog = db.prepare_gradient(f, x)
+    expected = db.gradient(f, x)
+    out = np.empty_like(x)
+    np.testing.assert_array_equal(prog(x, out=out), expected)
+    np.testing.assert_array_equal(prog(x), expected)
