@@ -527,7 +527,7 @@ def _operand_refs(kernel, node, prefix, buffers, kinds, node_dtypes, namespace):
         if typed is None:
             refs.append(_block_ref(kernel.names, buffers, a, prefix))
         else:
-            name = f"a{len(namespace)}"
+            name = f"a_{_block_ref(kernel.names, buffers, a, prefix)}_{typed.dtype.char}"
             namespace[name] = typed
             refs.append(name)
     return refs

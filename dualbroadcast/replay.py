@@ -125,7 +125,8 @@ class _Writer:
         self.p = program
         self.space = space
         self.floats = set(program.float_leaves)  # values that are still Python floats here
-        self.last = {}  # active leaf -> (partial, cotangent): its one in-place product, written last
+        self.last = {}  # active leaf -> (partial, kernel value): its one product, written last
+        self.known = {}  # value -> its cotangent, a number known while generating
 
     def ref(self, r):
         return f"v{r}" if type(r) is int else self.space.bind(r.value)
@@ -152,7 +153,7 @@ class _Writer:
                 convert, expected = self.space.bind(step.convert), self.space.bind(step.expected)
                 blocks.append(_Block([f"    if {convert}(v{step.index}) != {expected}: raise GuardFailed"], [], uses, True))
                 continue
-            if step.func == "cut" if kind == "Step" else False:
+            if kind == "Step" and step.func == "cut":
                 if step.refs[0] in self.floats:
                     self.floats.add(step.outs[0])
                 blocks.append(_Block([f"    v{step.outs[0]} = {self.ref(step.refs[0])}"], [f"v{step.outs[0]}"], uses))
@@ -411,7 +412,6 @@ def _same(a, b):
         return bool(np.array_equal(a, b)) if isinstance(a, np.ndarray) else a == b
     except Exception:  # noqa: BLE001 - incomparable results are different results
         return False
-
 
 
 def _python_number(value):
