@@ -275,7 +275,7 @@ class PreparedGradient:
         """Record ``f`` on ``args``: a new program for this signature; return its value and gradient."""
         tape = Tape(single_sweep=True)
         call_args, arguments = _prepare(tape, args, constants_traced=True)
-        recorder = Recorder(tape)
+        recorder = tape.recorder = Recorder(tape)
         for a in arguments:
             for t, i in zip(a.every_input, a.inputs):
                 if t is not None:

@@ -32,15 +32,18 @@ class Tape:
 
     ``single_sweep``: the tape will be swept once (``gradient``), so a pullback may
     reuse a buffer it owns for its cotangent instead of allocating a new one.
+    ``recorder``: the prepared-gradient recorder this tape is recorded by, if any
+    (the fast paths hand its operations to `call_rule`, which asks it).
     """
 
-    __slots__ = ("records", "closed", "single_sweep", "collector_pause")
+    __slots__ = ("records", "closed", "single_sweep", "collector_pause", "recorder")
 
-    def __init__(self, single_sweep=False):
+    def __init__(self, single_sweep=False, recorder=None):
         self.records = []
         self.closed = False
         self.single_sweep = single_sweep
         self.collector_pause = None
+        self.recorder = recorder
 
     def grew_long(self):
         """The tape reached `LONG_TAPE` records: pause the garbage collector until it is closed."""
@@ -319,10 +322,10 @@ def _binary(func, x, y):
     """``x op y`` for Tracked's arithmetic operators: `_call_per_argument` unrolled for two
     arguments, since a scalar model's gradient pays this once per operator."""
     rule = RULES.get(func)
-    if rule is None or not rule.binary or RECORDER.get() is not None:
+    tape = x.tape if type(x) is Tracked else y.tape
+    if rule is None or not rule.binary or tape.recorder is not None:
         return call_rule(func, (x, y), {})  # the general path, with its checks and messages
     if type(x) is Tracked:
-        tape = x.tape
         if tape.closed:
             _check_tape(None, tape)
         xv = x.value
@@ -348,7 +351,6 @@ def _binary(func, x, y):
                 return ans
             parents = (x.index,)
     else:
-        tape = y.tape
         if tape.closed:
             _check_tape(None, tape)
         yv = y.value
@@ -371,9 +373,9 @@ def _call_first(func, x, rest):
     """``func(x, *rest)`` with only ``x`` tracked (``x[i]``, ``np.exp(x)``, ``np.sum(x, 0)``):
     `_call_per_argument` without its search for tracked arguments."""
     rule = RULES.get(func)
-    if rule is None or rule.kind != PER_ARGUMENT or RECORDER.get() is not None or Tracked in map(type, rest):
-        return call_rule(func, (x,) + rest, {})
     tape = x.tape
+    if rule is None or rule.kind != PER_ARGUMENT or tape.recorder is not None or Tracked in map(type, rest):
+        return call_rule(func, (x,) + rest, {})
     if tape.closed:
         _check_tape(None, tape)
     xv = x.value
