@@ -5,7 +5,7 @@ import numpy as np
 from . import pytree
 from .errors import GradientMismatchError, NonScalarOutputError
 from .pytree import Cut, Uncut
-from .tape import ACTIVE_TAPE, RECORDER, Tape, Tracked, backward, value_of
+from .tape import ACTIVE_TAPE, RECORDER, Tape, Tracked, backward, settle, value_of
 
 _FLOAT_TYPES = (np.ndarray, float, np.float64, np.float32)
 _FLOAT_SCALARS = {np.float64, np.float32, np.float16, np.longdouble}
@@ -124,11 +124,22 @@ def _trace(f, args, single_sweep=False):
     call_args, arguments = _prepare(tape, args)
     token = ACTIVE_TAPE.set(tape)
     try:
-        out = f(*call_args)
+        out = _settled(f(*call_args))
     finally:
         ACTIVE_TAPE.reset(token)
         tape.close()
     return tape, out, arguments
+
+
+def _settled(out):
+    """``out`` with its unrecorded slices (views) recorded: the sweep seeds outputs by tape index."""
+    if type(out) is Tracked:
+        return settle(out)
+    if not isinstance(out, _FLOAT_TYPES):
+        for leaf in pytree.flatten(out)[0]:
+            if type(leaf) is Tracked:
+                settle(leaf)
+    return out
 
 
 def _scalar_seed(out, tape):

@@ -21,7 +21,7 @@ from . import pytree
 from .errors import KernelError
 from .expr import Sym, derivatives, trace
 from .kernels import Kernel
-from .tape import RECORDER, Tracked, tape_of, unbroadcast
+from .tape import RECORDER, Tracked, _edges, tape_of, unbroadcast
 
 CACHE_SIZE = 512
 _PLAIN = {np.ndarray, float, np.float64, np.float32, Tracked}
@@ -139,8 +139,8 @@ def _run(f, args, reduce, backend):
 def _record(parents, value, partials, shapes, call, tape=None):
     tape = tape_of(parents) if parents else tape
     out_shape = () if call.reduce else np.shape(value)
-    backs = tuple([_pullback(tape, p, s, out_shape) for p, s in zip(partials, shapes)])
-    return tape.record(value, tuple(p.index for p in parents), backs, call)
+    backs = [_pullback(tape, p, s, out_shape) for p, s in zip(partials, shapes)]
+    return tape.record(value, *_edges(parents, backs), call)
 
 
 def _pullback(tape, partial, shape, out_shape):

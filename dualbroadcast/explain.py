@@ -113,6 +113,7 @@ def _operation(op, active, kept):
 def _kept_arrays(backs):
     """Arrays reachable from the pullbacks' closures (and tuples in them), by identity."""
     found = {}
+    backs = [part for back in backs for part in (back if type(back) is tuple else (back,))]  # a view's edge is a pair
     stack = [cell.cell_contents for back in backs for cell in (getattr(back, "__closure__", None) or ())]
     stack += [back.index for back in backs if type(back) is IndexPullback]
     while stack:

@@ -107,7 +107,7 @@ class GarbageCollectionPaused:
                 gc.enable()
 
 
-LONG_TAPE = 10_000  # records; shorter tapes are recorded and swept before a collection would matter
+LONG_TAPE = 1_000  # records; a shorter tape is recorded and swept in about a millisecond, before a collection matters
 
 
 def backward(tape, seeds):
@@ -137,6 +137,8 @@ def _sweep(tape, seeds):
         for p, back in zip(parents, backs):
             if type(back) is IndexPullback:
                 back.add_into(grads, owned, p, g)
+            elif type(back) is tuple:  # into a view's base: (its IndexPullback, the consumer's pullback)
+                back[0].add_into(grads, owned, p, back[1](g))
             elif grads[p] is None:
                 grads[p] = back(g)
             else:
@@ -238,14 +240,14 @@ def call_rule(func, args, kwargs):
     sequence = args[0] if kind == SEQUENCE else args
     values = list(sequence)
     active = []
-    indices = []
+    tracked = []
     tape = None
     for i, a in enumerate(sequence):
         if type(a) is Tracked:
             if a.tape is not tape:
                 tape = _check_tape(tape, a.tape)
             active.append(i)
-            indices.append(a.index)
+            tracked.append(a)
             values[i] = a.value
     if kind == SEQUENCE:
         values = [values, *args[1:]]
@@ -254,7 +256,7 @@ def call_rule(func, args, kwargs):
         return ans
     makers = rule.makers
     if kind == OUTPUTS:
-        return _record_outputs(func, tape, ans, active, tuple(indices), makers, values, kwargs)
+        return _record_outputs(func, tape, ans, active, tracked, makers, values, kwargs)
     dtype = getattr(ans, "dtype", None)
     if dtype is None or dtype.kind != "f":
         return ans
@@ -276,7 +278,7 @@ def call_rule(func, args, kwargs):
                 f"{sorted(kwargs)} ({error}); drop them, or register a rule that does (db.defvjp)"
             ) from error
         raise
-    return tape.record(ans, tuple(indices), tuple(backs), func)
+    return tape.record(ans, *_edges(tracked, backs), func)
 
 
 def _call_per_argument(func, rule, args):
@@ -302,8 +304,9 @@ def _call_per_argument(func, rule, args):
         if maker is None:
             raise UnsupportedFunctionError(_not_differentiable_message(func, i))
         backs.append(maker(ans, *values))
+    parents, backs = _edges([args[i] for i in positions], backs)
     records = tape.records
-    records.append((tuple([args[i].index for i in positions]), tuple(backs), func))
+    records.append((parents, backs, func))
     if len(records) == LONG_TAPE:
         tape.grew_long()
     return Tracked(ans, tape, len(records) - 1)
@@ -362,6 +365,8 @@ def _binary(func, x, y):
         else:
             return ans
         parents = (y.index,)
+    if (type(x) is Tracked and x.view is not None) or (type(y) is Tracked and y.view is not None):
+        parents, backs = _edges([a for a in (x, y) if type(a) is Tracked], backs)
     records = tape.records
     records.append((parents, backs, func))
     if len(records) == LONG_TAPE:
@@ -385,14 +390,56 @@ def _call_first(func, x, rest):
     maker = rule.makers[0] if rule.makers else None
     if maker is None:
         raise UnsupportedFunctionError(_not_differentiable_message(func, 0))
+    parents, backs = (x.index,), (maker(ans, xv, *rest),)
+    if x.view is not None:
+        parents, backs = _edges([x], backs)
     records = tape.records
-    records.append(((x.index,), (maker(ans, xv, *rest),), func))
+    records.append((parents, backs, func))
     if len(records) == LONG_TAPE:
         tape.grew_long()
     return Tracked(ans, tape, len(records) - 1)
 
 
 _FLOAT_SCALARS = {np.float64, np.float32, np.float16, np.longdouble}
+
+
+def _edges(tracked, backs):
+    """Parent indices and pullbacks of the ``tracked`` arguments of one record.
+
+    The cotangent of a view (an unrecorded slice) goes into its base: its edge is
+    the pair ``(view's IndexPullback into the base, consumer's pullback)``, which
+    the sweep applies in turn.  A consumer's own `IndexPullback` (a slice of a
+    slice) is not paired so: that view is recorded after all (`settle`).
+    """
+    for t in tracked:
+        if t.view is not None:
+            break
+    else:
+        return tuple([t.index for t in tracked]), tuple(backs)
+    edges = []
+    for t, back in zip(tracked, backs):
+        if t.view is not None:
+            if type(back) is IndexPullback:
+                settle(t)
+            else:
+                back = (t.view, back)
+        edges.append(back)
+    return tuple([t.index for t in tracked]), tuple(edges)
+
+
+def settle(t):
+    """Record the view ``t`` as an ordinary tape value (a getitem of its base), in place."""
+    if t.view is not None:
+        t.index, t.view = t.tape.record(t.value, (t.index,), (t.view,), getitem).index, None
+    return t
+
+
+_BASIC_INDEX = {int, slice, type(None), type(Ellipsis)}
+
+
+def _is_basic(index):
+    """Whether ``x[index]`` is basic indexing (ints, slices, None, ...): a view for an array."""
+    return type(index) in _BASIC_INDEX or (type(index) is tuple and _BASIC_INDEX.issuperset(map(type, index)))
 
 
 def _check_tape(current, tape):
@@ -419,7 +466,7 @@ def tape_of(parents):
     return tape
 
 
-def _record_outputs(func, tape, ans, active, indices, maker, vargs, kwargs):
+def _record_outputs(func, tape, ans, active, tracked, maker, vargs, kwargs):
     if active != [0]:
         raise UnsupportedFunctionError(
             f"{qualified_name(func)} is differentiable only in its first argument; "
@@ -428,7 +475,7 @@ def _record_outputs(func, tape, ans, active, indices, maker, vargs, kwargs):
     outs = []
     for j, a in enumerate(ans):
         back = maker(j, ans, *vargs, **kwargs) if _is_float(a) else None
-        outs.append(a if back is None else tape.record(a, indices, (back,), func))
+        outs.append(a if back is None else tape.record(a, *_edges(tracked, (back,)), func))
     return outs if type(ans) is list else type(ans)(*outs)
 
 
@@ -499,14 +546,21 @@ _OUT = (
 
 
 class Tracked:
-    """A value derived from a differentiated input: NumPy operations on it are recorded."""
+    """A value derived from a differentiated input: NumPy operations on it are recorded.
 
-    __slots__ = ("value", "tape", "index")
+    ``view``: for a basic slice ``base[index]`` (a NumPy view), the `IndexPullback`
+    into its base, whose tape ``index`` it carries.  Such a slice is not recorded:
+    each operation on it adds its cotangent at ``index`` of the base's gradient
+    buffer, so a slice in a loop costs one record less (see `_edges`).
+    """
 
-    def __init__(self, value, tape, index):
+    __slots__ = ("value", "tape", "index", "view")
+
+    def __init__(self, value, tape, index, view=None):
         self.value = value
         self.tape = tape
         self.index = index
+        self.view = view
 
     # --- NumPy protocols -------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -583,9 +637,15 @@ class Tracked:
         return len(self.value)
 
     def __iter__(self):
-        return (call_rule(getitem, (self, i), {}) for i in range(len(self.value)))
+        return (self[i] for i in range(len(self.value)))
 
     def __getitem__(self, index):
+        if self.view is None and self.tape.recorder is None and _is_basic(index):
+            value = self.value[index]
+            if type(value) is np.ndarray:  # a view into self: not recorded, see `view`
+                if self.tape.closed:
+                    _check_tape(None, self.tape)
+                return Tracked(value, self.tape, self.index, IndexPullback(index, self.value.shape, value.dtype))
         return _call_first(getitem, self, (index,))
 
     def __repr__(self):
