@@ -344,6 +344,8 @@ def _binary(func, x, y):
             else:
                 return ans
             parents = (x.index, y.index)
+            if x.view is not None or y.view is not None:
+                parents, backs = _edges((x, y), backs)
         else:
             ans = rule.plain(xv, y)
             if type(ans) in _FLOAT_SCALARS and rule.scalar_backs is not None:
@@ -353,6 +355,8 @@ def _binary(func, x, y):
             else:
                 return ans
             parents = (x.index,)
+            if x.view is not None:
+                parents, backs = _edges((x,), backs)
     else:
         if tape.closed:
             _check_tape(None, tape)
@@ -365,8 +369,8 @@ def _binary(func, x, y):
         else:
             return ans
         parents = (y.index,)
-    if (type(x) is Tracked and x.view is not None) or (type(y) is Tracked and y.view is not None):
-        parents, backs = _edges([a for a in (x, y) if type(a) is Tracked], backs)
+        if y.view is not None:
+            parents, backs = _edges((y,), backs)
     records = tape.records
     records.append((parents, backs, func))
     if len(records) == LONG_TAPE:
@@ -411,19 +415,13 @@ def _edges(tracked, backs):
     the sweep applies in turn.  A consumer's own `IndexPullback` (a slice of a
     slice) is not paired so: that view is recorded after all (`settle`).
     """
-    for t in tracked:
+    edges = list(backs)
+    for k, t in enumerate(tracked):
         if t.view is not None:
-            break
-    else:
-        return tuple([t.index for t in tracked]), tuple(backs)
-    edges = []
-    for t, back in zip(tracked, backs):
-        if t.view is not None:
-            if type(back) is IndexPullback:
+            if type(edges[k]) is IndexPullback:
                 settle(t)
             else:
-                back = (t.view, back)
-        edges.append(back)
+                edges[k] = (t.view, edges[k])
     return tuple([t.index for t in tracked]), tuple(edges)
 
 
