@@ -9,6 +9,7 @@ from .tape import ACTIVE_TAPE, RECORDER, Tape, Tracked, backward, settle, value_
 
 _FLOAT_TYPES = (np.ndarray, float, np.float64, np.float32)
 _FLOAT_SCALARS = {np.float64, np.float32, np.float16, np.longdouble}
+_PYTHON_FLOAT = {float}
 
 
 # --- cut / uncut -------------------------------------------------------------
@@ -76,6 +77,11 @@ def _prepare(tape, args, constants_traced=False):
             continue
         leaves, treedef = pytree.flatten(arg)
         flags = pytree.leaf_activity(treedef)
+        if False not in flags and _PYTHON_FLOAT.issuperset(map(type, leaves)):  # e.g. a tuple of floats
+            inputs = tape.leaves(list(map(np.float64, leaves)))
+            call_args.append(pytree.unflatten(treedef, inputs))
+            arguments.append(_Argument(treedef, leaves, inputs))
+            continue
         inputs = tape.leaves([
             (np.float64(leaf) if type(leaf) is float else _float_value(leaf, position, k)) if on and leaf is not None else None
             for k, (leaf, on) in enumerate(zip(leaves, flags))

@@ -135,10 +135,11 @@ def _sweep(tape, seeds):
         grads[i] = None
         parents, backs, _ = record
         for p, back in zip(parents, backs):
-            if type(back) is IndexPullback:
-                back.add_into(grads, owned, p, g)
-            elif type(back) is tuple:  # into a view's base: (its IndexPullback, the consumer's pullback)
-                back[0].add_into(grads, owned, p, back[1](g))
+            if type(back) in _INTO_BUFFER:
+                if type(back) is tuple:  # into a view's base: (its IndexPullback, the consumer's pullback)
+                    back[0].add_into(grads, owned, p, back[1](g))
+                else:
+                    back.add_into(grads, owned, p, g)
             elif grads[p] is None:
                 grads[p] = back(g)
             else:
@@ -195,6 +196,9 @@ class IndexPullback:
             np.add.at(buffer, self.index, g)
         else:
             buffer[self.index] += g
+
+
+_INTO_BUFFER = {IndexPullback, tuple}  # pullbacks that add into their parent's buffer themselves
 
 
 def unbroadcast(g, shape):
