@@ -113,7 +113,8 @@ def _live(blocks, needed):
     for block in reversed(blocks):
         if block.guard or block.defines & live:
             kept.append(block.lines)
-            live = (live - block.defines) | block.uses
+            live -= block.defines  # in place: a new set per block made long programs quadratic
+            live |= block.uses
     return [line for lines in reversed(kept) for line in lines]
 
 
