@@ -656,30 +656,6 @@ class Tracked:
     # --- operators ---------------------------------------------------------
     __hash__ = None
 
-    def __add__(self, other):
-        return _binary(np.add, self, other)
-
-    def __radd__(self, other):
-        return _binary(np.add, other, self)
-
-    def __sub__(self, other):
-        return _binary(np.subtract, self, other)
-
-    def __rsub__(self, other):
-        return _binary(np.subtract, other, self)
-
-    def __mul__(self, other):
-        return _binary(np.multiply, self, other)
-
-    def __rmul__(self, other):
-        return _binary(np.multiply, other, self)
-
-    def __truediv__(self, other):
-        return _binary(np.divide, self, other)
-
-    def __rtruediv__(self, other):
-        return _binary(np.divide, other, self)
-
     def __floordiv__(self, other):
         return call_rule(np.floor_divide, (self, other), {})
 
@@ -691,12 +667,6 @@ class Tracked:
 
     def __rmod__(self, other):
         return call_rule(np.remainder, (other, self), {})
-
-    def __pow__(self, other):
-        return _binary(np.power, self, other)
-
-    def __rpow__(self, other):
-        return _binary(np.power, other, self)
 
     def __matmul__(self, other):
         return call_rule(np.matmul, (self, other), {})
@@ -757,6 +727,19 @@ class Tracked:
 
     def flatten(self):
         return call_rule(np.ravel, (self,), {}).copy()
+
+
+def _arithmetic(func, reflected):
+    """The operator method ``x op y`` (``y op x`` if ``reflected``) for ``func``, through `_binary`."""
+    if reflected:
+        return lambda self, other: _binary(func, other, self)
+    return lambda self, other: _binary(func, self, other)
+
+
+for _name, _func in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("truediv", np.divide),
+                     ("pow", np.power)]:
+    setattr(Tracked, f"__{_name}__", _arithmetic(_func, False))
+    setattr(Tracked, f"__r{_name}__", _arithmetic(_func, True))
 
 
 def astype(x, dtype):
