@@ -19,6 +19,7 @@ import numpy as np
 from .derivatives import DERIVATIVES
 from .expr import UfuncOperators, source_of
 from .registry import OUTPUTS, PER_ARGUMENT, SEQUENCE
+from .rules.linalg import DOT_PULLBACKS
 from .tape import IndexPullback, getitem, unbroadcast
 
 _COMPARISONS = {np.less: "({} < {})", np.less_equal: "({} <= {})", np.greater: "({} > {})",
@@ -69,6 +70,14 @@ class Src(UfuncOperators):
         return self._apply(func, args)
 
     _ufunc = _apply
+
+    def __matmul__(self, other):  # the linear-algebra formulas (`DOT_PULLBACKS`) use @ and .T
+        return Src(f"({self.text} @ {self._of(other)})", self.space)
+
+    def __rmatmul__(self, other):
+        return Src(f"({self._of(other)} @ {self.text})", self.space)
+
+    T = property(lambda self: Src(f"{self.text}.T", self.space))
 
 
 def compile_program(program, guard_failed):
@@ -177,6 +186,9 @@ class _Writer:
             elif self.inline(step):
                 expression = Src("", self.space)._apply(step.func, [Src(self.ref(r), self.space) for r in step.refs])
                 blocks.append(_Block([f"    v{step.outs[0]} = {expression.text}"], [f"v{step.outs[0]}"], uses))
+            elif step.func is getitem and not step.kwargs:  # x[index] as written, no call of `getitem`
+                line = f"    v{step.outs[0]} = {self.ref(step.refs[0])}[{self.ref(step.refs[1])}]"
+                blocks.append(_Block([line], [f"v{step.outs[0]}"], uses))
             else:
                 blocks.append(_Block([f"    v{step.outs[0]} = {self.call(step, self.args(step))}"], [f"v{step.outs[0]}"], uses))
         return blocks
@@ -263,6 +275,9 @@ class _Writer:
             recorded = backs[slot]
             if self.inline(step):
                 lines += self.accumulate(parent, self.inline_adjoint(step, i, o), state)
+            elif self.dot_formulas(step) is not None:
+                other = Src(self.ref(step.refs[1 - i]), self.space)
+                lines += self.accumulate(parent, self.dot_formulas(step)[i](other, Src(f"g{o}", self.space)).text, state)
             elif type(recorded) is IndexPullback and step.func is getitem and type(step.refs[1]) is not int:
                 lines += self.index_add(parent, f"{self.ref(step.refs[1])}", f"g{o}", recorded.repeats, state)
             else:
@@ -273,6 +288,12 @@ class _Writer:
                 else:
                     lines += self.accumulate(parent, f"{maker}(g{o})", state)
         return lines
+
+    def dot_formulas(self, step):
+        """`DOT_PULLBACKS` for an np.dot of vectors and matrices (as recorded), else None."""
+        if step.func is not np.dot or step.kwargs or len(step.refs) != 2:
+            return None
+        return DOT_PULLBACKS.get(tuple(len(self.p.shape_of(r)) for r in step.refs))
 
     def maker(self, step, i, j, k, o):
         args = self.args(step)

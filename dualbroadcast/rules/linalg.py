@@ -9,6 +9,7 @@ classical formulas (Ā = -A⁻ᵀ G A⁻ᵀ for inv, det · A⁻ᵀ for det, ...
 need invertible matrices.
 """
 
+import functools
 import string
 
 import numpy as np
@@ -118,39 +119,35 @@ def dot_subscripts(ndim_a, ndim_b):
     return contraction_subscripts(ndim_a, ndim_b, [-1], [max(ndim_b - 2, 0)])
 
 
+# np.dot of vectors and matrices, by (a.ndim, b.ndim): ā from (b, g) and b̄ from (a, g).  Each keeps
+# only the other operand.  Prepared programs write these same formulas inline (replay.py).
+DOT_PULLBACKS = {
+    (1, 1): (lambda b, g: g * b, lambda a, g: g * a),
+    (2, 2): (lambda b, g: g @ b.T, lambda a, g: a.T @ g),
+    (1, 2): (lambda b, g: b @ g, lambda a, g: np.outer(a, g)),
+    (2, 1): (lambda b, g: np.outer(g, b), lambda a, g: g @ a),
+}
+
+
 def dot_vjp(k):
-    """np.dot of vectors and matrices by its formulas (ā = g·bᵀ, b̄ = aᵀ·g); other ranks as einsum.
+    """np.dot of vectors and matrices by its formulas (`DOT_PULLBACKS`); other ranks as einsum.
 
     Vectors and matrices are the hot path (a dot per column in a loop), where an
     einsum pullback would cost far more than the product itself.
     """
     general = contraction_vjps(dot_subscripts)[k]
 
-    def vjp_a(ans, a, b):
-        ranks = (a.ndim, np.ndim(b))
-        if ranks == (1, 1):
-            return lambda g: g * b
-        if ranks == (2, 2):
-            return lambda g: g @ b.T
-        if ranks == (1, 2):
-            return lambda g: b @ g
-        if ranks == (2, 1):
-            return lambda g: np.outer(g, b)
-        return general(ans, a, b)
+    def vjp(ans, a, b):
+        formulas = DOT_PULLBACKS.get((_rank(a), _rank(b)))
+        if formulas is None:
+            return general(ans, a, b)
+        return functools.partial(formulas[k], b if k == 0 else a)
 
-    def vjp_b(ans, a, b):
-        ranks = (np.ndim(a), b.ndim)
-        if ranks == (1, 1):
-            return lambda g: g * a
-        if ranks == (2, 2):
-            return lambda g: a.T @ g
-        if ranks == (1, 2):
-            return lambda g: np.outer(a, g)
-        if ranks == (2, 1):
-            return lambda g: g @ a
-        return general(ans, a, b)
+    return vjp
 
-    return vjp_a if k == 0 else vjp_b
+
+def _rank(x):
+    return x.ndim if type(x) is np.ndarray else np.ndim(x)
 
 
 def inner_subscripts(ndim_a, ndim_b):
