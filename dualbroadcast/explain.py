@@ -6,6 +6,7 @@ alive for the backward pass; then the totals.  Plain text for terminals, an
 HTML table for Jupyter.
 """
 
+import functools
 import html
 from typing import NamedTuple
 
@@ -114,7 +115,7 @@ def _kept_arrays(backs):
     """Arrays reachable from the pullbacks' closures (and tuples in them), by identity."""
     found = {}
     backs = [part for back in backs for part in (back if type(back) is tuple else (back,))]  # a view's edge is a pair
-    stack = [cell.cell_contents for back in backs for cell in (getattr(back, "__closure__", None) or ())]
+    stack = [x for back in backs for x in _captured(back)]
     stack += [back.index for back in backs if type(back) is IndexPullback]
     while stack:
         x = stack.pop()
@@ -123,6 +124,13 @@ def _kept_arrays(backs):
         elif isinstance(x, (tuple, list)):
             stack.extend(x)
     return found
+
+
+def _captured(back):
+    """What a pullback holds: a closure's cells, or a functools.partial's arguments and function."""
+    if isinstance(back, functools.partial):
+        return [*back.args, *back.keywords.values(), *_captured(back.func)]
+    return [cell.cell_contents for cell in getattr(back, "__closure__", None) or ()]
 
 
 def _bytes(n):

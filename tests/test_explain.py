@@ -60,3 +60,12 @@ def test_index_arrays_kept_by_an_indexing_pullback_are_counted():
     idx = np.arange(50)
     report = db.explain(lambda x: np.sum(x[idx]), np.ones(100))
     assert report.operations[0].name.endswith("getitem") and report.operations[0].kept_bytes == idx.nbytes
+
+
+def test_pullbacks_held_as_partials_count_what_they_keep():
+    """A dot pullback keeps the other operand (a column view here), a scalar one its partial."""
+    X = np.random.default_rng(1).random((50, 3))
+    report = db.explain(lambda X: np.dot(X[:, 0], X[:, 2]), X)
+    assert [op.kept_bytes for op in report.operations] == [2 * 50 * 8]
+    report = db.explain(lambda x: np.sin(x) * 3.0, np.float64(0.3))
+    assert [op.kept_bytes for op in report.operations] == [8, 8]
