@@ -53,13 +53,14 @@ def strip(x):
 class _Argument:
     """One argument of a differentiated call: its tree and the tape input of each leaf."""
 
-    __slots__ = ("treedef", "originals", "inputs", "every_input")
+    __slots__ = ("treedef", "originals", "inputs", "every_input", "floats")
 
-    def __init__(self, treedef, originals, inputs, every_input=None):
+    def __init__(self, treedef, originals, inputs, every_input=None, floats=False):
         self.treedef = treedef
         self.originals = originals
         self.inputs = inputs  # per leaf: the Tracked input, or None for a constant
         self.every_input = every_input or inputs  # also constants, when they are traced
+        self.floats = floats  # every leaf a differentiated Python float (a tuple of floats, ...)
 
 
 def _prepare(tape, args, constants_traced=False):
@@ -77,10 +78,10 @@ def _prepare(tape, args, constants_traced=False):
             continue
         leaves, treedef = pytree.flatten(arg)
         flags = pytree.leaf_activity(treedef)
-        if False not in flags and _PYTHON_FLOAT.issuperset(map(type, leaves)):  # e.g. a tuple of floats
+        if leaves and False not in flags and _PYTHON_FLOAT.issuperset(map(type, leaves)):  # a tuple of floats
             inputs = tape.leaves(list(map(np.float64, leaves)))
             call_args.append(pytree.unflatten(treedef, inputs))
-            arguments.append(_Argument(treedef, leaves, inputs))
+            arguments.append(_Argument(treedef, leaves, inputs, floats=True))
             continue
         inputs = tape.leaves([
             (np.float64(leaf) if type(leaf) is float else _float_value(leaf, position, k)) if on and leaf is not None else None
@@ -176,6 +177,10 @@ def _gradients(arguments, grads):
     seen = set()
     result = []
     for arg in arguments:
+        if arg.floats and grads:  # Python floats in, Python floats out
+            found = [grads[t.index] for t in arg.inputs]
+            result.append(pytree.unflatten(arg.treedef, [0.0 if g is None else float(g) for g in found]))
+            continue
         leaves = [
             None if t is None
             else float(grads[t.index]) if type(original) is float and grads and grads[t.index] is not None

@@ -34,9 +34,10 @@ class Tape:
     reuse a buffer it owns for its cotangent instead of allocating a new one.
     ``recorder``: the prepared-gradient recorder this tape is recorded by, if any
     (the fast paths hand its operations to `call_rule`, which asks it).
+    ``inputs``: how many records at the start are inputs (the sweep stops there).
     """
 
-    __slots__ = ("records", "closed", "single_sweep", "collector_pause", "recorder")
+    __slots__ = ("records", "closed", "single_sweep", "collector_pause", "recorder", "inputs")
 
     def __init__(self, single_sweep=False, recorder=None):
         self.records = []
@@ -44,6 +45,7 @@ class Tape:
         self.single_sweep = single_sweep
         self.collector_pause = None
         self.recorder = recorder
+        self.inputs = 0
 
     def grew_long(self):
         """The tape reached `LONG_TAPE` records: pause the garbage collector until it is closed."""
@@ -59,14 +61,15 @@ class Tape:
 
     def leaf(self, value):
         """A new differentiated input."""
-        self.records.append(None)
-        return Tracked(value, self, len(self.records) - 1)
+        return self.leaves([value])[0]
 
     def leaves(self, values):
         """A new differentiated input per value; None stays None (a constant)."""
         records = self.records
         start = len(records)
         records.extend([None] * len(values))
+        if self.inputs == start:
+            self.inputs = len(records)
         return [None if v is None else Tracked(v, self, start + k) for k, v in enumerate(values)]
 
     def record(self, ans, parents, backs, operation):
@@ -127,7 +130,7 @@ def _sweep(tape, seeds):
     owned = [False] * len(records)  # True: grads[i] is our own buffer, safe to add into
     for index, seed in seeds.items():
         grads[index] = seed
-    for i in range(max(seeds), -1, -1):
+    for i in range(max(seeds), tape.inputs - 1, -1):
         g = grads[i]
         record = records[i]
         if g is None or record is None:

@@ -316,6 +316,28 @@ def test_ndarray_subclass_values_keep_their_gradient(tmp_path):
     assert np.all(expected != 0)
 
 
+@SETTINGS
+@given(xs=st.lists(st.floats(-2, 2), min_size=1, max_size=6), container=st.sampled_from([tuple, list]))
+def test_container_of_floats_gives_floats_in_the_same_container(xs, container):
+    """The last element is unused: its gradient is 0.0; the others follow a hand-written product rule."""
+    args = container(xs)
+
+    def f(v):
+        total = v[0] * 1.5
+        for k in range(1, len(v) - 1):
+            total = total - v[k] * v[k - 1]
+        return total
+
+    g = db.gradient(f, args)
+    expected = [1.5] + [0.0] * (len(xs) - 1)
+    for k in range(1, len(xs) - 1):
+        expected[k] -= xs[k - 1]
+        expected[k - 1] -= xs[k]
+    assert type(g) is container and all(type(v) is float for v in g)
+    np.testing.assert_allclose(g, expected, rtol=1e-12, atol=1e-12)
+    assert db.gradient(lambda v, empty: f(v), args, ())[1] is None
+
+
 def test_value_and_gradient():
     x = np.array([0.5, -1.0, 2.0])
     value, g = db.value_and_gradient(lambda x: np.sum(np.exp(x) * x), x)

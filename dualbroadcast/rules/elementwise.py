@@ -94,7 +94,7 @@ def _register():
     for func, plain in OPERATORS.items():
         RULES[func].plain = plain
     for func in (np.add, np.subtract, np.negative, np.positive):
-        RULES[func].scalar_backs = tuple(_identity if d == 1 else operator.neg for d in DERIVATIVES[func])
+        RULES[func].scalar_backs = tuple(operator.pos if d == 1 else operator.neg for d in DERIVATIVES[func])
 
 
 _register()
