@@ -61,7 +61,11 @@ class Tape:
 
     def leaf(self, value):
         """A new differentiated input."""
-        return self.leaves([value])[0]
+        records = self.records
+        if self.inputs == len(records):
+            self.inputs += 1
+        records.append(None)
+        return Tracked(value, self, len(records) - 1)
 
     def leaves(self, values):
         """A new differentiated input per value; None stays None (a constant)."""
