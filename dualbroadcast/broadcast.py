@@ -150,8 +150,8 @@ def _pullback(tape, partial, shape, out_shape):
     the cotangent in place instead of allocating another array of its size.
     """
     if getattr(partial, "shape", ()) == shape and (out_shape == () or out_shape == shape):
-        if isinstance(partial, np.ndarray) and partial.base is None and partial.ndim:
-            return lambda g: np.multiply(partial, g, out=partial) if tape.single_sweep else g * partial
+        if tape.single_sweep and isinstance(partial, np.ndarray) and partial.base is None and partial.ndim:
+            return lambda g: np.multiply(partial, g, out=partial)  # not holding the tape: no reference cycle
         return lambda g: g * partial
     return lambda g: unbroadcast(np.broadcast_to(g * partial, out_shape), shape)
 

@@ -196,77 +196,84 @@ def _rebuild(kind, aux, children, strip_markers):
     raise AssertionError(kind)
 
 
+def _flat(x):
+    """The treedef of a tuple or list of plain leaves (the common argument), else None."""
+    if (type(x) is tuple or type(x) is list) and _PLAIN_LEAVES.issuperset(map(type, x)):
+        return ("tuple" if type(x) is tuple else "list", None, (LEAF,) * len(x))
+    return None
+
+
 def flatten(tree):
     """Return ``(leaves, treedef)``; functions without state are part of the treedef."""
+    flat = _flat(tree)
+    if flat is not None:
+        return list(tree), flat
     leaves = []
-    in_progress = set()
+    return leaves, _visit(tree, leaves, set())
 
-    def visit(x):
-        if type(x) in _PLAIN_LEAVES:
-            leaves.append(x)
-            return LEAF
-        if type(x) is tuple or type(x) is list:  # the common containers, without the general dispatch
-            kind = "tuple" if type(x) is tuple else "list"
-            if _PLAIN_LEAVES.issuperset(map(type, x)):  # only leaves: no visit per element
-                leaves.extend(x)
-                return (kind, None, (LEAF,) * len(x))
-            return (kind, None, tuple([visit(c) for c in x]))
-        if isinstance(x, (types.FunctionType, types.MethodType)) and id(x) in in_progress:
-            return ("static", x, ())  # a function whose closure refers to itself
-        node = _children(x)
-        if node is None:
-            if callable(x) and not isinstance(x, np.ndarray) and not hasattr(x, "__array_ufunc__"):
-                return ("static", x, ())  # code, not data: ufuncs, builtins, classes
-            leaves.append(x)
-            return LEAF
-        kind, aux, children = node
-        in_progress.add(id(x))
-        defs = tuple(visit(c) for c in children)
-        in_progress.discard(id(x))
-        return (kind, aux, defs)
 
-    return leaves, visit(tree)
+# The walks are module functions, not nested ones: a nested function that calls itself is a
+# reference cycle, left for the garbage collector on every call.
+def _visit(x, leaves, in_progress):
+    if type(x) in _PLAIN_LEAVES:
+        leaves.append(x)
+        return LEAF
+    if type(x) is tuple or type(x) is list:  # the common containers, without the general dispatch
+        flat = _flat(x)
+        if flat is not None:  # only leaves: no visit per element
+            leaves.extend(x)
+            return flat
+        return ("tuple" if type(x) is tuple else "list", None, tuple([_visit(c, leaves, in_progress) for c in x]))
+    if isinstance(x, (types.FunctionType, types.MethodType)) and id(x) in in_progress:
+        return ("static", x, ())  # a function whose closure refers to itself
+    node = _children(x)
+    if node is None:
+        if callable(x) and not isinstance(x, np.ndarray) and not hasattr(x, "__array_ufunc__"):
+            return ("static", x, ())  # code, not data: ufuncs, builtins, classes
+        leaves.append(x)
+        return LEAF
+    kind, aux, children = node
+    in_progress.add(id(x))
+    defs = tuple([_visit(c, leaves, in_progress) for c in children])
+    in_progress.discard(id(x))
+    return (kind, aux, defs)
 
 
 def unflatten(treedef, leaves, strip_markers=True):
     """Rebuild the tree of ``treedef`` with ``leaves`` in flatten order."""
     leaves = leaves if type(leaves) is list else list(leaves)
-    position = 0
+    if treedef is not LEAF and treedef[2].count(LEAF) == len(treedef[2]):  # one level of leaves
+        return _rebuild(treedef[0], treedef[1], leaves, strip_markers)
+    return _build(treedef, iter(leaves), strip_markers)
 
-    def build(d):
-        nonlocal position
-        if d is LEAF:
-            position += 1
-            return leaves[position - 1]
-        kind, aux, defs = d
-        if defs.count(LEAF) == len(defs):  # only leaves below: one slice
-            children = leaves[position : position + len(defs)]
-            position += len(defs)
-        else:
-            children = [build(c) for c in defs]
-        return _rebuild(kind, aux, children, strip_markers)
 
-    return build(treedef)
+def _build(d, leaves, strip_markers):
+    if d is LEAF:
+        return next(leaves)
+    kind, aux, defs = d
+    return _rebuild(kind, aux, [_build(c, leaves, strip_markers) for c in defs], strip_markers)
 
 
 def leaf_activity(treedef, active=True):
     """Per leaf, whether it is a variable: ``cut`` turns its subtree off, ``uncut`` on."""
+    if treedef is not LEAF and treedef[0] in ("tuple", "list") and treedef[2].count(LEAF) == len(treedef[2]):
+        return [active] * len(treedef[2])
     flags = []
-
-    def visit(d, on):
-        if d is LEAF:
-            flags.append(on)
-            return
-        kind, _, defs = d
-        on = False if kind == "cut" else True if kind == "uncut" else on
-        if defs.count(LEAF) == len(defs):
-            flags.extend([on] * len(defs))
-            return
-        for c in defs:
-            visit(c, on)
-
-    visit(treedef, active)
+    _activity(treedef, active, flags)
     return flags
+
+
+def _activity(d, on, flags):
+    if d is LEAF:
+        flags.append(on)
+        return
+    kind, _, defs = d
+    on = False if kind == "cut" else True if kind == "uncut" else on
+    if defs.count(LEAF) == len(defs):
+        flags.extend([on] * len(defs))
+        return
+    for c in defs:
+        _activity(c, on, flags)
 
 
 def has_markers(treedef):
