@@ -624,8 +624,8 @@ def test_concurrent_gradients_in_threads():
     assert not errors, errors
     for k in range(n_threads):
         x = np.linspace(-1.0, 1.0, 5) + k
-        for gx, gc in results[k]:
-            assert gc is None
+        for gx, g_cut in results[k]:
+            assert g_cut is None
             assert_close(gx, 300 * (k + 1) * 3 * x**2, np.float32)  # 300 rounded sums
 
 
