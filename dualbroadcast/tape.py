@@ -316,11 +316,7 @@ def _call_per_argument(func, rule, args):
             raise UnsupportedFunctionError(_not_differentiable_message(func, i))
         backs.append(maker(ans, *values))
     parents, backs = _edges([args[i] for i in positions], backs)
-    records = tape.records
-    records.append((parents, backs, func))
-    if len(records) == LONG_TAPE:
-        tape.grew_long()
-    return Tracked(ans, tape, len(records) - 1)
+    return tape.record(ans, parents, backs, func)
 
 
 def _dispatch(func, args, kwargs):
@@ -382,11 +378,7 @@ def _binary(func, x, y):
         parents = (y.index,)
         if y.view is not None:
             parents, backs = _edges((y,), backs)
-    records = tape.records
-    records.append((parents, backs, func))
-    if len(records) == LONG_TAPE:
-        tape.grew_long()
-    return Tracked(ans, tape, len(records) - 1)
+    return tape.record(ans, parents, backs, func)
 
 
 def _call_first(func, x, rest):
@@ -408,11 +400,7 @@ def _call_first(func, x, rest):
     parents, backs = (x.index,), (maker(ans, xv, *rest),)
     if x.view is not None:
         parents, backs = _edges([x], backs)
-    records = tape.records
-    records.append((parents, backs, func))
-    if len(records) == LONG_TAPE:
-        tape.grew_long()
-    return Tracked(ans, tape, len(records) - 1)
+    return tape.record(ans, parents, backs, func)
 
 
 _FLOAT_SCALARS = {np.float64, np.float32, np.float16, np.longdouble}
