@@ -112,7 +112,7 @@ def _operation(op, active, kept):
 
 
 def _kept_arrays(backs):
-    """Arrays reachable from the pullbacks' closures (and tuples in them), by identity."""
+    """Arrays and floats reachable from the pullbacks' closures (and tuples in them), by identity."""
     found = {}
     backs = [part for back in backs for part in (back if type(back) is tuple else (back,))]  # a view's edge is a pair
     stack = [x for back in backs for x in _captured(back)]
@@ -121,6 +121,8 @@ def _kept_arrays(backs):
         x = stack.pop()
         if isinstance(x, (np.ndarray, np.generic)):
             found[id(x)] = x
+        elif type(x) is float:  # a Python float partial: 8 bytes, as a float64
+            found[id(x)] = np.float64(x)
         elif isinstance(x, (tuple, list)):
             stack.extend(x)
     return found

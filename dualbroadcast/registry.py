@@ -31,9 +31,11 @@ class Rule:
     ``binary``: one maker for each of two arguments, as operators (``x - y``) need.
     ``scalar_backs``: for constant partials (``x - y``), the pullbacks of a scalar
     result, the same for every call, so recording one calls no maker.
+    ``scalar_partials``: for a float64 scalar result, ``∂f/∂argᵢ(ans, *args)`` per
+    argument: its pullback multiplies by that number (no maker, no dtype juggling).
     """
 
-    __slots__ = ("impl", "kind", "makers", "plain", "binary", "scalar_backs")
+    __slots__ = ("impl", "kind", "makers", "plain", "binary", "scalar_backs", "scalar_partials")
 
     def __init__(self, impl, kind, makers):
         self.impl = impl
@@ -42,6 +44,7 @@ class Rule:
         self.plain = impl
         self.binary = kind == PER_ARGUMENT and len(makers) == 2 and None not in makers
         self.scalar_backs = None
+        self.scalar_partials = None
 
 
 RULES = {}

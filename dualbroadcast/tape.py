@@ -8,6 +8,7 @@ constants: they are never recorded and cost nothing in the backward pass.
 """
 
 import contextvars
+import functools
 import gc
 import operator
 import threading
@@ -346,6 +347,9 @@ def _binary(func, x, y):
             ans = rule.plain(xv, yv)
             if type(ans) in _FLOAT_SCALARS and rule.scalar_backs is not None:
                 backs = rule.scalar_backs
+            elif type(ans) is np.float64 and rule.scalar_partials is not None:
+                dx, dy = rule.scalar_partials
+                backs = (multiply_by(dx(ans, xv, yv)), multiply_by(dy(ans, xv, yv)))
             elif _is_float(ans):
                 backs = (rule.makers[0](ans, xv, yv), rule.makers[1](ans, xv, yv))
             else:
@@ -357,6 +361,8 @@ def _binary(func, x, y):
             ans = rule.plain(xv, y)
             if type(ans) in _FLOAT_SCALARS and rule.scalar_backs is not None:
                 backs = rule.scalar_backs[:1]
+            elif type(ans) is np.float64 and rule.scalar_partials is not None:
+                backs = (multiply_by(rule.scalar_partials[0](ans, xv, y)),)
             elif _is_float(ans):
                 backs = (rule.makers[0](ans, xv, y),)
             else:
@@ -371,6 +377,8 @@ def _binary(func, x, y):
         ans = rule.plain(x, yv)
         if type(ans) in _FLOAT_SCALARS and rule.scalar_backs is not None:
             backs = rule.scalar_backs[1:]
+        elif type(ans) is np.float64 and rule.scalar_partials is not None:
+            backs = (multiply_by(rule.scalar_partials[1](ans, x, yv)),)
         elif _is_float(ans):
             backs = (rule.makers[1](ans, x, yv),)
         else:
@@ -404,6 +412,11 @@ def _call_first(func, x, rest):
 
 
 _FLOAT_SCALARS = {np.float64, np.float32, np.float16, np.longdouble}
+
+
+def multiply_by(d):
+    """The pullback ``g -> g * d`` of a scalar partial ``d``, as a C call (no Python frame)."""
+    return functools.partial(operator.mul, d)
 
 
 def _edges(tracked, backs):

@@ -5,14 +5,13 @@ partial is evaluated when the operation is recorded, so the closure keeps only
 that one array (for ``x * c`` that is ``c`` itself), not the arguments.
 """
 
-import functools
 import operator
 
 import numpy as np
 
 from ..derivatives import DERIVATIVES
 from ..registry import RULES, defvjp
-from ..tape import unbroadcast
+from ..tape import multiply_by, unbroadcast
 
 
 def _weak(args, dtype):
@@ -32,7 +31,7 @@ def vjp_maker(partial, argnum):
         def maker(ans, *args, **kwargs):
             d = partial(ans, *_weak(args, ans.dtype))
             if type(ans) is not np.ndarray:  # a scalar result: all arguments are 0-d
-                return functools.partial(operator.mul, d)  # d * g == g * d, without a Python frame
+                return multiply_by(d)
             shape = getattr(args[argnum], "shape", ())
             if shape == ans.shape:
                 return lambda g: g * d
@@ -95,6 +94,8 @@ def _register():
         RULES[func].plain = plain
     for func in (np.add, np.subtract, np.negative, np.positive):
         RULES[func].scalar_backs = tuple(operator.pos if d == 1 else operator.neg for d in DERIVATIVES[func])
+    for func in (np.multiply, np.divide, np.power):
+        RULES[func].scalar_partials = DERIVATIVES[func]
 
 
 _register()
