@@ -20,12 +20,13 @@ import numpy as np
 from . import pytree
 from .errors import KernelError
 from .expr import Sym, derivatives, trace
-from .kernels import Kernel
+from .kernels import FORCED_BACKEND, Kernel
 from .tape import RECORDER, Tracked, _edges, tape_of, unbroadcast
 
 CACHE_SIZE = 512
 _PLAIN = {np.ndarray, float, np.float64, np.float32, Tracked}
 _cache = collections.OrderedDict()
+_plans = {}  # (code, reduce) -> the `_Plan` of its latest call
 _cache_lock = threading.Lock()
 _log = contextvars.ContextVar("dualbroadcast_kernel_log", default=None)
 
@@ -95,6 +96,10 @@ def elementwise(f):
 
 
 def _run(f, args, reduce, backend):
+    if type(f) is FunctionType and backend is None:
+        plan = _plans.get((f.__code__, reduce))
+        if plan is not None and plan.fits(f, args):
+            return plan(args)
     if Sym in map(type, args):
         return _inline(f, args, reduce)
     if type(f) is FunctionType and not f.__closure__ and _PLAIN.issuperset(map(type, args)):
@@ -128,12 +133,94 @@ def _run(f, args, reduce, backend):
     if calls is not None:
         calls.append(call)
     parents = [inputs[i] for i in active]
+    if treedef is None and recorder is None and used == "numpy" and backend is None and FORCED_BACKEND.get() is None:
+        _plan(f, kernel, values, active, reduce, call)
     if recorder is not None and any(type(leaf) is Tracked for leaf in inputs):
         record = lambda: _record(parents, value, partials, active_shapes, call, recorder.tape)  # noqa: E731
         return recorder.kernel(kernel, inputs, values, active, used, reduce, record)
     if not active:
         return value
     return _record(parents, value, partials, active_shapes, call)
+
+
+class _Plan:
+    """A `broadcast`/`sum` call repeated with the same function, array shapes, dtypes and
+    tracked arguments: its kernel on the NumPy backend, called without building a key.
+
+    A model evaluated many times on small arrays calls the same kernel again and again;
+    checking that this call is like the last one costs a fraction of finding its kernel.
+    """
+
+    __slots__ = ("function", "defaults", "namespace", "globals_read", "signature", "whole", "reduce", "call", "shape")
+
+    def __init__(self, f, kernel, values, active, reduce, call):
+        self.function = f.__code__
+        self.defaults = f.__defaults__
+        self.namespace = f.__globals__
+        self.globals_read = _globals_identity(f)
+        self.signature = tuple((i in active, v.dtype) for i, v in enumerate(values))
+        self.shape = values[0].shape
+        self.whole = kernel.whole
+        self.reduce = reduce
+        self.call = call
+
+    def fits(self, f, args):
+        """Whether ``f(*args)`` is the call this plan was made for: same code, defaults, globals
+        read, and per argument the same kind (tracked or not), dtype and shape."""
+        if f.__closure__ or f.__defaults__ is not self.defaults or f.__globals__ is not self.namespace:
+            return False
+        if len(args) != len(self.signature) or RECORDER.get() is not None or FORCED_BACKEND.get() is not None:
+            return False
+        shape = self.shape
+        for a, (tracked, dtype) in zip(args, self.signature):
+            if (type(a) is Tracked) is not tracked:
+                return False
+            v = a.value if tracked else a
+            if type(v) is not np.ndarray or v.dtype is not dtype or v.shape != shape:
+                return False
+        return all(namespace.get(name) is value for namespace, name, value in self.globals_read)
+
+    def __call__(self, args):
+        results = self.whole(*[a.value if type(a) is Tracked else a for a in args])
+        value = np.add.reduce(results[0], None) if self.reduce else results[0]
+        calls = _log.get()
+        if calls is not None:
+            calls.append(self.call)
+        parents = [a for a in args if type(a) is Tracked]
+        if not parents:
+            return value
+        return _record(parents, value, results[1:], [self.shape] * len(parents), self.call)
+
+
+def _plan(f, kernel, values, active, reduce, call):
+    """Remember a `_Plan` for this call if its kernel's whole-array results need no reshaping,
+    copying or casting (all inputs arrays of one shape, every partial an array of its own)."""
+    if type(f) is not FunctionType or f.__closure__ or not values:
+        return
+    shape, dtype = np.shape(values[0]), getattr(values[0], "dtype", None)
+    if not all(type(v) is np.ndarray and v.shape == shape and v.dtype == dtype for v in values) or not all(kernel.fresh):
+        return
+    results = kernel.whole(*values)
+    if all(type(r) is np.ndarray and r.shape == shape and r.dtype == dtype for r in results):
+        with _cache_lock:
+            _plans[(f.__code__, reduce)] = _Plan(f, kernel, values, active, reduce, call)
+            if len(_plans) > CACHE_SIZE:
+                del _plans[next(iter(_plans))]
+
+
+def _globals_identity(function, seen=None):
+    """``(namespace, name, value)`` for every global name ``function`` and the global functions
+    it calls read: a plan is stale once one of them is rebound."""
+    seen = seen or {function.__code__}
+    found = []
+    namespace = function.__globals__
+    for name in function.__code__.co_names:
+        value = namespace.get(name)
+        found.append((namespace, name, value))
+        if isinstance(value, FunctionType) and value.__code__ not in seen:
+            seen.add(value.__code__)
+            found.extend(_globals_identity(value, seen))
+    return tuple(found)
 
 
 def _record(parents, value, partials, shapes, call, tape=None):
@@ -257,3 +344,4 @@ def clear_cache():
     """Forget every compiled kernel (they are rebuilt on demand)."""
     with _cache_lock:
         _cache.clear()
+        _plans.clear()

@@ -70,7 +70,7 @@ class Kernel:
         self.order = _needed(graph, outputs)
         self.names, self.constants = _names(inputs, self.order, outputs)
         self.whole = _compile(_numpy_source(self), self.constants)
-        self.fresh = _fresh_partials(outputs)
+        self.fresh = _fresh_partials(outputs, reduce)
         self.numexpr_sources = _numexpr_sources(self)
         self.blocked = {}  # (input kinds, full-size inputs, stored outputs) -> compiled blocked kernel
         self.dtypes = {}  # input kinds -> dtype of the value
@@ -316,16 +316,17 @@ def _reduce_to(p, shape, target, fresh):
     return np.array(unbroadcast(np.broadcast_to(p, shape), target))
 
 
-def _fresh_partials(outputs):
+def _fresh_partials(outputs, reduce):
     """Per partial: whether the whole-array kernel computes it as an array of its own.
 
-    Inputs, literals and nodes returned twice (``exp``'s partial is its value) are shared.
+    Inputs, literals and nodes returned twice are shared; but a summed value is
+    dropped once summed, so ``exp``'s partial (its value) is its own under ``db.sum``.
     """
     seen = set()
     fresh = []
     for k, o in enumerate(outputs):
         own = type(o) is Sym and o.op is not None and o.index not in seen
-        if type(o) is Sym:
+        if type(o) is Sym and (k or not reduce):
             seen.add(o.index)
         if k:
             fresh.append(own)

@@ -487,6 +487,82 @@ def test_global_function_rebinding_is_seen():
         helper = old
 
 
+K = 2.0
+
+
+def inner(x):
+    return K * x
+
+
+def outer(x):
+    return inner(x) + 1
+
+
+def test_global_read_by_a_helper_change_is_seen():
+    """A repeated call takes the cached plan; rebinding a global that only a helper reads
+    must still be seen (the plan checks the helper's globals too)."""
+    global K
+    x = uniform((4,), seed=21)
+    old = K
+    try:
+        for K in [2.0, 2.0, 5.0, 5.0, -1.0]:
+            np.testing.assert_allclose(db.broadcast(outer, x), K * x + 1, rtol=1e-12)
+            np.testing.assert_allclose(db.gradient(lambda a: db.sum(outer, a), x), np.full(4, K), rtol=1e-12)
+    finally:
+        K = old
+
+
+def test_same_code_in_two_namespaces_and_new_defaults():
+    """One code object run with two globals dicts, or with its defaults replaced, is two kernels."""
+    source = "import numpy as np\ndef f(t, c=1.0):\n    return SCALE * np.sin(t) * c\n"
+    first, second = {"SCALE": 2.0}, {"SCALE": -3.0}
+    code = compile(source, "<two namespaces>", "exec")
+    exec(code, first)
+    exec(code, second)
+    x = uniform((5,), seed=22)
+    for _ in range(2):
+        for namespace in (first, second):
+            f = namespace["f"]
+            scale = namespace["SCALE"]
+            np.testing.assert_allclose(db.sum(f, x), scale * np.sum(np.sin(x)), rtol=1e-12)
+            np.testing.assert_allclose(db.gradient(lambda a: db.sum(f, a), x), scale * np.cos(x), rtol=1e-12)
+    f = first["f"]
+    np.testing.assert_allclose(db.gradient(lambda a: db.sum(f, a), x), 2.0 * np.cos(x), rtol=1e-12)
+    f.__defaults__ = (10.0,)
+    np.testing.assert_allclose(db.gradient(lambda a: db.sum(f, a), x), 20.0 * np.cos(x), rtol=1e-12)
+
+
+@pytest.mark.parametrize("reduce", [False, True], ids=["broadcast", "sum"])
+def test_repeated_calls_agree_with_the_tape_as_arguments_change(reduce):
+    """The same function called again and again (the cached plan's case) while its arguments'
+    shapes, dtypes, tracking and views change: every call agrees with the reverse tape."""
+    def f(x, y):
+        return np.exp(-x) * y + x * x
+
+    def cases(kernel):
+        return [
+            lambda a, b: kernel(f, a, b),
+            lambda a, b: kernel(f, a, db.cut(b)),
+            lambda a, b: kernel(f, a[:, 0], b[:, 1]),  # column views of the arguments
+            lambda a, b: kernel(f, a[:, 0], b[:, 0]),
+            lambda a, b: kernel(f, a, b) * 2.0,
+        ]
+
+    fused = cases(db.sum if reduce else db.broadcast)
+    plain = cases((lambda g, *args: np.sum(g(*args))) if reduce else (lambda g, *args: g(*args)))
+    X = uniform((6, 3), seed=23)
+    for dtype in (np.float64, np.float32, np.float64):
+        x, y = X.astype(dtype), (X[::-1] + 0.5).astype(dtype)
+        for case, reference in list(zip(fused, plain)) * 2:
+            with db.kernel_log() as calls:
+                got = db.gradient(lambda a, b: np.sum(case(a, b)), x, y)
+            want = db.gradient(lambda a, b: np.sum(reference(a, b)), x, y)
+            assert calls and all(c.backend == "numpy" for c in calls)
+            for g, w in zip(got, want):
+                assert g.dtype == dtype
+                np.testing.assert_allclose(g, w, rtol=RTOL[dtype], atol=RTOL[dtype])
+
+
 def test_closure_cell_change_is_seen():
     x = uniform((6,), seed=12)
     for c in [1.0, 2.5, 2, 3, np.float32(0.5)]:  # floats are inputs, ints are baked
