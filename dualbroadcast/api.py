@@ -71,6 +71,11 @@ def _prepare(tape, args, constants_traced=False):
     """
     call_args, arguments = [], []
     for position, arg in enumerate(args):
+        if type(arg) is np.ndarray and arg.dtype.kind == "f":  # the common case first
+            t = tape.leaf(arg)
+            call_args.append(t)
+            arguments.append(_Argument(None, [arg], [t]))
+            continue
         if isinstance(arg, _FLOAT_TYPES):
             t = tape.leaf(_float_value(arg, position))
             call_args.append(t)
@@ -197,6 +202,12 @@ def _gradients(arguments, grads):
 
 
 def _leaf_gradient(g, original, seen):
+    """The gradient of one leaf with its shape and dtype: a buffer of its own, never shared."""
+    if type(g) is np.ndarray and type(original) is np.ndarray and g.base is None and g.shape == original.shape \
+            and g.dtype is original.dtype:
+        if g.flags.writeable and id(g) not in seen:  # the usual case: the sweep's own buffer
+            seen.add(id(g))
+            return g
     if type(original) is float:
         return 0.0 if g is None else float(g)
     dtype = original.dtype

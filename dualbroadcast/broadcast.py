@@ -98,8 +98,9 @@ def elementwise(f):
 def _run(f, args, reduce, backend):
     if type(f) is FunctionType and backend is None:
         plan = _plans.get((f.__code__, reduce))
-        if plan is not None and plan.fits(f, args):
-            return plan(args)
+        result = None if plan is None else plan.run(f, args)
+        if result is not None:
+            return result
     if Sym in map(type, args):
         return _inline(f, args, reduce)
     if type(f) is FunctionType and not f.__closure__ and _PLAIN.issuperset(map(type, args)):
@@ -151,10 +152,9 @@ class _Plan:
     checking that this call is like the last one costs a fraction of finding its kernel.
     """
 
-    __slots__ = ("function", "defaults", "namespace", "globals_read", "signature", "whole", "reduce", "call", "shape")
+    __slots__ = ("defaults", "namespace", "globals_read", "signature", "whole", "reduce", "call", "shape")
 
     def __init__(self, f, kernel, values, active, reduce, call):
-        self.function = f.__code__
         self.defaults = f.__defaults__
         self.namespace = f.__globals__
         self.globals_read = _globals_identity(f)
@@ -164,32 +164,41 @@ class _Plan:
         self.reduce = reduce
         self.call = call
 
-    def fits(self, f, args):
-        """Whether ``f(*args)`` is the call this plan was made for: same code, defaults, globals
-        read, and per argument the same kind (tracked or not), dtype and shape."""
+    def run(self, f, args):
+        """``f(*args)`` through the plan, or None if it is not the call the plan was made for:
+        same code, defaults and globals read, and per argument the same kind (tracked or not),
+        dtype and shape."""
         if f.__closure__ or f.__defaults__ is not self.defaults or f.__globals__ is not self.namespace:
-            return False
+            return None
         if len(args) != len(self.signature) or RECORDER.get() is not None or FORCED_BACKEND.get() is not None:
-            return False
+            return None
         shape = self.shape
+        values = []
+        parents = []
         for a, (tracked, dtype) in zip(args, self.signature):
             if (type(a) is Tracked) is not tracked:
-                return False
-            v = a.value if tracked else a
-            if type(v) is not np.ndarray or v.dtype is not dtype or v.shape != shape:
-                return False
-        return all(namespace.get(name) is value for namespace, name, value in self.globals_read)
-
-    def __call__(self, args):
-        results = self.whole(*[a.value if type(a) is Tracked else a for a in args])
+                return None
+            if tracked:
+                parents.append(a)
+                a = a.value
+            if type(a) is not np.ndarray or a.dtype is not dtype or a.shape != shape:
+                return None
+            values.append(a)
+        for namespace, name, value in self.globals_read:
+            if namespace.get(name) is not value:
+                return None
+        results = self.whole(*values)
         value = np.add.reduce(results[0], None) if self.reduce else results[0]
         calls = _log.get()
         if calls is not None:
             calls.append(self.call)
-        parents = [a for a in args if type(a) is Tracked]
         if not parents:
             return value
-        return _record(parents, value, results[1:], [self.shape] * len(parents), self.call)
+        tape = parents[0].tape
+        if tape.closed or len(parents) > 1:
+            tape = tape_of(parents)  # a clear error for a stale or mixed value
+        backs = [_in_place(p) if tape.single_sweep else functools.partial(np.multiply, p) for p in results[1:]]
+        return tape.record(value, *_edges(parents, backs), self.call)
 
 
 def _plan(f, kernel, values, active, reduce, call):
@@ -238,9 +247,14 @@ def _pullback(tape, partial, shape, out_shape):
     """
     if getattr(partial, "shape", ()) == shape and (out_shape == () or out_shape == shape):
         if tape.single_sweep and isinstance(partial, np.ndarray) and partial.base is None and partial.ndim:
-            return lambda g: np.multiply(partial, g, out=partial)  # not holding the tape: no reference cycle
-        return lambda g: g * partial
+            return _in_place(partial)
+        return functools.partial(np.multiply, partial)
     return lambda g: unbroadcast(np.broadcast_to(g * partial, out_shape), shape)
+
+
+def _in_place(partial):
+    """``g -> partial * g`` written into ``partial`` (a buffer of the kernel's own), as a C call."""
+    return functools.partial(np.multiply, partial, out=partial)
 
 
 def _is_array_input(leaf):

@@ -137,34 +137,31 @@ def _sweep(tape, seeds):
         grads[index] = seed
     for i in range(max(seeds), tape.inputs - 1, -1):
         g = grads[i]
+        if g is None:
+            continue
         record = records[i]
-        if g is None or record is None:
+        if record is None:
             continue
         grads[i] = None
         parents, backs, _ = record
         for p, back in zip(parents, backs):
-            if type(back) in _INTO_BUFFER:
-                if type(back) is tuple:  # into a view's base: (its IndexPullback, the consumer's pullback)
-                    back[0].add_into(grads, owned, p, back[1](g))
-                else:
-                    back.add_into(grads, owned, p, g)
-            elif grads[p] is None:
-                grads[p] = back(g)
+            kind = type(back)
+            if kind is tuple:  # into a view's base: (its IndexPullback, the consumer's pullback)
+                back[0].add_into(grads, owned, p, back[1](g))
+                continue
+            if kind is IndexPullback:
+                back.add_into(grads, owned, p, g)
+                continue
+            ct = back(g)
+            current = grads[p]
+            if current is None:
+                grads[p] = ct
+            elif owned[p]:  # our own buffer: add in place
+                np.add(current, ct, out=current)
             else:
-                _accumulate(grads, owned, p, back(g))
+                grads[p] = current = current + ct
+                owned[p] = type(current) is np.ndarray
     return grads
-
-
-def _accumulate(grads, owned, p, ct):
-    """Add cotangent ``ct`` into ``grads[p]``, in place once the buffer is ours."""
-    current = grads[p]
-    if current is None:
-        grads[p] = ct
-    elif owned[p]:
-        np.add(current, ct, out=current)
-    else:
-        grads[p] = current = current + ct
-        owned[p] = type(current) is np.ndarray
 
 
 class IndexPullback:
@@ -202,11 +199,12 @@ class IndexPullback:
             g = self.transform(g)
         if self.repeats:
             np.add.at(buffer, self.index, g)
+            return
+        part = buffer[self.index]
+        if type(part) is np.ndarray and part.base is buffer:  # a view (basic index): add into it
+            np.add(part, g, out=part)
         else:
             buffer[self.index] += g
-
-
-_INTO_BUFFER = {IndexPullback, tuple}  # pullbacks that add into their parent's buffer themselves
 
 
 def unbroadcast(g, shape):
@@ -427,14 +425,16 @@ def _edges(tracked, backs):
     the sweep applies in turn.  A consumer's own `IndexPullback` (a slice of a
     slice) is not paired so: that view is recorded after all (`settle`).
     """
-    edges = list(backs)
+    edges = backs
     for k, t in enumerate(tracked):
         if t.view is not None:
+            if edges is backs:
+                edges = list(backs)
             if type(edges[k]) is IndexPullback:
                 settle(t)
             else:
                 edges[k] = (t.view, edges[k])
-    return tuple([t.index for t in tracked]), tuple(edges)
+    return tuple([t.index for t in tracked]), edges
 
 
 def settle(t):
