@@ -26,7 +26,7 @@ from .tape import RECORDER, Tracked, _edges, tape_of, unbroadcast
 CACHE_SIZE = 512
 _PLAIN = {np.ndarray, float, np.float64, np.float32, Tracked}
 _cache = collections.OrderedDict()
-_plans = {}  # (code, reduce) -> the `_Plan` of its latest call
+_plans = {}  # (id of the code, reduce) -> the `_Plan` of its latest call (hashing a code object is slow)
 _cache_lock = threading.Lock()
 _log = contextvars.ContextVar("dualbroadcast_kernel_log", default=None)
 
@@ -97,7 +97,7 @@ def elementwise(f):
 
 def _run(f, args, reduce, backend):
     if type(f) is FunctionType and backend is None:
-        plan = _plans.get((f.__code__, reduce))
+        plan = _plans.get((id(f.__code__), reduce))
         result = None if plan is None else plan.run(f, args)
         if result is not None:
             return result
@@ -152,9 +152,10 @@ class _Plan:
     checking that this call is like the last one costs a fraction of finding its kernel.
     """
 
-    __slots__ = ("defaults", "namespace", "globals_read", "signature", "whole", "reduce", "call", "shape")
+    __slots__ = ("code", "defaults", "namespace", "globals_read", "signature", "whole", "reduce", "call", "shape")
 
     def __init__(self, f, kernel, values, active, reduce, call):
+        self.code = f.__code__  # kept alive, so its id is not reused while this plan exists
         self.defaults = f.__defaults__
         self.namespace = f.__globals__
         self.globals_read = _globals_identity(f)
@@ -168,7 +169,8 @@ class _Plan:
         """``f(*args)`` through the plan, or None if it is not the call the plan was made for:
         same code, defaults and globals read, and per argument the same kind (tracked or not),
         dtype and shape."""
-        if f.__closure__ or f.__defaults__ is not self.defaults or f.__globals__ is not self.namespace:
+        if f.__code__ is not self.code or f.__closure__ or f.__defaults__ is not self.defaults \
+                or f.__globals__ is not self.namespace:
             return None
         if len(args) != len(self.signature) or RECORDER.get() is not None or FORCED_BACKEND.get() is not None:
             return None
@@ -212,7 +214,7 @@ def _plan(f, kernel, values, active, reduce, call):
     results = kernel.whole(*values)
     if all(type(r) is np.ndarray and r.shape == shape and r.dtype == dtype for r in results):
         with _cache_lock:
-            _plans[(f.__code__, reduce)] = _Plan(f, kernel, values, active, reduce, call)
+            _plans[(id(f.__code__), reduce)] = _Plan(f, kernel, values, active, reduce, call)
             if len(_plans) > CACHE_SIZE:
                 del _plans[next(iter(_plans))]
 

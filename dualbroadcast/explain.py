@@ -129,7 +129,10 @@ def _kept_arrays(backs):
 
 
 def _captured(back):
-    """What a pullback holds: a closure's cells, or a functools.partial's arguments and function."""
+    """What a pullback holds: a closure's cells, a functools.partial's arguments and function,
+    or a scalar partial (a number)."""
+    if isinstance(back, (float, int)):
+        return [back]
     if isinstance(back, functools.partial):
         return [*back.args, *back.keywords.values(), *_captured(back.func)]
     return [cell.cell_contents for cell in getattr(back, "__closure__", None) or ()]

@@ -146,13 +146,16 @@ def _sweep(tape, seeds):
         parents, backs, _ = record
         for p, back in zip(parents, backs):
             kind = type(back)
-            if kind is tuple:  # into a view's base: (its IndexPullback, the consumer's pullback)
+            if kind in _NUMBERS:  # a scalar partial
+                ct = g * back
+            elif kind is tuple:  # into a view's base: (its IndexPullback, the consumer's pullback)
                 back[0].add_into(grads, owned, p, back[1](g))
                 continue
-            if kind is IndexPullback:
+            elif kind is IndexPullback:
                 back.add_into(grads, owned, p, g)
                 continue
-            ct = back(g)
+            else:
+                ct = back(g)
             current = grads[p]
             if current is None:
                 grads[p] = ct
@@ -347,7 +350,7 @@ def _binary(func, x, y):
                 backs = rule.scalar_backs
             elif type(ans) is np.float64 and rule.scalar_partials is not None:
                 dx, dy = rule.scalar_partials
-                backs = (multiply_by(dx(ans, xv, yv)), multiply_by(dy(ans, xv, yv)))
+                backs = (scalar_pullback(dx(ans, xv, yv)), scalar_pullback(dy(ans, xv, yv)))
             elif _is_float(ans):
                 backs = (rule.makers[0](ans, xv, yv), rule.makers[1](ans, xv, yv))
             else:
@@ -360,7 +363,7 @@ def _binary(func, x, y):
             if type(ans) in _FLOAT_SCALARS and rule.scalar_backs is not None:
                 backs = rule.scalar_backs[:1]
             elif type(ans) is np.float64 and rule.scalar_partials is not None:
-                backs = (multiply_by(rule.scalar_partials[0](ans, xv, y)),)
+                backs = (scalar_pullback(rule.scalar_partials[0](ans, xv, y)),)
             elif _is_float(ans):
                 backs = (rule.makers[0](ans, xv, y),)
             else:
@@ -376,7 +379,7 @@ def _binary(func, x, y):
         if type(ans) in _FLOAT_SCALARS and rule.scalar_backs is not None:
             backs = rule.scalar_backs[1:]
         elif type(ans) is np.float64 and rule.scalar_partials is not None:
-            backs = (multiply_by(rule.scalar_partials[1](ans, x, yv)),)
+            backs = (scalar_pullback(rule.scalar_partials[1](ans, x, yv)),)
         elif _is_float(ans):
             backs = (rule.makers[1](ans, x, yv),)
         else:
@@ -417,6 +420,14 @@ def multiply_by(d):
     return functools.partial(operator.mul, d)
 
 
+_NUMBERS = {np.float64, float, int}  # partials the sweep multiplies by itself: a record holds the number
+
+
+def scalar_pullback(d):
+    """The pullback of a scalar partial ``d`` as a record holds it: the number itself, if it is one."""
+    return d if type(d) in _NUMBERS else multiply_by(d)
+
+
 def _edges(tracked, backs):
     """Parent indices and pullbacks of the ``tracked`` arguments of one record.
 
@@ -433,7 +444,8 @@ def _edges(tracked, backs):
             if type(edges[k]) is IndexPullback:
                 settle(t)
             else:
-                edges[k] = (t.view, edges[k])
+                back = edges[k]
+                edges[k] = (t.view, multiply_by(back) if type(back) in _NUMBERS else back)
     return tuple([t.index for t in tracked]), edges
 
 

@@ -86,3 +86,16 @@ def test_random_slices_used_several_times(rows, cols, uses):
     part = np.zeros_like(X)
     part[index] = sum((k + 1) / np.cosh(X[index] * (k + 1)) ** 2 for k in range(uses))
     np.testing.assert_allclose(db.gradient(f, X), expected + part, rtol=1e-12)
+
+
+def test_zero_dimensional_views_in_scalar_arithmetic():
+    """``x[0, ...]`` is a 0-d view; scalar arithmetic on it records a number as its partial,
+    which must still reach the base's buffer through the view."""
+    x = np.array([1.5, 2.0, 3.0])
+
+    def f(x):
+        return x[0, ...] * 2.0 + x[1, ...] ** 3 / x[2, ...]
+
+    want = np.array([2.0, 3 * x[1] ** 2 / x[2], -x[1] ** 3 / x[2] ** 2])
+    np.testing.assert_allclose(db.gradient(f, x), want, rtol=1e-14)
+    assert db.check_gradient(f, x) < 1
