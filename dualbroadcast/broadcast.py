@@ -161,7 +161,7 @@ class _Plan:
         self.globals_read = _globals_identity(f)
         self.signature = tuple((i in active, v.dtype) for i, v in enumerate(values))
         self.shape = values[0].shape
-        self.whole = kernel.whole
+        self.whole = kernel.typed_whole(tuple(v.dtype for v in values))
         self.reduce = reduce
         self.call = call
 
@@ -211,10 +211,11 @@ def _plan(f, kernel, values, active, reduce, call):
     shape, dtype = np.shape(values[0]), getattr(values[0], "dtype", None)
     if not all(type(v) is np.ndarray and v.shape == shape and v.dtype == dtype for v in values) or not all(kernel.fresh):
         return
-    results = kernel.whole(*values)
+    plan = _Plan(f, kernel, values, active, reduce, call)
+    results = plan.whole(*values)
     if all(type(r) is np.ndarray and r.shape == shape and r.dtype == dtype for r in results):
         with _cache_lock:
-            _plans[(id(f.__code__), reduce)] = _Plan(f, kernel, values, active, reduce, call)
+            _plans[(id(f.__code__), reduce)] = plan
             if len(_plans) > CACHE_SIZE:
                 del _plans[next(iter(_plans))]
 

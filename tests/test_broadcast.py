@@ -536,8 +536,8 @@ def test_same_code_in_two_namespaces_and_new_defaults():
 def test_repeated_calls_agree_with_the_tape_as_arguments_change(reduce):
     """The same function called again and again (the cached plan's case) while its arguments'
     shapes, dtypes, tracking and views change: every call agrees with the reverse tape."""
-    def f(x, y):
-        return np.exp(-x) * y + x * x
+    def f(x, y):  # weak literals: a plan types them to the arrays' dtype
+        return np.exp(-x) * y + 0.5 * x * x - 3 + x**2 / 7.0
 
     def cases(kernel):
         return [
@@ -561,6 +561,9 @@ def test_repeated_calls_agree_with_the_tape_as_arguments_change(reduce):
             for g, w in zip(got, want):
                 assert g.dtype == dtype
                 np.testing.assert_allclose(g, w, rtol=RTOL[dtype], atol=RTOL[dtype])
+        first, again = (db.broadcast(f, x, y) for _ in range(2))  # the kernel as built, then as planned
+        assert again.dtype == dtype
+        np.testing.assert_array_equal(again, first)
 
 
 def test_closure_cell_change_is_seen():
