@@ -199,7 +199,7 @@ class _Plan:
         tape = parents[0].tape
         if tape.closed or len(parents) > 1:
             tape = tape_of(parents)  # a clear error for a stale or mixed value
-        backs = [_in_place(p) if tape.single_sweep else functools.partial(np.multiply, p) for p in results[1:]]
+        backs = [p.__imul__ if tape.single_sweep else p.__mul__ for p in results[1:]]  # C calls: no frame
         return tape.record(value, *_edges(parents, backs), self.call)
 
 
@@ -250,14 +250,9 @@ def _pullback(tape, partial, shape, out_shape):
     """
     if getattr(partial, "shape", ()) == shape and (out_shape == () or out_shape == shape):
         if tape.single_sweep and isinstance(partial, np.ndarray) and partial.base is None and partial.ndim:
-            return _in_place(partial)
+            return partial.__imul__  # g -> partial *= g, in the kernel's own buffer
         return functools.partial(np.multiply, partial)
     return lambda g: unbroadcast(np.broadcast_to(g * partial, out_shape), shape)
-
-
-def _in_place(partial):
-    """``g -> partial * g`` written into ``partial`` (a buffer of the kernel's own), as a C call."""
-    return functools.partial(np.multiply, partial, out=partial)
 
 
 def _is_array_input(leaf):

@@ -130,11 +130,13 @@ def _kept_arrays(backs):
 
 def _captured(back):
     """What a pullback holds: a closure's cells, a functools.partial's arguments and function,
-    or a scalar partial (a number)."""
+    an array's bound method's array, or a scalar partial (a number)."""
     if isinstance(back, (float, int)):
         return [back]
     if isinstance(back, functools.partial):
         return [*back.args, *back.keywords.values(), *_captured(back.func)]
+    if isinstance(getattr(back, "__self__", None), np.ndarray):  # a bound method: partial.__imul__
+        return [back.__self__]
     return [cell.cell_contents for cell in getattr(back, "__closure__", None) or ()]
 
 
