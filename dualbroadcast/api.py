@@ -161,7 +161,7 @@ def _settled(out):
 def _scalar_seed(out, tape):
     """The seed cotangent 1 for a scalar result; a clear error for anything else."""
     if type(out) is Tracked and out.tape is tape and type(out.value) in _FLOAT_SCALARS:  # the usual case
-        return out.value, out.value.dtype.type(1)
+        return out.value, type(out.value)(1)
     if isinstance(out, (tuple, list, dict)):
         raise NonScalarOutputError(
             f"gradient needs a function with a scalar result, but it returned a {type(out).__name__}; "
