@@ -31,8 +31,8 @@ class Rule:
     ``binary``: one maker for each of two arguments, as operators (``x - y``) need.
     ``scalar_backs``: for constant partials (``x - y``), the pullbacks of a scalar
     result, the same for every call, so recording one calls no maker.
-    ``scalar_partials``: for a float64 scalar result, ``∂f/∂argᵢ(ans, *args)`` per
-    argument: its pullback multiplies by that number (no maker, no dtype juggling).
+    ``scalar_partials``: for a scalar result, ``∂f/∂argᵢ(ans, *args)`` per argument: its
+    pullback multiplies by that partial (no maker; NumPy 2 keeps Python scalars weak).
     """
 
     __slots__ = ("impl", "kind", "makers", "plain", "binary", "scalar_backs", "scalar_partials")

@@ -348,7 +348,7 @@ def _binary(func, x, y):
             ans = rule.plain(xv, yv)
             if type(ans) in _FLOAT_SCALARS and rule.scalar_backs is not None:
                 backs = rule.scalar_backs
-            elif type(ans) is np.float64 and rule.scalar_partials is not None:
+            elif type(ans) in _FLOAT_SCALARS and rule.scalar_partials is not None:
                 dx, dy = rule.scalar_partials
                 backs = (scalar_pullback(dx(ans, xv, yv)), scalar_pullback(dy(ans, xv, yv)))
             elif _is_float(ans):
@@ -362,7 +362,7 @@ def _binary(func, x, y):
             ans = rule.plain(xv, y)
             if type(ans) in _FLOAT_SCALARS and rule.scalar_backs is not None:
                 backs = rule.scalar_backs[:1]
-            elif type(ans) is np.float64 and rule.scalar_partials is not None:
+            elif type(ans) in _FLOAT_SCALARS and rule.scalar_partials is not None:
                 backs = (scalar_pullback(rule.scalar_partials[0](ans, xv, y)),)
             elif _is_float(ans):
                 backs = (rule.makers[0](ans, xv, y),)
@@ -378,7 +378,7 @@ def _binary(func, x, y):
         ans = rule.plain(x, yv)
         if type(ans) in _FLOAT_SCALARS and rule.scalar_backs is not None:
             backs = rule.scalar_backs[1:]
-        elif type(ans) is np.float64 and rule.scalar_partials is not None:
+        elif type(ans) in _FLOAT_SCALARS and rule.scalar_partials is not None:
             backs = (scalar_pullback(rule.scalar_partials[1](ans, x, yv)),)
         elif _is_float(ans):
             backs = (rule.makers[1](ans, x, yv),)
@@ -420,7 +420,7 @@ def multiply_by(d):
     return functools.partial(operator.mul, d)
 
 
-_NUMBERS = {np.float64, float, int}  # partials the sweep multiplies by itself: a record holds the number
+_NUMBERS = {np.float64, np.float32, float, int}  # partials the sweep multiplies by itself: a record holds the number
 
 
 def scalar_pullback(d):

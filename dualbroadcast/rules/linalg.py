@@ -15,7 +15,7 @@ import string
 import numpy as np
 
 from ..errors import UnsupportedFunctionError
-from ..registry import defvjp, defvjp_argnum, defvjp_outputs
+from ..registry import RULES, defvjp, defvjp_argnum, defvjp_outputs
 from ..tape import unbroadcast
 
 
@@ -275,6 +275,7 @@ def slogdet_vjp(j, ans, a):
 
 
 defvjp(np.dot, dot_vjp(0), dot_vjp(1))
+RULES[np.dot].scalar_partials = (lambda ans, a, b: b, lambda ans, a, b: a)  # a scalar dot: vectors or scalars
 defvjp(np.inner, *contraction_vjps(inner_subscripts))
 defvjp(np.tensordot, *contraction_vjps(tensordot_subscripts))
 defvjp_argnum(np.einsum, einsum_vjp)
