@@ -148,8 +148,9 @@ def _sweep(tape, seeds):
             kind = type(back)
             if kind in _NUMBERS:  # a scalar partial
                 ct = g * back
-            elif kind is tuple:  # into a view's base: (its IndexPullback, the consumer's pullback)
-                back[0].add_into(grads, owned, p, back[1](g))
+            elif kind is tuple:  # into a view's base: ((index, base shape, dtype), the consumer's pullback)
+                (index, shape, dtype), consumer = back
+                add_at(own_buffer(grads, owned, p, shape, dtype), index, consumer(g))
                 continue
             elif kind is IndexPullback:
                 back.add_into(grads, owned, p, g)
@@ -187,14 +188,7 @@ class IndexPullback:
 
     def add_into(self, grads, owned, p, g):
         """The sweep's step: add ``g`` into ``grads[p]``, made our own buffer first."""
-        buffer = grads[p]
-        if buffer is None:
-            buffer = grads[p] = np.zeros(self.shape, self.dtype)
-            owned[p] = True
-        elif not owned[p]:
-            buffer = grads[p] = np.array(buffer, dtype=self.dtype)
-            owned[p] = True
-        self.add(buffer, g)
+        self.add(own_buffer(grads, owned, p, self.shape, self.dtype), g)
 
     def add(self, buffer, g):
         """Add ``g`` at the index into ``buffer`` (x's gradient buffer) in place."""
@@ -202,12 +196,29 @@ class IndexPullback:
             g = self.transform(g)
         if self.repeats:
             np.add.at(buffer, self.index, g)
-            return
-        part = buffer[self.index]
-        if type(part) is np.ndarray and part.base is buffer:  # a view (basic index): add into it
-            np.add(part, g, out=part)
         else:
-            buffer[self.index] += g
+            add_at(buffer, self.index, g)
+
+
+def own_buffer(grads, owned, p, shape, dtype):
+    """``grads[p]`` as a buffer of the sweep's own, safe to add into (zeros on first use)."""
+    buffer = grads[p]
+    if buffer is None:
+        buffer = grads[p] = np.zeros(shape, dtype)
+        owned[p] = True
+    elif not owned[p]:
+        buffer = grads[p] = np.array(buffer, dtype=dtype)
+        owned[p] = True
+    return buffer
+
+
+def add_at(buffer, index, g):
+    """``buffer[index] += g`` for an index without repeats; into the view itself for a basic index."""
+    part = buffer[index]
+    if type(part) is np.ndarray and part.base is buffer:
+        part += g
+    else:
+        buffer[index] += g
 
 
 def unbroadcast(g, shape):
@@ -432,8 +443,8 @@ def _edges(tracked, backs):
     """Parent indices and pullbacks of the ``tracked`` arguments of one record.
 
     The cotangent of a view (an unrecorded slice) goes into its base: its edge is
-    the pair ``(view's IndexPullback into the base, consumer's pullback)``, which
-    the sweep applies in turn.  A consumer's own `IndexPullback` (a slice of a
+    the pair ``((index, base shape, dtype), consumer's pullback)``, which the sweep
+    applies in turn.  A consumer's own `IndexPullback` (a slice of a
     slice) is not paired so: that view is recorded after all (`settle`).
     """
     edges = backs
@@ -452,7 +463,7 @@ def _edges(tracked, backs):
 def settle(t):
     """Record the view ``t`` as an ordinary tape value (a getitem of its base), in place."""
     if t.view is not None:
-        t.index, t.view = t.tape.record(t.value, (t.index,), (t.view,), getitem).index, None
+        t.index, t.view = t.tape.record(t.value, (t.index,), (IndexPullback(*t.view),), getitem).index, None
     return t
 
 
@@ -570,10 +581,11 @@ _OUT = (
 class Tracked:
     """A value derived from a differentiated input: NumPy operations on it are recorded.
 
-    ``view``: for a basic slice ``base[index]`` (a NumPy view), the `IndexPullback`
-    into its base, whose tape ``index`` it carries.  Such a slice is not recorded:
-    each operation on it adds its cotangent at ``index`` of the base's gradient
-    buffer, so a slice in a loop costs one record less (see `_edges`).
+    ``view``: for a basic slice ``base[index]`` (a NumPy view), ``(index, base shape,
+    dtype)``, the fields of an `IndexPullback` into its base (a tuple: cheaper to make);
+    it carries the base's tape ``index``.  Such a slice is not recorded: each operation
+    on it adds its cotangent at ``index`` of the base's gradient buffer, so a slice in a
+    loop costs one record less (see `_edges`).
     """
 
     __slots__ = ("value", "tape", "index", "view")
@@ -667,7 +679,7 @@ class Tracked:
             if type(value) is np.ndarray:  # a view into self: not recorded, see `view`
                 if self.tape.closed:
                     _check_tape(None, self.tape)
-                return Tracked(value, self.tape, self.index, IndexPullback(index, self.value.shape, value.dtype))
+                return Tracked(value, self.tape, self.index, (index, self.value.shape, value.dtype))
         return _call_first(getitem, self, (index,))
 
     def __repr__(self):
