@@ -131,7 +131,7 @@ def _kept_arrays(backs):
 def _captured(back):
     """What a pullback holds: a closure's cells, a functools.partial's arguments and function,
     an array's bound method's array, or a scalar partial (a number)."""
-    if isinstance(back, (float, int)):
+    if isinstance(back, (float, int, np.ndarray, np.generic)):  # a partial the sweep multiplies by
         return [back]
     if isinstance(back, functools.partial):
         return [*back.args, *back.keywords.values(), *_captured(back.func)]

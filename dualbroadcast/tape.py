@@ -135,6 +135,7 @@ def _sweep(tape, seeds):
     owned = [False] * len(records)  # True: grads[i] is our own buffer, safe to add into
     for index, seed in seeds.items():
         grads[index] = seed
+    factors = _FACTORS
     for i in range(max(seeds), tape.inputs - 1, -1):
         g = grads[i]
         if g is None:
@@ -146,11 +147,12 @@ def _sweep(tape, seeds):
         parents, backs, _ = record
         for p, back in zip(parents, backs):
             kind = type(back)
-            if kind in _NUMBERS:  # a scalar partial
+            if kind in factors:  # a scalar result's partial
                 ct = g * back
             elif kind is tuple:  # into a view's base: ((index, base shape, dtype), the consumer's pullback)
                 (index, shape, dtype), consumer = back
-                add_at(own_buffer(grads, owned, p, shape, dtype), index, consumer(g))
+                ct = g * consumer if type(consumer) in factors else consumer(g)
+                add_at(own_buffer(grads, owned, p, shape, dtype), index, ct)
                 continue
             elif kind is IndexPullback:
                 back.add_into(grads, owned, p, g)
@@ -431,12 +433,15 @@ def multiply_by(d):
     return functools.partial(operator.mul, d)
 
 
-_NUMBERS = {np.float64, np.float32, float, int}  # partials the sweep multiplies by itself: a record holds the number
+# Partials of a scalar result that a record holds as they are: the sweep multiplies the cotangent
+# by them itself (no pullback object per operation, no call per edge).
+_FACTORS = {np.float64, np.float32, float, int, np.ndarray}
 
 
 def scalar_pullback(d):
-    """The pullback of a scalar partial ``d`` as a record holds it: the number itself, if it is one."""
-    return d if type(d) in _NUMBERS else multiply_by(d)
+    """The pullback of a scalar result's partial ``d`` as a record holds it: ``d`` itself, if the
+    sweep knows it as a factor, else ``g -> g * d``."""
+    return d if type(d) in _FACTORS else multiply_by(d)
 
 
 def _edges(tracked, backs):
@@ -455,8 +460,7 @@ def _edges(tracked, backs):
             if type(edges[k]) is IndexPullback:
                 settle(t)
             else:
-                back = edges[k]
-                edges[k] = (t.view, multiply_by(back) if type(back) in _NUMBERS else back)
+                edges[k] = (t.view, edges[k])
     return tuple([t.index for t in tracked]), edges
 
 
