@@ -471,12 +471,7 @@ def settle(t):
     return t
 
 
-_BASIC_INDEX = {int, slice, type(None), type(Ellipsis)}
-
-
-def _is_basic(index):
-    """Whether ``x[index]`` is basic indexing (ints, slices, None, ...): a view for an array."""
-    return type(index) in _BASIC_INDEX or (type(index) is tuple and _BASIC_INDEX.issuperset(map(type, index)))
+_BASIC_INDEX = {int, slice, type(None), type(Ellipsis)}  # basic indexing: a view of an array
 
 
 def _check_tape(current, tape):
@@ -678,12 +673,15 @@ class Tracked:
         return (self[i] for i in range(len(self.value)))
 
     def __getitem__(self, index):
-        if self.view is None and self.tape.recorder is None and _is_basic(index):
+        tape = self.tape
+        if self.view is None and tape.recorder is None and (
+            type(index) in _BASIC_INDEX or (type(index) is tuple and _BASIC_INDEX.issuperset(map(type, index)))
+        ):
             value = self.value[index]
             if type(value) is np.ndarray:  # a view into self: not recorded, see `view`
-                if self.tape.closed:
-                    _check_tape(None, self.tape)
-                return Tracked(value, self.tape, self.index, (index, self.value.shape, value.dtype))
+                if tape.closed:
+                    _check_tape(None, tape)
+                return Tracked(value, tape, self.index, (index, self.value.shape, value.dtype))
         return _call_first(getitem, self, (index,))
 
     def __repr__(self):
