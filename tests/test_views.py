@@ -99,3 +99,74 @@ def test_zero_dimensional_views_in_scalar_arithmetic():
     want = np.array([2.0, 3 * x[1] ** 2 / x[2], -x[1] ** 3 / x[2] ** 2])
     np.testing.assert_allclose(db.gradient(f, x), want, rtol=1e-14)
     assert db.check_gradient(f, x) < 1
+
+
+# The sweep gathers the cotangents g * partial of a scalar result's views of one base and adds them in
+# one scatter when every index is a row ``X[j]`` or a column ``X[:, j]``; any other index mix is added
+# one by one.  Either way the gradient must be the hand-accumulated one.
+VIEW_INDEX = st.one_of(
+    st.integers(-4, 3).map(lambda j: j),  # a row, negative ones included
+    st.integers(-5, 4).map(lambda j: (slice(None), j)),  # a column
+    st.sampled_from([(1, slice(None)), (slice(1, 3), 2), (Ellipsis, 0), (slice(None), slice(0, 4))]),
+)
+
+
+def _hand_gradient_of_view_dots(X, Y, pairs):
+    """∂/∂X and ∂/∂Y of sum_k (k + 1) * dot(X[a_k].ravel(), Y[b_k].ravel()), accumulated one by one."""
+    gX, gY = np.zeros_like(X), np.zeros_like(Y)
+    for k, (a, b) in enumerate(pairs):
+        gX[a] += (k + 1) * Y[b].reshape(np.shape(X[a]))
+        gY[b] += (k + 1) * X[a].reshape(np.shape(Y[b]))
+    return gX, gY
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    pairs=st.lists(st.tuples(VIEW_INDEX, VIEW_INDEX), min_size=1, max_size=12),
+    dtype=st.sampled_from([np.float64, np.float32]),
+)
+def test_gathered_view_products_match_the_hand_accumulation(pairs, dtype):
+    rng = np.random.default_rng(len(pairs))
+    X = rng.standard_normal((4, 5)).astype(dtype)
+    Y = rng.standard_normal((4, 5)).astype(dtype)
+    pairs = [(a, b) for a, b in pairs if np.size(X[a]) == np.size(Y[b])]  # dot needs equal lengths
+
+    def f(X, Y):
+        total = 0.0
+        for k, (a, b) in enumerate(pairs):
+            u, v = X[a], Y[b]
+            u = u if np.ndim(X[a]) == 1 else u.ravel()
+            v = v if np.ndim(Y[b]) == 1 else v.ravel()
+            total = total + np.dot(u, v) * float(k + 1)
+        return total
+
+    if not pairs:
+        return
+    gX, gY = db.gradient(f, X, Y)
+    hX, hY = _hand_gradient_of_view_dots(X.astype(np.float64), Y.astype(np.float64), pairs)
+    tol = 1e-4 if dtype is np.float32 else 1e-12
+    assert gX.dtype == dtype and gY.dtype == dtype
+    np.testing.assert_allclose(gX, hX, rtol=tol, atol=tol)
+    np.testing.assert_allclose(gY, hY, rtol=tol, atol=tol)
+
+
+def test_gathered_column_products_of_a_loop_with_repeats():
+    """The slice workload's shape: every column of y0 meets every column of several yt, many repeats,
+    for bases that are inputs (a list of arrays) and bases that are recorded results."""
+    rng = np.random.default_rng(3)
+    ys = list(rng.standard_normal((5, 6, 7)))
+
+    def f(ys, scale):
+        ys = ys if scale is None else [y * scale for y in ys]
+        total = 0.0
+        for y in ys:
+            for j in range(-7, 7):  # each column twice, once by a negative index
+                total = total + np.dot(ys[0][:, j], y[:, j])
+        return total
+
+    expected = 2 * np.broadcast_to(ys[0], (5, 6, 7)).copy()
+    expected[0] += 2 * np.sum(ys, axis=0)
+    np.testing.assert_allclose(db.gradient(f, ys, db.cut(None))[0], list(expected), rtol=1e-12)
+    np.testing.assert_allclose(db.gradient(f, ys, db.cut(3.0))[0], list(9 * expected), rtol=1e-12)
+    prepared = db.prepare_gradient(f, ys, db.cut(3.0))(ys, db.cut(3.0))
+    np.testing.assert_allclose(db.gradient(f, ys, db.cut(3.0))[0], prepared[0], rtol=1e-12)
