@@ -83,7 +83,12 @@ class Tape:
         records.append((parents, backs, operation))
         if len(records) == LONG_TAPE:
             self.grew_long()
-        return Tracked(ans, self, len(records) - 1)
+        t = _new_tracked(Tracked)  # Tracked(ans, self, index) without its __init__ frame: once per operation
+        t.value = ans
+        t.tape = self
+        t.index = len(records) - 1
+        t.view = None
+        return t
 
 
 class GarbageCollectionPaused:
@@ -196,31 +201,35 @@ def add_view_products(grads, owned, p, products):
     views, scales, partials = zip(*products)
     _, shape, dtype = views[0]
     buffer = own_buffer(grads, owned, p, shape, dtype)
-    indices = [view[0] for view in views]
+    indices = list(map(_FIRST, views))
     axis, positions = _positions_along_one_axis(indices, len(shape))
     stacked = _stacked(partials) if axis is not None else None
     if stacked is None or stacked.shape[1:] != buffer[indices[0]].shape:
         for index, scale, partial in zip(indices, scales, partials):
             add_at(buffer, index, scale * partial)
         return
-    stacked *= np.array(scales).reshape((-1,) + (1,) * (stacked.ndim - 1))
-    scatter_add(np.moveaxis(buffer, axis, 0), np.array(positions), stacked)
+    same_type = set(map(type, scales)) == {stacked.dtype.type}  # then converting them is a quick copy
+    stacked *= np.array(scales, stacked.dtype if same_type else None).reshape((-1,) + (1,) * (stacked.ndim - 1))
+    scatter_add(buffer.swapaxes(0, axis), positions, stacked)
 
 
 def _positions_along_one_axis(indices, ndim):
     """``(axis, positions)`` if every index is ``position`` (axis 0) or ``(:, position)`` (axis 1), else
-    ``(None, None)``: the two ways a loop takes rows or columns."""
-    if all(type(index) is int for index in indices):
+    ``(None, None)``: the two ways a loop takes rows or columns.  Checked with C-level maps: there
+    is one index per view of the loop."""
+    kinds = set(map(type, indices))
+    if kinds == {int}:
         return 0, indices
-    if ndim >= 2 and all(
-        type(index) is tuple and len(index) == 2 and type(index[1]) is int and index[0] == _EVERYTHING
-        for index in indices
-    ):
-        return 1, [index[1] for index in indices]
+    if kinds == {tuple} and ndim >= 2 and set(map(len, indices)) == {2}:
+        firsts, positions = list(map(_FIRST, indices)), list(map(_SECOND, indices))
+        if firsts.count(_EVERYTHING) == len(firsts) and set(map(type, positions)) == {int}:
+            return 1, positions
     return None, None
 
 
 _EVERYTHING = slice(None)
+_FIRST = operator.itemgetter(0)
+_SECOND = operator.itemgetter(1)
 
 
 def _stacked(partials):
@@ -232,15 +241,22 @@ def _stacked(partials):
 
 
 def scatter_add(target, positions, rows):
-    """``target[positions[k]] += rows[k]`` for every k, positions possibly repeated.
+    """``target[positions[k]] += rows[k]`` for every k, positions (Python ints) possibly repeated.
 
-    ``np.add.at`` does this but costs ~0.7 us a row here; sorting and summing the
-    rows of each position first makes one ordinary (unrepeated) indexed add.
+    ``np.add.at`` does this but costs ~0.7 us a row here; unrepeated positions take one
+    indexed add, repeated ones are sorted and each one's rows summed first.
     """
-    positions = positions % target.shape[0]  # -1 and n-1 are the same row
+    n = target.shape[0]
+    positions = np.fromiter(positions, np.intp, len(positions)) % n  # -1 and n-1 are the same row
+    if len(set(positions.tolist())) == len(positions):
+        target[positions] += rows
+        return
     order = np.argsort(positions, kind="stable")
     positions = positions[order]
-    starts = np.flatnonzero(np.diff(positions, prepend=-1))
+    starts = np.empty(len(positions), bool)
+    starts[0] = True
+    np.not_equal(positions[1:], positions[:-1], out=starts[1:])
+    starts = np.flatnonzero(starts)
     target[positions[starts]] += np.add.reduceat(rows[order], starts, axis=0)
 
 
@@ -836,6 +852,9 @@ class Tracked:
 
     def flatten(self):
         return call_rule(np.ravel, (self,), {}).copy()
+
+
+_new_tracked = object.__new__
 
 
 def _arithmetic(func, reflected):
