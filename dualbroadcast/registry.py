@@ -33,9 +33,11 @@ class Rule:
     result, the same for every call, so recording one calls no maker.
     ``scalar_partials``: for a scalar result, ``∂f/∂argᵢ(ans, *args)`` per argument: its
     pullback multiplies by that partial (no maker; NumPy 2 keeps Python scalars weak).
+    ``bilinear``: ``x * y`` or a dot: for a scalar result ∂f/∂x = y and ∂f/∂y = x, so
+    the record keeps the other argument itself (no partial to evaluate).
     """
 
-    __slots__ = ("impl", "kind", "makers", "plain", "binary", "scalar_backs", "scalar_partials")
+    __slots__ = ("impl", "kind", "makers", "plain", "binary", "scalar_backs", "scalar_partials", "bilinear")
 
     def __init__(self, impl, kind, makers):
         self.impl = impl
@@ -45,6 +47,7 @@ class Rule:
         self.binary = kind == PER_ARGUMENT and len(makers) == 2 and None not in makers
         self.scalar_backs = None
         self.scalar_partials = None
+        self.bilinear = False
 
 
 RULES = {}

@@ -12,6 +12,7 @@ import functools
 import gc
 import operator
 import threading
+import types
 
 import numpy as np
 
@@ -75,7 +76,18 @@ class Tape:
         records.extend([None] * len(values))
         if self.inputs == start:
             self.inputs = len(records)
-        return [None if v is None else Tracked(v, self, start + k) for k, v in enumerate(values)]
+        tracked = []
+        for index, value in enumerate(values, start):
+            if value is None:
+                tracked.append(None)
+                continue
+            t = _new_tracked(Tracked)  # as in `record`: no __init__ frame per float of a tuple
+            t.value = value
+            t.tape = self
+            t.index = index
+            t.view = None
+            tracked.append(t)
+        return tracked
 
     def record(self, ans, parents, backs, operation):
         """Append the operation that made ``ans`` and return its tracked result."""
@@ -428,14 +440,15 @@ def _dispatch(func, args, kwargs):
     """A NumPy call on tracked values: the fast paths for the common shapes of call, else `call_rule`."""
     if not kwargs and args and type(args[0]) is Tracked:
         if len(args) == 2 and type(args[1]) is Tracked:
-            return _binary(func, args[0], args[1])
+            return _binary(args[0], args[1], func)
         return _call_first(func, args[0], args[1:])
     return call_rule(func, args, kwargs)
 
 
-def _binary(func, x, y):
-    """``x op y`` for Tracked's arithmetic operators: `_call_per_argument` unrolled for two
-    arguments, since a scalar model's gradient pays this once per operator."""
+def _binary(x, y, func):
+    """``func(x, y)`` with two arguments, ``x op y`` for Tracked's arithmetic operators: `_call_per_argument`
+    unrolled for two arguments, since a scalar model's gradient pays this once per operator.
+    (``func`` comes last: the operators are this very function with ``func`` bound, see `_arithmetic`.)"""
     rule = RULES.get(func)
     tape = x.tape if type(x) is Tracked else y.tape
     if rule is None or not rule.binary or tape.recorder is not None:
@@ -449,9 +462,12 @@ def _binary(func, x, y):
                 _check_tape(tape, y.tape)
             yv = y.value
             ans = rule.plain(xv, yv)
-            if type(ans) in _FLOAT_SCALARS and rule.scalar_backs is not None:
+            scalar = type(ans) in _FLOAT_SCALARS
+            if scalar and rule.scalar_backs is not None:
                 backs = rule.scalar_backs
-            elif type(ans) in _FLOAT_SCALARS and rule.scalar_partials is not None:
+            elif scalar and rule.bilinear:
+                backs = (scalar_pullback(yv), scalar_pullback(xv))
+            elif scalar and rule.scalar_partials is not None:
                 dx, dy = rule.scalar_partials
                 backs = (scalar_pullback(dx(ans, xv, yv)), scalar_pullback(dy(ans, xv, yv)))
             elif _is_float(ans):
@@ -463,9 +479,12 @@ def _binary(func, x, y):
             parents = (x.index, y.index)
         else:
             ans = rule.plain(xv, y)
-            if type(ans) in _FLOAT_SCALARS and rule.scalar_backs is not None:
+            scalar = type(ans) in _FLOAT_SCALARS
+            if scalar and rule.scalar_backs is not None:
                 backs = rule.scalar_backs[:1]
-            elif type(ans) in _FLOAT_SCALARS and rule.scalar_partials is not None:
+            elif scalar and rule.bilinear:
+                backs = (scalar_pullback(y),)
+            elif scalar and rule.scalar_partials is not None:
                 backs = (scalar_pullback(rule.scalar_partials[0](ans, xv, y)),)
             elif _is_float(ans):
                 backs = (rule.makers[0](ans, xv, y),)
@@ -479,9 +498,12 @@ def _binary(func, x, y):
             _check_tape(None, tape)
         yv = y.value
         ans = rule.plain(x, yv)
-        if type(ans) in _FLOAT_SCALARS and rule.scalar_backs is not None:
+        scalar = type(ans) in _FLOAT_SCALARS
+        if scalar and rule.scalar_backs is not None:
             backs = rule.scalar_backs[1:]
-        elif type(ans) in _FLOAT_SCALARS and rule.scalar_partials is not None:
+        elif scalar and rule.bilinear:
+            backs = (scalar_pullback(x),)
+        elif scalar and rule.scalar_partials is not None:
             backs = (scalar_pullback(rule.scalar_partials[1](ans, x, yv)),)
         elif _is_float(ans):
             backs = (rule.makers[1](ans, x, yv),)
@@ -705,8 +727,11 @@ class Tracked:
         return _dispatch(ufunc, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
-        if kwargs and kwargs.get("out") is not None:
-            raise InPlaceMutationError(_OUT.format(name=qualified_name(func), example=f"{qualified_name(func)}(...)"))
+        if kwargs:
+            if kwargs.get("out") is not None:
+                raise InPlaceMutationError(_OUT.format(name=qualified_name(func), example=f"{qualified_name(func)}(...)"))
+        elif len(args) == 2 and type(args[0]) is Tracked and type(args[1]) is Tracked:
+            return _binary(args[0], args[1], func)  # np.dot of two slices in a loop: one frame less
         return _dispatch(func, args, kwargs)
 
     def __array__(self, dtype=None, copy=None):
@@ -772,7 +797,12 @@ class Tracked:
             if type(value) is np.ndarray:  # a view into self: not recorded, see `view`
                 if tape.closed:
                     _check_tape(None, tape)
-                return Tracked(value, tape, self.index, (index, self.value.shape, value.dtype))
+                view = _new_tracked(Tracked)  # as in Tape.record: no __init__ frame for a slice in a loop
+                view.value = value
+                view.tape = tape
+                view.index = self.index
+                view.view = (index, self.value.shape, value.dtype)
+                return view
         return _call_first(getitem, self, (index,))
 
     def __repr__(self):
@@ -858,10 +888,14 @@ _new_tracked = object.__new__
 
 
 def _arithmetic(func, reflected):
-    """The operator method ``x op y`` (``y op x`` if ``reflected``) for ``func``, through `_binary`."""
+    """The operator method ``x op y`` (``y op x`` if ``reflected``) for ``func``.
+
+    ``x op y`` is `_binary` itself with ``func`` as its default third argument: a copy
+    of the function object sharing its code, so an operator costs no frame of its own.
+    """
     if reflected:
-        return lambda self, other: _binary(func, other, self)
-    return lambda self, other: _binary(func, self, other)
+        return lambda self, other: _binary(other, self, func)
+    return types.FunctionType(_binary.__code__, _binary.__globals__, f"_binary_{func.__name__}", (func,))
 
 
 for _name, _func in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("truediv", np.divide),

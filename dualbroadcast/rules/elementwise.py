@@ -96,6 +96,7 @@ def _register():
         RULES[func].scalar_backs = tuple(operator.pos if d == 1 else operator.neg for d in DERIVATIVES[func])
     for func in (np.multiply, np.divide, np.power):
         RULES[func].scalar_partials = DERIVATIVES[func]
+    RULES[np.multiply].bilinear = True
 
 
 _register()

@@ -276,6 +276,7 @@ def slogdet_vjp(j, ans, a):
 
 defvjp(np.dot, dot_vjp(0), dot_vjp(1))
 RULES[np.dot].scalar_partials = (lambda ans, a, b: b, lambda ans, a, b: a)  # a scalar dot: vectors or scalars
+RULES[np.dot].bilinear = True
 defvjp(np.inner, *contraction_vjps(inner_subscripts))
 defvjp(np.tensordot, *contraction_vjps(tensordot_subscripts))
 defvjp_argnum(np.einsum, einsum_vjp)
