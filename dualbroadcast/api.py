@@ -130,21 +130,25 @@ def _float_value(x, position, leaf=None):
     )
 
 
-def _trace(f, args, single_sweep=False):
+def _trace(f, args):
     """Run ``f`` on tracked arguments; return the tape, the output and the arguments."""
-    tape = Tape(single_sweep)
+    tape = Tape()
     call_args, arguments = _prepare(tape, args)
     return tape, _call_on_tape(tape, f, call_args), arguments
 
 
-def _call_on_tape(tape, f, call_args):
-    """``f(*call_args)`` recorded on ``tape``, which is closed afterwards."""
+def _call_on_tape(tape, f, call_args, keep_collector_paused=False):
+    """``f(*call_args)`` recorded on ``tape``, which is closed afterwards (see `Tape.close`)."""
     token = ACTIVE_TAPE.set(tape)
     try:
-        return _settled(f(*call_args))
+        out = _settled(f(*call_args))
+    except BaseException:
+        tape.close()
+        raise
     finally:
         ACTIVE_TAPE.reset(token)
-        tape.close()
+    tape.close(resume_collector=not keep_collector_paused)
+    return out
 
 
 def _settled(out):
@@ -237,18 +241,26 @@ def value_and_gradient(f, *args):
     >>> db.value_and_gradient(lambda x: np.sum(x**2), np.array([1.0, 2.0]))
     (np.float64(5.0), array([2., 4.]))
     """
-    if len(args) == 1 and type(args[0]) is np.ndarray and args[0].dtype.kind == "f":
-        return _array_value_and_gradient(f, args[0])
-    tape, out, arguments = _trace(f, args, single_sweep=True)
+    tape = Tape(single_sweep=True)
+    try:
+        if len(args) == 1 and type(args[0]) is np.ndarray and args[0].dtype.kind == "f":
+            return _array_value_and_gradient(tape, f, args[0])
+        return _value_and_gradient(tape, f, args)
+    finally:
+        tape.release()  # after the evaluation's frame is gone: nothing else holds the records
+
+
+def _value_and_gradient(tape, f, args):
+    call_args, arguments = _prepare(tape, args)
+    out = _call_on_tape(tape, f, call_args, keep_collector_paused=True)
     value, seed = _scalar_seed(out, tape)
     grads = backward(tape, {out.index: seed}) if seed is not None else None
     return value, _one_or_tuple(_gradients(arguments, grads))
 
 
-def _array_value_and_gradient(f, x):
+def _array_value_and_gradient(tape, f, x):
     """`value_and_gradient` of the most common call, one float array: no argument trees."""
-    tape = Tape(single_sweep=True)
-    out = _call_on_tape(tape, f, (tape.leaf(x),))
+    out = _call_on_tape(tape, f, (tape.leaf(x),), keep_collector_paused=True)
     value, seed = _scalar_seed(out, tape)
     g = None if seed is None else backward(tape, {out.index: seed})[0]
     return value, _leaf_gradient(g, x, set())

@@ -753,6 +753,71 @@ def test_long_tape_pauses_the_collector_while_recording_and_restores_it():
     assert seen["during"] is True, "a short tape must not pay for a pause"
 
 
+def _long_chain(x, seen):
+    """``x`` through 2 LONG_TAPE recorded multiplications by 1: a tape that pauses the collector halfway,
+    then records more than a collection's threshold of objects."""
+    for _ in range(2 * db.tape.LONG_TAPE):
+        x = x * 1.0
+    seen["long"] = True
+    return x
+
+
+MODELS_OF_A_LONG_TAPE = {
+    "float": (2.0, lambda x, seen: np.sum(spy(_long_chain(x, seen))), 1.0),
+    "array": (np.ones(3), lambda x, seen: np.sum(spy(_long_chain(x, seen))), np.ones(3)),
+    "dict": (
+        {"a": np.ones(3), "b": np.ones(2)},
+        lambda p, seen: np.sum(spy(_long_chain(p["a"], seen))) + np.sum(p["b"]),
+        {"a": np.ones(3), "b": np.ones(2)},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(MODELS_OF_A_LONG_TAPE))
+def test_long_tape_keeps_the_collector_paused_through_the_backward_pass(name):
+    """The pause lasts until the gradient is taken and its records dropped: the collector never scans them."""
+    import gc
+
+    argument, model, expected = MODELS_OF_A_LONG_TAPE[name]
+    seen = {}
+
+    def record_pause(g):
+        seen["sweep"] = gc.isenabled()
+        return g
+
+    db.defvjp(spy, lambda ans, x: record_pause)
+    collections = []
+    watch = lambda phase, info: collections.append(phase) if "long" in seen else None  # noqa: E731
+    gc.collect()
+    gc.callbacks.append(watch)
+    try:
+        g = db.gradient(lambda x: model(x, seen), argument)
+    finally:
+        gc.callbacks.remove(watch)
+    for part, want in [(g["a"], expected["a"]), (g["b"], expected["b"])] if name == "dict" else [(g, expected)]:
+        np.testing.assert_array_equal(part, want)
+    assert seen["sweep"] is False and gc.isenabled()
+    assert collections == [], "the collector ran over the long tape's records once it was long"
+
+
+@pytest.mark.parametrize("argument", [2.0, np.ones(3)], ids=["float", "array"])
+def test_long_tape_restores_the_collector_after_an_error_or_a_pullback(argument):
+    import gc
+
+    with pytest.raises(db.NonScalarOutputError):
+        db.gradient(lambda x: _long_chain(x, {}) * np.ones((2,) + np.shape(x)), argument)
+    assert gc.isenabled(), "an error after recording must not leave the collector off"
+    y, back = db.pullback(lambda x: _long_chain(x, {}), argument)
+    assert gc.isenabled(), "a pullback's tape outlives the call: its pause must not"
+    np.testing.assert_array_equal(back(np.ones_like(y)), np.ones_like(argument))
+
+
+@db.primitive
+def spy(x):
+    """The identity, as a primitive whose pullback a test replaces."""
+    return x
+
+
 @pytest.mark.parametrize("name", ["floats", "kernel", "pytree", "views", "prepared"])
 def test_a_gradient_leaves_no_garbage_cycles(name):
     """Everything a gradient builds is freed by reference counting: no cycles (a self-calling nested
