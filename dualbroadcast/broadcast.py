@@ -21,7 +21,7 @@ from . import pytree
 from .errors import KernelError
 from .expr import Sym, derivatives, trace
 from .kernels import FORCED_BACKEND, Kernel
-from .tape import RECORDER, Tracked, _edges, tape_of, unbroadcast
+from .tape import RECORDER, Tracked, _edge, _edges, tape_of, unbroadcast
 
 CACHE_SIZE = 512
 _PLAIN = {np.ndarray, float, np.float64, np.float32, Tracked}
@@ -200,6 +200,9 @@ class _Plan:
         if tape.closed or len(parents) > 1:
             tape = tape_of(parents)  # a clear error for a stale or mixed value
         backs = [p.__imul__ if tape.single_sweep else p.__mul__ for p in results[1:]]  # C calls: no frame
+        if len(parents) == 1:  # the usual case, one differentiated array
+            back = _edge(parents[0], backs[0])
+            return tape.record(value, (parents[0].index,), (back,), self.call)
         return tape.record(value, *_edges(parents, backs), self.call)
 
 
