@@ -192,7 +192,8 @@ def _gradients(arguments, grads):
     for arg in arguments:
         if arg.floats and grads:  # Python floats in, Python floats out
             found = [grads[t.index] for t in arg.inputs]
-            result.append(pytree.unflatten(arg.treedef, [0.0 if g is None else float(g) for g in found]))
+            floats = [0.0 if g is None else float(g) for g in found] if None in found else list(map(float, found))
+            result.append(pytree.unflatten(arg.treedef, floats))
             continue
         leaves = [
             None if t is None
