@@ -481,8 +481,8 @@ def _binary(x, y, func):
             scalar = type(ans) in _FLOAT_SCALARS
             if scalar and rule.scalar_backs is not None:
                 backs = rule.scalar_backs
-            elif scalar and rule.bilinear:
-                backs = (scalar_pullback(yv), scalar_pullback(xv))
+            elif scalar and rule.bilinear:  # each partial is the other argument (`scalar_pullback` inline)
+                backs = (yv if type(yv) in _FACTORS else multiply_by(yv), xv if type(xv) in _FACTORS else multiply_by(xv))
             elif scalar and rule.scalar_partials is not None:
                 dx, dy = rule.scalar_partials
                 backs = (scalar_pullback(dx(ans, xv, yv)), scalar_pullback(dy(ans, xv, yv)))
@@ -806,20 +806,19 @@ class Tracked:
 
     def __getitem__(self, index):
         tape = self.tape
-        if self.view is None and tape.recorder is None and (
-            type(index) in _BASIC_INDEX or (type(index) is tuple and _BASIC_INDEX.issuperset(map(type, index)))
-        ):
-            value = self.value[index]
+        kind = type(index)
+        if (kind is tuple and _BASIC_INDEX.issuperset(map(type, index)) or kind in _BASIC_INDEX) \
+                and self.view is None and tape.recorder is None and not tape.closed:
+            base = self.value
+            value = base[index]
             if type(value) is np.ndarray:  # a view into self: not recorded, see `view`
-                if tape.closed:
-                    _check_tape(None, tape)
                 view = _new_tracked(Tracked)  # as in Tape.record: no __init__ frame for a slice in a loop
                 view.value = value
                 view.tape = tape
                 view.index = self.index
-                view.view = (index, self.value.shape, value.dtype)
+                view.view = (index, base.shape, value.dtype)
                 return view
-        return _call_first(getitem, self, (index,))
+        return _call_first(getitem, self, (index,))  # recorded (and a closed tape's clear error)
 
     def __repr__(self):
         return f"Tracked({self.value!r})"
