@@ -11,7 +11,7 @@ from .models import (
     constant_index_model, constant_projection_model, slices_columns, slices_diag,
     slices_einsum, slices_hand_gradient,
 )
-from .timing import median_time
+from .timing import interleaved_medians
 
 
 def constant_pullbacks(sizes, budget):
@@ -28,14 +28,10 @@ def constant_pullbacks(sizes, budget):
         c = np.ones(n)
         proj = np.zeros(n)
         proj[0] = 1.0
-        row = []
-        for model in (constant_index_model(c), constant_projection_model(c, proj)):
-            _, back = db.pullback(model, 1.0)
-            row.append(median_time(lambda: back(1.0), budget))
+        backs = [db.pullback(model, 1.0)[1] for model in (constant_index_model(c), constant_projection_model(c, proj))]
         if autograd:
-            for model in (lambda p: c[0] * p, lambda p: anp.dot(c, proj) * p):
-                back, _ = autograd.make_vjp(model)(1.0)
-                row.append(median_time(lambda: back(1.0), budget))
+            backs += [autograd.make_vjp(model)(1.0)[0] for model in (lambda p: c[0] * p, lambda p: anp.dot(c, proj) * p)]
+        row = interleaved_medians([lambda back=back: back(1.0) for back in backs], budget)
         rows[n] = row
         print(f"{n:>10.0e}" + "".join(f"{t * 1e6:>12.2f}us" if i < 2 else f"{t * 1e6:>16.2f}us" for i, t in enumerate(row)))
     first, last = rows[sizes[0]], rows[sizes[-1]]
@@ -63,9 +59,9 @@ def slice_workload(T, budget):
         gW, gb = db.gradient(model, W, b, db.cut(data))[:2]
         prog = db.prepare_gradient(model, W, b, db.cut(data))
         err = max(_relative_error(g, h) for g, h in zip((gW, gb) + prog(W, b, db.cut(data))[:2], hand + hand))
-        forward = median_time(lambda: model(W, b, data), budget)
-        gradient = median_time(lambda: db.gradient(model, W, b, db.cut(data)), budget)
-        prepared = median_time(lambda: prog(W, b, db.cut(data)), budget)
+        forward, gradient, prepared = interleaved_medians([
+            lambda: model(W, b, data), lambda: db.gradient(model, W, b, db.cut(data)), lambda: prog(W, b, db.cut(data)),
+        ], budget)
         results[name] = (forward, gradient, prepared)
         print(f"{name:<28}{forward * 1e3:>10.2f}ms{gradient * 1e3:>10.2f}ms{gradient / forward:>7.1f}x"
               f"{prepared * 1e3:>10.2f}ms{prepared / forward:>7.1f}x{err:>14.1e}")

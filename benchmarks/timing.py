@@ -1,4 +1,4 @@
-"""Median timing of a callable, with the repeat count chosen from a first run."""
+"""Median timings of callables, with the repeat count chosen from a first run."""
 
 import statistics
 import time
@@ -6,19 +6,35 @@ import time
 
 def median_time(fn, budget=0.5, max_runs=2000):
     """Median seconds per call of ``fn`` over about ``budget`` seconds (after one warm-up call)."""
-    fn()
-    start = time.perf_counter()
-    fn()
-    once = max(time.perf_counter() - start, 1e-7)
-    inner = max(1, int(1e-3 / once))  # batch very fast calls so the clock resolution does not matter
-    runs = max(5, min(max_runs, int(budget / (once * inner))))
-    samples = []
-    for _ in range(runs):
+    return interleaved_medians([fn], budget, max_runs)[0]
+
+
+def interleaved_medians(fns, budget=0.5, max_runs=2000):
+    """Median seconds per call of each of ``fns`` over about ``budget`` seconds each, sampled in turns.
+
+    A shared machine's speed drifts by tens of percent within a minute (other
+    processes, a hypervisor's steal); timing one function after another puts that
+    drift into their ratio, while taking their samples in turns slows them alike.
+    """
+    fns = list(fns)
+    inners, total = [], 0.0
+    for fn in fns:
+        fn()
         start = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        samples.append((time.perf_counter() - start) / inner)
-    return statistics.median(samples)
+        fn()
+        once = max(time.perf_counter() - start, 1e-7)
+        inner = max(1, int(1e-3 / once))  # batch very fast calls so the clock resolution does not matter
+        inners.append(inner)
+        total += once * inner
+    runs = max(5, min(max_runs, int(budget * len(fns) / total)))
+    samples = [[] for _ in fns]
+    for _ in range(runs):
+        for fn, inner, taken in zip(fns, inners, samples):
+            start = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            taken.append((time.perf_counter() - start) / inner)
+    return [statistics.median(taken) for taken in samples]
 
 
 def ratio_table(title, rows, columns, budget=0.5):
@@ -28,7 +44,8 @@ def ratio_table(title, rows, columns, budget=0.5):
     print(header)
     results = {}
     for label, fns in rows.items():
-        times = {c: median_time(fns[c], budget) for c in columns if c in fns}
+        present = [c for c in columns if c in fns]
+        times = dict(zip(present, interleaved_medians([fns[c] for c in present], budget)))
         base = times[columns[0]]
         results[label] = times
         cells = []

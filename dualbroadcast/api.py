@@ -290,12 +290,14 @@ def pullback(f, *args):
     out_leaves, out_def = pytree.flatten(out)
 
     if type(out) is Tracked:  # one array output: no trees to walk on every call
+        shape, dtype = out.shape, out.dtype
 
         def back_one(ybar):
-            yb = np.array(ybar, dtype=out.dtype)  # a copy: the gradient may be this very array
-            if yb.shape != out.shape:
-                raise ValueError(f"cotangent of shape {yb.shape} for an output of shape {out.shape}")
-            return _one_or_tuple(_gradients(arguments, backward(tape, {out.index: yb})))
+            yb = np.array(ybar, dtype=dtype)  # a copy: the gradient may be this very array
+            if yb.shape != shape:
+                raise ValueError(f"cotangent of shape {yb.shape} for an output of shape {shape}")
+            seed = yb[()] if shape == () else yb  # a scalar result's seed as a scalar: cheaper to multiply
+            return _one_or_tuple(_gradients(arguments, backward(tape, {out.index: seed})))
 
         return out.value, back_one
 
