@@ -202,8 +202,8 @@ class _Plan:
         backs = [p.__imul__ if tape.single_sweep else p.__mul__ for p in results[1:]]  # C calls: no frame
         if len(parents) == 1:  # the usual case, one differentiated array
             back = _edge(parents[0], backs[0])
-            return tape.record(value, (parents[0].index,), (back,), self.call)
-        return tape.record(value, *_edges(parents, backs), self.call)
+            return tape.record(value, ((parents[0].index, back),), self.call)
+        return tape.record(value, _edges(parents, backs), self.call)
 
 
 def _plan(f, kernel, values, active, reduce, call):
@@ -242,7 +242,7 @@ def _record(parents, value, partials, shapes, call, tape=None):
     tape = tape_of(parents) if parents else tape
     out_shape = () if call.reduce else np.shape(value)
     backs = [_pullback(tape, p, s, out_shape) for p, s in zip(partials, shapes)]
-    return tape.record(value, *_edges(parents, backs), call)
+    return tape.record(value, _edges(parents, backs), call)
 
 
 def _pullback(tape, partial, shape, out_shape):

@@ -93,10 +93,10 @@ def explain(f, *args):
     for record in tape.records:
         if record is None:
             continue
-        parents, backs, op = record
-        kept = _kept_arrays(backs)
+        edges, op = record
+        kept = _kept_arrays([back for _, back in edges])
         everything.update(kept)
-        operations.append(_operation(op, len(parents), sum(a.nbytes for a in kept.values())))
+        operations.append(_operation(op, len(edges), sum(a.nbytes for a in kept.values())))
     inputs = [
         Argument(k, sum(t is not None for t in a.inputs), sum(t is None for t in a.inputs))
         for k, a in enumerate(arguments)

@@ -94,7 +94,7 @@ class Recorder:
         self.meta = {}  # value index -> (shape, dtype)
 
     def _new(self, value, parents, backs, func, active):
-        out = self.tape.record(value, parents, backs, func)
+        out = self.tape.record(value, tuple(zip(parents, backs)), func)
         self.describe(out)
         if not active:
             self.inactive.add(out.index)

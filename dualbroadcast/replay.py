@@ -269,7 +269,7 @@ class _Writer:
 
     def adjoints(self, k, step, j, o, state):
         lines = []
-        backs = self.p.records[o][1]
+        backs = [back for _, back in self.p.records[o][0]]
         parents = [step.refs[i] for i in step.active]
         for slot, (i, parent) in enumerate(zip(step.active, parents)):
             recorded = backs[slot]

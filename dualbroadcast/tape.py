@@ -30,7 +30,8 @@ RECORDER = contextvars.ContextVar("dualbroadcast_recorder", default=None)
 
 
 class Tape:
-    """A Wengert list: ``records[i]`` is ``(parent indices, pullbacks, operation)``, or None for an input.
+    """A Wengert list: ``records[i]`` is ``(edges, operation)``, one edge ``(parent index, pullback)`` per
+    tracked argument, or None for an input.
 
     ``single_sweep``: the tape will be swept once (``gradient``), so a pullback may
     reuse a buffer it owns for its cotangent instead of allocating a new one.
@@ -105,10 +106,14 @@ class Tape:
             tracked.append(t)
         return tracked
 
-    def record(self, ans, parents, backs, operation):
-        """Append the operation that made ``ans`` and return its tracked result."""
+    def record(self, ans, edges, operation):
+        """Append the operation that made ``ans`` and return its tracked result.
+
+        ``edges``: a tuple of ``(parent index, pullback)`` pairs, which the sweep iterates
+        as they are (pairing parents with pullbacks there cost a zip per record).
+        """
         records = self.records
-        records.append((parents, backs, operation))
+        records.append((edges, operation))
         if len(records) == LONG_TAPE:
             self.grew_long()
         t = _new_tracked(Tracked)  # Tracked(ans, self, index) without its __init__ frame: once per operation
@@ -180,8 +185,7 @@ def _sweep(tape, seeds):
         if record is None:
             continue
         grads[i] = None
-        parents, backs, _ = record
-        for p, back in zip(parents, backs):
+        for p, back in record[0]:
             kind = type(back)
             if kind in factors:  # a scalar result's partial
                 ct = g * back
@@ -422,7 +426,7 @@ def call_rule(func, args, kwargs):
                 f"{sorted(kwargs)} ({error}); drop them, or register a rule that does (db.defvjp)"
             ) from error
         raise
-    return tape.record(ans, *_edges(tracked, backs), func)
+    return tape.record(ans, _edges(tracked, backs), func)
 
 
 def _call_per_argument(func, rule, args):
@@ -448,8 +452,7 @@ def _call_per_argument(func, rule, args):
         if maker is None:
             raise UnsupportedFunctionError(_not_differentiable_message(func, i))
         backs.append(maker(ans, *values))
-    parents, backs = _edges([args[i] for i in positions], backs)
-    return tape.record(ans, parents, backs, func)
+    return tape.record(ans, _edges([args[i] for i in positions], backs), func)
 
 
 def _dispatch(func, args, kwargs):
@@ -491,24 +494,24 @@ def _binary(x, y, func):
             else:
                 return ans
             if x.view is not None or y.view is not None:
-                backs = (_edge(x, backs[0]), _edge(y, backs[1]))
-            parents = (x.index, y.index)
+                backs = (_edge(x, backs[0]), _edge(y, backs[1]))  # first: settling a view moves its index
+            edges = ((x.index, backs[0]), (y.index, backs[1]))
         else:
             ans = rule.plain(xv, y)
             scalar = type(ans) in _FLOAT_SCALARS
             if scalar and rule.scalar_backs is not None:
-                backs = rule.scalar_backs[:1]
+                back = rule.scalar_backs[0]
             elif scalar and rule.bilinear:
-                backs = (scalar_pullback(y),)
+                back = scalar_pullback(y)
             elif scalar and rule.scalar_partials is not None:
-                backs = (scalar_pullback(rule.scalar_partials[0](ans, xv, y)),)
+                back = scalar_pullback(rule.scalar_partials[0](ans, xv, y))
             elif _is_float(ans):
-                backs = (rule.makers[0](ans, xv, y),)
+                back = rule.makers[0](ans, xv, y)
             else:
                 return ans
             if x.view is not None:
-                backs = (_edge(x, backs[0]),)
-            parents = (x.index,)
+                back = _edge(x, back)  # first: settling a view moves its index
+            edges = ((x.index, back),)
     else:
         if tape.closed:
             _check_tape(None, tape)
@@ -516,19 +519,19 @@ def _binary(x, y, func):
         ans = rule.plain(x, yv)
         scalar = type(ans) in _FLOAT_SCALARS
         if scalar and rule.scalar_backs is not None:
-            backs = rule.scalar_backs[1:]
+            back = rule.scalar_backs[1]
         elif scalar and rule.bilinear:
-            backs = (scalar_pullback(x),)
+            back = scalar_pullback(x)
         elif scalar and rule.scalar_partials is not None:
-            backs = (scalar_pullback(rule.scalar_partials[1](ans, x, yv)),)
+            back = scalar_pullback(rule.scalar_partials[1](ans, x, yv))
         elif _is_float(ans):
-            backs = (rule.makers[1](ans, x, yv),)
+            back = rule.makers[1](ans, x, yv)
         else:
             return ans
         if y.view is not None:
-            backs = (_edge(y, backs[0]),)
-        parents = (y.index,)
-    return tape.record(ans, parents, backs, func)
+            back = _edge(y, back)
+        edges = ((y.index, back),)
+    return tape.record(ans, edges, func)
 
 
 def _call_first(func, x, rest):
@@ -550,7 +553,7 @@ def _call_first(func, x, rest):
     back = maker(ans, xv, *rest)
     if x.view is not None:
         back = _edge(x, back)
-    return tape.record(ans, (x.index,), (back,), func)
+    return tape.record(ans, ((x.index, back),), func)
 
 
 _FLOAT_SCALARS = {np.float64, np.float32, np.float16, np.longdouble}
@@ -573,9 +576,12 @@ def scalar_pullback(d):
 
 
 def _edges(tracked, backs):
-    """Parent indices and pullbacks (`_edge`) of the ``tracked`` arguments of one record."""
-    edges = tuple([_edge(t, back) for t, back in zip(tracked, backs)])
-    return tuple([t.index for t in tracked]), edges
+    """The edges ``(parent index, pullback)`` (see `_edge`) of the ``tracked`` arguments of one record."""
+    edges = []
+    for t, back in zip(tracked, backs):
+        back = _edge(t, back)  # first: settling a view moves its index
+        edges.append((t.index, back))
+    return tuple(edges)
 
 
 def _edge(t, back):
@@ -596,7 +602,7 @@ def _edge(t, back):
 def settle(t):
     """Record the view ``t`` as an ordinary tape value (a getitem of its base), in place."""
     if t.view is not None:
-        t.index, t.view = t.tape.record(t.value, (t.index,), (IndexPullback(*t.view),), getitem).index, None
+        t.index, t.view = t.tape.record(t.value, ((t.index, IndexPullback(*t.view)),), getitem).index, None
     return t
 
 
@@ -636,7 +642,7 @@ def _record_outputs(func, tape, ans, active, tracked, maker, vargs, kwargs):
     outs = []
     for j, a in enumerate(ans):
         back = maker(j, ans, *vargs, **kwargs) if _is_float(a) else None
-        outs.append(a if back is None else tape.record(a, *_edges(tracked, (back,)), func))
+        outs.append(a if back is None else tape.record(a, _edges(tracked, (back,)), func))
     return outs if type(ans) is list else type(ans)(*outs)
 
 

@@ -50,7 +50,7 @@ def test_view_is_not_recorded_and_its_consumer_adds_into_the_base():
         column = x[:, 2]
         assert column.view is not None and column.index == x.index and len(tape.records) == 1
         y = column * 2.0
-        assert tape.records[y.index][0] == (x.index,)
+        assert [parent for parent, _ in tape.records[y.index][0]] == [x.index]
     finally:
         ACTIVE_TAPE.reset(token)
 
