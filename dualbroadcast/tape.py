@@ -176,7 +176,7 @@ def _sweep(tape, seeds):
     factors = _FACTORS
     products = {}  # base index -> [(view, g, partial)]: its views' cotangents, added when it is reached
     for i in range(max(seeds), tape.inputs - 1, -1):
-        if i in products:
+        if products and i in products:
             add_view_products(grads, owned, i, products.pop(i))
         g = grads[i]
         if g is None:
