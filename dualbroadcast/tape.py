@@ -531,7 +531,16 @@ def _binary(x, y, func):
         if y.view is not None:
             back = _edge(y, back)
         edges = ((y.index, back),)
-    return tape.record(ans, edges, func)
+    records = tape.records  # tape.record(ans, edges, func) inline: a frame less per operator
+    records.append((edges, func))
+    if len(records) == LONG_TAPE:
+        tape.grew_long()
+    t = _new_tracked(Tracked)
+    t.value = ans
+    t.tape = tape
+    t.index = len(records) - 1
+    t.view = None
+    return t
 
 
 def _call_first(func, x, rest):
