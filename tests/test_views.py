@@ -170,3 +170,20 @@ def test_gathered_column_products_of_a_loop_with_repeats():
     np.testing.assert_allclose(db.gradient(f, ys, db.cut(3.0))[0], list(9 * expected), rtol=1e-12)
     prepared = db.prepare_gradient(f, ys, db.cut(3.0))(ys, db.cut(3.0))
     np.testing.assert_allclose(db.gradient(f, ys, db.cut(3.0))[0], prepared[0], rtol=1e-12)
+
+
+def test_gathered_products_of_mixed_dtypes_keep_each_arguments_dtype():
+    """float32 columns dotted with float64 ones: float64 partials and cotangents gathered into a float32
+    buffer, and float32 ones into a float64 buffer."""
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((6, 4)).astype(np.float32)
+    Y = rng.standard_normal((6, 4))
+
+    def f(X, Y):
+        return sum(np.dot(X[:, j], Y[:, k]) * (j + 1.0) for j in range(4) for k in range(4))
+
+    gX, gY = db.gradient(f, X, Y)
+    weights = np.arange(1.0, 5.0)
+    assert gX.dtype == np.float32 and gY.dtype == np.float64
+    np.testing.assert_allclose(gX, np.outer(Y.sum(axis=1), weights), rtol=1e-5)
+    np.testing.assert_allclose(gY, np.outer(X.astype(np.float64) @ weights, np.ones(4)), rtol=1e-5)
