@@ -244,8 +244,12 @@ def value_and_gradient(f, *args):
     """
     tape = Tape(single_sweep=True)
     try:
-        if len(args) == 1 and type(args[0]) is np.ndarray and args[0].dtype.kind == "f":
-            return _array_value_and_gradient(tape, f, args[0])
+        if len(args) == 1:  # the common calls first, without argument trees
+            x = args[0]
+            if type(x) is np.ndarray and x.dtype.kind == "f":
+                return _array_value_and_gradient(tape, f, x)
+            if (type(x) is tuple or type(x) is list) and x and _PYTHON_FLOAT.issuperset(map(type, x)):
+                return _floats_value_and_gradient(tape, f, x)
         return _value_and_gradient(tape, f, args)
     finally:
         tape.release()  # after the evaluation's frame is gone: nothing else holds the records
@@ -265,6 +269,19 @@ def _array_value_and_gradient(tape, f, x):
     value, seed = _scalar_seed(out, tape)
     g = None if seed is None else backward(tape, {out.index: seed})[0]
     return value, _leaf_gradient(g, x, set())
+
+
+def _floats_value_and_gradient(tape, f, xs):
+    """`value_and_gradient` of one tuple or list of Python floats (a small scalar model): its
+    leaves are the tape's first inputs, its gradient the same kind of sequence of floats."""
+    inputs = tape.leaves(list(map(np.float64, xs)))
+    out = _call_on_tape(tape, f, (tuple(inputs) if type(xs) is tuple else inputs,), keep_collector_paused=True)
+    value, seed = _scalar_seed(out, tape)
+    if seed is None:  # a constant result
+        return value, type(xs)([0.0] * len(xs))
+    grads = backward(tape, {out.index: seed})[: len(xs)]
+    floats = map(float, grads) if None not in grads else (0.0 if g is None else float(g) for g in grads)
+    return value, type(xs)(floats)
 
 
 def gradient(f, *args):

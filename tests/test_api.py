@@ -336,7 +336,19 @@ def test_container_of_floats_gives_floats_in_the_same_container(xs, container):
         expected[k - 1] -= xs[k]
     assert type(g) is container and all(type(v) is float for v in g)
     np.testing.assert_allclose(g, expected, rtol=1e-12, atol=1e-12)
-    assert db.gradient(lambda v, empty: f(v), args, ())[1] is None
+    general, empty = db.gradient(lambda v, empty: f(v), args, ())  # two arguments: the argument-tree path
+    assert empty is None and general == g  # one sequence of floats takes its own path: the same floats
+
+
+@pytest.mark.parametrize("container", [tuple, list])
+def test_sequence_of_floats_with_a_constant_or_a_non_scalar_result(container):
+    xs = container([1.0, 2.0, 3.0])
+    assert db.value_and_gradient(lambda v: 2.5, xs) == (2.5, container([0.0, 0.0, 0.0]))
+    assert db.gradient(lambda v: db.cut(v[0]) * 2.0, xs) == container([0.0, 0.0, 0.0])
+    with pytest.raises(db.NonScalarOutputError):
+        db.gradient(lambda v: np.stack(list(v)), xs)
+    with pytest.raises(TypeError, match="integer"):
+        db.gradient(lambda v: v[0] * 2.0, container([1.0, 2]))  # not all floats: the general path's error
 
 
 def test_value_and_gradient():
