@@ -218,7 +218,7 @@ def _sweep(tape, seeds):
     return grads
 
 
-_SCALARS = {np.float64, np.float32, np.float16, float}
+_SCALARS = {np.float64, np.float32, np.float16, float}  # cotangents the sweep gathers as a view product's scale
 
 
 def add_view_products(grads, owned, p, products):
