@@ -199,10 +199,13 @@ class _Plan:
         tape = parents[0].tape
         if tape.closed or len(parents) > 1:
             tape = tape_of(parents)  # a clear error for a stale or mixed value
-        backs = [p.__imul__ if tape.single_sweep else p.__mul__ for p in results[1:]]  # C calls: no frame
         if len(parents) == 1:  # the usual case, one differentiated array
-            back = _edge(parents[0], backs[0])
-            return tape.record(value, ((parents[0].index, back),), self.call)
+            x, partial = parents[0], results[1]
+            back = partial.__imul__ if tape.single_sweep else partial.__mul__  # a C call: no frame
+            if x.view is not None:
+                back = _edge(x, back)  # first: settling a view moves its index
+            return tape.record(value, ((x.index, back),), self.call)
+        backs = [p.__imul__ if tape.single_sweep else p.__mul__ for p in results[1:]]
         return tape.record(value, _edges(parents, backs), self.call)
 
 
