@@ -472,65 +472,45 @@ def _binary(x, y, func):
     tape = x.tape if type(x) is Tracked else y.tape
     if rule is None or not rule.binary or tape.recorder is not None:
         return call_rule(func, (x, y), {})  # the general path, with its checks and messages
-    if type(x) is Tracked:
-        if tape.closed:
-            _check_tape(None, tape)
-        xv = x.value
-        if type(y) is Tracked:
-            if y.tape is not tape:
-                _check_tape(tape, y.tape)
-            yv = y.value
-            ans = rule.plain(xv, yv)
-            scalar = type(ans) in _FLOAT_SCALARS
-            if scalar and rule.scalar_backs is not None:
-                backs = rule.scalar_backs
-            elif scalar and rule.bilinear:  # each partial is the other argument (`scalar_pullback` inline)
-                backs = (yv if type(yv) in _FACTORS else multiply_by(yv), xv if type(xv) in _FACTORS else multiply_by(xv))
-            elif scalar and rule.scalar_partials is not None:
-                dx, dy = rule.scalar_partials
-                backs = (scalar_pullback(dx(ans, xv, yv)), scalar_pullback(dy(ans, xv, yv)))
-            elif _is_float(ans):
-                backs = (rule.makers[0](ans, xv, yv), rule.makers[1](ans, xv, yv))
-            else:
-                return ans
-            if x.view is not None or y.view is not None:
-                backs = (_edge(x, backs[0]), _edge(y, backs[1]))  # first: settling a view moves its index
-            edges = ((x.index, backs[0]), (y.index, backs[1]))
-        else:
-            ans = rule.plain(xv, y)
-            scalar = type(ans) in _FLOAT_SCALARS
-            if scalar and rule.scalar_backs is not None:
-                back = rule.scalar_backs[0]
-            elif scalar and rule.bilinear:
-                back = scalar_pullback(y)
-            elif scalar and rule.scalar_partials is not None:
-                back = scalar_pullback(rule.scalar_partials[0](ans, xv, y))
-            elif _is_float(ans):
-                back = rule.makers[0](ans, xv, y)
-            else:
-                return ans
-            if x.view is not None:
-                back = _edge(x, back)  # first: settling a view moves its index
-            edges = ((x.index, back),)
-    else:
-        if tape.closed:
-            _check_tape(None, tape)
-        yv = y.value
-        ans = rule.plain(x, yv)
+    if tape.closed:
+        _check_tape(None, tape)
+    if type(x) is Tracked and type(y) is Tracked:
+        if y.tape is not tape:
+            _check_tape(tape, y.tape)
+        xv, yv = x.value, y.value
+        ans = rule.plain(xv, yv)
         scalar = type(ans) in _FLOAT_SCALARS
         if scalar and rule.scalar_backs is not None:
-            back = rule.scalar_backs[1]
-        elif scalar and rule.bilinear:
-            back = scalar_pullback(x)
+            backs = rule.scalar_backs
+        elif scalar and rule.bilinear:  # each partial is the other argument (`scalar_pullback` inline)
+            backs = (yv if type(yv) in _FACTORS else multiply_by(yv), xv if type(xv) in _FACTORS else multiply_by(xv))
         elif scalar and rule.scalar_partials is not None:
-            back = scalar_pullback(rule.scalar_partials[1](ans, x, yv))
+            dx, dy = rule.scalar_partials
+            backs = (scalar_pullback(dx(ans, xv, yv)), scalar_pullback(dy(ans, xv, yv)))
         elif _is_float(ans):
-            back = rule.makers[1](ans, x, yv)
+            backs = (rule.makers[0](ans, xv, yv), rule.makers[1](ans, xv, yv))
         else:
             return ans
-        if y.view is not None:
-            back = _edge(y, back)
-        edges = ((y.index, back),)
+        if x.view is not None or y.view is not None:
+            backs = (_edge(x, backs[0]), _edge(y, backs[1]))  # first: settling a view moves its index
+        edges = ((x.index, backs[0]), (y.index, backs[1]))
+    else:  # one tracked argument, at position k
+        t, k, values = (x, 0, (x.value, y)) if type(x) is Tracked else (y, 1, (x, y.value))
+        ans = rule.plain(*values)
+        scalar = type(ans) in _FLOAT_SCALARS
+        if scalar and rule.scalar_backs is not None:
+            back = rule.scalar_backs[k]
+        elif scalar and rule.bilinear:
+            back = scalar_pullback(values[1 - k])
+        elif scalar and rule.scalar_partials is not None:
+            back = scalar_pullback(rule.scalar_partials[k](ans, *values))
+        elif _is_float(ans):
+            back = rule.makers[k](ans, *values)
+        else:
+            return ans
+        if t.view is not None:
+            back = _edge(t, back)  # first: settling a view moves its index
+        edges = ((t.index, back),)
     records = tape.records  # tape.record(ans, edges, func) inline: a frame less per operator
     records.append((edges, func))
     if len(records) == LONG_TAPE:
