@@ -191,9 +191,7 @@ def _gradients(arguments, grads):
     result = []
     for arg in arguments:
         if arg.floats and grads:  # Python floats in, Python floats out
-            found = [grads[t.index] for t in arg.inputs]
-            floats = [0.0 if g is None else float(g) for g in found] if None in found else list(map(float, found))
-            result.append(pytree.unflatten(arg.treedef, floats))
+            result.append(pytree.unflatten(arg.treedef, _python_floats([grads[t.index] for t in arg.inputs])))
             continue
         leaves = [
             None if t is None
@@ -208,6 +206,13 @@ def _gradients(arguments, grads):
         else:
             result.append(pytree.unflatten(arg.treedef, leaves))
     return result
+
+
+def _python_floats(cotangents):
+    """The gradient of Python-float leaves: each cotangent as a float, 0.0 for None (an unused leaf)."""
+    if None in cotangents:
+        return [0.0 if g is None else float(g) for g in cotangents]
+    return list(map(float, cotangents))
 
 
 def _leaf_gradient(g, original, seen):
@@ -279,9 +284,7 @@ def _floats_value_and_gradient(tape, f, xs):
     value, seed = _scalar_seed(out, tape)
     if seed is None:  # a constant result
         return value, type(xs)([0.0] * len(xs))
-    grads = backward(tape, {out.index: seed})[: len(xs)]
-    floats = map(float, grads) if None not in grads else (0.0 if g is None else float(g) for g in grads)
-    return value, type(xs)(floats)
+    return value, type(xs)(_python_floats(backward(tape, {out.index: seed})[: len(xs)]))
 
 
 def gradient(f, *args):

@@ -515,12 +515,12 @@ def _binary(x, y, func):
     records.append((edges, func))
     if len(records) == LONG_TAPE:
         tape.grew_long()
-    t = _new_tracked(Tracked)
-    t.value = ans
-    t.tape = tape
-    t.index = len(records) - 1
-    t.view = None
-    return t
+    out = _new_tracked(Tracked)
+    out.value = ans
+    out.tape = tape
+    out.index = len(records) - 1
+    out.view = None
+    return out
 
 
 def _call_first(func, x, rest):
