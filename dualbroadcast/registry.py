@@ -103,4 +103,6 @@ def primitive(f):
 
 
 def _implementation(func):
-    return getattr(func, "__wrapped_primitive__", func)
+    """What a rule calls on plain values: a primitive's own function, or a NumPy function without
+    its ``__array_function__`` dispatch (``np.dot._implementation``: 0.7 us less a call here)."""
+    return getattr(func, "__wrapped_primitive__", None) or getattr(func, "_implementation", func)
