@@ -488,20 +488,23 @@ def _binary(x, y, func):
         xv, yv = x.value, y.value
         ans = rule.plain(xv, yv)
         scalar = type(ans) in _FLOAT_SCALARS
-        if scalar and rule.scalar_backs is not None:
-            backs = rule.scalar_backs
-        elif scalar and rule.bilinear:  # each partial is the other argument (`scalar_pullback` inline)
-            backs = (yv if type(yv) in _FACTORS else multiply_by(yv), xv if type(xv) in _FACTORS else multiply_by(xv))
-        elif scalar and rule.scalar_partials is not None:
-            dx, dy = rule.scalar_partials
-            backs = (scalar_pullback(dx(ans, xv, yv)), scalar_pullback(dy(ans, xv, yv)))
-        elif _is_float(ans):
-            backs = (rule.makers[0](ans, xv, yv), rule.makers[1](ans, xv, yv))
+        if scalar and rule.bilinear:  # each partial is the other argument (`scalar_pullback` inline), paired
+            bx = yv if type(yv) in _FACTORS else multiply_by(yv)  # with a view's index (`_edge` inline: a dot
+            by = xv if type(xv) in _FACTORS else multiply_by(xv)  # of two slices in a loop)
+            edges = ((x.index, bx if x.view is None else (x.view, bx)), (y.index, by if y.view is None else (y.view, by)))
         else:
-            return ans
-        if x.view is not None or y.view is not None:
-            backs = (_edge(x, backs[0]), _edge(y, backs[1]))  # first: settling a view moves its index
-        edges = ((x.index, backs[0]), (y.index, backs[1]))
+            if scalar and rule.scalar_backs is not None:
+                backs = rule.scalar_backs
+            elif scalar and rule.scalar_partials is not None:
+                dx, dy = rule.scalar_partials
+                backs = (scalar_pullback(dx(ans, xv, yv)), scalar_pullback(dy(ans, xv, yv)))
+            elif _is_float(ans):
+                backs = (rule.makers[0](ans, xv, yv), rule.makers[1](ans, xv, yv))
+            else:
+                return ans
+            if x.view is not None or y.view is not None:
+                backs = (_edge(x, backs[0]), _edge(y, backs[1]))  # first: settling a view moves its index
+            edges = ((x.index, backs[0]), (y.index, backs[1]))
     else:  # one tracked argument, at position k
         t, k, values = (x, 0, (x.value, y)) if type(x) is Tracked else (y, 1, (x, y.value))
         ans = rule.plain(*values)
