@@ -31,7 +31,8 @@ RECORDER = contextvars.ContextVar("dualbroadcast_recorder", default=None)
 
 class Tape:
     """A Wengert list: ``records[i]`` is ``(edges, operation)``, one edge ``(parent index, pullback)`` per
-    tracked argument, or None for an input.
+    tracked argument; None for an input; the bare operation for a scalar product of views, whose
+    cotangent its views' bases read (see ``view_products``).
 
     ``single_sweep``: the tape will be swept once (``gradient``), so a pullback may
     reuse a buffer it owns for its cotangent instead of allocating a new one.
@@ -40,9 +41,13 @@ class Tape:
     ``inputs``: how many records at the start are inputs (the sweep stops there).
     ``view_bases``: ``{index: (shape, dtype)}`` of every value that unrecorded slices
     (views, see `Tracked`) were taken of: the shape of the gradient buffer they add into.
+    ``view_products``: ``{index: [view index, record, partial, ...]}`` for the same values:
+    the cotangents ``grads[record] * partial`` of scalar products of views (`_binary`),
+    added into the base's buffer when the sweep reaches it (`add_view_products`).
     """
 
-    __slots__ = ("records", "closed", "single_sweep", "collector_pause", "recorder", "inputs", "view_bases")
+    __slots__ = ("records", "closed", "single_sweep", "collector_pause", "recorder", "inputs", "view_bases",
+                 "view_products")
 
     def __init__(self, single_sweep=False, recorder=None):
         self.records = []
@@ -52,6 +57,7 @@ class Tape:
         self.recorder = recorder
         self.inputs = 0
         self.view_bases = {}
+        self.view_products = {}
 
     def grew_long(self):
         """The tape reached `LONG_TAPE` records: pause the garbage collector until it is closed."""
@@ -177,16 +183,16 @@ def _sweep(tape, seeds):
     for index, seed in seeds.items():
         grads[index] = seed
     factors = _FACTORS
-    view_bases = tape.view_bases
-    products = {}  # base index -> [view index, g, partial, ...]: its views' cotangents, added when it is reached
+    view_bases, registered = tape.view_bases, tape.view_products
+    gathered = {}  # base index -> [view index, g, partial, ...]: more such cotangents, found on the way
     for i in range(max(seeds), tape.inputs - 1, -1):
-        if products and i in products:
-            add_view_products(grads, owned, i, view_bases[i], products.pop(i))
+        if i in view_bases:  # its views' products are all known now
+            add_view_products(grads, owned, i, view_bases[i], registered[i], gathered.pop(i, ()))
         g = grads[i]
         if g is None:
             continue
         record = records[i]
-        if record is None:
+        if type(record) is not tuple:  # an input, or a product of views: its cotangent stays for their bases
             continue
         grads[i] = None
         for p, back in record[0]:
@@ -196,9 +202,9 @@ def _sweep(tape, seeds):
             elif kind is tuple:  # into a view's base: (its index, the consumer's pullback)
                 view, consumer = back
                 if type(consumer) is np.ndarray and type(g) in _SCALARS:  # g * partial, deferred
-                    pending = products.get(p)
+                    pending = gathered.get(p)
                     if pending is None:
-                        pending = products[p] = []
+                        pending = gathered[p] = []
                     pending.append(view)  # flat: no tuple per view (see add_view_products)
                     pending.append(g)
                     pending.append(consumer)
@@ -219,25 +225,33 @@ def _sweep(tape, seeds):
             else:
                 grads[p] = current = current + ct
                 owned[p] = type(current) is np.ndarray
-    for p, pending in products.items():  # views of inputs
-        add_view_products(grads, owned, p, view_bases[p], pending)
+    for p, base in view_bases.items():  # views of inputs
+        if p < tape.inputs:
+            add_view_products(grads, owned, p, base, registered[p], gathered.get(p, ()))
     return grads
 
 
 _SCALARS = {np.float64, np.float32, np.float16, float}  # cotangents the sweep gathers as a view product's scale
 
 
-def add_view_products(grads, owned, p, base, products):
-    """Add the cotangents ``g * partial`` of views ``base_of_p[index]`` into p's buffer: ``products``
-    is ``[index, g, partial, index, g, partial, ...]`` and ``base`` is ``(shape, dtype)``.
+def add_view_products(grads, owned, p, base, registered, gathered):
+    """Add the cotangents ``g * partial`` of views ``base_of_p[index]`` into p's buffer, ``base`` its
+    ``(shape, dtype)``: ``registered`` is ``[index, record, partial, ...]`` with ``g = grads[record]``
+    (see `Tape`), ``gathered`` is ``[index, g, partial, ...]``.
 
-    The sweep gathers them (a dot of two column slices in a loop gives two per
-    column): added one by one, each costs a multiply and an add of a few elements at
-    Python's price per NumPy call.  Gathered, they are scaled in one call and added
-    in one scatter when every index picks one position along the same axis
-    (``X[j]`` or ``X[:, j]``).
+    A dot of two column slices in a loop gives two per column: added one by one,
+    each would cost a multiply and an add of a few elements at Python's price per
+    NumPy call.  Together, they are scaled in one call and added in one scatter when
+    every index picks one position along the same axis (``X[j]`` or ``X[:, j]``).
     """
-    indices, scales, partials = products[0::3], products[1::3], products[2::3]
+    indices, scales, partials = registered[0::3], list(map(grads.__getitem__, registered[1::3])), registered[2::3]
+    if gathered:
+        indices, scales, partials = indices + gathered[0::3], scales + gathered[1::3], partials + gathered[2::3]
+    if None in scales:  # products that no cotangent reached
+        kept = [k for k, scale in enumerate(scales) if scale is not None]
+        indices, scales, partials = [indices[k] for k in kept], [scales[k] for k in kept], [partials[k] for k in kept]
+    if not scales:
+        return
     buffer = own_buffer(grads, owned, p, *base)
     axis, positions = _positions_along_one_axis(indices, buffer.ndim)
     stacked = _stacked(partials) if axis is not None else None
@@ -488,10 +502,18 @@ def _binary(x, y, func):
         xv, yv = x.value, y.value
         ans = rule.plain(xv, yv)
         scalar = type(ans) in _FLOAT_SCALARS
-        if scalar and rule.bilinear:  # each partial is the other argument (`scalar_pullback` inline), paired
-            bx = yv if type(yv) in _FACTORS else multiply_by(yv)  # with a view's index (`_edge` inline: a dot
-            by = xv if type(xv) in _FACTORS else multiply_by(xv)  # of two slices in a loop)
-            edges = ((x.index, bx if x.view is None else (x.view, bx)), (y.index, by if y.view is None else (y.view, by)))
+        if scalar and rule.bilinear:  # each partial is the other argument (`scalar_pullback` inline)
+            bx = yv if type(yv) in _FACTORS else multiply_by(yv)
+            by = xv if type(xv) in _FACTORS else multiply_by(xv)
+            if x.view is not None and y.view is not None:  # a dot of two slices in a loop (partials: arrays) ...
+                products = tape.view_products  # ... no edges to sweep: see Tape.view_products
+                index = len(tape.records)
+                products[x.index] += (x.view, index, bx)
+                products[y.index] += (y.view, index, by)
+                record = func
+            else:  # a view's partial paired with its index (`_edge` inline)
+                record = ((x.index, bx if x.view is None else (x.view, bx)),
+                          (y.index, by if y.view is None else (y.view, by))), func
         else:
             if scalar and rule.scalar_backs is not None:
                 backs = rule.scalar_backs
@@ -504,7 +526,7 @@ def _binary(x, y, func):
                 return ans
             if x.view is not None or y.view is not None:
                 backs = (_edge(x, backs[0]), _edge(y, backs[1]))  # first: settling a view moves its index
-            edges = ((x.index, backs[0]), (y.index, backs[1]))
+            record = ((x.index, backs[0]), (y.index, backs[1])), func
     else:  # one tracked argument, at position k
         t, k, values = (x, 0, (x.value, y)) if type(x) is Tracked else (y, 1, (x, y.value))
         ans = rule.plain(*values)
@@ -519,11 +541,15 @@ def _binary(x, y, func):
             back = rule.makers[k](ans, *values)
         else:
             return ans
-        if t.view is not None:
-            back = _edge(t, back)  # first: settling a view moves its index
-        edges = ((t.index, back),)
+        if t.view is not None and scalar and rule.bilinear and type(back) is np.ndarray:
+            tape.view_products[t.index] += (t.view, len(tape.records), back)  # as for two views
+            record = func
+        else:
+            if t.view is not None:
+                back = _edge(t, back)  # first: settling a view moves its index
+            record = ((t.index, back),), func
     records = tape.records  # tape.record(ans, edges, func) inline: a frame less per operator
-    records.append((edges, func))
+    records.append(record)
     if len(records) == LONG_TAPE:
         tape.grew_long()
     out = _new_tracked(Tracked)
@@ -828,6 +854,7 @@ class Tracked:
                 bases = tape.view_bases
                 if self.index not in bases:
                     bases[self.index] = (base.shape, base.dtype)
+                    tape.view_products[self.index] = []
                 view = _new_tracked(Tracked)  # as in Tape.record: no __init__ frame for a slice in a loop
                 view.value = value
                 view.tape = tape

@@ -187,3 +187,61 @@ def test_gathered_products_of_mixed_dtypes_keep_each_arguments_dtype():
     assert gX.dtype == np.float32 and gY.dtype == np.float64
     np.testing.assert_allclose(gX, np.outer(Y.sum(axis=1), weights), rtol=1e-5)
     np.testing.assert_allclose(gY, np.outer(X.astype(np.float64) @ weights, np.ones(4)), rtol=1e-5)
+
+
+# A scalar product of two views, or of a view and a constant, is recorded without edges: its
+# partials wait in the tape's view_products for their bases.  A product of a view and any other
+# tracked value keeps its edges and is gathered by the sweep.  Both must meet in one base's buffer.
+PRODUCT_KINDS = ["two views", "view and constant", "view and tracked value", "unused"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    terms=st.lists(st.tuples(st.sampled_from(PRODUCT_KINDS), VIEW_INDEX, VIEW_INDEX), min_size=1, max_size=10),
+    recorded_bases=st.booleans(),
+)
+def test_products_of_views_with_constants_tracked_values_and_unused_results(terms, recorded_bases):
+    """Views of the inputs, or (``recorded_bases``) of recorded results, whose products the sweep
+    adds when it reaches them."""
+    rng = np.random.default_rng(len(terms))
+    X, Y, C = (rng.standard_normal((4, 5)) for _ in range(3))
+    terms = [(kind, a, b) for kind, a, b in terms if np.size(X[a]) == np.size(Y[b])]
+
+    def f(X, Y):
+        if recorded_bases:
+            X, Y = X + 0.0, Y + 0.0
+        total = 0.0
+        for k, (kind, a, b) in enumerate(terms):
+            u = X[a].ravel() if np.ndim(X[a]) != 1 else X[a]
+            v = {"two views": Y[b], "view and constant": C[b], "view and tracked value": Y[b] * 1.0, "unused": Y[b]}[kind]
+            v = v.ravel() if np.ndim(Y[b]) != 1 else v
+            product = np.dot(u, v)
+            if kind != "unused":
+                total = total + product * float(k + 1)
+        return total + np.sum(X[0])  # a result even when every product is unused
+
+    gX, gY = np.zeros_like(X), np.zeros_like(Y)
+    gX[0] += 1.0
+    for k, (kind, a, b) in enumerate(terms):
+        other = C if kind == "view and constant" else Y
+        if kind != "unused":
+            gX[a] += (k + 1) * other[b].reshape(np.shape(X[a]))
+        if kind in ("two views", "view and tracked value"):
+            gY[b] += (k + 1) * X[a].reshape(np.shape(Y[b]))
+    got = db.gradient(f, X, Y)
+    np.testing.assert_allclose(got[0], gX, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got[1], gY, rtol=1e-12, atol=1e-12)
+    _, back = db.pullback(f, X, Y)
+    for _ in range(2):  # the held products are read, not used up, by each sweep
+        again = back(1.0)
+        np.testing.assert_allclose(again[0], gX, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(again[1], gY, rtol=1e-12, atol=1e-12)
+
+
+def test_a_product_of_views_as_the_result_and_as_an_explained_operation():
+    X = np.random.default_rng(6).standard_normal((3, 4))
+    want = np.zeros_like(X)
+    want[:, 0], want[:, 2] = X[:, 2], X[:, 0]
+    np.testing.assert_allclose(db.gradient(lambda X: np.dot(X[:, 0], X[:, 2]), X), want, rtol=1e-14)
+    report = db.explain(lambda X: np.dot(X[:, 0], X[:, 2]) + np.dot(X[0], X[1]), X)
+    assert [(op.name, op.active) for op in report.operations] == [("np.dot", 2), ("np.dot", 2), ("np.add", 2)]
