@@ -247,7 +247,9 @@ def add_view_products(grads, owned, p, base, registered, gathered):
     indices, scales, partials = registered[0::3], list(map(grads.__getitem__, registered[1::3])), registered[2::3]
     if gathered:
         indices, scales, partials = indices + gathered[0::3], scales + gathered[1::3], partials + gathered[2::3]
-    if None in scales:  # products that no cotangent reached
+    scale_types = set(map(type, scales))  # not `None in scales`: NumPy scalars compare to None slowly
+    if type(None) in scale_types:  # products that no cotangent reached
+        scale_types.discard(type(None))
         kept = [k for k, scale in enumerate(scales) if scale is not None]
         indices, scales, partials = [indices[k] for k in kept], [scales[k] for k in kept], [partials[k] for k in kept]
     if not scales:
@@ -259,7 +261,7 @@ def add_view_products(grads, owned, p, base, registered, gathered):
         for index, scale, partial in zip(indices, scales, partials):
             add_at(buffer, index, scale * partial)
         return
-    same_type = set(map(type, scales)) == {stacked.dtype.type}  # then converting them is a quick copy
+    same_type = scale_types == {stacked.dtype.type}  # then converting them is a quick copy
     stacked *= np.array(scales, stacked.dtype if same_type else None).reshape((-1,) + (1,) * (stacked.ndim - 1))
     scatter_add(buffer.swapaxes(0, axis), positions, stacked)
 
@@ -506,10 +508,15 @@ def _binary(x, y, func):
             bx = yv if type(yv) in _FACTORS else multiply_by(yv)
             by = xv if type(xv) in _FACTORS else multiply_by(xv)
             if x.view is not None and y.view is not None:  # a dot of two slices in a loop (partials: arrays) ...
-                products = tape.view_products  # ... no edges to sweep: see Tape.view_products
-                index = len(tape.records)
-                products[x.index] += (x.view, index, bx)
-                products[y.index] += (y.view, index, by)
+                index = len(tape.records)  # ... no edges to sweep: see Tape.view_products
+                products = tape.view_products[x.index]
+                products.append(x.view)  # three appends: half the time of += (x.view, index, bx) here
+                products.append(index)
+                products.append(bx)
+                products = tape.view_products[y.index]
+                products.append(y.view)
+                products.append(index)
+                products.append(by)
                 record = func
             else:  # a view's partial paired with its index (`_edge` inline)
                 record = ((x.index, bx if x.view is None else (x.view, bx)),
@@ -542,7 +549,10 @@ def _binary(x, y, func):
         else:
             return ans
         if t.view is not None and scalar and rule.bilinear and type(back) is np.ndarray:
-            tape.view_products[t.index] += (t.view, len(tape.records), back)  # as for two views
+            products = tape.view_products[t.index]  # as for two views
+            products.append(t.view)
+            products.append(len(tape.records))
+            products.append(back)
             record = func
         else:
             if t.view is not None:
