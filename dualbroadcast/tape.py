@@ -531,9 +531,10 @@ def _binary(x, y, func):
                 backs = (rule.makers[0](ans, xv, yv), rule.makers[1](ans, xv, yv))
             else:
                 return ans
+            bx, by = backs
             if x.view is not None or y.view is not None:
-                backs = (_edge(x, backs[0]), _edge(y, backs[1]))  # first: settling a view moves its index
-            record = ((x.index, backs[0]), (y.index, backs[1])), func
+                bx, by = _edge(x, bx), _edge(y, by)  # first: settling a view moves its index
+            record = ((x.index, bx), (y.index, by)), func
     else:  # one tracked argument, at position k
         t, k, values = (x, 0, (x.value, y)) if type(x) is Tracked else (y, 1, (x, y.value))
         ans = rule.plain(*values)
@@ -559,13 +560,14 @@ def _binary(x, y, func):
                 back = _edge(t, back)  # first: settling a view moves its index
             record = ((t.index, back),), func
     records = tape.records  # tape.record(ans, edges, func) inline: a frame less per operator
+    index = len(records)
     records.append(record)
-    if len(records) == LONG_TAPE:
+    if index == LONG_TAPE - 1:
         tape.grew_long()
     out = _new_tracked(Tracked)
     out.value = ans
     out.tape = tape
-    out.index = len(records) - 1
+    out.index = index
     out.view = None
     return out
 
@@ -789,8 +791,10 @@ class Tracked:
         if kwargs:
             if kwargs.get("out") is not None:
                 raise InPlaceMutationError(_OUT.format(name=qualified_name(func), example=f"{qualified_name(func)}(...)"))
-        elif len(args) == 2 and type(args[0]) is Tracked and type(args[1]) is Tracked:
-            return _binary(args[0], args[1], func)  # np.dot of two slices in a loop: one frame less
+        elif len(args) == 2:
+            x, y = args
+            if type(x) is Tracked and type(y) is Tracked:
+                return _binary(x, y, func)  # np.dot of two slices in a loop: one frame less
         return _dispatch(func, args, kwargs)
 
     def __array__(self, dtype=None, copy=None):
