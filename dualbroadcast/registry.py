@@ -30,7 +30,7 @@ class Rule:
     (``operator.mul`` for ``np.multiply``: no ufunc dispatch on scalars).
     ``binary``: one maker for each of two arguments, as operators (``x - y``) need.
     ``scalar_backs``: for constant partials (``x - y``), the pullbacks of a scalar
-    result, the same for every call, so recording one calls no maker.
+    result, the same for every call, so recording one calls no maker (None: the identity).
     ``scalar_partials``: for a scalar result, ``∂f/∂argᵢ(ans, *args)`` per argument: its
     pullback multiplies by that partial (no maker; NumPy 2 keeps Python scalars weak).
     ``bilinear``: ``x * y`` or a dot: for a scalar result ∂f/∂x = y and ∂f/∂y = x, so

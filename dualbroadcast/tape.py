@@ -196,8 +196,9 @@ def _sweep(tape, seeds):
             continue
         grads[i] = None
         for p, back in record[0]:
-            kind = type(back)
-            if kind in factors:  # a scalar result's partial
+            if back is None:  # the identity: a scalar x + y
+                ct = g
+            elif (kind := type(back)) in factors:  # a scalar result's partial
                 ct = g * back
             elif kind is tuple:  # into a view's base: (its index, the consumer's pullback)
                 view, consumer = back
@@ -209,7 +210,7 @@ def _sweep(tape, seeds):
                     pending.append(g)
                     pending.append(consumer)
                     continue
-                ct = g * consumer if type(consumer) in factors else consumer(g)
+                ct = g if consumer is None else g * consumer if type(consumer) in factors else consumer(g)
                 add_at(own_buffer(grads, owned, p, *view_bases[p]), view, ct)
                 continue
             elif kind is IndexPullback:

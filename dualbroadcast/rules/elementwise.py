@@ -92,8 +92,8 @@ def _register():
         defvjp(func, *(vjp_maker(p, i) for i, p in enumerate(partials)))
     for func, plain in OPERATORS.items():
         RULES[func].plain = plain
-    for func in (np.add, np.subtract, np.negative, np.positive):
-        RULES[func].scalar_backs = tuple(operator.pos if d == 1 else operator.neg for d in DERIVATIVES[func])
+    RULES[np.add].scalar_backs = (None, None)  # None: the identity, which the sweep applies without a call
+    RULES[np.subtract].scalar_backs = (None, operator.neg)
     for func in (np.multiply, np.divide, np.power):
         RULES[func].scalar_partials = DERIVATIVES[func]
     RULES[np.multiply].bilinear = True
