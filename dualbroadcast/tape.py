@@ -757,9 +757,9 @@ class Tracked:
 
     ``view``: for a basic slice ``base[index]`` (a NumPy view), its ``index`` (the base's
     shape and dtype are the tape's ``view_bases[base index]``); it carries the base's tape
-    ``index``.  Such a slice is not recorded: each operation
-    on it adds its cotangent at ``index`` of the base's gradient buffer, so a slice in a
-    loop costs one record less (see `_edges`).
+    ``index``.  Such a slice is not recorded: each operation on it adds its cotangent at
+    ``index`` of the base's gradient buffer, so a slice in a loop costs one record less
+    (see `_edges`; a scalar product of slices holds its partials for the base, see `_binary`).
     """
 
     __slots__ = ("value", "tape", "index", "view")
