@@ -505,21 +505,21 @@ def _binary(x, y, func):
         xv, yv = x.value, y.value
         ans = rule.plain(xv, yv)
         scalar = type(ans) in _FLOAT_SCALARS
-        if scalar and rule.bilinear:  # each partial is the other argument (`scalar_pullback` inline)
-            bx = yv if type(yv) in _FACTORS else multiply_by(yv)
-            by = xv if type(xv) in _FACTORS else multiply_by(xv)
-            if x.view is not None and y.view is not None:  # a dot of two slices in a loop (partials: arrays) ...
-                index = len(tape.records)  # ... no edges to sweep: see Tape.view_products
+        if scalar and rule.bilinear:  # each partial is the other argument
+            if x.view is not None and y.view is not None:  # a dot of two slices in a loop: no edges to
+                index = len(tape.records)  # sweep, the partials are held for the bases (Tape.view_products)
                 products = tape.view_products[x.index]
-                products.append(x.view)  # three appends: half the time of += (x.view, index, bx) here
+                products.append(x.view)  # three appends: half the time of += (x.view, index, yv) here
                 products.append(index)
-                products.append(bx)
+                products.append(yv)
                 products = tape.view_products[y.index]
                 products.append(y.view)
                 products.append(index)
-                products.append(by)
+                products.append(xv)
                 record = func
-            else:  # a view's partial paired with its index (`_edge` inline)
+            else:  # `scalar_pullback` inline, a view's partial paired with its index (`_edge` inline)
+                bx = yv if type(yv) in _FACTORS else multiply_by(yv)
+                by = xv if type(xv) in _FACTORS else multiply_by(xv)
                 record = ((x.index, bx if x.view is None else (x.view, bx)),
                           (y.index, by if y.view is None else (y.view, by))), func
         else:
