@@ -243,7 +243,8 @@ def add_view_products(grads, owned, p, base, registered, gathered):
     A dot of two column slices in a loop gives two per column: added one by one,
     each would cost a multiply and an add of a few elements at Python's price per
     NumPy call.  Together, they are scaled in one call and added in one scatter when
-    every index picks one position along the same axis (``X[j]`` or ``X[:, j]``).
+    every index picks one position along the same axis (``X[j]`` or ``X[:, j]``), in
+    batches of at most `BATCH_ELEMENTS`, so the stacked copies stay a bounded temporary.
     """
     indices, scales, partials = registered[0::3], list(map(grads.__getitem__, registered[1::3])), registered[2::3]
     if gathered:
@@ -257,14 +258,22 @@ def add_view_products(grads, owned, p, base, registered, gathered):
         return
     buffer = own_buffer(grads, owned, p, *base)
     axis, positions = _positions_along_one_axis(indices, buffer.ndim)
-    stacked = _stacked(partials) if axis is not None else None
-    if stacked is None or stacked.shape[1:] != buffer[indices[0]].shape:
-        for index, scale, partial in zip(indices, scales, partials):
-            add_at(buffer, index, scale * partial)
-        return
-    same_type = scale_types == {stacked.dtype.type}  # then converting them is a quick copy
-    stacked *= np.array(scales, stacked.dtype if same_type else None).reshape((-1,) + (1,) * (stacked.ndim - 1))
-    scatter_add(buffer.swapaxes(0, axis), positions, stacked)
+    row = buffer[indices[0]]
+    step = len(scales) if axis is None else max(1, BATCH_ELEMENTS // max(1, row.size))
+    for start in range(0, len(scales), step):
+        batch = slice(start, start + step)
+        stacked = _stacked(partials[batch]) if axis is not None else None
+        if stacked is None or stacked.shape[1:] != row.shape:
+            for index, scale, partial in zip(indices[batch], scales[batch], partials[batch]):
+                add_at(buffer, index, scale * partial)
+            continue
+        same_type = scale_types == {stacked.dtype.type}  # then converting them is a quick copy
+        stacked *= np.array(scales[batch], stacked.dtype if same_type else None).reshape(
+            (-1,) + (1,) * (stacked.ndim - 1))
+        scatter_add(buffer.swapaxes(0, axis), positions[batch], stacked)
+
+
+BATCH_ELEMENTS = 1 << 16  # view products stacked at a time (512 KiB of float64): bounded, yet few batches
 
 
 def _positions_along_one_axis(indices, ndim):
