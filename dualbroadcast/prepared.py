@@ -138,7 +138,7 @@ class Recorder:
                 outs.append(None)  # a plain result (a shape, a count): guarded by equality
                 results.append(a)
                 continue
-            backs = _backs(rule, kind, j, active, a, ans, call_values, kwargs) if _is_float(a) and active else None
+            backs = _backs(func, rule, kind, j, active, a, ans, call_values, kwargs) if _is_float(a) and active else None
             parents = tuple(refs[i] for i in active) if backs else ()
             out = self._new(a, parents, backs or (), func, bool(backs))
             outs.append(out.index)
@@ -181,12 +181,12 @@ def _is_float(a):
     return getattr(a, "dtype", None) is not None and a.dtype.kind == "f"
 
 
-def _backs(rule, kind, j, active, a, ans, values, kwargs):
+def _backs(func, rule, kind, j, active, a, ans, values, kwargs):
     if kind == PER_ARGUMENT:
         makers = rule.makers
         for i in active:
             if i >= len(makers) or makers[i] is None:
-                raise UnsupportedFunctionError(f"argument {i} of {qualified_name(rule.impl)} is not differentiable")
+                raise UnsupportedFunctionError(f"argument {i} of {qualified_name(func)} is not differentiable")
         return tuple(makers[i](a, *values, **kwargs) for i in active)
     if kind == OUTPUTS:
         back = rule.makers(j, ans, *values, **kwargs)

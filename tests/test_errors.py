@@ -315,3 +315,19 @@ def test_every_error_is_a_differentiation_error():
         db.NonScalarOutputError, db.GradientMismatchError, db.KernelError,
     ):
         assert issubclass(cls, db.DifferentiationError)
+
+
+@db.primitive
+def _scaled(x, k):
+    """``x * k``, registered below as differentiable in ``x`` only."""
+    return x * k
+
+
+db.defvjp(_scaled, lambda ans, x, k: lambda g: g * k, None)
+
+
+@pytest.mark.parametrize("evaluate", [db.gradient, lambda f, x: db.prepare_gradient(f, x)(x)], ids=["gradient", "prepared"])
+def test_a_tracked_value_as_a_non_differentiable_argument_names_the_function(evaluate):
+    with pytest.raises(db.UnsupportedFunctionError, match=r"argument 1 of .*_scaled is not differentiable"):
+        evaluate(lambda x: np.sum(_scaled(x, x[0])), np.ones(3))
+    np.testing.assert_array_equal(evaluate(lambda x: np.sum(_scaled(x, db.cut(x)[0] * 2.0)), np.ones(3)), np.full(3, 2.0))
