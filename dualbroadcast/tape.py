@@ -83,7 +83,7 @@ class Tape:
         """
         if self.collector_pause is not None:
             if drop_records:
-                self.records, self.view_products = [], {}
+                self.records, self.view_bases, self.view_products = [], {}, {}
             self.collector_pause.__exit__()
             self.collector_pause = None
 
