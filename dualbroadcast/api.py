@@ -1,11 +1,21 @@
 """The public entry points of reverse mode: gradient, pullback, jacobian, cut, check_gradient."""
 
+import weakref
+
 import numpy as np
 
 from . import pytree
-from .errors import GradientMismatchError, NonScalarOutputError
+from .errors import (
+    ArgumentTypeError,
+    GradientMismatchError,
+    InPlaceMutationError,
+    NonScalarOutputError,
+    ShapeMismatchError,
+    StaleValueError,
+    ValueConversionError,
+)
 from .pytree import Cut, Uncut
-from .tape import ACTIVE_TAPE, RECORDER, Tape, Tracked, backward, settle, value_of
+from .tape import ACTIVE_TAPE, RECORDER, Tape, Tracked, backward, settle, thaw, value_of
 
 _FLOAT_TYPES = (np.ndarray, float, np.float64, np.float32)
 _FLOAT_SCALARS = {np.float64, np.float32, np.float16, np.longdouble}
@@ -37,7 +47,7 @@ def uncut(x):
 def strip(x):
     """``x`` with every leaf that is not under `uncut` made constant, markers removed."""
     recorder = RECORDER.get()
-    constant = value_of if recorder is None else (lambda v: recorder.alias(v) if type(v) is Tracked else v)
+    constant = _cut_value if recorder is None else (lambda v: recorder.alias(v) if type(v) is Tracked else v)
     if type(x) is Tracked:
         return constant(x)
     if isinstance(x, _FLOAT_TYPES):
@@ -47,6 +57,15 @@ def strip(x):
     if not pytree.has_markers(treedef) and not any(type(leaf) is Tracked for leaf in leaves):
         return x
     return pytree.unflatten(treedef, [leaf if on else constant(leaf) for leaf, on in zip(leaves, flags)])
+
+
+def _cut_value(x):
+    """The plain value of a possibly tracked ``x``, kept read-only while its tape's pullbacks may read it."""
+    if type(x) is not Tracked:
+        return x
+    if type(x.value) is np.ndarray:
+        x.tape.keep(x.value)
+    return x.value
 
 
 # --- tracing ----------------------------------------------------------------
@@ -119,11 +138,11 @@ def _float_value(x, position, leaf=None):
     elif isinstance(x, complex) or kind == "c":
         what = "complex (not supported yet)"
     elif type(x) is Tracked:
-        raise TypeError("nested gradients (a gradient of a function that takes a gradient) are not supported")
+        raise ArgumentTypeError("nested gradients (a gradient of a function that takes a gradient) are not supported")
     else:
         what = f"of type {type(x).__name__}" + (f" with dtype {x.dtype}" if hasattr(x, "dtype") else "")
     where = "" if leaf is None else f" (leaf {leaf})"
-    raise TypeError(
+    raise ArgumentTypeError(
         f"argument {position}{where} to differentiate is {what}; only floating-point values have "
         "gradients. Convert it with np.asarray(x, dtype=float), or wrap it in db.cut(...) to "
         "treat it as a constant."
@@ -131,8 +150,11 @@ def _float_value(x, position, leaf=None):
 
 
 def _trace(f, args):
-    """Run ``f`` on tracked arguments; return the tape, the output and the arguments."""
+    """Run ``f`` on tracked arguments; return the tape, the output and the arguments.
+
+    The constants the tape keeps stay read-only as long as the tape (its pullbacks) lives."""
     tape = Tape()
+    weakref.finalize(tape, thaw, tape.kept)
     call_args, arguments = _prepare(tape, args)
     return tape, _call_on_tape(tape, f, call_args), arguments
 
@@ -142,13 +164,43 @@ def _call_on_tape(tape, f, call_args, keep_collector_paused=False):
     token = ACTIVE_TAPE.set(tape)
     try:
         out = _settled(f(*call_args))
+    except ValueError as error:
+        tape.close()
+        explained = _explained(error, tape)
+        tape.thaw()
+        if explained is None:
+            raise
+        raise explained from error
     except BaseException:
         tape.close()
+        tape.thaw()
         raise
     finally:
         ACTIVE_TAPE.reset(token)
     tape.close(resume_collector=not keep_collector_paused)
     return out
+
+
+_READ_ONLY = ("assignment destination is read-only", "output array is read-only")
+
+
+def _explained(error, tape):
+    """The library's error for NumPy's bare ValueError where a tracked or kept value caused it, else None."""
+    message = str(error)
+    if "setting an array element with a sequence" in message:
+        return ValueConversionError(
+            f"{message} This is what NumPy says when a tracked value is assigned into a NumPy array "
+            "(y[i] = x[j]), which would drop its gradient: build the array with np.stack, "
+            "np.concatenate or np.where instead, or assign db.cut(x[j]) if you want its value only."
+        )
+    if any(text in message for text in _READ_ONLY) and tape.kept:
+        return InPlaceMutationError(
+            f"{message}: f wrote into an array that the gradient still reads (a constant used by a "
+            "differentiated operation, or a value read with db.cut). dualbroadcast makes such arrays "
+            "read-only until the gradient is computed, since changing them would change the gradient "
+            "without a word. Write into a copy instead (c = np.copy(c)), or finish with it before its use."
+        )
+    return None
 
 
 def _settled(out):
@@ -168,20 +220,28 @@ def _scalar_seed(out, tape):
         return out.value, type(out.value)(1)
     if isinstance(out, (tuple, list, dict)):
         raise NonScalarOutputError(
-            f"gradient needs a function with a scalar result, but it returned a {type(out).__name__}; "
+            f"gradient needs a function with a real scalar result, but it returned a {type(out).__name__}; "
             "use db.pullback(f, x) for a vector-Jacobian product or db.jacobian(f, x) for all derivatives"
         )
     value = value_of(out)
     if type(out) is Tracked and out.tape is not tape:
-        raise ValueError("the function returned a tracked value from another gradient evaluation")
+        raise StaleValueError("the function returned a tracked value from another gradient evaluation")
+    if not isinstance(value, (int, float, np.generic, np.ndarray)):
+        raise NonScalarOutputError(
+            f"gradient needs a function with a real scalar result, but it returned {type(value).__name__} "
+            f"({value!r:.60}); return the scalar to differentiate (for several outputs, use db.pullback)"
+        )
     if np.ndim(value) != 0:
         raise NonScalarOutputError(
-            f"gradient needs a function with a scalar result, but it returned shape {np.shape(value)}; "
+            f"gradient needs a function with a real scalar result, but it returned shape {np.shape(value)}; "
             "use db.pullback(f, x) for a vector-Jacobian product or db.jacobian(f, x) for all derivatives"
         )
     dtype = np.result_type(value)
     if dtype.kind not in "fiub":
-        raise TypeError(f"gradient needs a real result, but the function returned dtype {dtype}")
+        raise NonScalarOutputError(
+            f"gradient needs a real result, but the function returned dtype {dtype}; "
+            "complex results are not supported yet: differentiate a real function of them (np.abs, np.real)"
+        )
     return value, (out.dtype.type(1) if type(out) is Tracked else None)
 
 
@@ -261,6 +321,7 @@ def value_and_gradient(f, *args):
                 return _floats_value_and_gradient(tape, f, x)
         return _value_and_gradient(tape, f, args)
     finally:
+        tape.thaw()
         tape.release()  # after the evaluation's frame is gone: nothing else holds the records
 
 
@@ -319,7 +380,7 @@ def pullback(f, *args):
         def back_one(ybar):
             yb = np.array(ybar, dtype=dtype)  # a copy: the gradient may be this very array
             if yb.shape != shape:
-                raise ValueError(f"cotangent of shape {yb.shape} for an output of shape {shape}")
+                raise ShapeMismatchError(f"cotangent of shape {yb.shape} for an output of shape {shape}; pass one of the output's shape")
             seed = yb[()] if shape == () else yb  # a scalar result's seed as a scalar: cheaper to multiply
             return _one_or_tuple(_gradients(arguments, backward(tape, {out.index: seed})))
 
@@ -328,14 +389,14 @@ def pullback(f, *args):
     def back(ybar):
         ybar_leaves, _ = pytree.flatten(ybar)
         if len(ybar_leaves) != len(out_leaves):
-            raise ValueError(f"back expects a cotangent with the output's structure ({len(out_leaves)} arrays)")
+            raise ShapeMismatchError(f"back expects a cotangent with the output's structure ({len(out_leaves)} arrays)")
         seeds = {}
         for o, yb in zip(out_leaves, ybar_leaves):
             if type(o) is not Tracked:
                 continue
             yb = np.array(yb, dtype=o.dtype)  # a copy: the gradient may be this very array
             if yb.shape != o.shape:
-                raise ValueError(f"cotangent of shape {yb.shape} for an output of shape {o.shape}")
+                raise ShapeMismatchError(f"cotangent of shape {yb.shape} for an output of shape {o.shape}; pass one of the output's shape")
             seeds[o.index] = seeds[o.index] + yb if o.index in seeds else yb
         grads = backward(tape, seeds) if seeds else None
         return _one_or_tuple(_gradients(arguments, grads))
@@ -346,7 +407,7 @@ def pullback(f, *args):
 def jacobian(f, x):
     """Dense Jacobian of ``f`` at ``x``: shape ``f(x).shape + x.shape``."""
     if not isinstance(x, (np.ndarray, float, np.floating)):
-        raise TypeError("jacobian takes one array or scalar argument; for pytrees use db.pullback")
+        raise ArgumentTypeError("jacobian takes one array or scalar argument; for pytrees use db.pullback")
     y, back = pullback(f, x)
     y = np.asarray(y)
     x_shape = np.shape(x)

@@ -27,3 +27,15 @@ class GradientMismatchError(DifferentiationError, AssertionError):
 
 class KernelError(DifferentiationError, TypeError):
     """The function given to `broadcast`/`sum` does something a kernel cannot do."""
+
+
+class ArgumentTypeError(DifferentiationError, TypeError):
+    """An argument to differentiate is not a real floating-point value (an integer, complex, object)."""
+
+
+class StaleValueError(DifferentiationError, ValueError):
+    """A tracked value was used outside the evaluation that made it, or met another evaluation's values."""
+
+
+class ShapeMismatchError(DifferentiationError, ValueError):
+    """A cotangent, given to a pullback or returned by a rule, does not have its value's shape."""

@@ -35,9 +35,12 @@ class Rule:
     pullback multiplies by that partial (no maker; NumPy 2 keeps Python scalars weak).
     ``bilinear``: ``x * y`` or a dot: for a scalar result ∂f/∂x = y and ∂f/∂y = x, so
     the record keeps the other argument itself (no partial to evaluate).
+    ``keeps_arguments``: its pullbacks may read its constant array arguments, which are then
+    read-only until the gradient is taken (`Tape.keep`); False for a rule that copies them.
     """
 
-    __slots__ = ("impl", "kind", "makers", "plain", "binary", "scalar_backs", "scalar_partials", "bilinear")
+    __slots__ = ("impl", "kind", "makers", "plain", "binary", "scalar_backs", "scalar_partials", "bilinear",
+                 "keeps_arguments")
 
     def __init__(self, impl, kind, makers):
         self.impl = impl
@@ -48,6 +51,7 @@ class Rule:
         self.scalar_backs = None
         self.scalar_partials = None
         self.bilinear = False
+        self.keeps_arguments = True
 
 
 RULES = {}

@@ -11,6 +11,7 @@ import contextvars
 import functools
 import gc
 import operator
+import sys
 import threading
 import types
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from .errors import (
     InPlaceMutationError,
+    StaleValueError,
     UnsupportedFunctionError,
     ValueConversionError,
 )
@@ -47,7 +49,7 @@ class Tape:
     """
 
     __slots__ = ("records", "closed", "single_sweep", "collector_pause", "recorder", "inputs", "view_bases",
-                 "view_products")
+                 "view_products", "kept", "__weakref__")
 
     def __init__(self, single_sweep=False, recorder=None):
         self.records = []
@@ -58,6 +60,23 @@ class Tape:
         self.inputs = 0
         self.view_bases = {}
         self.view_products = {}
+        self.kept = []
+
+    def keep(self, a):
+        """Make the constant array ``a`` (and the array it views) read-only until `thaw`: a pullback may
+        read it, so changed in place after use it would change the gradient without a word.  A flag,
+        not a copy: constants still cost nothing.  (Writes through another view of it are not caught.)"""
+        if a.flags.writeable:
+            a.flags.writeable = False
+            self.kept.append(a)
+        base = a.base
+        if type(base) is np.ndarray and base.flags.writeable:
+            base.flags.writeable = False
+            self.kept.append(base)
+
+    def thaw(self):
+        """The pullbacks will not run again: make the arrays `keep` froze writeable again."""
+        thaw(self.kept)
 
     def grew_long(self):
         """The tape reached `LONG_TAPE` records: pause the garbage collector until it is closed."""
@@ -131,6 +150,13 @@ class Tape:
         t.index = len(records) - 1
         t.view = None
         return t
+
+
+def thaw(kept):
+    """Make the arrays in ``kept`` writeable again (bases before their views), and forget them."""
+    for a in reversed(kept):
+        a.flags.writeable = True
+    kept.clear()
 
 
 class GarbageCollectionPaused:
@@ -436,12 +462,17 @@ def call_rule(func, args, kwargs):
     ans = rule.impl(*values, **kwargs) if kwargs else rule.plain(*values)
     if tape is None:
         return ans
+    if rule.keeps_arguments:
+        keep_constants(tape, sequence)
+        if kind == SEQUENCE:
+            keep_constants(tape, args[1:])
+        keep_constants(tape, kwargs.values())
     makers = rule.makers
     if kind == OUTPUTS:
         return _record_outputs(func, tape, ans, active, tracked, makers, values, kwargs)
     dtype = getattr(ans, "dtype", None)
     if dtype is None or dtype.kind != "f":
-        return ans
+        return constant_result(func, ans)
     try:
         backs = []
         if kind == PER_ARGUMENT:
@@ -478,7 +509,7 @@ def _call_per_argument(func, rule, args):
     ans = rule.plain(*values)
     dtype = getattr(ans, "dtype", None)
     if dtype is None or dtype.kind != "f":
-        return ans
+        return constant_result(func, ans)
     makers = rule.makers
     backs = []
     for i in positions:
@@ -486,7 +517,19 @@ def _call_per_argument(func, rule, args):
         if maker is None:
             raise UnsupportedFunctionError(_not_differentiable_message(func, i))
         backs.append(maker(ans, *values))
+    if rule.keeps_arguments:
+        keep_constants(tape, args)
     return tape.record(ans, _edges([args[i] for i in positions], backs), func)
+
+
+def keep_constants(tape, args):
+    """`Tape.keep` every constant array among ``args`` (and in lists or tuples among them)."""
+    for a in args:
+        kind = type(a)
+        if kind is np.ndarray:
+            tape.keep(a)
+        elif kind is list or kind is tuple:
+            keep_constants(tape, a)
 
 
 def _dispatch(func, args, kwargs):
@@ -540,13 +583,15 @@ def _binary(x, y, func):
             elif _is_float(ans):
                 backs = (rule.makers[0](ans, xv, yv), rule.makers[1](ans, xv, yv))
             else:
-                return ans
+                return constant_result(func, ans)
             bx, by = backs
             if x.view is not None or y.view is not None:
                 bx, by = _edge(x, bx), _edge(y, by)  # first: settling a view moves its index
             record = ((x.index, bx), (y.index, by)), func
     else:  # one tracked argument, at position k
         t, k, values = (x, 0, (x.value, y)) if type(x) is Tracked else (y, 1, (x, y.value))
+        if type(values[1 - k]) is np.ndarray:  # a constant array a pullback may keep
+            tape.keep(values[1 - k])
         ans = rule.plain(*values)
         scalar = type(ans) in _FLOAT_SCALARS
         if scalar and rule.scalar_backs is not None:
@@ -558,7 +603,7 @@ def _binary(x, y, func):
         elif _is_float(ans):
             back = rule.makers[k](ans, *values)
         else:
-            return ans
+            return constant_result(func, ans)
         if t.view is not None and scalar and rule.bilinear and type(back) is np.ndarray:
             products = tape.view_products[t.index]  # as for two views
             products.append(t.view)
@@ -594,13 +639,15 @@ def _call_first(func, x, rest):
     xv = x.value
     ans = rule.plain(xv, *rest)
     if type(ans) not in _FLOAT_SCALARS and not _is_float(ans):
-        return ans
+        return constant_result(func, ans)
     maker = rule.makers[0] if rule.makers else None
     if maker is None:
         raise UnsupportedFunctionError(_not_differentiable_message(func, 0))
     back = maker(ans, xv, *rest)
     if x.view is not None:
         back = _edge(x, back)
+    if rest and rule.keeps_arguments:
+        keep_constants(tape, rest)
     return tape.record(ans, ((x.index, back),), func)
 
 
@@ -661,12 +708,12 @@ _BASIC_INDEX = {int, slice, type(None), type(Ellipsis)}  # basic indexing: a vie
 def _check_tape(current, tape):
     """``tape`` if it may join ``current`` (None: no tape yet); a clear error for stale or mixed values."""
     if tape.closed:
-        raise ValueError(
+        raise StaleValueError(
             "a tracked value from a finished gradient evaluation was used again; do not keep "
             "values from inside a differentiated function (store db.cut(x) instead)"
         )
     if current is not None:
-        raise ValueError(
+        raise StaleValueError(
             "tracked values of two gradient evaluations met in one operation: nested gradients "
             "are not supported (compute the inner gradient of db.cut(x) if x is a constant for it)"
         )
@@ -690,7 +737,10 @@ def _record_outputs(func, tape, ans, active, tracked, maker, vargs, kwargs):
         )
     outs = []
     for j, a in enumerate(ans):
-        back = maker(j, ans, *vargs, **kwargs) if _is_float(a) else None
+        if not _is_float(a):
+            outs.append(constant_result(func, a))
+            continue
+        back = maker(j, ans, *vargs, **kwargs)
         outs.append(a if back is None else tape.record(a, _edges(tracked, (back,)), func))
     return outs if type(ans) is list else type(ans)(*outs)
 
@@ -698,6 +748,24 @@ def _record_outputs(func, tape, ans, active, tracked, maker, vargs, kwargs):
 def _is_float(ans):
     dtype = getattr(ans, "dtype", None)
     return dtype is not None and dtype.kind == "f"
+
+
+_CONSTANT_KINDS = frozenset("biu")  # booleans and integers: piecewise constant, no gradient to lose
+_CONSTANT_TYPES = frozenset((bool, int, tuple, type(None)))  # counts, flags, shapes
+
+
+def constant_result(func, ans):
+    """``ans``, a result of ``func`` on tracked values that carries no gradient (booleans, integers,
+    shapes); an error for anything else (complex, object, text), whose gradient would be lost."""
+    dtype = getattr(ans, "dtype", None)
+    if dtype.kind in _CONSTANT_KINDS if dtype is not None else type(ans) in _CONSTANT_TYPES:
+        return ans
+    what = f"dtype {dtype}" if dtype is not None else f"type {type(ans).__name__}"
+    raise UnsupportedFunctionError(
+        f"{qualified_name(func)} of a tracked value gave a result of {what}, which the tape cannot carry "
+        "(complex numbers are not supported yet): its gradient would be lost. Keep the computation "
+        "in real floating point, or apply it to db.cut(x) if you do not need its gradient."
+    )
 
 
 def _strip(args):
@@ -711,20 +779,39 @@ def _strip_dict(kwargs):
 
 
 def qualified_name(func):
-    """``np.linalg.det``-style name of a NumPy function, for messages."""
+    """How a user writes ``func``, for messages: ``np.linalg.det``, ``scipy.special.erf``, ``x.astype``."""
+    if func is getitem:
+        return "x[index]"
+    if func is astype:
+        return "x.astype"
     if isinstance(func, np.ufunc):
-        return f"np.{func.__name__}"
-    module = getattr(func, "__module__", None) or ""
+        return _ufunc_name(func)
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
-    if module == "numpy" or module.startswith("numpy._"):
+    public = [part for part in (getattr(func, "__module__", None) or "").split(".") if part and not part.startswith("_")]
+    if public[:1] == ["numpy"]:
+        public[0] = "np"
+    return ".".join(public + [name])
+
+
+def _ufunc_name(ufunc):
+    """A ufunc's name with the module a user imports it from (ufuncs carry no ``__module__``)."""
+    name = ufunc.__name__
+    if getattr(np, name, None) is ufunc:
         return f"np.{name}"
-    if module.startswith("numpy."):
-        return "np." + module[len("numpy.") :] + "." + name
-    return f"{module}.{name}" if module else name
+    special = sys.modules.get("scipy.special")
+    if special is not None and getattr(special, name, None) is ufunc:
+        return f"scipy.special.{name}"
+    return name
 
 
 def _unsupported_message(func):
     name = qualified_name(func)
+    if isinstance(func, np.ufunc) and all("O" in types for types in func.types):
+        return (
+            f"{name} is a Python function applied per element (np.frompyfunc or np.vectorize), which "
+            "cannot be differentiated; write it with NumPy operations (db.broadcast runs a scalar-style "
+            "function elementwise), or apply it to db.cut(x) if you do not need its gradient."
+        )
     return (
         f"{name} has no derivative rule in dualbroadcast, so a gradient through it cannot be "
         f"computed. Register one: db.defvjp({name}, lambda ans, x: lambda g: <cotangent of x>) "
@@ -761,6 +848,27 @@ _OUT = (
 )
 
 
+_UFUNC_KEYWORDS = frozenset(("casting", "order", "subok"))  # they do not change a float result's values
+
+
+def _check_ufunc_keywords(ufunc, kwargs):
+    """A clear error for the keywords of a ufunc call whose effect a rule cannot honour."""
+    name = f"np.{ufunc.__name__}"
+    if kwargs.get("out") is not None:
+        raise InPlaceMutationError(_OUT.format(name=name, example=_OPERATOR_EXAMPLES.get(ufunc, f"{name}(...)")))
+    unsupported = sorted(kwargs.keys() - _UFUNC_KEYWORDS - {"out"})
+    if "where" in unsupported:
+        raise UnsupportedFunctionError(
+            f"{name}(..., where=mask) on a tracked value leaves the masked-out elements uninitialised, so "
+            f"their gradient is undefined; write np.where(mask, {name}(x), fill) instead"
+        )
+    if unsupported:
+        raise UnsupportedFunctionError(
+            f"{name} with the keyword(s) {unsupported} on a tracked value has no derivative rule; "
+            f"call {name} without them and convert the result with .astype(...) if you need another dtype"
+        )
+
+
 class Tracked:
     """A value derived from a differentiated input: NumPy operations on it are recorded.
 
@@ -781,10 +889,8 @@ class Tracked:
 
     # --- NumPy protocols -------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        if kwargs.get("out") is not None:
-            name = f"np.{ufunc.__name__}"
-            example = _OPERATOR_EXAMPLES.get(ufunc, f"{name}(...)")
-            raise InPlaceMutationError(_OUT.format(name=name, example=example))
+        if kwargs:
+            _check_ufunc_keywords(ufunc, kwargs)
         if method != "__call__":
             if method == "at":
                 raise InPlaceMutationError(
@@ -827,6 +933,13 @@ class Tracked:
 
     def __complex__(self):
         raise ValueConversionError(_CONVERSION.format(what="complex()"))
+
+    def __round__(self, ndigits=None):
+        raise ValueConversionError(_CONVERSION.format(what="round()") + " For a rounded array, use np.round(x).")
+
+    def __format__(self, spec):
+        """Formats the value (f"{x:.3f}"): printing reads it and drops no gradient."""
+        return format(self.value, spec)
 
     def __index__(self):
         return self._constant(operator.index, "using it as an index")

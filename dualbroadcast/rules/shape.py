@@ -15,7 +15,7 @@ indices, never the arrays.
 import numpy as np
 
 from ..errors import UnsupportedFunctionError
-from ..registry import defvjp, defvjp_outputs, defvjp_sequence
+from ..registry import RULES, defvjp, defvjp_outputs, defvjp_sequence
 from ..tape import IndexPullback, astype, getitem, unbroadcast
 
 
@@ -263,6 +263,7 @@ def _register():
     defvjp(np.tril, tril_vjp)
     defvjp(np.take, take_vjp)
     defvjp(getitem, getitem_vjp)
+    RULES[getitem].keeps_arguments = False  # getitem_vjp copies an index array it keeps (`_frozen`)
     defvjp(astype, lambda ans, x, dtype: _cast_back(x))
     defvjp(np.copy, lambda ans, x, **_: lambda g: g)
 
