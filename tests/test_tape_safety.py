@@ -241,3 +241,13 @@ def test_formatting_a_tracked_value_formats_its_value():
     g = db.gradient(lambda x: (seen.append(f"{np.sum(x):.2f} {x[0]}"), np.sum(x))[1], X)
     assert seen == [f"{np.sum(X):.2f} {X[0]}"]
     np.testing.assert_array_equal(g, np.ones(3))
+
+
+# --- functions whose result depends on a value argument ------------------------------------------------
+def test_full_like_differentiates_its_fill_value():
+    """np.full_like was declared non-differentiable, so a tracked fill value's gradient was dropped."""
+    x = np.array([0.1, 0.5, 2.0])
+    g = db.gradient(lambda x: np.sum(np.full_like(x, x[0] * x[1]) * x), x)
+    s = np.sum(x)
+    np.testing.assert_allclose(g, np.array([x[1] * s, x[0] * s, 0.0]) + x[0] * x[1])
+    db.check_gradient(lambda x: np.sum(np.full_like(x, np.sum(x ** 2)) * np.sin(x)), x)

@@ -73,6 +73,12 @@ def _cast_back(x):
     return lambda g: g.astype(dtype, copy=False)
 
 
+def full_like_vjp(ans, a, fill_value, *rest, **kwargs):
+    """∂ full_like(a, v) / ∂v = 1 at every element: v's cotangent is g summed back to v's shape."""
+    shape = np.shape(fill_value)
+    return lambda g: unbroadcast(g, shape)
+
+
 def _part(k, widths, axis, x):
     """Pullback of part k of a concatenation along ``axis`` of parts ``widths`` wide.
 
@@ -266,6 +272,7 @@ def _register():
     RULES[getitem].keeps_arguments = False  # getitem_vjp copies an index array it keeps (`_frozen`)
     defvjp(astype, lambda ans, x, dtype: _cast_back(x))
     defvjp(np.copy, lambda ans, x, **_: lambda g: g)
+    defvjp(np.full_like, lambda ans, a, *_, **__: lambda g: np.zeros(np.shape(a), a.dtype), full_like_vjp)
 
 
 _register()
