@@ -17,6 +17,10 @@ Example, a rule for ``np.sinc``'s own function and for a user function::
 
 import functools
 
+import numpy as np
+
+from .errors import ShapeMismatchError
+
 PER_ARGUMENT = 0  # makers[i](ans, *args, **kw) for argument i
 BY_ARGNUM = 1  # maker(i, ans, *args, **kw): variadic functions (einsum, ...)
 SEQUENCE = 2  # maker(k, ans, seq, *rest, **kw): element k of the sequence args[0]
@@ -56,6 +60,7 @@ class Rule:
 
 RULES = {}
 NONDIFFERENTIABLE = set()
+_users_rules = False  # True once the library's own rules are registered: later ones are checked (`_checked`)
 
 
 def defvjp(func, *makers):
@@ -63,16 +68,23 @@ def defvjp(func, *makers):
 
     Use ``None`` for an argument that is never differentiable (an axis, a shape).
     """
+    if _users_rules:
+        makers = [_checked(func, m, lambda ans, *args, i=i, **kw: (i, args[i])) if m else m
+                  for i, m in enumerate(makers)]
     RULES[func] = Rule(_implementation(func), PER_ARGUMENT, tuple(makers))
 
 
 def defvjp_argnum(func, maker):
     """Register one vjp maker ``maker(argnum, ans, *args, **kw)`` for a variadic ``func``."""
+    if _users_rules:
+        maker = _checked(func, maker, lambda i, ans, *args, **kw: (i, args[i]))
     RULES[func] = Rule(_implementation(func), BY_ARGNUM, maker)
 
 
 def defvjp_sequence(func, maker):
     """Register ``maker(k, ans, seq, *rest, **kw)`` for a ``func`` taking a sequence of arrays."""
+    if _users_rules:
+        maker = _checked(func, maker, lambda k, ans, seq, *rest, **kw: (k, seq[k]))
     RULES[func] = Rule(_implementation(func), SEQUENCE, maker)
 
 
@@ -81,7 +93,45 @@ def defvjp_outputs(func, maker):
 
     A maker returning None declares output ``j`` a constant (it is not recorded).
     """
+    if _users_rules:
+        maker = _checked(func, maker, lambda j, ans, x, *rest, **kw: (0, x))
     RULES[func] = Rule(_implementation(func), OUTPUTS, maker)
+
+
+def users_rules_from_now():
+    """The library's own rules are registered: check the cotangents of every rule registered later."""
+    global _users_rules
+    _users_rules = True
+
+
+def _checked(func, maker, argument):
+    """A user's vjp ``maker`` whose pullbacks must return a cotangent of their argument's shape (a wrong
+    one would otherwise broadcast into a silently wrong gradient, or fail far from the rule).
+
+    ``argument(*maker_args)`` is ``(argument number, argument)`` of the cotangent the maker's pullback gives.
+    """
+    def checked_maker(*args, **kwargs):
+        i, x = argument(*args, **kwargs)
+        shape = np.shape(x)
+        back = maker(*args, **kwargs)
+        if back is None:
+            return None
+
+        def checked_back(g):
+            cotangent = back(g)
+            if np.shape(cotangent) != shape:
+                from .tape import qualified_name
+
+                raise ShapeMismatchError(
+                    f"the rule registered for {qualified_name(func)} returned a cotangent of shape "
+                    f"{np.shape(cotangent)} for its argument {i} of shape {shape}; a pullback must return "
+                    "its argument's shape (sum over broadcast axes, e.g. np.sum(g, axis=0))"
+                )
+            return cotangent
+
+        return checked_back
+
+    return checked_maker
 
 
 def nondifferentiable(*funcs):

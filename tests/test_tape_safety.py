@@ -251,3 +251,43 @@ def test_full_like_differentiates_its_fill_value():
     s = np.sum(x)
     np.testing.assert_allclose(g, np.array([x[1] * s, x[0] * s, 0.0]) + x[0] * x[1])
     db.check_gradient(lambda x: np.sum(np.full_like(x, np.sum(x ** 2)) * np.sin(x)), x)
+
+
+# --- a user's rule that returns the wrong shape ---------------------------------------------------------------
+def test_a_user_rule_returning_the_wrong_shape_names_the_rule_and_the_shapes():
+    @db.primitive
+    def shifted(x, y):
+        return x + y
+
+    db.defvjp(shifted, lambda ans, x, y: lambda g: np.sum(g), lambda ans, x, y: lambda g: g)
+    with pytest.raises(db.DifferentiationError, match=r"shifted returned a cotangent of shape \(\) for its argument 0 of shape \(3,\)") as error:
+        db.gradient(lambda x: np.sum(shifted(x, 1.0)), X)
+    assert isinstance(error.value, ValueError)
+    db.defvjp(shifted, lambda ans, x, y: lambda g: g, lambda ans, x, y: lambda g: np.sum(g))
+    g = db.gradient(lambda x, y: np.sum(shifted(x, y) ** 2), X, 2.0)
+    np.testing.assert_allclose(g[0], 2 * (X + 2.0))
+    np.testing.assert_allclose(g[1], np.sum(2 * (X + 2.0)))
+
+
+# --- check_gradient at kinks ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda x: np.sum(np.where(x > 0, x, 0) ** 2),  # f'' jumps at 0: the central difference is off by h/2
+        lambda x: np.sum(np.maximum(x, 0)),  # relu at 0: the gradient is the right side (ties go to x)
+        lambda x: np.sum(np.minimum(x, 0)) + np.sum(np.abs(x)),
+        lambda x: np.sum(np.clip(x, 0.0, 1.0)),
+    ],
+)
+def test_check_gradient_accepts_an_exact_gradient_at_a_kink(f):
+    db.check_gradient(f, np.array([0.0, 1.0, -1.0]))
+
+
+def test_check_gradient_says_kink_when_the_gradient_matches_neither_side():
+    @db.primitive
+    def relu(x):
+        return np.maximum(x, 0.0)
+
+    db.defvjp(relu, lambda ans, x: lambda g: g * 0.25 * (x >= 0))  # wrong: neither 0 nor 1 at the kink
+    with pytest.raises(db.GradientMismatchError, match="the point is a kink"):
+        db.check_gradient(lambda x: np.sum(relu(x)), np.array([0.0]))
