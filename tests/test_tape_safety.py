@@ -291,3 +291,60 @@ def test_check_gradient_says_kink_when_the_gradient_matches_neither_side():
     db.defvjp(relu, lambda ans, x: lambda g: g * 0.25 * (x >= 0))  # wrong: neither 0 nor 1 at the kink
     with pytest.raises(db.GradientMismatchError, match="the point is a kink"):
         db.check_gradient(lambda x: np.sum(relu(x)), np.array([0.0]))
+
+
+# --- the sweep: shared cotangents and pullbacks swept twice ------------------------------------------------------
+def _shared_cotangent_program(x, w, v, u, before, after):
+    """c = a + b hands a and b the same cotangent object.  The uses in ``before`` are recorded earlier, so
+    the sweep adds them later, into the shared object if it wrongly took it for its own."""
+    a, b = x * 2.0, np.sin(x)
+    uses = {"a": lambda: np.sum(a * v), "b": lambda: np.sum(b * u), "ab": lambda: np.sum(a * b * w)}
+    total = sum(uses[name]() for name in before)
+    c = a + b
+    total = total + np.sum(c * w)
+    for name in after:
+        total = total + uses[name]() + np.sum(np.exp(c) * u)
+    return total
+
+
+def _shared_cotangent_gradient(x, w, v, u, before, after):
+    """The same gradient by hand, through ∂/∂a and ∂/∂b."""
+    a, b = x * 2.0, np.sin(x)
+    ga, gb = w.copy(), w.copy()
+    for name in list(before) + list(after):
+        if name == "a":
+            ga = ga + v
+        elif name == "b":
+            gb = gb + u
+        else:
+            ga, gb = ga + b * w, gb + a * w
+    for _ in after:
+        ga, gb = ga + np.exp(a + b) * u, gb + np.exp(a + b) * u
+    return ga * 2.0 + gb * np.cos(x)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "ab"]), max_size=3), st.lists(st.sampled_from(["a", "b", "ab"]), max_size=2),
+       st.integers(1, 4), st.booleans())
+def test_a_cotangent_shared_by_two_parents_is_never_added_into_in_place(before, after, n, scalar):
+    rng = np.random.default_rng(n)
+    x, w, v, u = (rng.uniform(-1, 1, () if scalar else n) for _ in range(4))
+    g = db.gradient(lambda x: _shared_cotangent_program(x, w, v, u, before, after), x)
+    np.testing.assert_allclose(g, _shared_cotangent_gradient(x, w, v, u, before, after), rtol=1e-12)
+
+
+def test_a_pullback_swept_twice_gives_the_same_cotangents():
+    w = np.array([1.0, -2.0, 0.5])
+
+    def f(x):
+        a = x * 2.0
+        return np.sin(a + a) * w + x[::-1] * x[1] + np.sum(x * x)
+
+    y, back = db.pullback(f, X)
+    seeds = [np.array([1.0, 0.5, -1.0]), np.array([0.0, 2.0, 3.0])]
+    first = [back(s) for s in seeds]
+    second = [back(s) for s in seeds]
+    J = db.jacobian(f, X)
+    for s, g1, g2 in zip(seeds, first, second):
+        np.testing.assert_allclose(g1, s @ J, rtol=1e-12)
+        np.testing.assert_array_equal(g1, g2)
