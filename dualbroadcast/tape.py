@@ -153,10 +153,19 @@ class Tape:
 
 
 def thaw(kept):
-    """Make the arrays in ``kept`` writeable again (bases before their views), and forget them."""
-    for a in reversed(kept):
+    """Make the arrays in ``kept`` writeable again, and forget them.  Bases first: NumPy refuses to make
+    a view writeable while the array it views is not."""
+    for a in sorted(kept, key=_views_deep):
         a.flags.writeable = True
     kept.clear()
+
+
+def _views_deep(a):
+    """How many arrays ``a`` is a view of, one through another."""
+    depth = 0
+    while type(a.base) is np.ndarray:
+        a, depth = a.base, depth + 1
+    return depth
 
 
 class GarbageCollectionPaused:

@@ -113,10 +113,12 @@ def test_a_cut_value_changed_after_use_is_an_error():
         db.gradient(f, X)
 
 
-def test_kept_constants_are_writeable_again_after_the_gradient():
+@pytest.mark.parametrize("view_first", [True, False])
+def test_kept_constants_are_writeable_again_after_the_gradient(view_first):
     c = np.array([1.0, 2.0, 3.0])
     view = c[1:]
-    g = db.gradient(lambda x: np.sum(x[1:] * view) + np.sum(x * c), X)
+    uses = [lambda x: np.sum(x[1:] * view), lambda x: np.sum(x * c)]
+    g = db.gradient(lambda x: uses[not view_first](x) + uses[view_first](x), X)
     np.testing.assert_allclose(g, c + np.r_[0.0, view])
     assert c.flags.writeable and view.flags.writeable
     with pytest.raises(db.InPlaceMutationError):
