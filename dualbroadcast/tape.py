@@ -76,7 +76,8 @@ class Tape:
 
     def thaw(self):
         """The pullbacks will not run again: make the arrays `keep` froze writeable again."""
-        thaw(self.kept)
+        if self.kept:
+            thaw(self.kept)
 
     def grew_long(self):
         """The tape reached `LONG_TAPE` records: pause the garbage collector until it is closed."""
@@ -598,9 +599,9 @@ def _binary(x, y, func):
                 bx, by = _edge(x, bx), _edge(y, by)  # first: settling a view moves its index
             record = ((x.index, bx), (y.index, by)), func
     else:  # one tracked argument, at position k
-        t, k, values = (x, 0, (x.value, y)) if type(x) is Tracked else (y, 1, (x, y.value))
-        if type(values[1 - k]) is np.ndarray:  # a constant array a pullback may keep
-            tape.keep(values[1 - k])
+        t, k, values, constant = (x, 0, (x.value, y), y) if type(x) is Tracked else (y, 1, (x, y.value), x)
+        if type(constant) is np.ndarray:  # a pullback may keep it
+            tape.keep(constant)
         ans = rule.plain(*values)
         scalar = type(ans) in _FLOAT_SCALARS
         if scalar and rule.scalar_backs is not None:
