@@ -23,12 +23,16 @@ def _weak(args, dtype):
 
 
 def vjp_maker(partial, argnum):
-    """The vjp maker of argument ``argnum`` for a table entry ``partial``."""
+    """The vjp maker of input ``argnum`` of a ufunc (or np.where) for a table entry ``partial``.
+
+    The inputs come positionally.  A ufunc's keywords are vetted by the tape, which lets through only
+    those that change no derivative (``casting=``, ``order=``, ...); np.where takes none.
+    """
     if partial is None:
         return None
     if callable(partial):
 
-        def maker(ans, *args, **kwargs):
+        def maker(ans, *args, **ufunc_keywords):
             d = partial(ans, *_weak(args, ans.dtype))
             if type(ans) is not np.ndarray:  # a scalar result: all arguments are 0-d
                 return multiply_by(d)
@@ -39,7 +43,7 @@ def vjp_maker(partial, argnum):
 
     elif partial == 1:
 
-        def maker(ans, *args, **kwargs):
+        def maker(ans, *args, **ufunc_keywords):
             if type(ans) is not np.ndarray:
                 return _identity
             shape = getattr(args[argnum], "shape", ())
@@ -47,7 +51,7 @@ def vjp_maker(partial, argnum):
 
     elif partial == -1:
 
-        def maker(ans, *args, **kwargs):
+        def maker(ans, *args, **ufunc_keywords):
             if type(ans) is not np.ndarray:
                 return operator.neg
             shape = getattr(args[argnum], "shape", ())
@@ -55,7 +59,7 @@ def vjp_maker(partial, argnum):
 
     else:
 
-        def maker(ans, *args, **kwargs):
+        def maker(ans, *args, **ufunc_keywords):
             shape = getattr(args[argnum], "shape", ())
             if type(ans) is not np.ndarray or shape == ans.shape:
                 return lambda g: g * partial
@@ -68,13 +72,20 @@ def _identity(g):
     return g
 
 
-def _clip_with_bounds(partial):
-    """``np.clip`` accepts None for a missing bound: use ±inf in the formulas."""
+def clip_vjp(argnum):
+    """The vjp maker of argument ``argnum`` (``a``, ``a_min`` or ``a_max``) of ``np.clip``.
 
-    def with_bounds(ans, x, lo=None, hi=None):
-        return partial(ans, x, -np.inf if lo is None else lo, np.inf if hi is None else hi)
+    The bounds come positionally, as ``a_min=``/``a_max=`` or as NumPy 2's ``min=``/``max=``;
+    a bound that is None or absent is ±inf in the formulas.
+    """
+    with_bounds = vjp_maker(DERIVATIVES[np.clip][argnum], argnum)
 
-    return with_bounds
+    def maker(ans, a, a_min=None, a_max=None, out=None, *, min=None, max=None):
+        lower = a_min if a_min is not None else min
+        upper = a_max if a_max is not None else max
+        return with_bounds(ans, a, -np.inf if lower is None else lower, np.inf if upper is None else upper)
+
+    return maker
 
 
 # Same results as the ufuncs without keywords, without ufunc dispatch on NumPy scalars.
@@ -88,8 +99,9 @@ OPERATORS = {
 def _register():
     for func, partials in DERIVATIVES.items():
         if func is np.clip:
-            partials = tuple(_clip_with_bounds(p) for p in partials)
-        defvjp(func, *(vjp_maker(p, i) for i, p in enumerate(partials)))
+            defvjp(func, *(clip_vjp(i) for i in range(len(partials))))
+        else:
+            defvjp(func, *(vjp_maker(p, i) for i, p in enumerate(partials)))
     for func, plain in OPERATORS.items():
         RULES[func].plain = plain
     RULES[np.add].scalar_backs = (None, None)  # None: the identity, which the sweep applies without a call

@@ -78,8 +78,11 @@ def einsum_pullback(k, subscripts, operands):
     return lambda g: unbroadcast(np.einsum(spec, g, *rest, optimize=True), shape)
 
 
-def einsum_vjp(argnum, ans, subscripts, *operands, **kwargs):
-    """np.einsum in the subscripts-string form; argument ``argnum`` is operand ``argnum - 1``."""
+def einsum_vjp(argnum, ans, subscripts, /, *operands, out=None, optimize=False, dtype=None, order="K", casting="safe"):
+    """np.einsum in the subscripts-string form; argument ``argnum`` is operand ``argnum - 1``.
+
+    The keywords change no derivative (the tape keeps each cotangent in its value's dtype).
+    """
     if not isinstance(subscripts, str):
         raise UnsupportedFunctionError(
             "the gradient of np.einsum needs the subscripts-string form, "
@@ -135,9 +138,9 @@ def dot_vjp(k):
     Vectors and matrices are the hot path (a dot per column in a loop), where an
     einsum pullback would cost far more than the product itself.
     """
-    general = contraction_vjps(dot_subscripts)[k]
+    general = contraction_vjp(k, dot_subscripts)
 
-    def vjp(ans, a, b):
+    def vjp(ans, a, b, out=None):
         formulas = DOT_PULLBACKS.get((_rank(a), _rank(b)))
         if formulas is None:
             return general(ans, a, b)
@@ -157,17 +160,22 @@ def inner_subscripts(ndim_a, ndim_b):
     return contraction_subscripts(ndim_a, ndim_b, [-1], [-1])
 
 
-def contraction_vjps(subscripts_of):
-    """vjp makers of ``f(a, b, *options) = np.einsum(subscripts_of(a.ndim, b.ndim, *options), a, b)``."""
+def contraction_vjp(k, subscripts_of):
+    """vjp maker of operand ``k`` of ``f(a, b) = np.einsum(subscripts_of(a.ndim, b.ndim), a, b)``."""
 
-    def maker(k):
-        def vjp(ans, a, b, *options, **kw_options):
-            subscripts = subscripts_of(np.ndim(a), np.ndim(b), *options, **kw_options)
-            return einsum_pullback(k, subscripts, (a, b))
+    def vjp(ans, a, b):
+        return einsum_pullback(k, subscripts_of(np.ndim(a), np.ndim(b)), (a, b))
 
-        return vjp
+    return vjp
 
-    return maker(0), maker(1)
+
+def tensordot_vjp(k):
+    """vjp maker of operand ``k`` of ``np.tensordot(a, b, axes)``, a contraction written as einsum."""
+
+    def vjp(ans, a, b, axes=2):
+        return einsum_pullback(k, tensordot_subscripts(np.ndim(a), np.ndim(b), axes), (a, b))
+
+    return vjp
 
 
 # --- matmul, outer, vdot ------------------------------------------------------------
@@ -177,9 +185,13 @@ def as_matrix(x, vector_axis):
 
 
 def matmul_vjp(k):
-    """C = A B over broadcast stacks: Ā = G Bᵀ, B̄ = Aᵀ G, batch axes summed back."""
+    """C = A B over broadcast stacks: Ā = G Bᵀ, B̄ = Aᵀ G, batch axes summed back.
 
-    def vjp(ans, a, b):
+    The maker takes the ufunc keywords the tape lets through, which change no derivative, by name:
+    any other (``axes=``, ...) is an error, not ignored.
+    """
+
+    def vjp(ans, a, b, /, *, casting="same_kind", order="K", subok=True):
         a_vector, b_vector = np.ndim(a) == 1, np.ndim(b) == 1
 
         def as_matrices(g):  # g with the axes matmul dropped for 1-d operands restored
@@ -195,13 +207,13 @@ def matmul_vjp(k):
     return vjp
 
 
-def outer_a(ans, a, b):
+def outer_a(ans, a, b, out=None):
     """C = vec(a) vec(b)ᵀ: ā = G vec(b)."""
     shape, b = np.shape(a), np.ravel(b)
     return lambda g: (g @ b).reshape(shape)
 
 
-def outer_b(ans, a, b):
+def outer_b(ans, a, b, out=None):
     """C = vec(a) vec(b)ᵀ: b̄ = Gᵀ vec(a)."""
     shape, a = np.shape(b), np.ravel(a)
     return lambda g: (a @ g).reshape(shape)
@@ -276,8 +288,8 @@ def slogdet_vjp(j, ans, a):
 
 defvjp(np.dot, dot_vjp(0), dot_vjp(1))
 RULES[np.dot].bilinear = True  # a scalar dot (vectors or scalars): each argument's partial is the other
-defvjp(np.inner, *contraction_vjps(inner_subscripts))
-defvjp(np.tensordot, *contraction_vjps(tensordot_subscripts))
+defvjp(np.inner, contraction_vjp(0, inner_subscripts), contraction_vjp(1, inner_subscripts))
+defvjp(np.tensordot, tensordot_vjp(0), tensordot_vjp(1))
 defvjp_argnum(np.einsum, einsum_vjp)
 defvjp(np.matmul, matmul_vjp(0), matmul_vjp(1))
 defvjp(np.outer, outer_a, outer_b)

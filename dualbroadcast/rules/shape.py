@@ -73,10 +73,15 @@ def _cast_back(x):
     return lambda g: g.astype(dtype, copy=False)
 
 
-def full_like_vjp(ans, a, fill_value, *rest, **kwargs):
+def full_like_template_vjp(ans, a, fill_value, dtype=None, order="K", subok=True, shape=None, *, device=None):
+    """``np.full_like(a, v)`` reads only a's shape and dtype: a's cotangent is zero."""
+    return lambda g: np.zeros(np.shape(a), a.dtype)
+
+
+def full_like_vjp(ans, a, fill_value, dtype=None, order="K", subok=True, shape=None, *, device=None):
     """∂ full_like(a, v) / ∂v = 1 at every element: v's cotangent is g summed back to v's shape."""
-    shape = np.shape(fill_value)
-    return lambda g: unbroadcast(g, shape)
+    value_shape = np.shape(fill_value)
+    return lambda g: unbroadcast(g, value_shape)
 
 
 def _part(k, widths, axis, x):
@@ -91,107 +96,117 @@ def _part(k, widths, axis, x):
 
 
 # --- regrouping and permuting axes ------------------------------------------------
-def reshape_vjp(ans, x, shape=None, order="C", **_):
-    return _regroup_back(x, order)
+def reshape_vjp(ans, a, /, shape=None, order="C", *, newshape=None, copy=None):
+    """``newshape=``: NumPy 2.1 to 2.3's name of ``shape``."""
+    return _regroup_back(a, order)
 
 
-def ravel_vjp(ans, x, order="C"):
-    return _regroup_back(x, order)
+def ravel_vjp(ans, a, order="C"):
+    return _regroup_back(a, order)
 
 
-def transpose_vjp(ans, x, axes=None):
+def expand_dims_vjp(ans, a, axis):
+    return _regroup_back(a)
+
+
+def squeeze_vjp(ans, a, axis=None):
+    return _regroup_back(a)
+
+
+def transpose_vjp(ans, a, axes=None):
     if axes is None:
         return lambda g: np.transpose(g)
-    inverse = np.argsort(np.mod(np.atleast_1d(axes), np.ndim(x)))  # x.transpose(0) gives one int
+    inverse = np.argsort(np.mod(np.atleast_1d(axes), np.ndim(a)))  # x.transpose(0) gives one int
     return lambda g: np.transpose(g, inverse)
 
 
-def swapaxes_vjp(ans, x, axis1, axis2):
+def swapaxes_vjp(ans, a, axis1, axis2):
     return lambda g: np.swapaxes(g, axis1, axis2)
 
 
-def moveaxis_vjp(ans, x, source, destination):
+def moveaxis_vjp(ans, a, source, destination):
     return lambda g: np.moveaxis(g, destination, source)
 
 
-def broadcast_to_vjp(ans, x, shape, subok=False):
-    x_shape = np.shape(x)
+def broadcast_to_vjp(ans, array, shape, subok=False):
+    x_shape = np.shape(array)
     return lambda g: unbroadcast(g, x_shape)
 
 
 # --- joining and splitting -------------------------------------------------------
-def concatenate_vjp(k, ans, seq, axis=0, **_):
+# A part's cotangent is cast back to its dtype, so ``dtype=`` and ``casting=`` change no derivative.
+def concatenate_vjp(k, ans, arrays, /, axis=0, out=None, *, dtype=None, casting="same_kind"):
     if axis is None:  # the parts are raveled first
-        return _part(k, [np.size(a) for a in seq], 0, seq[k])
+        return _part(k, [np.size(a) for a in arrays], 0, arrays[k])
     axis = axis % np.ndim(ans)
-    return _part(k, [np.shape(a)[axis] for a in seq], axis, seq[k])
+    return _part(k, [np.shape(a)[axis] for a in arrays], axis, arrays[k])
 
 
-def hstack_vjp(k, ans, seq, **_):
-    shapes = [_padded(np.shape(a), 1) for a in seq]  # np.atleast_1d
+def hstack_vjp(k, ans, tup, *, dtype=None, casting="same_kind"):
+    shapes = [_padded(np.shape(a), 1) for a in tup]  # np.atleast_1d
     axis = 0 if len(shapes[0]) == 1 else 1
-    return _part(k, [s[axis] for s in shapes], axis, seq[k])
+    return _part(k, [s[axis] for s in shapes], axis, tup[k])
 
 
-def vstack_vjp(k, ans, seq, **_):
-    shapes = [_padded(np.shape(a), 2) for a in seq]  # np.atleast_2d
-    return _part(k, [s[0] for s in shapes], 0, seq[k])
+def vstack_vjp(k, ans, tup, *, dtype=None, casting="same_kind"):
+    shapes = [_padded(np.shape(a), 2) for a in tup]  # np.atleast_2d
+    return _part(k, [s[0] for s in shapes], 0, tup[k])
 
 
-def stack_vjp(k, ans, seq, axis=0, **_):
+def stack_vjp(k, ans, arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
     index = _along(axis % np.ndim(ans), k)
-    dtype = seq[k].dtype
+    dtype = arrays[k].dtype
     return lambda g: g[index].astype(dtype, copy=False)
 
 
-def split_vjp(j, ans, x, indices_or_sections, axis=0):
-    axis = axis % np.ndim(x)
+def split_vjp(j, ans, ary, indices_or_sections, axis=0):
+    axis = axis % np.ndim(ary)
     start = sum(np.shape(part)[axis] for part in ans[:j])
-    return _into(x, _along(axis, slice(start, start + np.shape(ans[j])[axis])))
+    return _into(ary, _along(axis, slice(start, start + np.shape(ans[j])[axis])))
 
 
 # --- copies: g summed over them ------------------------------------------------------
-def tile_vjp(ans, x, reps):
+def tile_vjp(ans, A, reps):  # A: NumPy's name for it
     """Split each axis of g into (copy, element) and sum over the copies."""
-    ndim, shape = np.ndim(ans), np.shape(x)
+    ndim, shape = np.ndim(ans), np.shape(A)
     copies = _padded(np.atleast_1d(reps), ndim)
     grouped = [n for pair in zip(copies, _padded(shape, ndim)) for n in pair]
     copy_axes = tuple(range(0, 2 * ndim, 2))
     return lambda g: np.sum(np.reshape(g, grouped), axis=copy_axes).reshape(shape)
 
 
-def repeat_vjp(ans, x, repeats, axis=None):
+def repeat_vjp(ans, a, repeats, axis=None):
     """Each element's cotangent is the sum of g over its copies."""
-    shape = np.shape(x)
+    shape = np.shape(a)
     if np.ndim(repeats) == 0:  # consecutive runs of equal length: reshape and sum
-        flat = (np.size(x),) if axis is None else shape
+        flat = (np.size(a),) if axis is None else shape
         axis = 0 if axis is None else axis % len(shape)
         grouped = flat[: axis + 1] + (int(repeats),) + flat[axis + 1 :]
         return lambda g: np.sum(np.reshape(g, grouped), axis=axis + 1).reshape(shape)
     if axis is None:
-        return _into_flat(x, np.repeat(np.arange(np.size(x)), repeats))
+        return _into_flat(a, np.repeat(np.arange(np.size(a)), repeats))
     axis = axis % len(shape)
-    return _into(x, _along(axis, np.repeat(np.arange(shape[axis]), repeats)), repeats=True)
+    return _into(a, _along(axis, np.repeat(np.arange(shape[axis]), repeats)), repeats=True)
 
 
 # --- reordering elements --------------------------------------------------------------
-def flip_vjp(ans, x, axis=None):
+def flip_vjp(ans, m, axis=None):
     return lambda g: np.flip(g, axis)
 
 
-def roll_vjp(ans, x, shift, axis=None):
+def roll_vjp(ans, a, shift, axis=None):
     back = np.negative(shift)
     return lambda g: np.roll(g, back, axis)
 
 
 # --- diagonals and triangles ----------------------------------------------------------
-def diagonal_vjp(ans, x, offset=0, axis1=0, axis2=1):
+def diagonal_vjp(ans, a, offset=0, axis1=0, axis2=1):
     """g added along that diagonal of x, through an index that never repeats.
 
     NumPy puts the diagonal axis last; ``x[index]`` has it where the two index arrays
     stand when they are adjacent, and first otherwise, so g's last axis is moved there.
     """
-    ndim = np.ndim(x)
+    ndim = np.ndim(a)
     axis1, axis2 = axis1 % ndim, axis2 % ndim
     n = np.shape(ans)[-1]
     index = [slice(None)] * ndim
@@ -199,7 +214,7 @@ def diagonal_vjp(ans, x, offset=0, axis1=0, axis2=1):
     index[axis2] = np.arange(n) + max(offset, 0)
     index = tuple(index)
     position = min(axis1, axis2) if abs(axis1 - axis2) == 1 else 0
-    shape, dtype = np.shape(x), x.dtype
+    shape, dtype = np.shape(a), a.dtype
     return IndexPullback(index, shape, dtype, transform=lambda g: np.moveaxis(g, -1, position))
 
 
@@ -209,21 +224,21 @@ def diag_vjp(ans, v, k=0):
     return diagonal_vjp(ans, v, k)
 
 
-def triu_vjp(ans, x, k=0):
+def triu_vjp(ans, m, k=0):
     return lambda g: np.triu(g, k)
 
 
-def tril_vjp(ans, x, k=0):
+def tril_vjp(ans, m, k=0):
     return lambda g: np.tril(g, k)
 
 
 # --- indexing ----------------------------------------------------------------------------
-def take_vjp(ans, x, indices, axis=None, mode="raise", **_):
-    n = np.size(x) if axis is None else np.shape(x)[axis]
+def take_vjp(ans, a, indices, axis=None, out=None, mode="raise"):
+    n = np.size(a) if axis is None else np.shape(a)[axis]
     positions = np.clip(indices, 0, n - 1) if mode == "clip" else np.mod(indices, n)
     if axis is None:
-        return _into_flat(x, positions)
-    return _into(x, _along(axis % np.ndim(x), positions), repeats=np.ndim(positions) > 0)
+        return _into_flat(a, positions)
+    return _into(a, _along(axis % np.ndim(a), positions), repeats=np.ndim(positions) > 0)
 
 
 _BASIC_INDEX = (int, slice, type(None), type(Ellipsis))
@@ -248,8 +263,8 @@ def _frozen(index):
 def _register():
     defvjp(np.reshape, reshape_vjp)
     defvjp(np.ravel, ravel_vjp)
-    defvjp(np.expand_dims, lambda ans, x, axis: _regroup_back(x))
-    defvjp(np.squeeze, lambda ans, x, axis=None: _regroup_back(x))
+    defvjp(np.expand_dims, expand_dims_vjp)
+    defvjp(np.squeeze, squeeze_vjp)
     defvjp(np.transpose, transpose_vjp)
     defvjp(np.swapaxes, swapaxes_vjp)
     defvjp(np.moveaxis, moveaxis_vjp)
@@ -271,8 +286,8 @@ def _register():
     defvjp(getitem, getitem_vjp)
     RULES[getitem].keeps_arguments = False  # getitem_vjp copies an index array it keeps (`_frozen`)
     defvjp(astype, lambda ans, x, dtype: _cast_back(x))
-    defvjp(np.copy, lambda ans, x, **_: lambda g: g)
-    defvjp(np.full_like, lambda ans, a, *_, **__: lambda g: np.zeros(np.shape(a), a.dtype), full_like_vjp)
+    defvjp(np.copy, lambda ans, a, order="K", subok=False: lambda g: g)
+    defvjp(np.full_like, full_like_template_vjp, full_like_vjp)
 
 
 _register()

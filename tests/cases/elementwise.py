@@ -1,8 +1,9 @@
 """Cases for the elementwise rules: every function over broadcastable shapes within its domain."""
 
 import numpy as np
+from hypothesis import strategies as st
 
-from . import Case, broadcast_shapes, uniform
+from . import Case, X, Y, Z, broadcast_shapes, call, uniform
 
 DOMAINS = {
     np.log: [(0.5, 3)], np.log2: [(0.5, 3)], np.log10: [(0.5, 3)], np.sqrt: [(0.5, 3)],
@@ -56,20 +57,44 @@ def on_grid(x, offset=0.0):
     return (np.round(np.asarray(x) * 64) / 64 + offset).astype(x.dtype)[()]
 
 
+def clip_bounds(draw, dtype, lower_shape, upper_shape):
+    """A lower bound in (-1, -0.2) and an upper one in (0.2, 1), half a grid step off the grid."""
+    return on_grid(uniform(draw, lower_shape, dtype, -1, -0.2), 1 / 128), on_grid(uniform(draw, upper_shape, dtype, 0.2, 1), 1 / 128)
+
+
 def build_clip(draw, dtype):
     xs, ls, hs = broadcast_shapes(draw, 3)
-    bounds = [on_grid(uniform(draw, ls, dtype, -1, -0.2), 1 / 128), on_grid(uniform(draw, hs, dtype, 0.2, 1), 1 / 128)]
-    return np.clip, [on_grid(uniform(draw, xs, dtype)), *bounds]
+    return call(draw, np.clip, X, Y, Z), [on_grid(uniform(draw, xs, dtype)), *clip_bounds(draw, dtype, ls, hs)]
+
+
+def build_clip_constant_bounds(draw, dtype):
+    """Constant bounds in every form: positional, ``a_min=``/``a_max=``, NumPy 2's ``min=``/``max=``."""
+    xs, ls, hs = broadcast_shapes(draw, 3)
+    lower, upper = clip_bounds(draw, dtype, ls, hs)
+    if draw(st.booleans()):
+        clip = call(draw, np.clip, X, lower, upper)
+    else:
+        clip = call(draw, np.clip, X, min=lower, max=upper)
+    return clip, [on_grid(uniform(draw, xs, dtype))]
 
 
 def build_clip_one_bound(draw, dtype):
-    xs, hs = broadcast_shapes(draw, 2)
-    x, hi = on_grid(uniform(draw, xs, dtype)), on_grid(uniform(draw, hs, dtype, -1, 1), 1 / 128)
-    return (lambda x, hi: np.clip(x, None, hi)), [x, hi]
+    """One bound, tracked (the other None) or constant (the other None or left out)."""
+    xs, bs = broadcast_shapes(draw, 2)
+    x, bound = on_grid(uniform(draw, xs, dtype)), on_grid(uniform(draw, bs, dtype, -1, 1), 1 / 128)
+    form = draw(st.sampled_from(["tracked lower", "tracked upper", "None", "min=", "max="]))
+    if form == "tracked lower":
+        return call(draw, np.clip, X, Y, None), [x, bound]
+    if form == "tracked upper":
+        return call(draw, np.clip, X, None, Y), [x, bound]
+    if form == "None":
+        return call(draw, np.clip, X, *draw(st.permutations([bound, None]))), [x]
+    return call(draw, np.clip, X, **{form[:-1]: bound}), [x]
 
 
 CASES = [ufunc_case(f) for f in UNARY + list(ARITY)] + [
     Case(np.where, build_where),
     Case(np.clip, build_clip),
-    Case(np.clip, build_clip_one_bound, name="clip_upper_bound_only"),
+    Case(np.clip, build_clip_constant_bounds, name="clip_constant_bounds"),
+    Case(np.clip, build_clip_one_bound, name="clip_one_bound"),
 ]

@@ -3,7 +3,7 @@
 import numpy as np
 from hypothesis import strategies as st
 
-from . import Case, broadcast_shapes, array_shape, uniform
+from . import Arg, Case, X, Y, array_shape, broadcast_shapes, call, uniform
 
 
 def side(draw):
@@ -24,14 +24,14 @@ def build_dot(ndims):
         a, b = array_shape(draw, ndims[0], ndims[0]), list(array_shape(draw, ndims[1], ndims[1]))
         if ndims[0] and ndims[1]:
             b[max(ndims[1] - 2, 0)] = a[-1]
-        return np.dot, operands(draw, dtype, a, tuple(b))
+        return call(draw, np.dot, X, Y), operands(draw, dtype, a, tuple(b))
 
     return build
 
 
 def build_dot_with_scalar(draw, dtype):
     shapes = [(), array_shape(draw, min_dims=0)]
-    return np.dot, operands(draw, dtype, *(shapes if draw(st.booleans()) else shapes[::-1]))
+    return call(draw, np.dot, X, Y), operands(draw, dtype, *(shapes if draw(st.booleans()) else shapes[::-1]))
 
 
 def build_inner(draw, dtype):
@@ -42,7 +42,7 @@ def build_inner(draw, dtype):
 
 
 def build_outer(draw, dtype):
-    return np.outer, operands(draw, dtype, array_shape(draw, min_dims=0, max_dims=2), array_shape(draw, min_dims=0, max_dims=2))
+    return call(draw, np.outer, X, Y), operands(draw, dtype, array_shape(draw, min_dims=0, max_dims=2), array_shape(draw, min_dims=0, max_dims=2))
 
 
 def build_vdot(draw, dtype):
@@ -57,7 +57,7 @@ def build_tensordot_int(draw, dtype):
     shared = array_shape(draw, n, n) if n else ()
     a = array_shape(draw, 0, 2) + shared
     b = shared + array_shape(draw, 0, 2)
-    return (lambda x, y: np.tensordot(x, y, axes=n)), operands(draw, dtype, a, b)
+    return call(draw, np.tensordot, X, Y, axes=n), operands(draw, dtype, a, b)
 
 
 def build_tensordot_pairs(draw, dtype):
@@ -72,7 +72,7 @@ def build_tensordot_pairs(draw, dtype):
         b[j] = a[i]
     axes_a = [i - len(a) * draw(st.booleans()) for i in axes_a]
     axes = (axes_a[0], axes_b[0]) if k == 1 and draw(st.booleans()) else (axes_a, axes_b)
-    return (lambda x, y: np.tensordot(x, y, axes=axes)), operands(draw, dtype, a, tuple(b))
+    return call(draw, np.tensordot, X, Y, axes=axes), operands(draw, dtype, a, tuple(b))
 
 
 # --- matmul -------------------------------------------------------------------------------
@@ -108,14 +108,15 @@ def einsum_case(subscripts, name, ellipsis_dims=0):
         for term, batch in zip(terms, batches):
             before, dots, after = term.partition("...")
             shapes.append(tuple(size[c] for c in before) + (batch if dots else ()) + tuple(size[c] for c in after))
-        return (lambda *xs: np.einsum(subscripts, *xs)), operands(draw, dtype, *shapes)
+        einsum = call(draw, np.einsum, subscripts, *[Arg(k) for k in range(len(terms))])
+        return einsum, operands(draw, dtype, *shapes)
 
     return Case(np.einsum, build, name=f"einsum_{name}")
 
 
 # --- trace --------------------------------------------------------------------------------
 def build_trace(draw, dtype):
-    return np.trace, operands(draw, dtype, array_shape(draw, 2, 2))
+    return call(draw, np.trace, X), operands(draw, dtype, array_shape(draw, 2, 2))
 
 
 def build_trace_options(draw, dtype):
@@ -124,7 +125,7 @@ def build_trace_options(draw, dtype):
     axis1, axis2 = draw(st.lists(st.integers(0, len(s) - 1), min_size=2, max_size=2, unique=True))
     axis1 -= len(s) * draw(st.booleans())
     offset = draw(st.integers(-2, 2))
-    return (lambda x: np.trace(x, offset, axis1, axis2)), operands(draw, dtype, s)
+    return call(draw, np.trace, X, offset, axis1, axis2), operands(draw, dtype, s)
 
 
 # --- inv, solve, det, slogdet ----------------------------------------------------------------

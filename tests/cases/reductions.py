@@ -3,7 +3,7 @@
 import numpy as np
 from hypothesis import strategies as st
 
-from . import Case, array_shape, uniform
+from . import Case, X, array_shape, call, uniform
 
 AXIS_KINDS = ("none", "int", "tuple")
 
@@ -24,7 +24,7 @@ def reduction_case(func, kind, keepdims, low=-2.0, high=2.0, min_side=1, **optio
     def build(draw, dtype):
         s = array_shape(draw, min_dims=0 if kind == "none" else 1, min_side=min_side)
         axis = draw_axis(draw, len(s), kind)
-        return (lambda x: func(x, axis=axis, keepdims=keepdims, **options)), [uniform(draw, s, dtype, low, high)]
+        return call(draw, func, X, axis=axis, keepdims=keepdims, **options), [uniform(draw, s, dtype, low, high)]
 
     name = f"{func.__name__}_axis_{kind}" + ("_keepdims" if keepdims else "") + "".join(f"_{k}{v}" for k, v in options.items())
     return Case(func, build, name=name)
@@ -53,7 +53,7 @@ def masked_case(func, kind, at_least=1, **options):
         s = array_shape(draw, min_side=2 if at_least > 1 else 1)
         axis = draw_axis(draw, len(s), kind)
         where = mask(draw, s, at_least)
-        return (lambda x: func(x, axis=axis, where=where, **options)), [uniform(draw, s, dtype, 0.5, 1.5)]
+        return call(draw, func, X, axis=axis, where=where, **options), [uniform(draw, s, dtype, 0.5, 1.5)]
 
     return Case(func, build, name=f"{func.__name__}_where_axis_{kind}")
 
@@ -63,7 +63,7 @@ def build_prod_with_zeros(draw, dtype):
     x = uniform(draw, s, dtype, 0.5, 1.5)
     x.flat[draw(st.lists(st.integers(0, x.size - 1), max_size=2))] = 0
     axis = draw_axis(draw, len(s), draw(st.sampled_from(AXIS_KINDS)))
-    return (lambda x: np.prod(x, axis=axis)), [x]
+    return call(draw, np.prod, X, axis=axis), [x]
 
 
 def two_way_tie_case(func):
@@ -90,7 +90,7 @@ def cumulative_case(func, kind, low=-2.0, high=2.0):
     def build(draw, dtype):
         s = array_shape(draw, min_dims=0 if kind == "none" else 1)
         axis = draw_axis(draw, len(s), kind)
-        return (lambda x: func(x, axis=axis)), [uniform(draw, s, dtype, low, high)]
+        return call(draw, func, X, axis=axis), [uniform(draw, s, dtype, low, high)]
 
     return Case(func, build, name=f"{func.__name__}_axis_{kind}")
 
@@ -100,7 +100,7 @@ def vector_norm_case(ord):
         s = array_shape(draw)
         axis = draw(st.integers(-len(s), len(s) - 1))
         keepdims = draw(st.booleans())
-        return (lambda x: np.linalg.norm(x, ord, axis, keepdims)), [uniform(draw, s, dtype, 0.2, 2) * np.sign(uniform(draw, s, dtype))]
+        return call(draw, np.linalg.norm, X, ord, axis, keepdims), [uniform(draw, s, dtype, 0.2, 2) * np.sign(uniform(draw, s, dtype))]
 
     return Case(np.linalg.norm, build, name=f"norm_vector_ord_{ord}")
 
@@ -110,7 +110,7 @@ def matrix_norm_case(ord):
         s = array_shape(draw, min_dims=2)
         axis = tuple(draw(st.lists(st.integers(-len(s), len(s) - 1), min_size=2, max_size=2, unique_by=lambda a: a % len(s))))
         keepdims = draw(st.booleans())
-        return (lambda x: np.linalg.norm(x, ord, axis, keepdims)), [uniform(draw, s, dtype)]
+        return call(draw, np.linalg.norm, X, ord, axis, keepdims), [uniform(draw, s, dtype)]
 
     return Case(np.linalg.norm, build, name=f"norm_matrix_ord_{ord}")
 
@@ -118,14 +118,14 @@ def matrix_norm_case(ord):
 def build_norm_default(draw, dtype):
     s = array_shape(draw, min_dims=0)
     keepdims = draw(st.booleans())
-    return (lambda x: np.linalg.norm(x, keepdims=keepdims)), [uniform(draw, s, dtype, 0.2, 2)]
+    return call(draw, np.linalg.norm, X, keepdims=keepdims), [uniform(draw, s, dtype, 0.2, 2)]
 
 
 def build_norm_no_axis(draw, dtype):
     """axis=None with an ord: a 1-d array is a vector, a 2-d array a matrix."""
     ndim = draw(st.sampled_from([1, 2]))
     ord = draw(st.sampled_from([1, np.inf, 3] if ndim == 1 else ["fro", "nuc", 1, np.inf, 2]))
-    return (lambda x: np.linalg.norm(x, ord)), [uniform(draw, array_shape(draw, ndim, ndim), dtype, 0.2, 2)]
+    return call(draw, np.linalg.norm, X, ord), [uniform(draw, array_shape(draw, ndim, ndim), dtype, 0.2, 2)]
 
 
 CASES = [

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from dualbroadcast.tape import astype, getitem
 
-from . import Case, broadcast_shapes, array_shape, uniform
+from . import Case, X, Y, array_shape, broadcast_shapes, call, uniform
 
 
 def axis_of(draw, ndim):
@@ -48,11 +48,11 @@ def parts_along(draw, dtype, axis_shape, count):
 # --- regrouping and permuting axes -------------------------------------------------------
 def build_reshape(draw, s):
     target = draw(st.sampled_from([-1, (s[-1], -1), (-1, 1) + s[:1], s[::-1]]))
-    return lambda x: np.reshape(x, target)
+    return call(draw, np.reshape, X, target)
 
 
 def build_reshape_fortran(draw, s):
-    return lambda x: np.reshape(x, (s[0], -1), order="F")
+    return call(draw, np.reshape, X, (s[0], -1), order="F")
 
 
 def build_reshape_method(draw, s):
@@ -61,7 +61,7 @@ def build_reshape_method(draw, s):
 
 def build_ravel(draw, s):
     order = draw(st.sampled_from(["C", "F", "A", "K"]))
-    return lambda x: np.ravel(x, order=order)
+    return call(draw, np.ravel, X, order=order)
 
 
 def build_flatten(draw, s):
@@ -70,7 +70,7 @@ def build_flatten(draw, s):
 
 def build_transpose_axes(draw, s):
     axes = tuple(a - len(s) * draw(st.booleans()) for a in permutation(draw, len(s)))
-    return lambda x: np.transpose(x, axes)
+    return call(draw, np.transpose, X, axes)
 
 
 def build_transpose_method(draw, s):
@@ -80,30 +80,30 @@ def build_transpose_method(draw, s):
 
 def build_swapaxes(draw, s):
     a, b = axis_of(draw, len(s)), axis_of(draw, len(s))
-    return lambda x: np.swapaxes(x, a, b)
+    return call(draw, np.swapaxes, X, a, b)
 
 
 def build_moveaxis(draw, s):
     source, destination = permutation(draw, len(s))[:2], permutation(draw, len(s))[:2]
-    return lambda x: np.moveaxis(x, source, destination)
+    return call(draw, np.moveaxis, X, source, destination)
 
 
 def build_expand_dims(draw, s):
     axis = draw(st.sampled_from([0, -1, (0, -1)]))
-    return lambda x: np.expand_dims(x, axis)
+    return call(draw, np.expand_dims, X, axis)
 
 
 def build_squeeze(draw, dtype):
     s = array_shape(draw, 1, 3)
     padded = (1,) + s[:1] + (1,) + s[1:]
     axis = draw(st.sampled_from([None, 0, -len(padded) + 2, (0, 2)]))
-    return (lambda x: np.squeeze(x, axis)), [uniform(draw, padded, dtype)]
+    return call(draw, np.squeeze, X, axis), [uniform(draw, padded, dtype)]
 
 
 def build_broadcast_to(draw, dtype):
     xs, other = broadcast_shapes(draw, 2)
     target = np.broadcast_shapes(xs, other)
-    return (lambda x: np.broadcast_to(x, target)), [uniform(draw, xs, dtype)]
+    return call(draw, np.broadcast_to, X, target), [uniform(draw, xs, dtype)]
 
 
 # --- joining and splitting ----------------------------------------------------------------
@@ -112,45 +112,46 @@ def build_concatenate(draw, dtype):
     axis = axis_of(draw, len(s))
     template = tuple(None if i == axis % len(s) else n for i, n in enumerate(s))
     x, y, c = parts_along(draw, dtype, template, 3)
-    return (lambda x, y: np.concatenate([x, c, y, x], axis)), [x, y]
+    return call(draw, np.concatenate, [X, c, Y, X], axis), [x, y]
 
 
 def build_concatenate_flat(draw, dtype):
     x, y = uniform(draw, array_shape(draw), dtype), uniform(draw, array_shape(draw), dtype)
-    return (lambda x, y: np.concatenate((y, x), axis=None)), [x, y]
+    return call(draw, np.concatenate, (Y, X), axis=None), [x, y]
 
 
 def build_concatenate_cast(draw, dtype):
     x, y = uniform(draw, array_shape(draw, 1, 1), dtype), uniform(draw, array_shape(draw, 1, 1), dtype)
-    return (lambda x, y: np.concatenate([x, y], dtype=np.float64).astype(x.dtype)), [x, y]
+    concatenate = call(draw, np.concatenate, [X, Y], dtype=np.float64)
+    return (lambda x, y: concatenate(x, y).astype(x.dtype)), [x, y]
 
 
 def build_stack(draw, dtype):
     s = array_shape(draw, 0, 2)
     axis = axis_of(draw, len(s) + 1)
     x, y = uniform(draw, s, dtype), uniform(draw, s, dtype)
-    return (lambda x, y: np.stack([x, y, x], axis=axis)), [x, y]
+    return call(draw, np.stack, [X, Y, X], axis=axis), [x, y]
 
 
 def build_hstack_1d(draw, dtype):
     x, y = uniform(draw, array_shape(draw, 1, 1), dtype), uniform(draw, (), dtype)
-    return (lambda x, y: np.hstack([y, x, y])), [x, y]
+    return call(draw, np.hstack, [Y, X, Y]), [x, y]
 
 
 def build_hstack_2d(draw, dtype):
     x, y = parts_along(draw, dtype, (3, None), 2)
-    return (lambda x, y: np.hstack((x, y))), [x, y]
+    return call(draw, np.hstack, (X, Y)), [x, y]
 
 
 def build_vstack_1d(draw, dtype):
     n = draw(st.integers(1, 4))
     x, y = uniform(draw, (n,), dtype), uniform(draw, (2, n), dtype)
-    return (lambda x, y: np.vstack([x, y, x])), [x, y]
+    return call(draw, np.vstack, [X, Y, X]), [x, y]
 
 
 def build_vstack_0d(draw, dtype):
     x, y = uniform(draw, (), dtype), uniform(draw, (), dtype)
-    return (lambda x, y: np.vstack((x, y))), [x, y]
+    return call(draw, np.vstack, (X, Y)), [x, y]
 
 
 def build_split_sections(draw, dtype):
@@ -158,23 +159,23 @@ def build_split_sections(draw, dtype):
     axis = axis_of(draw, len(s))
     sections = draw(st.integers(1, 3))
     s[axis] = sections * draw(st.integers(1, 2))
-    return (lambda x: np.split(x, sections, axis=axis)), [uniform(draw, tuple(s), dtype)]
+    return call(draw, np.split, X, sections, axis=axis), [uniform(draw, tuple(s), dtype)]
 
 
 def build_split_indices(draw, s):
     cuts = sorted(draw(st.lists(st.integers(0, s[0] + 1), max_size=3)))
-    return lambda x: np.split(x, cuts)
+    return call(draw, np.split, X, cuts)
 
 
 # --- copies ---------------------------------------------------------------------------------
 def build_tile(draw, s):
     reps = draw(st.sampled_from([2, (2, 1), (1, 2, 1, 3), (3,) + (1,) * len(s)]))
-    return lambda x: np.tile(x, reps)
+    return call(draw, np.tile, X, reps)
 
 
 def build_repeat(draw, s):
     count, axis = draw(st.integers(0, 3)), draw(st.sampled_from([None, -1, 0]))
-    return lambda x: np.repeat(x, count, axis=axis)
+    return call(draw, np.repeat, X, count, axis=axis)
 
 
 def build_repeat_counts(draw, s):
@@ -187,42 +188,42 @@ def build_repeat_counts_flat(draw, s):
     size = int(np.prod(s))
     counts = np.array(draw(st.lists(st.integers(0, 3), min_size=size, max_size=size)))
     counts = draw(st.sampled_from([counts, counts[:1]]))  # one count per element, or one for all
-    return lambda x: np.repeat(x, counts)
+    return call(draw, np.repeat, X, counts)
 
 
 # --- reordering -------------------------------------------------------------------------------
 def build_flip(draw, s):
     axis = draw(st.sampled_from([None, axis_of(draw, len(s)), (0, -1)]))
-    return lambda x: np.flip(x, axis)
+    return call(draw, np.flip, X, axis)
 
 
 def build_roll(draw, s):
     shift, axis = draw(st.sampled_from([(2, None), (-1, 0), ((1, -2), (0, -1)), ((1, 2), (0, 0))]))
-    return lambda x: np.roll(x, shift, axis)
+    return call(draw, np.roll, X, shift, axis)
 
 
 # --- diagonals and triangles ------------------------------------------------------------------
 def build_diag_vector(draw, s):
     k = draw(st.integers(-2, 2))
-    return lambda v: np.diag(v, k)
+    return call(draw, np.diag, X, k)
 
 
 def build_diag_matrix(draw, s):
     k = draw(st.integers(1 - s[0], s[1] - 1))
-    return lambda m: np.diag(m, k)
+    return call(draw, np.diag, X, k)
 
 
 def build_diagonal(draw, dtype):
     s = array_shape(draw, 2, 3, min_side=2)
     a, b = draw(st.permutations(range(-len(s), 0)))[:2]
     offset = draw(st.integers(-1, 1))
-    return (lambda x: np.diagonal(x, offset, a, b)), [uniform(draw, s, dtype)]
+    return call(draw, np.diagonal, X, offset, a, b), [uniform(draw, s, dtype)]
 
 
 def build_triangle(func):
     def build(draw, s):
         k = draw(st.integers(-2, 2))
-        return lambda x: func(x, k)
+        return call(draw, func, X, k)
 
     return build
 
@@ -232,7 +233,7 @@ def build_take(draw, s):
     axis = draw(st.sampled_from([None, axis_of(draw, len(s))]))
     n = int(np.prod(s)) if axis is None else s[axis]
     where = draw(st.sampled_from([indices(draw, n), np.array(indices(draw, n)).reshape(-1, 1), -1]))
-    return lambda x: np.take(x, where, axis=axis)
+    return call(draw, np.take, X, where, axis=axis)
 
 
 def build_take_mode(draw, s):
@@ -311,7 +312,18 @@ def build_astype(draw, s):
 
 
 def build_copy(draw, s):
-    return lambda x: np.copy(x) * x.copy()
+    copy = call(draw, np.copy, X, order=draw(st.sampled_from("CFAK")))
+    return lambda x: copy(x) * x.copy()
+
+
+def build_full_like(draw, dtype):
+    """A template (its values unused) and a fill value broadcast to its shape, or to ``shape=``."""
+    template_shape, value_shape = broadcast_shapes(draw, 2)
+    template_shape = np.broadcast_shapes(template_shape, value_shape)
+    shape = draw(st.sampled_from([None, (2,) + template_shape]))
+    template = uniform(draw, template_shape, dtype)
+    fill = call(draw, np.full_like, X, Y) if shape is None else call(draw, np.full_like, X, Y, shape=shape)
+    return (lambda a, v: fill(a, v) * a if shape is None else fill(a, v)), [template, uniform(draw, value_shape, dtype)]
 
 
 CASES = [
@@ -361,4 +373,5 @@ CASES = [
     Case(getitem, one_array(build_getitem_columns, 2, 2), name="getitem_columns"),
     Case(astype, one_array(build_astype, 0), name="astype"),
     Case(np.copy, one_array(build_copy, 0), name="copy"),
+    Case(np.full_like, build_full_like, name="full_like"),
 ]

@@ -1,0 +1,246 @@
+"""Every rule sees its arguments exactly as NumPy does, in every calling form.
+
+A vjp maker is called as ``maker(ans, *args, **kwargs)`` with the arguments as the user wrote them,
+so a keyword reaches the maker by NumPy's name.  A maker that names a parameter otherwise, or
+swallows keywords with ``**kwargs``, computes a gradient for arguments the user did not pass: the
+clip rule named its bounds ``lo``/``hi``, so ``np.clip(x, a_min=0.1, a_max=1.1)`` had gradient 1
+everywhere.  The signature of each maker is compared with its function's here; ``tests/test_rules.py``
+draws every case in the calling forms NumPy accepts.
+"""
+
+import inspect
+
+import numpy as np
+import pytest
+
+import dualbroadcast as db
+from dualbroadcast.registry import PER_ARGUMENT, RULES
+from dualbroadcast.rules import BUILTIN_RULES
+from dualbroadcast.tape import qualified_name
+
+from .cases.elementwise import DOMAINS
+
+P = inspect.Parameter
+POSITIONAL = (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)
+# The keywords of a ufunc call, which the tape accepts or rejects itself (a maker never decides).
+UFUNC_KEYWORDS = {"out", "where", "casting", "order", "dtype", "subok", "signature"}
+# What NumPy does when a parameter whose default is np._NoValue is not given: the maker's default must mean it.
+ABSENT = {
+    "keepdims": False, "initial": None, "where": True, "mean": None, "correction": None,
+    "a_min": None, "a_max": None, "min": None, "max": None,
+}
+
+
+def makers_of(rule):
+    """The vjp makers of ``rule``, each with the number of arguments it takes before NumPy's (ans; or the
+    argument, part or output number and ans)."""
+    if rule.kind == PER_ARGUMENT:
+        return [(m, 1) for m in rule.makers if m is not None]
+    return [(rule.makers, 2)]
+
+
+def numpy_parameters(func):
+    """The parameters of ``func`` a maker must accept as NumPy does: a ufunc's inputs only (the tape
+    handles its keywords)."""
+    parameters = list(inspect.signature(func).parameters.values())
+    if isinstance(func, np.ufunc):
+        return [p for p in parameters if p.kind is P.POSITIONAL_ONLY]
+    return parameters
+
+
+def takes_only_vetted_keywords(func):
+    """Whether every keyword NumPy accepts for ``func`` is vetted by the tape (a ufunc's own) or there is none."""
+    parameters = inspect.signature(func).parameters.values()
+    named = {p.name for p in parameters if p.kind is not P.POSITIONAL_ONLY}
+    return named <= UFUNC_KEYWORDS if isinstance(func, np.ufunc) else not named
+
+
+def signature_mismatches(func, maker, leading):
+    """How ``maker``'s signature (after ``leading`` arguments) fails to bind every call of ``func`` as NumPy does."""
+    theirs = numpy_parameters(func)
+    ours = list(inspect.signature(maker).parameters.values())[leading:]
+    by_name = {p.name: p for p in ours}
+    problems = []
+    rest = next((i for i, p in enumerate(ours) if p.kind is P.VAR_POSITIONAL), len(ours))  # ours[rest:] take the rest
+    for i, p in enumerate(q for q in theirs if q.kind in POSITIONAL):
+        if i >= rest:
+            break
+        if i >= len(ours) or ours[i].kind not in POSITIONAL:
+            problems.append(f"positional argument {i} ({p.name}) is not taken positionally")
+        elif p.kind is P.POSITIONAL_OR_KEYWORD and (ours[i].name, ours[i].kind) != (p.name, p.kind):
+            problems.append(f"positional argument {i} is {ours[i].name!r}, NumPy's is {p.name!r}")
+    for p in theirs:
+        mine = by_name.get(p.name)
+        if p.kind is P.VAR_POSITIONAL and rest == len(ours):
+            problems.append(f"*{p.name} is not taken")
+        if p.kind is P.KEYWORD_ONLY and (mine is None or mine.kind is not P.KEYWORD_ONLY):
+            problems.append(f"keyword-only {p.name!r} is not taken by that name, keyword-only")
+        if p.kind in (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY) and mine is not None and p.default is not P.empty:
+            expected = ABSENT.get(p.name, "?") if p.default is np._NoValue else p.default
+            if mine.default is P.empty or type(mine.default) is not type(expected) or mine.default != expected:
+                problems.append(f"{p.name}'s default is {mine.default!r}, NumPy's means {expected!r}")
+    if any(p.kind is P.VAR_KEYWORD for p in ours) and not takes_only_vetted_keywords(func):
+        problems.append("it takes **kwargs, so keywords it does not know are ignored instead of rejected")
+    return problems
+
+
+def rule_id(func):
+    return qualified_name(func)
+
+
+# The makers of rules/reductions.py (owned elsewhere) call the array x (NumPy: a), and var/std's lack mean= and
+# correction= (a clear error today); the change is reported.  Strict: once fixed these pass, and the mark must go.
+REDUCTIONS_TO_RENAME = {np.sum, np.mean, np.prod, np.max, np.amax, np.min, np.amin, np.var, np.std, np.cumsum, np.cumprod}
+PENDING = pytest.mark.xfail(strict=True, reason="rules/reductions.py: makers to take NumPy's names (reported)")
+
+
+@pytest.mark.parametrize(
+    "func",
+    [pytest.param(f, marks=PENDING if f in REDUCTIONS_TO_RENAME else ()) for f in sorted(BUILTIN_RULES, key=rule_id)],
+    ids=rule_id,
+)
+def test_every_maker_binds_the_arguments_as_numpy_does(func):
+    problems = [
+        f"{getattr(maker, '__qualname__', maker)}: {problem}"
+        for maker, leading in makers_of(RULES[func])
+        for problem in signature_mismatches(func, maker, leading)
+    ]
+    assert not problems, f"{qualified_name(func)}{inspect.signature(func)}:\n" + "\n".join(problems)
+
+
+def test_the_signature_check_finds_the_clip_rule_that_ignored_keyword_bounds():
+    """The check fails on the makers clip had: bounds named lo/hi, and a maker swallowing keywords."""
+
+    def named_otherwise(ans, x, lo=None, hi=None):
+        pass
+
+    def swallowing(ans, *args, **kwargs):
+        pass
+
+    assert signature_mismatches(np.clip, named_otherwise, 1)
+    assert signature_mismatches(np.clip, swallowing, 1)
+    assert not signature_mismatches(np.clip, RULES[np.clip].makers[0], 1)
+
+
+# --- np.clip in every calling form ------------------------------------------------------------------------------
+X = np.linspace(-1.0, 2.0, 13)
+LOWER, UPPER = 0.1, 1.1
+
+CLIP_FORMS = {
+    "positional": lambda x: np.clip(x, LOWER, UPPER),
+    "a_min= a_max=": lambda x: np.clip(x, a_min=LOWER, a_max=UPPER),
+    "a_min positional, a_max=": lambda x: np.clip(x, LOWER, a_max=UPPER),
+    "min= max=": lambda x: np.clip(x, min=LOWER, max=UPPER),
+    "out=None": lambda x: np.clip(x, LOWER, UPPER, None),
+    "method": lambda x: x.clip(LOWER, UPPER),
+    "method min= max=": lambda x: x.clip(min=LOWER, max=UPPER),
+}
+LOWER_ONLY = {
+    "positional None": lambda x: np.clip(x, LOWER, None),
+    "a_max=None": lambda x: np.clip(x, a_min=LOWER, a_max=None),
+    "min=": lambda x: np.clip(x, min=LOWER),
+    "method min=": lambda x: x.clip(min=LOWER),
+}
+UPPER_ONLY = {
+    "positional None": lambda x: np.clip(x, None, UPPER),
+    "a_min=None": lambda x: np.clip(x, a_min=None, a_max=UPPER),
+    "max=": lambda x: np.clip(x, max=UPPER),
+}
+
+
+def clip_gradient(x, lower, upper):
+    """d Σ clip(x) / dx by hand: 1 strictly between the bounds (X has no point on a bound)."""
+    return ((x > lower) & (x < upper)).astype(x.dtype)
+
+
+@pytest.mark.parametrize(
+    "form, lower, upper",
+    [(f, LOWER, UPPER) for f in CLIP_FORMS.values()]
+    + [(f, LOWER, np.inf) for f in LOWER_ONLY.values()]
+    + [(f, -np.inf, UPPER) for f in UPPER_ONLY.values()],
+    ids=[*CLIP_FORMS, *(f"lower only, {k}" for k in LOWER_ONLY), *(f"upper only, {k}" for k in UPPER_ONLY)],
+)
+def test_clip_gradient_in_every_calling_form(form, lower, upper):
+    np.testing.assert_array_equal(form(X), np.clip(X, lower, upper))  # the form means these bounds
+    np.testing.assert_array_equal(db.gradient(lambda x: np.sum(form(x)), X), clip_gradient(X, lower, upper))
+
+
+KERNEL_PENDING = pytest.mark.xfail(
+    strict=True, raises=TypeError,
+    reason="expr._clip (owned elsewhere) names its bounds lo/hi: a_min=/a_max=/min=/max= are a TypeError in a kernel",
+)
+
+
+@pytest.mark.parametrize(
+    "form",
+    [CLIP_FORMS["positional"], *(pytest.param(CLIP_FORMS[k], marks=KERNEL_PENDING) for k in list(CLIP_FORMS)[1:4])],
+    ids=list(CLIP_FORMS)[:4],
+)
+def test_clip_gradient_in_every_calling_form_in_a_kernel(form):
+    np.testing.assert_array_equal(db.sum(form, X), np.sum(np.clip(X, LOWER, UPPER)))
+    np.testing.assert_array_equal(db.gradient(lambda x: db.sum(form, x), X), clip_gradient(X, LOWER, UPPER))
+
+
+def test_clip_keywords_it_cannot_honour_are_an_error():
+    """np.clip passes other keywords to its ufuncs: ``where=`` leaves elements uninitialised."""
+    with pytest.raises(db.DifferentiationError, match="where"):
+        db.gradient(lambda x: np.sum(np.clip(x, LOWER, UPPER, where=x > 0)), X)
+
+
+# --- ufunc keywords: the tape's, never ignored by a maker ------------------------------------------------------
+UFUNCS = sorted((f for f in BUILTIN_RULES if isinstance(f, np.ufunc)), key=rule_id)
+
+
+def ufunc_inputs(ufunc):
+    """Arrays inside ``ufunc``'s domain (2 x 2 matrices for matmul)."""
+    rng = np.random.default_rng(0)
+    shape = (2, 2) if ufunc is np.matmul else (3,)
+    domains = DOMAINS.get(ufunc, [(-2, 2)] * ufunc.nin)
+    return [rng.uniform(low, high, size=shape) for low, high in domains]
+
+
+def sum_of(ufunc, **keywords):
+    return lambda *inputs: np.sum(ufunc(*inputs, **keywords))
+
+
+def ufunc_keywords_at_their_defaults(ufunc):
+    parameters = inspect.signature(ufunc).parameters.values()
+    return {p.name: p.default for p in parameters if p.kind is P.KEYWORD_ONLY and p.default is not np._NoValue}
+
+
+@pytest.mark.parametrize("ufunc", UFUNCS, ids=rule_id)
+def test_a_ufunc_keyword_gives_the_same_gradient_or_a_clear_error(ufunc):
+    inputs = ufunc_inputs(ufunc)
+    expected = db.gradient(sum_of(ufunc), *inputs)
+    for name, default in ufunc_keywords_at_their_defaults(ufunc).items():
+        try:
+            got = db.gradient(sum_of(ufunc, **{name: default}), *inputs)
+        except db.DifferentiationError:
+            continue
+        np.testing.assert_array_equal(got, expected, err_msg=f"{qualified_name(ufunc)}(..., {name}={default!r})")
+
+
+@pytest.mark.parametrize("ufunc", [f for f in UFUNCS if f.signature is None], ids=rule_id)  # gufuncs take no where=
+def test_a_ufunc_where_mask_is_an_error(ufunc):
+    inputs = ufunc_inputs(ufunc)
+    mask = np.arange(3) > 0
+    with pytest.raises(db.DifferentiationError):
+        db.gradient(sum_of(ufunc, where=mask), *inputs)
+
+
+# --- tracked values passed by keyword ----------------------------------------------------------------------------
+def test_a_tracked_value_by_keyword_is_a_clear_error():
+    with pytest.raises(db.DifferentiationError, match="positionally"):
+        db.gradient(lambda x: np.sum(a=x), X)
+
+
+@pytest.mark.xfail(
+    strict=True, raises=IndexError,
+    reason="tape.call_rule looks for a sequence argument in args[0] only: np.stack(arrays=[x]) is an IndexError",
+)
+def test_a_sequence_of_tracked_values_by_keyword_is_a_clear_error_or_right():
+    try:
+        g = db.gradient(lambda x: np.sum(np.stack(arrays=[x, 2 * x])), X)
+    except db.DifferentiationError:
+        return
+    np.testing.assert_array_equal(g, np.full_like(X, 3.0))
