@@ -350,3 +350,20 @@ def test_a_pullback_swept_twice_gives_the_same_cotangents():
     for s, g1, g2 in zip(seeds, first, second):
         np.testing.assert_allclose(g1, s @ J, rtol=1e-12)
         np.testing.assert_array_equal(g1, g2)
+
+
+# --- memory layouts -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("order", ["C", "F", "A", "K"])
+@pytest.mark.parametrize("layout", ["C", "F", "transposed"])
+def test_ravel_in_every_order_of_every_layout(order, layout):
+    """ravel's cotangent goes back to the element each output came from, whatever the order and layout."""
+    a = {"C": np.arange(6.0).reshape(2, 3), "F": np.asfortranarray(np.arange(6.0).reshape(2, 3)),
+         "transposed": np.arange(6.0).reshape(3, 2).T}[layout] + 0.5
+    w = np.linspace(1.0, 2.0, 6)
+    positions = np.empty_like(a, dtype=np.intp)  # each element's own C position, in a's layout
+    positions[...] = np.arange(6).reshape(a.shape)
+    expected = np.zeros(6)
+    expected[np.ravel(positions, order=order)] = w
+    for g in (db.gradient(lambda a: np.sum(np.ravel(a, order=order) * w), a),
+              db.gradient(lambda a: np.sum((a * 2.0).ravel(order) * w), a) / 2.0):
+        np.testing.assert_array_equal(g, expected.reshape(a.shape))
