@@ -39,6 +39,7 @@ def workloads():
     """(name, primal, gradient of a given library) for the models whose per-call cost matters."""
     xs16 = tuple(float(k) for k in range(16))
     x100 = np.random.default_rng(0).random(100)
+    x1e6 = np.random.default_rng(0).random(1_000_000)
     rng = np.random.default_rng(0)
     W = rng.standard_normal((32, 64)).astype(np.float32)
     b = rng.standard_normal(32).astype(np.float32)
@@ -51,6 +52,7 @@ def workloads():
         ("foldminus", lambda: m.foldminus(xs16), lambda lib: lambda: lib.gradient(m.foldminus, xs16)),
         ("qux 11", lambda: m.qux(True, True, 0.3), lambda lib: lambda: lib.gradient(lambda x: m.qux(True, True, x), 0.3)),
         ("EAM N=100", lambda: m.eam_numpy(x100), lambda lib: lambda f=eam(lib): lib.gradient(f, x100)),
+        ("EAM N=1e6", lambda: m.eam_numpy(x1e6), lambda lib: lambda f=eam(lib): lib.gradient(f, x1e6)),
         ("slices B T=8", lambda: m.slices_columns(W, b, xs),
          lambda lib: lambda: lib.gradient(m.slices_columns, W, b, lib.cut(xs))),
     ]
