@@ -11,11 +11,14 @@ from .explain import explain
 from .kernels import set_backend
 from .prepared import PreparedGradient, prepare_gradient
 from .errors import (
+    ArgumentTypeError,
     DifferentiationError,
     GradientMismatchError,
     InPlaceMutationError,
     KernelError,
     NonScalarOutputError,
+    ShapeMismatchError,
+    StaleValueError,
     UnsupportedFunctionError,
     ValueConversionError,
 )
@@ -26,5 +29,6 @@ __all__ = [
     "set_backend", "clear_cache", "explain", "prepare_gradient", "PreparedGradient", "pullback", "jacobian", "cut", "uncut", "check_gradient",
     "defvjp", "defvjp_argnum", "defvjp_sequence", "defvjp_outputs", "nondifferentiable", "primitive",
     "DifferentiationError", "GradientMismatchError", "InPlaceMutationError", "KernelError",
-    "NonScalarOutputError", "UnsupportedFunctionError", "ValueConversionError",
+    "NonScalarOutputError", "UnsupportedFunctionError", "ValueConversionError", "ArgumentTypeError",
+    "StaleValueError", "ShapeMismatchError",
 ]

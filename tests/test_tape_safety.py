@@ -367,3 +367,13 @@ def test_ravel_in_every_order_of_every_layout(order, layout):
     for g in (db.gradient(lambda a: np.sum(np.ravel(a, order=order) * w), a),
               db.gradient(lambda a: np.sum((a * 2.0).ravel(order) * w), a) / 2.0):
         np.testing.assert_array_equal(g, expected.reshape(a.shape))
+
+
+def test_every_error_class_is_public_and_a_differentiation_error():
+    import dualbroadcast.errors as errors
+
+    classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, Exception)]
+    for c in classes:
+        assert getattr(db, c.__name__) is c and c.__name__ in db.__all__
+        assert issubclass(c, db.DifferentiationError)
+        assert c is db.DifferentiationError or len(c.__mro__) > 3  # also derives from a builtin error
