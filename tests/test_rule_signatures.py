@@ -187,6 +187,30 @@ def test_clip_keywords_it_cannot_honour_are_an_error():
         db.gradient(lambda x: np.sum(np.clip(x, LOWER, UPPER, where=x > 0)), X)
 
 
+# --- var and std's keyword-only mean= and correction= ------------------------------------------------------------
+VARIANCE_PENDING = pytest.mark.xfail(
+    strict=True, raises=db.UnsupportedFunctionError,
+    reason="rules/reductions.py: var_vjp/std_vjp to take mean= and correction= (reported)",
+)
+M = np.array([[0.3, -1.2, 2.0], [1.5, 0.4, -0.7]])
+
+
+@VARIANCE_PENDING
+@pytest.mark.parametrize("func", [np.var, np.std], ids=rule_id)
+def test_var_and_std_correction_is_ddof(func):
+    expected = db.gradient(lambda m: func(m, axis=1, ddof=1)[0], M)
+    np.testing.assert_allclose(db.gradient(lambda m: func(m, axis=1, correction=1)[0], M), expected, rtol=1e-12)
+
+
+@VARIANCE_PENDING
+def test_var_with_a_given_mean_treats_it_as_a_constant():
+    """NumPy uses ``mean=`` as given: var = Σ (x - mean)² / (n - ddof), so ∂/∂x = 2 (x - mean) / (n - ddof)."""
+    mean = np.array([[0.5], [-0.25]])  # not the mean of M's rows: the formula, not a coincidence, is checked
+    g = db.gradient(lambda m: np.sum(np.var(m, axis=1, ddof=1, mean=mean)), M)
+    np.testing.assert_allclose(g, 2 * (M - mean) / (M.shape[1] - 1), rtol=1e-12)
+    db.check_gradient(lambda m: np.sum(np.std(m, axis=1, mean=mean)), M)
+
+
 # --- ufunc keywords: the tape's, never ignored by a maker ------------------------------------------------------
 UFUNCS = sorted((f for f in BUILTIN_RULES if isinstance(f, np.ufunc)), key=rule_id)
 
