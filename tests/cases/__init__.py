@@ -12,6 +12,7 @@ import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
+from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, mutually_broadcastable_shapes
 
@@ -60,49 +61,69 @@ class Arg:
     def __init__(self, index):
         self.index = index
 
+    def __repr__(self):
+        return "XYZ"[self.index]
+
 
 X, Y, Z = Arg(0), Arg(1), Arg(2)
-POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+P = inspect.Parameter
+POSITIONAL = (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)
+NAMED = (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)
 
 
 def call(draw, func, *args, **kwargs):
     """``func(*args, **kwargs)`` as a function of the differentiated arrays (`X`, `Y`, `Z` in ``args``),
-    in a calling form NumPy accepts drawn by hypothesis.
+    in a calling form NumPy accepts drawn by hypothesis (which shrinks to the form as written).
 
     Each positional-or-keyword argument is passed positionally or by name, and parameters left out
-    may be passed their defaults explicitly (positionally or by name).  An argument holding a
-    differentiated array stays positional, as the library asks, and so does every one before it.
+    may be passed their defaults explicitly.  An argument holding a differentiated array stays
+    positional, as the library asks, and so does every one before it.
     """
     signature = inspect.signature(func)
-    given = signature.bind(*args, **kwargs).arguments
-    chosen = {}
+    arguments = signature.bind(*args, **kwargs).arguments
     for p in signature.parameters.values():
-        if p.name in given:
-            chosen[p.name] = given[p.name]
-        elif p.kind in NAMED and _has_default(p) and draw(st.booleans()):
-            chosen[p.name] = p.default
-    lowest, highest, var_args, var_kwargs = 0, 0, (), {}
-    positional = [p for p in signature.parameters.values() if p.kind in POSITIONAL]
-    for i, p in enumerate(positional):
-        if p.name not in chosen:
-            break
-        highest = i + 1
-        if p.kind is inspect.Parameter.POSITIONAL_ONLY or _holds_arg(chosen[p.name]):
-            lowest = i + 1
-    for p in signature.parameters.values():
-        if p.kind is inspect.Parameter.VAR_POSITIONAL and chosen.get(p.name):
-            var_args, lowest = chosen.pop(p.name), len(positional)
-        elif p.kind is inspect.Parameter.VAR_KEYWORD:
-            var_kwargs = chosen.pop(p.name, {})
-    cut = draw(st.integers(lowest, highest))
-    front = [chosen.pop(p.name) for p in positional[:cut]] + list(var_args)
-    named = {**chosen, **var_kwargs}
+        if p.name not in arguments and p.kind in NAMED and _has_default(p) and draw(st.booleans()):
+            arguments[p.name] = p.default
+    front, named = _form(signature, arguments, draw(st.sampled_from(_positional_counts(signature, arguments, len(args)))))
+    note(f"{getattr(func, '__name__', func)}({', '.join([*map(repr, front), *(f'{k}={v!r}' for k, v in named.items())])})")
     return lambda *arrays: func(*_filled(front, arrays), **dict(zip(named, _filled(named.values(), arrays))))
 
 
+def _positional_counts(signature, arguments, written):
+    """How many leading parameters may be passed positionally: the count as written first, then the others."""
+    lowest = highest = 0
+    for i, p in enumerate(p for p in signature.parameters.values() if p.kind in POSITIONAL):
+        if p.name not in arguments:
+            break
+        highest = i + 1
+        if p.kind is P.POSITIONAL_ONLY or _holds_arg(arguments[p.name]):
+            lowest = i + 1
+    if any(p.kind is P.VAR_POSITIONAL and arguments.get(p.name) for p in signature.parameters.values()):
+        lowest = highest
+    written = min(max(written, lowest), highest)
+    return [written] + [n for n in range(lowest, highest + 1) if n != written]
+
+
+def _form(signature, arguments, count):
+    """The positional and keyword arguments of the call passing the first ``count`` parameters positionally."""
+    front, named = [], {}
+    for i, p in enumerate(signature.parameters.values()):  # positional parameters come first
+        if p.name not in arguments:
+            continue
+        value = arguments[p.name]
+        if p.kind is P.VAR_POSITIONAL:
+            front.extend(value)
+        elif p.kind is P.VAR_KEYWORD:
+            named.update(value)
+        elif i < count:
+            front.append(value)
+        else:
+            named[p.name] = value
+    return front, named
+
+
 def _has_default(p):
-    return p.default is not inspect.Parameter.empty and p.default is not np._NoValue
+    return p.default is not P.empty and p.default is not np._NoValue
 
 
 def _holds_arg(value):
