@@ -11,19 +11,32 @@ comparison, ``int``/``float``/index conversions, non-array results (shapes,
 counts).  Replay checks each guard where it was taken; if one differs, the
 program is recorded again for the new case (kept among a few variants) and
 ``recordings`` counts it.  Replay never returns a gradient for a path the
-function did not take.
+function did not take.  Globals ``f`` reads are checked too: rebound, they
+make ``f`` recorded again; state it reads otherwise is baked in (see
+`prepare_gradient`).
 """
 
 import collections
+import types
 
 import numpy as np
 
 from . import pytree
-from .api import _gradients, _prepare, _scalar_seed
+from .api import _Argument, _call_on_tape, _gradients, _prepare, _scalar_seed
 from .errors import UnsupportedFunctionError
 from .registry import NONDIFFERENTIABLE, OUTPUTS, PER_ARGUMENT, RULES, SEQUENCE
-from .replay import compile_program
-from .tape import ACTIVE_TAPE, RECORDER, Tape, Tracked, backward, qualified_name
+from .replay import _same, compile_program
+from .tape import (
+    RECORDER,
+    Tape,
+    Tracked,
+    _check_tape,
+    _unsupported_message,
+    backward,
+    constant_result,
+    keep_constants,
+    qualified_name,
+)
 
 MAX_VARIANTS = 8
 
@@ -41,6 +54,18 @@ class Const:
         self.value = value
 
 
+class Pack:
+    """A tuple or list argument holding traced values: per item a value index or a `Const`;
+    ``value`` is the recorded one (for its shape)."""
+
+    __slots__ = ("kind", "refs", "value")
+
+    def __init__(self, kind, refs, value):
+        self.kind = kind
+        self.refs = refs
+        self.value = value
+
+
 class Step:
     """One recorded operation: how to recompute its outputs and rebuild their pullbacks."""
 
@@ -50,7 +75,7 @@ class Step:
         self.func = func
         self.impl = impl
         self.kind = kind
-        self.refs = refs  # per argument (or sequence element): a value index, or a Const
+        self.refs = refs  # per argument (or sequence element): a value index, a Const or a Pack
         self.rest = rest  # SEQUENCE: the arguments after the sequence
         self.kwargs = kwargs
         self.outs = outs  # per output: its value index, or None for a plain (guarded) result
@@ -91,6 +116,7 @@ class Recorder:
         self.tape = tape
         self.steps = []
         self.inactive = set()
+        self.copies = []  # (Const, a copy of its arrays when a step used it): see `hold`
         self.meta = {}  # value index -> (shape, dtype)
 
     def _new(self, value, parents, backs, func, active):
@@ -106,30 +132,26 @@ class Recorder:
     def call(self, func, args, kwargs):
         """Run ``func``; if any argument is traced, record a step (and a tape record)."""
         rule = RULES.get(func)
-        if rule is None and func not in NONDIFFERENTIABLE:
-            raise UnsupportedFunctionError(
-                f"{qualified_name(func)} has no derivative rule in dualbroadcast; register one with "
-                "db.defvjp, or apply it to db.cut(x)"
-            )
         kind = rule.kind if rule is not None else None
         sequence, rest = (args[0], args[1:]) if kind == SEQUENCE else (args, ())
-        refs, values, traced = [], [], False
+        refs, values = [], []
         for a in sequence:
-            if type(a) is Tracked:
-                traced = True
-                refs.append(a.index)
-                values.append(a.value)
-            else:
-                refs.append(Const(a))
-                values.append(a)
+            ref, value = self.reference(func, a)
+            refs.append(ref)
+            values.append(value)
         if any(type(v) is Tracked for v in list(kwargs.values()) + list(rest)):
             raise UnsupportedFunctionError(f"{qualified_name(func)}: pass tracked values positionally")
+        traced = any(type(r) is not Const for r in refs)
+        active = [i for i, r in enumerate(refs) if type(r) is int and r not in self.inactive]
+        if rule is None and func not in NONDIFFERENTIABLE and (active or not traced):  # else, on values that
+            raise UnsupportedFunctionError(_unsupported_message(func))  # carry no gradient, a plain step
         impl = rule.impl if rule is not None else func
         call_values = [values, *rest] if kind == SEQUENCE else values
         ans = impl(*call_values, **kwargs)
         if not traced:
             return ans
-        active = [i for i, r in enumerate(refs) if type(r) is int and r not in self.inactive]
+        self.hold(_constants(refs), rule is not None and rule.keeps_arguments)
+        keep_constants(self.tape, [*rest, *kwargs.values()])
         makers = rule.makers if rule is not None else None
         outputs = list(ans) if kind == OUTPUTS else [ans]
         outs, results = [], []
@@ -138,7 +160,10 @@ class Recorder:
                 outs.append(None)  # a plain result (a shape, a count): guarded by equality
                 results.append(a)
                 continue
-            backs = _backs(func, rule, kind, j, active, a, ans, call_values, kwargs) if _is_float(a) and active else None
+            if active and a.dtype.kind != "f":
+                constant_result(func, a)  # an error for a result the tape cannot carry (complex, object, text)
+            differentiable = rule is not None and active and a.dtype.kind == "f"
+            backs = _backs(func, rule, kind, j, active, a, ans, call_values, kwargs) if differentiable else None
             parents = tuple(refs[i] for i in active) if backs else ()
             out = self._new(a, parents, backs or (), func, bool(backs))
             outs.append(out.index)
@@ -149,10 +174,38 @@ class Recorder:
             return results if type(ans) is list else type(ans)(*results)
         return results[0]
 
+    def reference(self, func, a):
+        """How a step refers to its argument ``a`` (a value index, a `Const` or a `Pack`), and its value."""
+        if type(a) is Tracked:
+            return self.index_of(a), a.value
+        if type(a) in (tuple, list) and _holds_traced(a):
+            return self.pack(func, a)
+        return Const(a), a
+
+    def pack(self, func, items):
+        """A tuple or list holding traced values (``x[i, 0]`` with ``i = np.argmax(d)``), rebuilt from
+        their new values on replay.  Such a value has no gradient path, so it must carry none."""
+        refs, values = zip(*[self.reference(func, a) for a in items])
+        if any(type(r) is int and r not in self.inactive for r in refs):
+            raise UnsupportedFunctionError(
+                f"{qualified_name(func)} got a differentiated value inside a {type(items).__name__}, where "
+                "its gradient cannot be followed; pass it as an argument of its own, or db.cut it"
+            )
+        value = type(items)(values)
+        return Pack(type(items), list(refs), value), value
+
+    def index_of(self, t):
+        """The value index of ``t``, traced on this tape; the tape's clear error for a tracked value of
+        another evaluation (kept from an earlier call, or of a gradient this one runs inside)."""
+        if t.tape is not self.tape:
+            _check_tape(self.tape, t.tape)
+        return t.index
+
     def kernel(self, kernel, inputs, values, active, backend, reduce, record):
         """Record a broadcast/sum kernel call; ``record()`` makes its tape record (the active inputs
         are its parents)."""
-        refs = [x.index if type(x) is Tracked else Const(v) for x, v in zip(inputs, values)]
+        refs = [self.index_of(x) if type(x) is Tracked else Const(v) for x, v in zip(inputs, values)]
+        self.hold(_constants(refs), False)  # its partials are computed now: db.gradient reads it no more
         out = record()
         self.describe(out)
         self.steps.append(KernelStep(kernel, refs, active, backend, out.index, reduce))
@@ -160,16 +213,36 @@ class Recorder:
             self.inactive.add(out.index)
         return out
 
+    def hold(self, constants, kept):
+        """Replay reads each constant array as it is once f has run, so f must not change one after its
+        use: read-only while f runs where `db.gradient` keeps it too (``kept``: a change is its error),
+        else copied, the copy replacing it if f changed it (see `settle`)."""
+        if kept:
+            keep_constants(self.tape, [c.value for c in constants])
+        else:
+            self.copies += [(c, _copied(c.value)) for c in constants if _holds_array(c.value)]
+
+    def settle(self):
+        """After f: each constant changed since its use is replayed as it was then."""
+        for constant, copy in self.copies:
+            if not _same(constant.value, copy):
+                constant.value = copy
+        self.copies = []
+
     def alias(self, x):
-        """``cut(x)`` of a traced value: the same value, inactive from here on."""
+        """``cut(x)`` of a traced value: the same value, inactive from here on.  Of a value of another
+        evaluation (kept from an earlier call): its value, a constant, as `db.gradient` gives it."""
+        if x.tape is not self.tape:
+            return x.value
         out = self._new(x.value, (), (), "cut", False)
         self.steps.append(Step("cut", _identity, None, [x.index], (), {}, [out.index], [], None))
         return out
 
     def guard(self, x, convert):
         """A decision on a traced value: its result must be the same on every replay."""
+        index = self.index_of(x)
         result = convert(x.value)
-        self.steps.append(Guard(x.index, convert, result))
+        self.steps.append(Guard(index, convert, result))
         return result
 
 
@@ -177,8 +250,31 @@ def _identity(x):
     return x
 
 
-def _is_float(a):
-    return getattr(a, "dtype", None) is not None and a.dtype.kind == "f"
+def _constants(refs):
+    """The `Const` s among ``refs`` and in their Packs."""
+    found = []
+    for r in refs:
+        if type(r) is Const:
+            found.append(r)
+        elif type(r) is Pack:
+            found += _constants(r.refs)
+    return found
+
+
+def _holds_array(value):
+    return type(value) is np.ndarray or type(value) in (tuple, list) and any(map(_holds_array, value))
+
+
+def _copied(value):
+    """``value`` with its arrays copied (in tuples and lists too: an index)."""
+    if type(value) is np.ndarray:
+        return value.copy()
+    return type(value)(map(_copied, value)) if type(value) in (tuple, list) else value
+
+
+def _holds_traced(items):
+    """Whether a tuple or list holds a traced value, at any depth."""
+    return any(type(a) is Tracked or type(a) in (tuple, list) and _holds_traced(a) for a in items)
 
 
 def _backs(func, rule, kind, j, active, a, ans, values, kwargs):
@@ -204,7 +300,8 @@ class Program:
         self.arguments = arguments
         self.leaves = _leaves(arguments)
         self.active_leaves = [t.index for arg in arguments for t in arg.inputs if t is not None]
-        self.out = out.index
+        self.out = out.index if type(out) is Tracked else None
+        self.constant = None if type(out) is Tracked else out  # a result that depends on no argument
         self.float_leaves = float_leaves  # value indices of the leaves passed as Python floats
         self.run, self.gradient, self.source = compile_program(self, GuardFailed)
         self.records = None  # the recording's values are not needed any more
@@ -218,14 +315,15 @@ class PreparedGradient:
 
     ``prog(*args, out=None)`` returns the gradient (written into ``out`` if given);
     ``prog.value_and_gradient(*args, out=None)`` also returns the value.
-    ``prog.recordings`` counts how often ``f`` was recorded (a new variant, or a
-    guard that failed: a branch that went another way).
+    ``prog.recordings`` counts how often ``f`` was recorded (a new variant, a
+    guard that failed: a branch that went another way, or a global rebound).
     """
 
     def __init__(self, f, example_args):
         self.f = f
         self.recordings = 0
         self.variants = collections.OrderedDict()  # signature -> [Program, ...]
+        self.globals_read = ()  # (namespace, name, value) the variants were recorded with
         self._record(example_args, _signature([pytree.flatten(arg) for arg in example_args]))
 
     def __call__(self, *args, out=None):
@@ -237,6 +335,10 @@ class PreparedGradient:
     def _evaluate(self, args, out, with_value):
         """Replay a program recorded for arguments like ``args`` (plain ones by a cheap key), or record
         one; ``with_value``: also compute the value (else it may be None)."""
+        for namespace, name, value in self.globals_read:
+            if namespace.get(name) is not value:  # a global f reads was rebound: every variant baked the old one
+                self.variants.clear()
+                break
         if len(args) == 1 and type(args[0]) is np.ndarray:  # the most common call, at the least cost
             plain = ((args[0].shape, args[0].dtype),), args
         else:
@@ -282,19 +384,20 @@ class PreparedGradient:
                     recorder.describe(t)
                     if i is None:
                         recorder.inactive.add(t.index)
-        token, rtoken = ACTIVE_TAPE.set(tape), RECORDER.set(recorder)
+        token = RECORDER.set(recorder)
         try:
-            out = self.f(*call_args)
+            out = _call_on_tape(tape, self.f, call_args)
         finally:
-            RECORDER.reset(rtoken)
-            ACTIVE_TAPE.reset(token)
-            tape.close()
-        value, seed = _scalar_seed(out, tape)
-        if type(out) is not Tracked:
-            raise ValueError("prepare_gradient: f's result does not depend on its arguments; use db.gradient")
-        grads = backward(tape, {out.index: seed}) if out.index not in recorder.inactive else None
+            RECORDER.reset(token)
+        try:
+            value, seed = _scalar_seed(out, tape)
+            grads = backward(tape, {out.index: seed}) if seed is not None and out.index not in recorder.inactive else None
+        finally:
+            tape.thaw()  # the steps' constant arrays, read-only while f ran (see `Recorder.hold`)
+        recorder.settle()
         leaf_keys = [key for _, keys in signature for key in keys]
         program = Program(tape, recorder, arguments, out, {i for k, i in _leaves(arguments) if leaf_keys[k] is float})
+        self.globals_read = _globals_read(self.f)  # after f ran: what it rebinds itself is not a change
         self.recordings += 1
         programs = self.variants.setdefault(signature, [])
         programs.insert(0, program)
@@ -302,6 +405,28 @@ class PreparedGradient:
         if len(self.variants) > MAX_VARIANTS:
             self.variants.popitem(last=False)
         return value, _one_or_tuple(_gradients(arguments, grads))
+
+
+def _globals_read(f):
+    """``(namespace, name, value)`` for every global (other than a module) read by ``f``, the lambdas
+    and functions written inside it, and the functions it calls by a global or a closure's name:
+    a recording bakes their values in."""
+    found, seen, stack = [], set(), [(getattr(f, "__func__", f), None)]  # a bound method: its function
+    while stack:
+        code, namespace = stack.pop()
+        if isinstance(code, types.FunctionType) and code not in seen:
+            seen.add(code)
+            stack += [(pytree._cell_value(cell), None) for cell in code.__closure__ or ()]
+            code, namespace = code.__code__, code.__globals__
+        if not isinstance(code, types.CodeType) or code in seen:
+            continue
+        seen.add(code)
+        stack += [(c, namespace) for c in code.co_consts if isinstance(c, types.CodeType)]  # lambdas, inner defs
+        for name in code.co_names:
+            if name in namespace and not isinstance(namespace[name], types.ModuleType):
+                found.append((namespace, name, namespace[name]))
+                stack.append((namespace[name], None))
+    return tuple(found)
 
 
 def _leaves(arguments):
@@ -318,7 +443,13 @@ def _run(run, program, flat, out):
         return run(values, _targets(out, len(program.active_leaves)))[0], out
     value, grads = run(values)
     by_index = {i: np.array(g) for i, g in zip(program.active_leaves, grads)}  # buffers are reused
-    return value, _one_or_tuple(_gradients(program.arguments, by_index))
+    return value, _one_or_tuple(_gradients(_called_with(program.arguments, flat), by_index))
+
+
+def _called_with(arguments, flat):
+    """The recorded ``arguments`` with this call's trees and leaves: each gradient takes the type of
+    the leaf it is for now (an ``np.float64`` where the recording had a 0-d array: same signature)."""
+    return [_Argument(treedef, leaves, arg.inputs, floats=arg.floats) for arg, (leaves, treedef) in zip(arguments, flat)]
 
 
 _ARRAYS = (np.ndarray, np.float64, np.float32)
@@ -408,5 +539,18 @@ def prepare_gradient(f, *example_args):
     >>> prog = db.prepare_gradient(loss, x, db.cut(data))
     >>> g = prog(x2, db.cut(data2))          # replayed, no tracing
     >>> prog(x3, db.cut(data3), out=buffer)   # gradient written into buffer
+
+    A replay runs the operations on the arguments, not ``f``; what else ``f`` reads is handled so:
+
+    - a global that ``f`` reads, also inside its lambdas and in the functions it calls by a global
+      or closure name, rebound since the recording (``K = 5.0``): ``f`` is recorded again;
+    - an array an operation on an argument uses (``x * W``), changed in place: read anew on every
+      call, as `db.gradient` would (changed by ``f`` after that use: an error, or its old value);
+    - anything else is fixed when ``f`` is recorded: dict entries, attributes and list items
+      (``CFG["k"]``, ``self.scale``), closure variables rebound with ``nonlocal``, and what ``f``
+      computes from them or from arrays without its arguments (``np.exp(W)``).
+
+    The rule: pass state that may change as an argument (``db.cut(...)`` for a constant), or call
+    `prepare_gradient` again after changing it.
     """
     return PreparedGradient(f, example_args)

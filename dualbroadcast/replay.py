@@ -18,6 +18,7 @@ import numpy as np
 
 from .derivatives import DERIVATIVES
 from .expr import UfuncOperators, source_of
+from .kernels import _infer_dtypes, _kind, _out_dtypes
 from .registry import OUTPUTS, PER_ARGUMENT, SEQUENCE
 from .rules.linalg import DOT_PULLBACKS
 from .tape import IndexPullback, getitem, unbroadcast
@@ -92,7 +93,12 @@ def compile_program(program, guard_failed):
     space.names["GuardFailed"] = guard_failed
     writer = _Writer(program, space)
     blocks = writer.forward()
-    value = f"{space.bind(np.float64)}(v{program.out})" if program.out in writer.floats else f"v{program.out}"
+    if program.out is None:
+        value = space.bind(program.constant)
+    elif program.out in writer.floats:
+        value = f"{space.bind(np.float64)}(v{program.out})"
+    else:
+        value = f"v{program.out}"
     leaves = f"    {''.join(f'v{i}, ' for _, i in program.leaves)}= leaves"
     functions = []
     for name, returned in (("run", value), ("gradient", "None")):
@@ -139,7 +145,12 @@ class _Writer:
         self.known = {}  # value -> its cotangent, a number known while generating
 
     def ref(self, r):
-        return f"v{r}" if type(r) is int else self.space.bind(r.value)
+        if type(r) is int:
+            return f"v{r}"
+        if type(r).__name__ == "Pack":  # a tuple or list of values and constants, built anew
+            items = "".join(f"{self.ref(m)}, " for m in r.refs)
+            return f"({items})" if r.kind is tuple else f"[{items}]"
+        return self.space.bind(r.value)
 
     def args(self, step):
         refs = [self.ref(r) for r in step.refs]
@@ -157,7 +168,7 @@ class _Writer:
         blocks = []
         for k, step in enumerate(self.p.steps):
             kind = type(step).__name__
-            uses = [f"v{r}" for r in ([step.index] if kind == "Guard" else step.refs) if type(r) is int]
+            uses = [f"v{r}" for r in ([step.index] if kind == "Guard" else _indices(step.refs))]
             if kind == "Guard":
                 blocks += self.as_numpy([step.index])
                 convert, expected = self.space.bind(step.convert), self.space.bind(step.expected)
@@ -171,7 +182,7 @@ class _Writer:
             if kind == "Step" and self.stays_float(step):
                 self.floats.add(step.outs[0])
             else:
-                blocks += self.as_numpy(step.refs)
+                blocks += self.as_numpy(_indices(step.refs))
             if kind == "KernelStep":
                 line = f"    v{step.out}, p{step.out} = {self.kernel_runner(step)}({', '.join(self.ref(r) for r in step.refs)})"
                 blocks.append(_Block([line], [f"v{step.out}", f"p{step.out}"], uses))
@@ -203,7 +214,7 @@ class _Writer:
         """Convert the Python floats among ``refs`` to np.float64 before a use they are not safe for."""
         blocks = []
         for r in refs:
-            if type(r) is int and r in self.floats:
+            if r in self.floats:
                 self.floats.discard(r)
                 blocks.append(_Block([f"    v{r} = {self.space.bind(np.float64)}(v{r})"], [f"v{r}"], [f"v{r}"]))
         return blocks
@@ -219,13 +230,17 @@ class _Writer:
         shape = np.broadcast_shapes(*[np.shape(v) for v in examples])
         size = int(np.prod(shape))
         active_shapes = [np.shape(examples[i]) for i in step.active]
-        if size and all(np.size(v) in (1, size) for v in examples):
+        if size and all(np.size(v) in (1, size) for v in examples) and _partials_typed_as_value(kernel, examples):
             return self.space.bind(kernel.blocked_runner(examples, shape, size, active_shapes), "k")
 
         def run(*values):
             return kernel.run(backend, values, shape, size, active_shapes)
 
-        return self.space.bind(run, "k")
+        def run_full(*values):  # a broadcast's adjoints take each partial at the value's shape (see kernel_adjoints)
+            value, partials = kernel.run(backend, values, shape, size, active_shapes)
+            return value, [p if p.shape == shape else np.array(np.broadcast_to(p, shape)) for p in partials]
+
+        return self.space.bind(run if step.reduce else run_full, "k")
 
     # --- backward --------------------------------------------------------------------
     def backward(self, value):
@@ -233,9 +248,13 @@ class _Writer:
         p = self.p
         out = p.out
         self.last = {}
-        self.known = {out: p.meta[out][1].type(1)}  # cotangents that are numbers known here
-        lines = [f"    g{out} = {self.space.bind(self.known[out])}"]
-        state = {out: "shared"}  # per value: None (no cotangent yet), "shared" or "owned"
+        self.known = {}  # cotangents that are numbers known here
+        state = {}  # per value: None (no cotangent yet), "shared" or "owned"
+        lines = []
+        if out is not None:  # else f's result is a constant: every gradient is zero
+            self.known[out] = p.meta[out][1].type(1)
+            state[out] = "shared"
+            lines.append(f"    g{out} = {self.space.bind(self.known[out])}")
         for k in range(len(p.steps) - 1, -1, -1):
             step = p.steps[k]
             kind = type(step).__name__
@@ -246,7 +265,7 @@ class _Writer:
                     lines += self.kernel_adjoints(step, state)
                 continue
             for j, o in enumerate(step.outs):
-                if o is not None and o in state and p.records[o] is not None:
+                if o is not None and o in state and p.records[o][0]:  # recorded with edges: it has parents
                     lines += self.adjoints(k, step, j, o, state)
         for i in p.active_leaves:
             if i not in state:
@@ -278,7 +297,7 @@ class _Writer:
             elif self.dot_formulas(step) is not None:
                 other = Src(self.ref(step.refs[1 - i]), self.space)
                 lines += self.accumulate(parent, self.dot_formulas(step)[i](other, Src(f"g{o}", self.space)).text, state)
-            elif type(recorded) is IndexPullback and step.func is getitem and type(step.refs[1]) is not int:
+            elif type(recorded) is IndexPullback and step.func is getitem and _is_constant(step.refs[1]):
                 lines += self.index_add(parent, f"{self.ref(step.refs[1])}", f"g{o}", recorded.repeats, state)
             else:
                 maker = self.maker(step, i, j, k, o)
@@ -309,7 +328,7 @@ class _Writer:
         number when the cotangent and the partial are numbers (the product the code would compute)."""
         partial = DERIVATIVES[step.func][i]
         dtype = self.p.meta[o][1]
-        args = [Src(self.ref(r), self.space) if type(r) is int else _weak(r.value, dtype) for r in step.refs]
+        args = [_weak(r.value, dtype) if _is_number(r) else Src(self.ref(r), self.space) for r in step.refs]
         shape = self.p.shape_of(step.refs[i])
         g = self.known.get(o) if shape == self.p.meta[o][0] else None
         if callable(partial):
@@ -415,6 +434,34 @@ class _Writer:
         return lines
 
 
+def _partials_typed_as_value(kernel, examples):
+    """Whether the blocked kernel computes every partial in the value's dtype: a selection's partial
+    (a comparison) is computed as a boolean or integer, which `Kernel.run` casts and it does not."""
+    dtypes = _out_dtypes(kernel, _infer_dtypes(kernel, tuple(map(_kind, examples))))
+    return all(np.dtype(d) == np.dtype(dtypes[0]) for d in dtypes[1:])
+
+
+def _indices(refs):
+    """The value indices that references read: their own, and those inside a `Pack`."""
+    found = []
+    for r in refs:
+        if type(r) is int:
+            found.append(r)
+        elif type(r).__name__ == "Pack":
+            found += _indices(r.refs)
+    return found
+
+
+def _is_constant(r):
+    return type(r).__name__ == "Const"
+
+
+def _is_number(r):
+    """A constant the generated code may compute with while it is written: a number, not an array or
+    a list, which is read on every call as the forward step reads it (changed in place, both see it)."""
+    return _is_constant(r) and isinstance(r.value, (int, float, np.generic))
+
+
 class Folded:
     """A cotangent term computed while generating the code: the same operation on the same numbers."""
 
@@ -430,8 +477,12 @@ def _weak(value, dtype):
 
 
 def _same(a, b):
+    """Whether a replayed plain result equals the recorded one: arrays by value, tuples and lists
+    (``np.nonzero``'s arrays) element by element."""
+    if isinstance(a, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
     try:
-        return bool(np.array_equal(a, b)) if isinstance(a, np.ndarray) else a == b
+        return bool(np.array_equal(a, b)) if isinstance(a, np.ndarray) else bool(a == b)
     except Exception:  # noqa: BLE001 - incomparable results are different results
         return False
 
