@@ -6,16 +6,24 @@ axes (`expand`) and multiplying by the partial derivative of the reduced value
 with respect to each element.  ``where=`` masks (sum, mean, prod, max, min,
 var, std) give masked-out elements a zero cotangent.
 
-Conventions:
+Conventions (each pinned by tests/test_conventions.py):
 
 * max/min (and the ``inf``/``-inf``/``1``/``-1`` norms, which are maxima or
-  minima too): tied extremes share the cotangent equally.  An extreme set by
-  ``initial`` alone gives every element zero.
-* prod is exact when elements are zero (products of the other elements, no
-  division); cumprod divides by ``x``, so it needs nonzero elements.
+  minima too): tied extremes share the cotangent equally.  An element that
+  ``where=`` leaves out takes no share, even if it equals the extreme.  An
+  extreme set by ``initial`` alone gives every element zero; elements equal to
+  ``initial`` share the cotangent among themselves (as ``np.maximum(x, c)``
+  gives a tie to ``x``).
+* prod and cumprod are exact when elements are zero: products of the other
+  elements, no division by zero (cumprod divides only where ``x`` is nonzero).
 * std of a constant slice has gradient 0 (exact for one element, a
-  subgradient otherwise).  ``norm`` at zero and the ``abs`` kinks of the
-  other norms give NumPy's nan/sign values.
+  subgradient otherwise).
+* norm: a zero element has partial sign(0) = 0 in the 1, inf and -inf norms
+  (vector and matrix); ``ord=0`` (a count) has gradient 0.  At x = 0 the
+  Euclidean/Frobenius norm and the p-norms with p > 1 give nan (0/0), and so
+  does a zero element in a p-norm with p < 1.  The 2/-2 matrix norms at a
+  repeated singular value and the nuclear norm of a rank-deficient matrix use
+  the singular vectors LAPACK returns (one subgradient of many).
 """
 
 import math
@@ -140,11 +148,33 @@ def cumsum_vjp(ans, x, axis=None, dtype=None, out=None):
 
 
 def cumprod_vjp(ans, x, axis=None, dtype=None, out=None):
-    """x̄ᵢ = Σ_{k≥i} ḡₖ yₖ / xᵢ with y = cumprod(x): needs nonzero x."""
+    """x̄ᵢ = Σ_{k≥i} ḡₖ ∂yₖ/∂xᵢ with y = cumprod(x) and ∂yₖ/∂xᵢ = Π_{j≤k, j≠i} xⱼ, which is yₖ / xᵢ
+    where xᵢ ≠ 0 (see `cumprod_pullback_with_zeros` for the others)."""
     shape = np.shape(x)
     along = 0 if axis is None else axis
     x = np.ravel(x) if axis is None else x
+    zero = x == 0
+    if zero.any():
+        return cumprod_pullback_with_zeros(ans, x, zero, along, shape)
     return lambda g: (reverse_cumsum(g * ans, along) / x).reshape(shape)
+
+
+def cumprod_pullback_with_zeros(ans, x, zero, axis, shape):
+    """cumprod's pullback, exact where ``x`` has zeros.
+
+    Where xᵢ ≠ 0, ∂yₖ/∂xᵢ = yₖ / xᵢ.  Where xᵢ = 0, it is yₖ with xᵢ replaced by 1: the products
+    with each row's first zero replaced by 1 give that at the first zero, and 0 (rightly) past
+    it, where another zero remains in every product.
+    """
+    first = zero & (np.cumsum(zero, axis=axis) == 1)
+    without_first = np.cumprod(np.where(first, 1, x), axis=axis)
+    divisor = np.where(zero, 1, x)
+
+    def pullback(g):
+        at_zeros = reverse_cumsum(g * without_first, axis)
+        return np.where(zero, at_zeros, reverse_cumsum(g * ans, axis) / divisor).reshape(shape)
+
+    return pullback
 
 
 # --- norm -------------------------------------------------------------------------
