@@ -1,10 +1,12 @@
-"""Every rule in the rule tables against finite differences, float64 and float32."""
+"""Every rule in the rule tables against finite differences, float64 and float32, each case drawn in the
+calling forms NumPy accepts (positional, keyword, mixed, defaults written out: `cases.call`)."""
 
 import importlib
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dualbroadcast as db
 from dualbroadcast.rules import BUILTIN_RULES
