@@ -16,7 +16,7 @@ import pytest
 import dualbroadcast as db
 from dualbroadcast.registry import PER_ARGUMENT, RULES
 from dualbroadcast.rules import BUILTIN_RULES
-from dualbroadcast.tape import qualified_name
+from dualbroadcast.tape import Tracked, qualified_name
 
 from .cases.elementwise import DOMAINS
 
@@ -250,6 +250,39 @@ def test_a_ufunc_where_mask_is_an_error(ufunc):
     mask = np.arange(3) > 0
     with pytest.raises(db.DifferentiationError):
         db.gradient(sum_of(ufunc, where=mask), *inputs)
+
+
+# --- methods of tracked values ------------------------------------------------------------------------------------
+def methods_of_ndarray():
+    """The methods of Tracked that stand for ndarray's, with a signature to compare."""
+    names = [n for n, v in vars(Tracked).items() if callable(v) and not n.startswith("_") and hasattr(np.ndarray, n)]
+    return sorted(n for n in names if _has_signature(getattr(np.ndarray, n)))
+
+
+def _has_signature(method):
+    try:
+        inspect.signature(method)
+    except ValueError:
+        return False
+    return True
+
+
+METHODS_PENDING = pytest.mark.xfail(
+    strict=True, reason="tape.Tracked: reshape lacks copy=, flatten order=, astype order=/casting=/subok= (reported)"
+)
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=METHODS_PENDING if n in ("astype", "flatten", "reshape") else ()) for n in methods_of_ndarray()]
+)
+def test_every_method_takes_ndarrays_keywords(name):
+    """A method of a tracked value forwards what it does not name (``*args, **kwargs``) or names all ndarray's."""
+    ours = inspect.signature(getattr(Tracked, name)).parameters.values()
+    if any(p.kind is P.VAR_KEYWORD for p in ours):
+        return  # forwarded to the NumPy function, which binds them
+    theirs = inspect.signature(getattr(np.ndarray, name)).parameters.values()
+    missing = {p.name for p in theirs if p.kind in (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)} - {p.name for p in ours}
+    assert not missing, f"x.{name} does not take {sorted(missing)}"
 
 
 # --- tracked values passed by keyword ----------------------------------------------------------------------------
