@@ -285,7 +285,7 @@ def _register():
     defvjp(np.take, take_vjp)
     defvjp(getitem, getitem_vjp)
     RULES[getitem].keeps_arguments = False  # getitem_vjp copies an index array it keeps (`_frozen`)
-    defvjp(astype, lambda ans, x, dtype: _cast_back(x))
+    defvjp(astype, lambda ans, x, dtype, order="K", casting="unsafe", subok=True, copy=True: _cast_back(x))
     defvjp(np.copy, lambda ans, a, order="K", subok=False: lambda g: g)
     defvjp(np.full_like, full_like_template_vjp, full_like_vjp)
 
