@@ -81,7 +81,7 @@ class Step:
         self.outs = outs  # per output: its value index, or None for a plain (guarded) result
         self.active = active  # argument positions whose cotangents are needed
         self.makers = makers
-        self.expected = expected  # a plain result, checked on replay
+        self.expected = expected  # a plain result, checked on replay ({position: result} of a tuple's)
 
 
 class KernelStep:
@@ -168,10 +168,13 @@ class Recorder:
             out = self._new(a, parents, backs or (), func, bool(backs))
             outs.append(out.index)
             results.append(out)
-        expected = ans if outs == [None] else None
+        if kind == OUTPUTS:
+            expected = {j: a for j, (a, o) in enumerate(zip(results, outs)) if o is None}
+        else:
+            expected = ans if outs == [None] else None
         self.steps.append(Step(func, impl, kind, refs, rest, kwargs, outs, active, makers, expected))
         if kind == OUTPUTS:
-            return results if type(ans) is list else type(ans)(*results)
+            return type(ans)(results) if type(ans) in (list, tuple) else type(ans)(*results)  # or a named tuple
         return results[0]
 
     def reference(self, func, a):

@@ -186,14 +186,16 @@ class _Writer:
             if kind == "KernelStep":
                 line = f"    v{step.out}, p{step.out} = {self.kernel_runner(step)}({', '.join(self.ref(r) for r in step.refs)})"
                 blocks.append(_Block([line], [f"v{step.out}", f"p{step.out}"], uses))
-            elif step.expected is not None or step.outs == [None]:
+            elif step.kind == OUTPUTS:  # its plain outputs (a count) are guards
+                same = self.space.bind(_same)
+                lines = [f"    r{k} = {self.call(step, self.args(step))}"]
+                lines += [f"    v{o} = r{k}[{j}]" for j, o in enumerate(step.outs) if o is not None]
+                lines += [f"    if not {same}(r{k}[{j}], {self.space.bind(a)}): raise GuardFailed" for j, a in step.expected.items()]
+                blocks.append(_Block(lines, [f"r{k}"] + [f"v{o}" for o in step.outs if o is not None], uses, bool(step.expected)))
+            elif step.outs == [None]:
                 same = self.space.bind(_same)
                 line = f"    if not {same}({self.call(step, self.args(step))}, {self.space.bind(step.expected)}): raise GuardFailed"
                 blocks.append(_Block([line], [], uses, True))
-            elif step.kind == OUTPUTS:
-                lines = [f"    r{k} = {self.call(step, self.args(step))}"]
-                lines += [f"    v{o} = r{k}[{j}]" for j, o in enumerate(step.outs) if o is not None]
-                blocks.append(_Block(lines, [f"r{k}"] + [f"v{o}" for o in step.outs if o is not None], uses))
             elif self.inline(step):
                 expression = Src("", self.space)._apply(step.func, [Src(self.ref(r), self.space) for r in step.refs])
                 blocks.append(_Block([f"    v{step.outs[0]} = {expression.text}"], [f"v{step.outs[0]}"], uses))
