@@ -198,6 +198,24 @@ def test_power_keeps_float32(k):
         np.testing.assert_allclose(g[:3], expected, rtol=1e-6, atol=0, err_msg=mode)
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("k, expected", [(0.5, np.inf), (1.5, 0.0), (2.5, 0.0), (-0.5, -np.inf)])
+def test_fractional_power_at_zero(k, expected, mode):
+    # k · 0^(k-1) in IEEE arithmetic: 0^(k-1) is +inf below k = 1, 0 above it
+    assert_gradients(mode, lambda r, e=k: r ** e, (np.array([0.0]),), ([expected],))
+
+
+def exponent_of(k, base):
+    return base ** k
+
+
+@pytest.mark.parametrize("mode", [m for m in MODES if not m.startswith("planned")])
+def test_power_of_a_constant_base(mode):
+    bases = np.repeat([0.0, 2.0, -2.0], 3)
+    ks = np.tile([2.0, 0.0, -1.0], 3)
+    assert_gradients(mode, exponent_of, (ks,), ([power_partial_in_k(b, k) for b, k in zip(bases, ks)],), constants=(bases,))
+
+
 def test_power_zero_exponent_at_zero_is_zero_in_python_floats():
     """The issue's case: x ** 0.0 at 0 is the constant 1, so its derivative is 0 (was nan)."""
     assert db.gradient(lambda x: x ** 0.0, 0.0) == 0.0
@@ -221,8 +239,16 @@ def relu_written_backwards(r):
     return np.maximum(0.0, r)
 
 
-def clip_to_unit_bounds(r):
+def clip_between_0_and_3(r):
     return np.clip(r, 0.0, 3.0)
+
+
+def clip_above(r):
+    return np.clip(r, None, 3.0)
+
+
+def clip_below(r):
+    return np.clip(r, 0.0, None)
 
 
 def absolute(r):
@@ -241,7 +267,9 @@ POINTS = np.array([0.0, -2.0, 3.0, 1.5])
     (relu, [1.0, 0.0, 1.0, 1.0]),
     (relu_written_backwards, [0.0, 0.0, 1.0, 1.0]),
     # clip exactly at a bound (0 and 3) selects x: 1 at both bounds, 0 outside
-    (clip_to_unit_bounds, [1.0, 0.0, 1.0, 1.0]),
+    (clip_between_0_and_3, [1.0, 0.0, 1.0, 1.0]),
+    (clip_above, [1.0, 1.0, 1.0, 1.0]),
+    (clip_below, [1.0, 0.0, 1.0, 1.0]),
     # abs at 0: sign(0) = 0
     (absolute, [0.0, -1.0, 1.0, 1.0]),
 ], ids=lambda v: getattr(v, "__name__", ""))
