@@ -19,7 +19,7 @@ import numpy as np
 
 from . import pytree
 from .errors import KernelError
-from .expr import Sym, derivatives, trace
+from .expr import Sym, derivatives, trace, without_cuts
 from .kernels import FORCED_BACKEND, Kernel
 from .tape import RECORDER, Tracked, _edge, _edges, tape_of, unbroadcast
 
@@ -127,6 +127,8 @@ def _run(f, args, reduce, backend):
     structure = _function_key(f) if treedef is None else _structure_key(treedef)
     key = (structure, tuple(kinds), tuple(active), reduce)
     kernel = _kernel(key, f, treedef, leaves, len(values), active, reduce, input_kinds)
+    if active and len(kernel.outputs) == 1:
+        active = []  # its value is not a real number: a constant (`_build`)
     active_shapes = [getattr(values[i], "shape", ()) for i in active]  # arrays, NumPy scalars or floats
     value, partials, used, size = kernel(values, active_shapes, backend)
     call = KernelCall(kernel.name, len(active), used, size, reduce)
@@ -345,11 +347,30 @@ def _build(f, treedef, leaves, n_inputs, active, reduce, kinds):
         g, args = pytree.unflatten(treedef, mixed)
         return g(*args)
 
+    name = getattr(f, "__name__", type(f).__name__)
+    _check_kinds(name, kinds)
     graph, inputs, output = trace(call, n_inputs)
     seeds = [np.dtype(kinds[i]).type(1) for i in active]
     partials = derivatives(graph, output, [inputs[i] for i in active], seeds)
-    name = getattr(f, "__name__", type(f).__name__)
-    return Kernel(graph, inputs, [output] + partials, reduce, name)
+    outputs = without_cuts(graph, [output] + partials)
+    kernel = Kernel(graph, inputs, outputs, reduce, name)
+    if active and np.dtype(kernel.dtype_for(tuple(kinds))).kind != "f":
+        return Kernel(graph, inputs, outputs[:1], reduce, name)  # a truth value or a count: no gradient, as x > 0
+    return kernel
+
+
+def _check_kinds(name, kinds):
+    """Kernels compute in real numbers: an argument of another kind would lose its imaginary part
+    or fail inside NumPy."""
+    for kind in kinds:
+        dtype = np.dtype(kind)
+        if dtype.kind not in "biuf":
+            what = "a complex" if dtype.kind == "c" else f"a {dtype} (not a real number)"
+            raise KernelError(
+                f"{what} argument reached db.sum/db.broadcast of {name}: kernels compute in real floating "
+                "point (complex numbers are not supported yet). Pass real arrays or floats; compute other "
+                "values outside f."
+            )
 
 
 def _inline(f, args, reduce):

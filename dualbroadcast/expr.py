@@ -8,10 +8,14 @@ symbolically: ∂out/∂input for each active input, built from the same
 `DERIVATIVES` table the reverse rules use, so ``exp``'s partial is its value.
 """
 
+import contextvars
+import inspect
+
 import numpy as np
 
 from .derivatives import DERIVATIVES, ZERO_DERIVATIVE
 from .errors import KernelError
+from .registry import RULES
 from .tape import qualified_name
 
 PREDICATES = (
@@ -20,10 +24,57 @@ PREDICATES = (
 )
 ELEMENTWISE = set(DERIVATIVES) | set(ZERO_DERIVATIVE) | set(PREDICATES)
 LITERAL_TYPES = (int, float, bool, np.number, np.bool_)
+TRACING = contextvars.ContextVar("dualbroadcast_tracing", default=None)  # the graph of the trace running
 _NOT_ELEMENTWISE = (
     "{name} is not elementwise, so it cannot run inside a broadcast kernel "
     "(f sees one element at a time). Compute it outside f, or use db.sum(f, x) to sum."
 )
+_ONE_ELEMENT = (
+    "{what} inside db.sum/db.broadcast: f sees one element at a time (a number, not an array), so it "
+    "cannot index, measure or iterate its arguments. Compute array-level values outside f and pass them "
+    "as arguments (they broadcast)."
+)
+
+
+class KernelAttributeError(KernelError, AttributeError):
+    """An array attribute (``p.shape``) asked of one element inside a kernel."""
+
+
+def _cut(x):
+    """The op of ``db.cut(x)`` inside a kernel: the value of ``x``, a constant (it has no derivative rule)."""
+    return x
+
+
+def _no_rule_message(func):
+    """Why ``func`` cannot run inside a kernel, and what works today instead."""
+    name = qualified_name(func)
+    if _has_axis(func):
+        return _NOT_ELEMENTWISE.format(name=name)
+    where = "reverse mode has a rule for it" if func in RULES else (
+        f"reverse mode differentiates it once it has a rule: db.defvjp({name}, lambda ans, x: lambda g: ...)"
+    )
+    return (
+        f"{name} has no forward-mode (kernel) rule, so it cannot run inside db.sum/db.broadcast, whose "
+        "kernels know the NumPy ufuncs with a derivative rule (np.exp, np.maximum, ...), np.where, np.clip "
+        f"and np.round. Compute {name} outside f ({where}) and pass its result to db.sum/db.broadcast as "
+        "an argument."
+    )
+
+
+def _has_axis(func):
+    """Whether ``func`` works along axes (a reduction, a sort, a scan): not elementwise."""
+    try:
+        return bool({"axis", "axes"} & set(inspect.signature(func).parameters))
+    except (TypeError, ValueError):
+        return False
+
+
+def _complex_message(where):
+    return (
+        f"a complex number {where} inside db.sum/db.broadcast: kernels compute in "
+        "real floating point (complex numbers are not supported yet). Write the computation with real "
+        "numbers (|r + 1j| is np.hypot(r, 1.0))."
+    )
 
 
 # Arithmetic written as Python operators in generated code: on Python floats alone they stay
@@ -100,7 +151,7 @@ class Sym(UfuncOperators):
             return _clip(self.graph, *args, **kwargs)
         if func is np.round:
             return self.graph.apply(np.rint, args[:1])
-        raise KernelError(_NOT_ELEMENTWISE.format(name=qualified_name(func)))
+        raise KernelError(_no_rule_message(func))
 
     def __matmul__(self, other):
         raise KernelError(_NOT_ELEMENTWISE.format(name="@ (np.matmul)"))
@@ -120,6 +171,23 @@ class Sym(UfuncOperators):
         )
 
     __float__ = __int__ = __index__ = __complex__ = _conversion
+
+    def __getitem__(self, index):
+        raise KernelError(_ONE_ELEMENT.format(what=f"indexing an argument (p[{index!r}])"))
+
+    def __setitem__(self, index, value):
+        raise KernelError(_ONE_ELEMENT.format(what=f"assigning into an argument (p[{index!r}] = ...)"))
+
+    def __len__(self):
+        raise KernelError(_ONE_ELEMENT.format(what="len() of an argument"))
+
+    def __iter__(self):
+        raise KernelError(_ONE_ELEMENT.format(what="iterating over (or unpacking) an argument"))
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)  # a protocol probe (hasattr(p, "__array__")): not the user's code
+        raise KernelAttributeError(_ONE_ELEMENT.format(what=f"p.{name} of an argument"))
 
     def _ufunc(self, func, args):
         return self.graph.apply(func, args)
@@ -158,12 +226,11 @@ class Graph:
         if op not in ELEMENTWISE:
             if getattr(op, "signature", None):
                 raise KernelError(_NOT_ELEMENTWISE.format(name=qualified_name(op)))
-            raise KernelError(
-                f"{qualified_name(op)} has no derivative rule for broadcast kernels; register it in "
-                "dualbroadcast.derivatives.DERIVATIVES or compute it outside f"
-            )
+            raise KernelError(_no_rule_message(op))
         args = tuple(a[()] if isinstance(a, np.ndarray) and a.ndim == 0 else a for a in args)
         for a in args:
+            if isinstance(a, (complex, np.complexfloating)):
+                raise KernelError(_complex_message(f"reached {qualified_name(op)}"))
             if not (type(a) is Sym or _is_literal(a)):
                 raise KernelError(
                     f"a value of type {type(a).__name__} reached {qualified_name(op)} inside a broadcast "
@@ -176,6 +243,16 @@ class Graph:
         if simple is not NotImplemented:
             return simple
         return self.node(op, args)
+
+    def cut(self, x):
+        """``db.cut(x)`` of a node: the same value, a constant of the kernel (no tangent flows through it).
+
+        A node that carries no tangent anyway (a comparison, ``np.floor``) is its own cut, so a
+        truth value stays recognisably boolean (see `_is_boolean`).
+        """
+        if x.op is _cut or x.op in PREDICATES or x.op in ZERO_DERIVATIVE:
+            return x
+        return self.node(_cut, (x,))
 
     def multiply(self, d, t):
         """``d * t`` as a node: a boolean ``d`` times a typed one becomes a number, never simplified away."""
@@ -283,13 +360,30 @@ def derivatives(graph, output, active, seeds):
     return [found.get(slot, 0) for slot in range(len(active))]
 
 
+def without_cuts(graph, outputs):
+    """``outputs`` with every cut node replaced by its argument: once the derivatives are taken, a cut is
+    the identity, and the kernel computes the value itself."""
+    def uncut(a):
+        return a.args[0] if type(a) is Sym and a.op is _cut else a
+
+    for node in graph.nodes:
+        node.args = tuple(uncut(a) for a in node.args)
+    return [uncut(o) for o in outputs]
+
+
 def trace(build_call, n_inputs):
     """Run ``build_call(symbols)`` on ``n_inputs`` symbolic inputs; return (graph, inputs, output)."""
     graph = Graph()
     inputs = [graph.input() for _ in range(n_inputs)]
-    output = build_call(inputs)
+    token = TRACING.set(graph)  # db.cut of a symbol then makes a cut node, in a gradient or not
+    try:
+        output = build_call(inputs)
+    finally:
+        TRACING.reset(token)
     if isinstance(output, np.ndarray) and output.ndim == 0:
         output = output[()]  # a constant computed by NumPy itself
+    if isinstance(output, (complex, np.complexfloating)):
+        raise KernelError(_complex_message("was returned by f"))
     if isinstance(output, np.ndarray) or not (type(output) is Sym or _is_literal(output)):
         raise KernelError(
             f"the function given to db.broadcast/db.sum returned {type(output).__name__}; it must "

@@ -142,7 +142,10 @@ class Kernel:
 
     def value_dtype(self, values):
         """The dtype NumPy gives the value for inputs like ``values`` (its partials share it)."""
-        kinds = tuple(_kind(v) for v in values)
+        return self.dtype_for(tuple(_kind(v) for v in values))
+
+    def dtype_for(self, kinds):
+        """The value's dtype for inputs of ``kinds`` (per input a dtype, or ``float`` for a Python float)."""
         dtype = self.dtypes.get(kinds)
         if dtype is None:
             output = self.outputs[0]

@@ -1,0 +1,350 @@
+"""Kernels (db.sum / db.broadcast) never give a silently wrong gradient: each case is right or a clear error.
+
+Every gradient is compared with the plain reverse-mode gradient of the same computation written
+without db.sum/db.broadcast (the tape, an independent computation) or with a hand formula, under
+a cotangent that is not all ones, so a partial that is scaled, dropped or overwritten is seen.
+"""
+
+import sys
+
+import numpy as np
+import pytest
+
+import dualbroadcast as db
+
+BACKENDS = [None, "numpy", "blocked", "numexpr"]  # None: the automatic choice (and the cached plan)
+N = 70_000  # large enough that every backend is eligible
+RNG = np.random.default_rng(20251124)
+broadcast_module = sys.modules["dualbroadcast.broadcast"]
+
+
+def uniform(shape, low=0.1, high=1.0):
+    return RNG.uniform(low, high, size=shape)
+
+
+def close(got, want, rtol=1e-12):
+    np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol=rtol, atol=rtol)
+
+
+def fused_loss(kernel, reduce, backend, weights):
+    """The loss of one kernel call: its sum, or its broadcast weighted elementwise."""
+    if reduce:
+        return lambda *args: db.sum(kernel, *args, backend=backend) * 1.5
+    return lambda *args: np.sum(db.broadcast(kernel, *args, backend=backend) * weights)
+
+
+def plain_loss(whole, reduce, weights):
+    """The same loss written on whole arrays, for reverse mode."""
+    if reduce:
+        return lambda *args: np.sum(whole(*args)) * 1.5
+    return lambda *args: np.sum(whole(*args) * weights)
+
+
+# =====================================================================================
+# db.cut inside a kernel: a constant of the kernel, on every backend, in a gradient or not
+# =====================================================================================
+def _unpack_pair(pair, r):
+    a, b = pair
+    return a * r + b * r * r
+
+
+def _from_dict(d, r):
+    return d["a"] * r + d["b"]
+
+
+CUT_KERNELS = {  # name -> (kernel, the same on whole arrays); each reads the cut value and the variable
+    "r * cut(r)": (lambda r: r * db.cut(r), lambda x: x * db.cut(x)),
+    "cut of a derived value": (lambda r: np.exp(-db.cut(np.sin(r) * r)) * r**2,
+                               lambda x: np.exp(-db.cut(np.sin(x) * x)) * x**2),
+    "two selections on cut conditions": (  # cut truth values must stay truth values: 1 + 1 is 2, not True
+        lambda r: np.where(db.cut(r > 0.5), r, 0.0) + np.where(db.cut(r > 0.3), r, 0.0),
+        lambda x: np.where(db.cut(x > 0.5), x, 0.0) + np.where(db.cut(x > 0.3), x, 0.0)),
+    "cut of a tuple": (lambda r: _unpack_pair(db.cut((r * r, np.sin(r))), r),
+                       lambda x: _unpack_pair(db.cut((x * x, np.sin(x))), x)),
+    "cut of a dict": (lambda r: _from_dict(db.cut({"a": r * r, "b": r}), r),
+                      lambda x: _from_dict(db.cut({"a": x * x, "b": x}), x)),
+    "uncut inside cut": (lambda r: _unpack_pair(db.cut((r * r, db.uncut(np.sin(r)))), r),
+                         lambda x: _unpack_pair(db.cut((x * x, db.uncut(np.sin(x)))), x)),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=str)
+@pytest.mark.parametrize("reduce", [True, False], ids=["sum", "broadcast"])
+@pytest.mark.parametrize("name", list(CUT_KERNELS))
+def test_cut_inside_a_kernel_is_a_constant(name, reduce, backend):
+    kernel, whole = CUT_KERNELS[name]
+    x, weights = uniform(N), uniform(N)
+    got = db.gradient(fused_loss(kernel, reduce, backend, weights), x)
+    want = db.gradient(plain_loss(whole, reduce, weights), x)
+    close(got, want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=str)
+def test_cut_of_one_argument_leaves_the_other(backend):
+    def kernel(r, s):
+        return r * db.cut(s) + s * db.cut(r * s) + r * s
+
+    def whole(x, y):
+        return x * db.cut(y) + y * db.cut(x * y) + x * y
+
+    x, y, weights = uniform(N), uniform(N), uniform(N)
+    for reduce in (True, False):
+        got = db.gradient(fused_loss(kernel, reduce, backend, weights), x, y)
+        want = db.gradient(plain_loss(whole, reduce, weights), x, y)
+        for g, w in zip(got, want):
+            close(g, w)
+
+
+def test_cut_inside_a_kernel_without_a_gradient_is_the_value():
+    """Outside a gradient the kernel just computes the value; the same kernel, cached, is then
+    differentiated right (the trace does not depend on whether a gradient was running)."""
+    x = uniform(100)
+
+    def kernel(r):
+        return r * db.cut(r) + np.sin(db.cut(r))
+
+    close(db.sum(kernel, x), np.sum(x * x + np.sin(x)))
+    close(db.broadcast(kernel, x), x * x + np.sin(x))
+    close(db.gradient(lambda a: db.sum(kernel, a), x), x)
+
+
+@db.elementwise
+def cut_square(r):
+    return r * db.cut(r)
+
+
+def test_cut_inside_elementwise_and_inlined():
+    x, weights = uniform(50), uniform(50)
+    close(cut_square(x), x * x)
+    close(db.gradient(lambda a: np.sum(cut_square(a) * weights), x), x * weights)
+    close(db.gradient(lambda a: db.sum(lambda r: cut_square(r) * r, a), x), 2 * x * x)  # d(r**2 cut(r))/dr
+
+
+# =====================================================================================
+# Complex, object and text values inside a kernel: a clear error naming the operation
+# =====================================================================================
+COMPLEX_UNIT = np.complex128(1j)
+
+
+@pytest.mark.parametrize("call, operation", [
+    (lambda x: db.sum(lambda r: np.abs(r + 1j), x), "np.add"),
+    (lambda x: db.sum(lambda r, c: np.abs(r * c), x, 1j), "np.multiply"),
+    (lambda x: db.sum(lambda r, c: np.abs(r * c), x, np.complex128(1j)), "np.multiply"),
+    (lambda x: db.sum(lambda r: np.abs(r * COMPLEX_UNIT), x), "np.multiply"),
+    (lambda x: db.broadcast(lambda r: r * 0.0 + COMPLEX_UNIT, x), "np.add"),
+], ids=["literal", "python complex argument", "numpy complex argument", "complex global", "broadcast"])
+def test_complex_inside_a_kernel_is_an_error(call, operation):
+    x = uniform(5)
+    for run in (call, lambda a: db.gradient(lambda b: np.sum(call(b)), a)):
+        with pytest.raises(db.KernelError, match="complex number") as info:
+            run(x)
+        assert operation in str(info.value)
+
+
+@pytest.mark.parametrize("argument, kind", [
+    (np.array([1j, 2.0, 1.0]), "complex"),
+    (np.array([1.0, 2.0, 3.0], dtype=object), "object"),
+    (np.array(["a", "b", "c"]), "<U1"),
+], ids=["complex", "object", "text"])
+def test_argument_that_is_not_real_is_an_error(argument, kind):
+    x = uniform(3)
+    with pytest.raises(db.KernelError, match=kind):
+        db.gradient(lambda a: db.sum(lambda r, c: np.abs(r * c), a, argument), x)
+    with pytest.raises(db.KernelError, match=kind):
+        db.sum(lambda r, c: r * c, x, argument)
+
+
+def test_returning_a_complex_constant_is_an_error():
+    with pytest.raises(db.KernelError, match="complex number"):
+        db.broadcast(lambda r: COMPLEX_UNIT, uniform(3))
+
+
+def test_truth_valued_kernel_is_a_plain_array():
+    """A kernel whose value is a truth value carries no gradient, like ``x > 0.5``: a plain array,
+    usable where NumPy wants a condition and as a constant argument of another kernel."""
+    x = uniform(8)
+
+    def loss(a):
+        mask = db.broadcast(lambda r: r > 0.5, a)
+        assert type(mask) is np.ndarray and mask.dtype == bool
+        return np.sum(np.where(mask, a * a, a)) + db.sum(lambda r, m: r * m, a, mask)
+
+    close(db.gradient(loss, x), np.where(x > 0.5, 2 * x + 1, 1.0))
+
+
+# =====================================================================================
+# Messages for the case at hand
+# =====================================================================================
+def test_sinc_has_no_kernel_rule_and_the_advice_works():
+    x = uniform(6)
+    with pytest.raises(db.KernelError) as info:
+        db.gradient(lambda a: db.sum(np.sinc, a), x)
+    message = str(info.value)
+    assert "no forward-mode (kernel) rule" in message and "np.sinc" in message
+    assert "not elementwise" not in message
+    assert "db.defvjp(np.sinc" in message
+    registry = sys.modules["dualbroadcast.registry"]
+
+    def dsinc(t):
+        return (np.cos(np.pi * t) * np.pi * t - np.sin(np.pi * t)) / (np.pi * t * t)
+
+    db.defvjp(np.sinc, lambda ans, t: lambda g: g * dsinc(t))  # as the message says, then outside f
+    try:
+        close(db.gradient(lambda a: db.sum(lambda r, s: s * r, a, np.sinc(a)), x), np.sinc(x) + x * dsinc(x))
+    finally:
+        del registry.RULES[np.sinc]
+
+
+def test_ufunc_without_kernel_rule_is_named_by_its_module():
+    special = pytest.importorskip("scipy.special")
+    with pytest.raises(db.KernelError, match="no forward-mode") as info:
+        db.sum(special.erf, uniform(3))
+    assert "scipy.special.erf" in str(info.value) and "np.erf" not in str(info.value)
+
+
+@pytest.mark.parametrize("kernel", [
+    lambda p: p[0],
+    lambda p: p.shape[0] * p,
+    lambda p: len(p) * p,
+    lambda p: sum(p),
+    lambda p: p.sum(),
+], ids=["index", "shape", "len", "iterate", "method"])
+def test_array_level_use_of_an_argument_says_one_element_at_a_time(kernel):
+    with pytest.raises(db.KernelError, match="one element at a time"):
+        db.gradient(lambda a: db.sum(kernel, a), uniform(4))
+
+
+def test_missing_attribute_is_also_an_attribute_error():
+    """``p.shape`` is a KernelError that is also an AttributeError: hasattr and getattr keep working."""
+    x = uniform(4)
+    close(db.sum(lambda p: p * getattr(p, "size", 2.0), x), 2 * np.sum(x))
+
+
+# =====================================================================================
+# Paths no other test takes
+# =====================================================================================
+def plan_single(p):
+    return np.exp(-p) * p + 0.5 * p * p
+
+
+def plan_pair(p, q):
+    return np.exp(-p) * q + p * p * q
+
+
+@pytest.fixture
+def plan_runs(monkeypatch):
+    """The results the cached plan gave (None when it declined)."""
+    runs = []
+    run = broadcast_module._Plan.run
+
+    def spy(self, f, args):
+        result = run(self, f, args)
+        runs.append(result)
+        return result
+
+    monkeypatch.setattr(broadcast_module._Plan, "run", spy)
+    return runs
+
+
+@pytest.mark.parametrize("reduce", [True, False], ids=["sum", "broadcast"])
+def test_cached_plan_under_a_gradient_with_new_values(reduce, plan_runs):
+    """The second and third calls of the same kernel take the cached plan, each with new values:
+    one tracked argument, two, and a column view."""
+    n = 40
+    weights = uniform(n)
+    for call in range(3):
+        x, y, m = uniform(n), uniform(n), uniform((n, 2))
+        got = db.gradient(fused_loss(plan_single, reduce, None, weights), x)
+        close(got, db.gradient(plain_loss(plan_single, reduce, weights), x))
+        got = db.gradient(fused_loss(plan_pair, reduce, None, weights), x, y)
+        for g, w in zip(got, db.gradient(plain_loss(plan_pair, reduce, weights), x, y)):
+            close(g, w)
+        got = db.gradient(lambda a: fused_loss(plan_single, reduce, None, weights)(a[:, 1]), m)
+        close(got, db.gradient(lambda a: plain_loss(plan_single, reduce, weights)(a[:, 1]), m))
+    assert sum(result is not None for result in plan_runs) >= 6
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=str)
+@pytest.mark.parametrize("reduce", [True, False], ids=["sum", "broadcast"])
+def test_pullback_of_a_kernel_called_twice(backend, reduce, plan_runs):
+    """Each pullback is called twice, with different cotangents: the first must not overwrite the
+    partials the second reads.  Three pullbacks of the same kernel (the later ones planned)."""
+    n = N if backend in ("blocked", "numexpr") else 40
+    op = db.sum if reduce else db.broadcast
+    for _ in range(3):
+        x = uniform(n)
+        _, back = db.pullback(lambda a: op(plan_single, a, backend=backend), x)
+        cotangents = (2.0, -0.5) if reduce else (uniform(n), uniform(n))
+        firsts = [back(g) for g in cotangents]
+        for g, got in zip(cotangents, firsts + [back(cotangents[0])]):
+            want = db.gradient(lambda a, g=g: np.sum(plan_single(a) * g), x)
+            close(got, want)
+
+
+@pytest.mark.parametrize("kernel, whole", [
+    (lambda r, a: r + a * a, lambda x, a: x + a * a),  # the partial for a reads only a
+    (lambda r, a: a * r + np.exp(a), lambda x, a: a * x + np.exp(a)),  # the partial for r reads only a
+], ids=["partial of the scalar", "partial of the array"])
+def test_numexpr_sum_with_a_partial_reading_only_scalars(kernel, whole):
+    n = 300_000  # more than one numexpr block
+    x, a = uniform(n), 0.7
+    with db.kernel_log() as calls:
+        got = db.gradient(lambda r, s: db.sum(kernel, r, s, backend="numexpr"), x, a)
+    assert [c.backend for c in calls] == ["numexpr"]
+    want = db.gradient(lambda r, s: np.sum(whole(r, s)), x, a)
+    close(got[0], want[0])
+    close(got[1], want[1], rtol=1e-9)  # a sum of 300,000 terms
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=str)
+@pytest.mark.parametrize("reduce", [True, False], ids=["sum", "broadcast"])
+def test_kernel_with_constant_partials(backend, reduce):
+    def kernel(r, a):
+        return 3.0 * r + a - 0.25 * r
+
+    n = N if backend in ("blocked", "numexpr") else 40
+    x, a, weights = uniform(n), 0.3, uniform(n)
+    for _ in range(2):
+        got = db.gradient(fused_loss(kernel, reduce, backend, weights), x, a)
+        want = db.gradient(plain_loss(kernel, reduce, weights), x, a)
+        close(got[0], want[0])
+        close(got[1], want[1], rtol=1e-10)
+
+
+# =====================================================================================
+# A constant array changed after use: the kernel's partials are its own
+# =====================================================================================
+@pytest.mark.parametrize("backend", BACKENDS, ids=str)
+@pytest.mark.parametrize("reduce", [True, False], ids=["sum", "broadcast"])
+def test_constant_changed_after_the_kernel_used_it(backend, reduce):
+    n = N if backend in ("blocked", "numexpr") else 3
+    original = uniform(n)
+    weights = uniform(n)
+
+    def loss(x):
+        c = original.copy()
+        scale = 1.0
+
+        def kernel(r):  # c captured: an argument of the kernel, read when called
+            return r * c * scale
+
+        y = db.sum(kernel, x, backend=backend) if reduce else db.broadcast(kernel, x, backend=backend) * weights
+        c[:] = 100.0
+        scale = 7.0
+        return np.sum(y)
+
+    want = original if reduce else original * weights
+    for _ in range(2):
+        close(db.gradient(loss, uniform(n)), want)
+
+
+def test_captured_array_changed_between_calls_is_seen():
+    c = uniform(5)
+
+    def kernel(r):
+        return r * c
+
+    x = uniform(5)
+    for value in (1.0, 4.0):
+        c[:] = value
+        close(db.gradient(lambda a: db.sum(kernel, a), x), np.full(5, value))
