@@ -10,6 +10,7 @@ constants: they are never recorded and cost nothing in the backward pass.
 import contextvars
 import functools
 import gc
+import inspect
 import operator
 import sys
 import threading
@@ -449,6 +450,8 @@ def call_rule(func, args, kwargs):
         raise UnsupportedFunctionError(_unsupported_message(func))
     if not kwargs and rule.kind == PER_ARGUMENT:
         return _call_per_argument(func, rule, args)
+    if rule.kind == SEQUENCE and not args:
+        args, kwargs = _sequence_by_position(func, kwargs)
     if kwargs and any(type(v) is Tracked for v in kwargs.values()):
         raise UnsupportedFunctionError(
             f"{qualified_name(func)} got a tracked value as a keyword argument; "
@@ -502,6 +505,15 @@ def call_rule(func, args, kwargs):
             ) from error
         raise
     return tape.record(ans, _edges(tracked, backs), func)
+
+
+def _sequence_by_position(func, kwargs):
+    """``func(arrays=[...], ...)`` as ``func([...], ...)``: a sequence rule reads its sequence first."""
+    kwargs = dict(kwargs)
+    name = next(iter(inspect.signature(func).parameters))
+    if name not in kwargs:
+        raise TypeError(f"{qualified_name(func)} needs its sequence of arrays ({name})")
+    return (kwargs.pop(name),), kwargs
 
 
 def _call_per_argument(func, rule, args):
@@ -971,18 +983,24 @@ class Tracked:
         return bool(self.value) if recorder is None else recorder.guard(self, bool)
 
     # --- array attributes -------------------------------------------------
-    shape = property(lambda self: np.shape(self.value))
+    shape = property(lambda self: self._size(np.shape))
     dtype = property(lambda self: self.value.dtype)
-    ndim = property(lambda self: np.ndim(self.value))
-    size = property(lambda self: np.size(self.value))
+    ndim = property(lambda self: self._size(np.ndim))
+    size = property(lambda self: self._size(np.size))
     T = property(lambda self: call_rule(np.transpose, (self,), {}))
     real = property(lambda self: self)
 
     def __len__(self):
-        return len(self.value)
+        return self._size(len)
 
     def __iter__(self):
-        return (self[i] for i in range(len(self.value)))
+        return (self[i] for i in range(self._size(len)))
+
+    def _size(self, measure):
+        """``measure(value)`` (its shape, size, length): while a prepared gradient is recorded, a guard,
+        since a size can depend on data (``d[d > 0]``) and the replay must not reuse a stale one."""
+        recorder = RECORDER.get()
+        return measure(self.value) if recorder is None else recorder.guard(self, measure)
 
     def __getitem__(self, index):
         tape = self.tape
@@ -1074,19 +1092,26 @@ class Tracked:
         return self.value != value_of(other)
 
     # --- methods: the NumPy function of the same name ------------------------
-    def reshape(self, *shape, order="C"):
+    def reshape(self, *shape, order="C", copy=None):
         shape = shape[0] if len(shape) == 1 else shape
-        return call_rule(np.reshape, (self, shape), {} if order == "C" else {"order": order})
+        return call_rule(np.reshape, (self, shape), _given(order=(order, "C"), copy=(copy, None)))
 
     def transpose(self, *axes):
         axes = axes[0] if len(axes) == 1 else (axes or None)
         return call_rule(np.transpose, (self, axes), {})
 
-    def astype(self, dtype, copy=True):
-        return call_rule(astype, (self, dtype), {})
+    def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
+        keywords = _given(order=(order, "K"), casting=(casting, "unsafe"), subok=(subok, True), copy=(copy, True))
+        return call_rule(astype, (self, dtype), keywords)
 
-    def flatten(self):
-        return call_rule(np.ravel, (self,), {}).copy()
+    def flatten(self, order="C"):
+        return call_rule(np.ravel, (self,), _given(order=(order, "C"))).copy()
+
+
+def _given(**keywords):
+    """The keywords ``name=(value, default)`` whose value is not the default: a method passes on only
+    those, so that its common call takes the path without keywords."""
+    return {name: value for name, (value, default) in keywords.items() if value != default}
 
 
 _new_tracked = object.__new__
@@ -1109,9 +1134,9 @@ for _name, _func in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply)
     setattr(Tracked, f"__r{_name}__", _arithmetic(_func, True))
 
 
-def astype(x, dtype):
-    """``x.astype(dtype)``: the function the cast rule is registered on."""
-    return x.astype(dtype)
+def astype(x, dtype, order="K", casting="unsafe", subok=True, copy=True):
+    """``x.astype(dtype, ...)``: the function the cast rule is registered on."""
+    return x.astype(dtype, order=order, casting=casting, subok=subok, copy=copy)
 
 
 def _method(func):

@@ -435,8 +435,6 @@ def test_an_index_or_kernel_constant_changed_by_f_after_use_replays_its_value_at
     np.testing.assert_allclose(db.prepare_gradient(f, x)(x), by_hand, rtol=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="needs tape.py: Tracked.shape/size/ndim/len read through recorder.guard "
-                                       "while recording (see the session report); then drop this marker")
 @pytest.mark.parametrize(
     "f",
     [
