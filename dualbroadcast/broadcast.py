@@ -6,13 +6,20 @@ tracked leaf that is not `cut` is active and gets one partial: the kernel
 computes the value and ∂f/∂leaf for every active leaf in one fused pass (a dual
 array: value of shape S, partials of shape (k,)+S), and one tape node is
 recorded whose pullback is ``ȳ · ∂f/∂leaf`` summed over broadcast dimensions.
+
+Whatever else the trace reads (globals, the items and attributes of what they
+hold, module attributes, default values) is baked into the kernel, and its
+cache key holds it by value (`_Reads`): a change is a new trace, never a stale
+kernel.  ``db.cut(v)`` inside ``f`` makes ``v`` a constant of the kernel.
 """
 
 import collections
+import collections.abc
 import contextvars
 import functools
+import math
 import threading
-from types import FunctionType
+from types import BuiltinFunctionType, CodeType, FunctionType, MethodType, ModuleType
 from typing import NamedTuple
 
 import numpy as np
@@ -27,6 +34,8 @@ CACHE_SIZE = 512
 _PLAIN = {np.ndarray, float, np.float64, np.float32, Tracked}
 _cache = collections.OrderedDict()
 _plans = {}  # (id of the code, reduce) -> the `_Plan` of its latest call (hashing a code object is slow)
+_names = {}  # id of a code object -> (the code, the names it reads: `_names_read`)
+_walks = {}  # id of a code object -> the pinned `_Reads` of a function of that code (`_function_key`)
 _cache_lock = threading.Lock()
 _log = contextvars.ContextVar("dualbroadcast_kernel_log", default=None)
 
@@ -111,6 +120,9 @@ def _run(f, args, reduce, backend):
         activity = pytree.leaf_activity(treedef)
     recorder = RECORDER.get()
     inactive = recorder.inactive if recorder is not None else ()
+    reads = _Reads()
+    structure = _function_key(f, reads) if treedef is None else _structure_key(treedef, reads)
+    names = None  # every name the code reads: how a baked object's class is read
     inputs, values, active, kinds, input_kinds = [], [], [], [], []
     for leaf, on in zip(leaves, activity):
         if type(leaf) is Tracked or _is_array_input(leaf):
@@ -122,9 +134,9 @@ def _run(f, args, reduce, backend):
             values.append(value)
             input_kinds.append(kind)
             kinds.append(kind)
-        else:
-            kinds.append(_baked_key(leaf))
-    structure = _function_key(f) if treedef is None else _structure_key(treedef)
+        else:  # baked into the kernel: ints, bools, None, strings, objects
+            names = tuple(sorted(reads.names)) if names is None else names
+            kinds.append(("baked", reads.key(leaf, names)))
     key = (structure, tuple(kinds), tuple(active), reduce)
     kernel = _kernel(key, f, treedef, leaves, len(values), active, reduce, input_kinds)
     if active and len(kernel.outputs) == 1:
@@ -137,7 +149,7 @@ def _run(f, args, reduce, backend):
         calls.append(call)
     parents = [inputs[i] for i in active]
     if treedef is None and recorder is None and used == "numpy" and backend is None and FORCED_BACKEND.get() is None:
-        _plan(f, kernel, values, active, reduce, call)
+        _plan(f, kernel, values, active, reduce, call, reads)
     if recorder is not None and any(type(leaf) is Tracked for leaf in inputs):
         record = lambda: _record(parents, value, partials, active_shapes, call, recorder.tape)  # noqa: E731
         return recorder.kernel(kernel, inputs, values, active, used, reduce, record)
@@ -154,13 +166,15 @@ class _Plan:
     checking that this call is like the last one costs a fraction of finding its kernel.
     """
 
-    __slots__ = ("code", "defaults", "namespace", "globals_read", "signature", "whole", "reduce", "call", "shape")
+    __slots__ = ("code", "defaults", "namespace", "bindings", "helpers", "signature", "whole", "reduce", "call",
+                 "shape")
 
-    def __init__(self, f, kernel, values, active, reduce, call):
+    def __init__(self, f, kernel, values, active, reduce, call, reads):
         self.code = f.__code__  # kept alive, so its id is not reused while this plan exists
         self.defaults = f.__defaults__
         self.namespace = f.__globals__
-        self.globals_read = _globals_identity(f)
+        self.bindings = tuple(reads.bindings)
+        self.helpers = tuple(reads.functions[1:])  # the first is f: checked by code, defaults and globals
         self.signature = tuple((i in active, v.dtype) for i, v in enumerate(values))
         self.shape = values[0].shape
         self.whole = kernel.typed_whole(tuple(v.dtype for v in values))
@@ -169,8 +183,8 @@ class _Plan:
 
     def run(self, f, args):
         """``f(*args)`` through the plan, or None if it is not the call the plan was made for:
-        same code, defaults and globals read, and per argument the same kind (tracked or not),
-        dtype and shape."""
+        same code, defaults, bindings read (globals, module attributes) and helper functions,
+        and per argument the same kind (tracked or not), dtype and shape."""
         if f.__code__ is not self.code or f.__closure__ or f.__defaults__ is not self.defaults \
                 or f.__globals__ is not self.namespace:
             return None
@@ -188,8 +202,11 @@ class _Plan:
             if type(a) is not np.ndarray or a.dtype is not dtype or a.shape != shape:
                 return None
             values.append(a)
-        for namespace, name, value in self.globals_read:
-            if namespace.get(name) is not value:
+        for namespace, name, value in self.bindings:
+            if namespace.get(name, _MISSING) is not value:
+                return None
+        for helper, code, defaults in self.helpers:
+            if helper.__code__ is not code or helper.__defaults__ is not defaults:
                 return None
         results = self.whole(*values)
         value = np.add.reduce(results[0], None) if self.reduce else results[0]
@@ -211,36 +228,22 @@ class _Plan:
         return tape.record(value, _edges(parents, backs), self.call)
 
 
-def _plan(f, kernel, values, active, reduce, call):
+def _plan(f, kernel, values, active, reduce, call, reads):
     """Remember a `_Plan` for this call if its kernel's whole-array results need no reshaping,
-    copying or casting (all inputs arrays of one shape, every partial an array of its own)."""
-    if type(f) is not FunctionType or f.__closure__ or not values:
+    copying or casting (all inputs arrays of one shape, every partial an array of its own), and
+    if the bindings ``f`` reads pin what it reads (``reads``: the walk of ``f`` that keyed its kernel)."""
+    if not reads.pinned or type(f) is not FunctionType or f.__closure__ or not values:
         return
     shape, dtype = np.shape(values[0]), getattr(values[0], "dtype", None)
     if not all(type(v) is np.ndarray and v.shape == shape and v.dtype == dtype for v in values) or not all(kernel.fresh):
         return
-    plan = _Plan(f, kernel, values, active, reduce, call)
+    plan = _Plan(f, kernel, values, active, reduce, call, reads)
     results = plan.whole(*values)
     if all(type(r) is np.ndarray and r.shape == shape and r.dtype == dtype for r in results):
         with _cache_lock:
             _plans[(id(f.__code__), reduce)] = plan
             if len(_plans) > CACHE_SIZE:
                 del _plans[next(iter(_plans))]
-
-
-def _globals_identity(function, seen=None):
-    """``(namespace, name, value)`` for every global name ``function`` and the global functions
-    it calls read: a plan is stale once one of them is rebound."""
-    seen = seen or {function.__code__}
-    found = []
-    namespace = function.__globals__
-    for name in function.__code__.co_names:
-        value = namespace.get(name)
-        found.append((namespace, name, value))
-        if isinstance(value, FunctionType) and value.__code__ not in seen:
-            seen.add(value.__code__)
-            found.extend(_globals_identity(value, seen))
-    return tuple(found)
 
 
 def _record(parents, value, partials, shapes, call, tape=None):
@@ -270,56 +273,276 @@ def _is_array_input(leaf):
     )
 
 
-def _baked_key(leaf):
-    """Leaves that are not arrays are part of the kernel: ints, bools, None, strings."""
-    try:
-        hash(leaf)
-    except TypeError:
-        raise KernelError(
-            f"a {type(leaf).__name__} reached db.broadcast/db.sum as an argument or captured state; "
-            "pass arrays, floats or ints, or keep other objects out of the function's state"
-        ) from None
-    return ("baked", type(leaf), leaf)
+def _structure_key(d, reads=None, names=()):
+    """A hashable description of a treedef: kinds, types, code objects and what they read (`_Reads`).
 
-
-def _structure_key(d):
-    """A hashable description of a treedef: kinds, types, code objects, read globals."""
+    ``names``: those the code reading this node names (a method's, for its ``self``).
+    """
     if d is None:
         return None
+    reads = reads or _Reads()
     kind, aux, children = d
     if kind in ("dataclass", "object"):
-        aux = (type(aux[0]), aux[1])
+        aux = (reads.key(type(aux[0]), names + ("__call__",)), aux[1])
     elif kind in ("closure", "function"):
-        aux = _function_key(aux)
+        names = _names_read(aux.__code__)
+        aux = _function_key(aux, reads)  # its cells are its children
+    elif kind == "method" and children[0] is not None and children[0][0] in ("closure", "function"):
+        names = _names_of(children[0][1])
     elif kind == "static":
-        aux = aux if pytree.hashable(aux) else id(aux)
-    return (kind, aux, tuple(_structure_key(c) for c in children))
+        aux = reads.key(aux, names)
+    return (kind, aux, tuple(_structure_key(c, reads, names) for c in children))
 
 
-def _function_key(function, seen=None):
-    """What a traced function bakes in: its code, default values and the globals it reads."""
-    defaults = function.__defaults__
-    return (function.__code__, defaults if pytree.hashable(defaults) else id(defaults), _globals_read(function, seen))
+def _function_key(function, reads):
+    """``function``'s key without its closure cells (a kernel's cells are its flattened state).
 
-
-def _globals_read(function, seen=None):
-    """Numbers, arrays and functions a function reads from its globals: a change must not go stale.
-
-    A global helper function counts by its own key, so redefining it (in a notebook) is seen.
+    The walk of a function whose code was walked before, with the same globals and defaults, is
+    reused while every binding it read is unchanged and it was pinned (nothing it read can change
+    in place): a kernel written as a lambda inside the loss is a new function every call.
     """
-    seen = seen or {function.__code__}
-    found = []
-    namespace = function.__globals__
-    for name in function.__code__.co_names:
-        value = namespace.get(name)
-        if isinstance(value, (int, float, complex, np.number)):
-            found.append((name, value))
-        elif isinstance(value, np.ndarray):
-            found.append((name, id(value)))
-        elif isinstance(value, FunctionType) and value.__code__ not in seen:
-            seen.add(value.__code__)
-            found.append((name, _function_key(value, seen)))
-    return tuple(found)
+    known = _walks.get(id(function.__code__))
+    if known is not None and known.functions[0][1] is function.__code__ and known.same_function(function) \
+            and known.unchanged():
+        walk = known
+    else:
+        walk = _Reads()
+        walk.result = walk.function(function, cells=False)
+        if walk.pinned:
+            if len(_walks) > 4 * CACHE_SIZE:
+                _walks.clear()
+            _walks[id(function.__code__)] = walk
+    reads.include(walk)
+    return walk.result
+
+
+_MISSING = object()  # a name not bound
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python, whose attributes may change
+_BY_VALUE = {str, bytes, bool, int, complex, type(None), range, slice, type(Ellipsis)}
+_FLOATS = {float, np.float64, np.float32, np.float16, np.longdouble}
+_CODE = {np.ufunc, BuiltinFunctionType, type(np.sum)}  # written in C, they do not change: keyed by identity
+
+
+class _Identity:
+    """A key part that compares its object by identity, and keeps it alive (its id is not reused)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other):
+        return type(other) is _Identity and other.obj is self.obj
+
+    def __hash__(self):
+        return id(self.obj)
+
+
+class _Reads:
+    """What a trace reads besides the kernel's arguments, as an exact, hashable key: any change is a new
+    trace, so a kernel never runs on stale state.
+
+    Numbers by type and value (a zero with its sign), arrays by their bytes, containers and objects
+    written in Python by their contents, functions by code, defaults, attributes, closure and the
+    globals they read, modules and classes by the attributes the code names; objects written in C
+    (ufuncs, builtins, NumPy functions) by identity.
+
+    For the cached plan it also collects every namespace binding read (a global, a module attribute)
+    and every function; ``pinned`` stays True while those alone pin the key (nothing read can change
+    in place: no container, array, object, class or closure cell).
+    """
+
+    def __init__(self):
+        self.seen = {}  # id (and names) -> order of the first visit: a shared or cyclic object is keyed once
+        self.names = set()  # every name the functions walked read
+        self.bindings = []  # (namespace, name, value or _MISSING)
+        self.functions = []  # (function, code, defaults)
+        self.pinned = True
+        self.result = None  # the key of a function walked by `_function_key`
+
+    def include(self, walk):
+        """Take in what another walk read."""
+        self.names.update(walk.names)
+        self.bindings += walk.bindings
+        self.functions += walk.functions
+        self.pinned = self.pinned and walk.pinned
+
+    def unchanged(self):
+        """Whether every binding and function read is as it was: all that can change when ``pinned``."""
+        for namespace, name, value in self.bindings:
+            if namespace.get(name, _MISSING) is not value:
+                return False
+        for function, code, defaults in self.functions:
+            if function.__code__ is not code or function.__defaults__ is not defaults:
+                return False
+        return True
+
+    def same_function(self, function):
+        """Whether ``function`` reads what the first function walked read: a function of the same code
+        (checked by the caller), globals and defaults, without keyword defaults or attributes."""
+        first = self.functions[0][0]
+        return function.__globals__ is first.__globals__ and function.__defaults__ is first.__defaults__ \
+            and function.__kwdefaults__ is None and not function.__dict__
+
+    def key(self, value, names):
+        """``value`` as read by code that names ``names``."""
+        kind = type(value)  # the common kinds by exact type first: isinstance of NumPy types is slow
+        if kind in _CODE:
+            return value  # their equality is identity
+        if kind in _FLOATS:
+            return (kind, value, math.copysign(1.0, value))  # 0.0 and -0.0 differ in a kernel (1 / x)
+        if kind in _BY_VALUE:
+            return (kind, value)
+        visit = (id(value), names) if kind is ModuleType or isinstance(value, type) else id(value)  # read by name
+        if visit in self.seen:
+            return ("seen", self.seen[visit])
+        self.seen[visit] = len(self.seen)
+        if kind is FunctionType:
+            return self.function(value, cells=True)
+        if kind is ModuleType:
+            attributes = vars(value)
+            return (value, self.namespace(attributes, tuple([n for n in names if n in attributes])))
+        return self.other(value, names)
+
+    def other(self, value, names):
+        """The kinds `key` does not test by exact type."""
+        kind = type(value)
+        if isinstance(value, (float, np.floating)):
+            return (kind, value, math.copysign(1.0, value))
+        if isinstance(value, (np.generic, np.dtype)) and kind is not np.void:
+            return (kind, value)
+        if isinstance(value, type):
+            return self.klass(value, names)
+        if isinstance(value, tuple):  # namedtuples too
+            return (kind, tuple(self.key(v, names) for v in value))
+        if kind is frozenset:
+            return (kind, frozenset(self.key(v, names) for v in value))
+        if isinstance(value, MethodType):
+            return (kind, self.key(value.__func__, names), self.key(value.__self__, _names_of(value.__func__)))
+        if isinstance(value, functools.partial):
+            return (kind, self.key(value.func, names), self.key(value.args, names), self.key(value.keywords, names))
+        if isinstance(value, (staticmethod, classmethod)):
+            return (kind, self.key(value.__func__, names))
+        if isinstance(value, property):
+            return (kind, self.key(value.fget, names))
+        return self.mutable(value, names)
+
+    def mutable(self, value, names):
+        """An object that can change in place, by its contents (a plan cannot pin it); C code by identity."""
+        kind = type(value)
+        if isinstance(value, (np.ndarray, np.void)):
+            content = tuple(self.key(v, names) for v in value.flat) if value.dtype.hasobject else value.tobytes()
+            state = (value.dtype, value.shape, content)
+        elif _is_data(value):
+            state = (self.key(kind, names + ("__call__",)), self.attributes(value, names))
+        elif callable(value):
+            return _Identity(value)  # code written in C: a ufunc, a builtin, a NumPy function
+        elif isinstance(value, (dict, collections.abc.Mapping)):
+            state = tuple((k, self.key(v, names)) for k, v in value.items())
+        elif isinstance(value, (set, collections.abc.Set)):
+            state = frozenset(self.key(v, names) for v in value)
+        elif isinstance(value, (list, collections.abc.Sequence)):  # list, deque, array.array, bytearray
+            state = tuple(self.key(v, names) for v in value)
+        else:
+            return _Identity(value)  # another object written in C
+        self.pinned = False
+        return (kind, state)
+
+    def function(self, function, cells):
+        """A function: code, defaults, attributes, the globals it reads, and its closure cells if
+        ``cells`` (a kernel's own cells are its flattened state instead)."""
+        code = function.__code__
+        names = _names_read(code)
+        self.names.update(names)
+        self.functions.append((function, code, function.__defaults__))
+        closure = function.__closure__ if cells else None
+        if closure:
+            self.pinned = False  # a cell can be rebound (nonlocal)
+        return (
+            code,
+            self.key(function.__defaults__, names),
+            self.key(function.__kwdefaults__, names),
+            self.key(function.__dict__, names) if function.__dict__ else None,
+            tuple(self.key(pytree._cell_value(cell), names) for cell in closure or ()),
+            () if _is_ours(function) else self.namespace(function.__globals__, names),
+        )
+
+    def namespace(self, namespace, names):
+        """The values ``names`` have in ``namespace`` (a function's globals, a module's attributes)."""
+        found = []
+        for name in names:
+            value = namespace.get(name, _MISSING)
+            self.bindings.append((namespace, name, value))
+            if value is not _MISSING:
+                found.append((name, self.key(value, names)))
+        return tuple(found)
+
+    def klass(self, cls, names):
+        """A class by identity and, if written in Python, by the attributes the code names and those
+        its methods so found name in turn."""
+        if not cls.__flags__ & _HEAP_TYPE:
+            return _Identity(cls)
+        self.pinned = False
+        found, pending = {}, list(names)
+        while pending:
+            name = pending.pop()
+            if name not in found:
+                found[name] = value = _class_attribute(cls, name)
+                function = getattr(value, "__func__", None) or getattr(value, "fget", None) or value
+                if isinstance(function, FunctionType):
+                    pending.extend(_names_read(function.__code__))
+        names = tuple(sorted(found))
+        return (_Identity(cls), tuple((n, self.key(found[n], names)) for n in names if found[n] is not _MISSING))
+
+    def attributes(self, obj, names):
+        """An object's instance attributes: its ``__dict__`` and its slots."""
+        state = [(n, self.key(v, names)) for n, v in vars(obj).items()] if hasattr(obj, "__dict__") else []
+        for cls in type(obj).__mro__:
+            slots = vars(cls).get("__slots__", ())
+            for slot in (slots,) if isinstance(slots, str) else slots:
+                if slot not in ("__dict__", "__weakref__"):
+                    state.append((slot, self.key(getattr(obj, slot, _MISSING), names)))
+        return tuple(state)
+
+
+def _is_data(value):
+    """An object written in Python (its attributes are data), not code written in C (a ufunc)."""
+    kind = type(value)
+    if callable(value) and not isinstance(_class_attribute(kind, "__call__"), FunctionType):
+        return False
+    return hasattr(value, "__dict__") or (kind.__flags__ & _HEAP_TYPE and any("__slots__" in vars(c) for c in kind.__mro__))
+
+
+def _is_ours(function):
+    """`elementwise`'s wrapper: its globals are this module, which does not change."""
+    return function.__globals__ is globals()
+
+
+def _names_of(function):
+    return _names_read(function.__code__) if isinstance(function, FunctionType) else ()
+
+
+def _class_attribute(cls, name):
+    for c in cls.__mro__:
+        if name in vars(c):
+            return vars(c)[name]
+    return _MISSING
+
+
+def _names_read(code):
+    """The names ``code`` reads as globals or attributes, its nested functions and comprehensions included."""
+    known = _names.get(id(code))  # by id: hashing a code object is slow
+    if known is not None and known[0] is code:
+        return known[1]
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            names.update(_names_read(const))
+    names = tuple(sorted(names))
+    if len(_names) > 4 * CACHE_SIZE:
+        _names.clear()
+    _names[id(code)] = (code, names)  # the code kept alive, so its id is not reused
+    return names
 
 
 def _kernel(key, f, treedef, leaves, n_inputs, active, reduce, kinds):

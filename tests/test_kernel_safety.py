@@ -5,7 +5,11 @@ without db.sum/db.broadcast (the tape, an independent computation) or with a han
 a cotangent that is not all ones, so a partial that is scaled, dropped or overwritten is seen.
 """
 
+import dataclasses
+import functools
+import math
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -118,6 +122,220 @@ def test_cut_inside_elementwise_and_inlined():
     close(cut_square(x), x * x)
     close(db.gradient(lambda a: np.sum(cut_square(a) * weights), x), x * weights)
     close(db.gradient(lambda a: db.sum(lambda r: cut_square(r) * r, a), x), 2 * x * x)  # d(r**2 cut(r))/dr
+
+
+# =====================================================================================
+# Never stale: what a kernel reads besides its arguments is part of its key
+# =====================================================================================
+CFG = {"k": 2.0}
+PARAMS = types.ModuleType("params")
+PARAMS.k = 2.0
+TABLE = np.array([2.0, 0.5])
+INNER_K = 2.0
+ZERO = 0.0
+
+
+class Settings:
+    pass
+
+
+SETTINGS = Settings()
+SETTINGS.k = 2.0
+
+
+class Model:
+    k = 2.0
+
+    def energy(self, p):
+        return self.k * p * p
+
+    def energy_by_helper(self, p):
+        return self.scaled(p) * p
+
+    def scaled(self, p):
+        return self.k * p  # the class attribute is read by a method the kernel calls
+
+
+def _make_scaler():
+    k = 2.0
+
+    def scale(p):
+        return k * p
+
+    def set_k(value):
+        nonlocal k
+        k = value
+
+    return scale, set_k
+
+
+SCALE, SET_SCALE = _make_scaler()
+
+
+def reads_dict(p):
+    return CFG["k"] * p * p
+
+
+def reads_module_attribute(p):
+    return PARAMS.k * p * p
+
+
+def reads_array(p):
+    return TABLE[0] * p * p
+
+
+def reads_object_attribute(p):
+    return SETTINGS.k * p * p
+
+
+def reads_a_helper_cell(p):
+    return SCALE(p) * p
+
+
+def reads_in_a_comprehension(p):
+    return sum(INNER_K * p * p for _ in range(1))  # INNER_K is read by the generator's own code
+
+
+def scale_by_default(p, k=2.0):
+    return k * p
+
+
+def reads_a_helper_default(p):
+    return scale_by_default(p) * p
+
+
+def reads_its_attribute(p):
+    return reads_its_attribute.k * p * p
+
+
+reads_its_attribute.k = 2.0
+
+
+def with_keyword_default(p, *, k=2.0):
+    return k * p * p
+
+
+@dataclasses.dataclass
+class Scaled:
+    a: float
+
+    def __call__(self, p):
+        return CFG["k"] * self.a * p * p
+
+
+def _set_global(name, value):
+    globals()[name] = value
+
+
+# name -> (kernel or a function giving it, how to set k); every kernel computes k * p**2
+STATE_CASES = {
+    "a global dict's item": (lambda: reads_dict, lambda k: CFG.__setitem__("k", k)),
+    "a global rebound to a new dict": (lambda: reads_dict, lambda k: _set_global("CFG", {"k": k})),
+    "a module's attribute": (lambda: reads_module_attribute, lambda k: setattr(PARAMS, "k", k)),
+    "a global array changed in place": (lambda: reads_array, lambda k: TABLE.__setitem__(0, k)),
+    "a global object's attribute": (lambda: reads_object_attribute, lambda k: setattr(SETTINGS, "k", k)),
+    "a class attribute read by a method": (lambda: Model().energy, lambda k: setattr(Model, "k", k)),
+    "a class attribute read by a method it calls": (lambda: Model().energy_by_helper, lambda k: setattr(Model, "k", k)),
+    "a global helper's closure cell": (lambda: reads_a_helper_cell, SET_SCALE),
+    "a global helper's default": (lambda: reads_a_helper_default,
+                                  lambda k: setattr(scale_by_default, "__defaults__", (k,))),
+    "a global read in a comprehension": (lambda: reads_in_a_comprehension, lambda k: _set_global("INNER_K", k)),
+    "the function's own attribute": (lambda: reads_its_attribute, lambda k: setattr(reads_its_attribute, "k", k)),
+    "a keyword-only default": (lambda: with_keyword_default,
+                               lambda k: setattr(with_keyword_default, "__kwdefaults__", {"k": k})),
+    "a global read by a callable dataclass": (lambda: Scaled(1.0), lambda k: CFG.__setitem__("k", k)),
+}
+
+
+@pytest.fixture
+def restore_state():
+    saved = dict(CFG), PARAMS.k, TABLE.copy(), SETTINGS.k, Model.k, reads_its_attribute.k
+    cfg = CFG
+    yield
+    _set_global("CFG", cfg)
+    CFG.clear()
+    CFG.update(saved[0])
+    PARAMS.k, TABLE[:], SETTINGS.k, Model.k, reads_its_attribute.k = saved[1:]
+    SET_SCALE(2.0)
+    scale_by_default.__defaults__ = (2.0,)
+    with_keyword_default.__kwdefaults__ = {"k": 2.0}
+    _set_global("INNER_K", 2.0)
+
+
+@pytest.mark.parametrize("name", list(STATE_CASES))
+def test_kernel_follows_the_state_it_reads(name, restore_state):
+    """The same kernel called again and again (the cached plan's case) while the state it reads
+    changes: value, broadcast and gradient follow every change, back and forth."""
+    make, set_k = STATE_CASES[name]
+    x = uniform(100)
+    for k in [2.0, 2.0, 5.0, 5.0, -1.0, 2.0]:
+        set_k(k)
+        kernel = make()
+        close(db.sum(kernel, x), k * np.sum(x * x))
+        close(db.broadcast(kernel, x), k * x * x)
+        close(db.gradient(lambda a, kernel=kernel: db.sum(kernel, a), x), 2 * k * x)
+
+
+def test_captured_object_attribute_change_is_seen():
+    settings = Settings()
+
+    def kernel(p):
+        return settings.k * p * p
+
+    x = uniform(20)
+    for k in [2.0, 5.0, 5.0, 2.0]:
+        settings.k = k
+        close(db.sum(kernel, x), k * np.sum(x * x))
+        close(db.gradient(lambda a: db.sum(kernel, a), x), 2 * k * x)
+
+
+def test_closure_with_keyword_only_default():
+    """A closure with keyword-only defaults is rebuilt with them, and a new default is a new kernel."""
+    def make(k):
+        def kernel(p, c, *, s=k):
+            return s * p * c
+        return kernel
+
+    x, c = uniform(30), 1.7
+    for k in [2.0, 5.0, 2.0]:
+        kernel = make(k)
+        close(db.sum(kernel, x, c), k * c * np.sum(x))
+        got = db.gradient(lambda a, b, k=k: db.sum(make(k), a, b), x, c)
+        want = db.gradient(lambda a, b, k=k: np.sum(k * a * b), x, c)
+        close(got[0], want[0])
+        close(got[1], want[1])
+
+
+def keyword_scaled(p, *, k):
+    return k * p * p
+
+
+def test_functions_of_one_code_with_other_keyword_defaults():
+    """Functions made from one code object: a walk of what one reads is not reused for another
+    with keyword defaults (they are read too)."""
+    x = uniform(10)
+    bare = types.FunctionType(keyword_scaled.__code__, globals())
+    with pytest.raises(TypeError, match="k"):  # no default for k: the call fails, after its walk
+        db.sum(bare, x)
+    for k in [5.0, 7.0, 5.0]:
+        kernel = types.FunctionType(keyword_scaled.__code__, globals())
+        kernel.__kwdefaults__ = {"k": k}
+        close(db.sum(kernel, x), k * np.sum(x * x))
+
+
+def test_sign_of_a_zero_read_by_a_kernel():
+    """0.0 and -0.0 are different constants (arctan2 tells them apart): a new sign is a new kernel."""
+    def kernel(p):
+        return np.arctan2(ZERO, -1.0) * p
+
+    x = uniform(10)
+    try:
+        for zero in [0.0, -0.0, 0.0]:
+            _set_global("ZERO", zero)
+            close(db.sum(kernel, x), math.atan2(zero, -1.0) * np.sum(x))
+            close(db.gradient(lambda a: db.sum(kernel, a), x), np.full(10, math.atan2(zero, -1.0)))
+    finally:
+        _set_global("ZERO", 0.0)
 
 
 # =====================================================================================
@@ -348,3 +566,13 @@ def test_captured_array_changed_between_calls_is_seen():
     for value in (1.0, 4.0):
         c[:] = value
         close(db.gradient(lambda a: db.sum(kernel, a), x), np.full(5, value))
+
+
+def test_partial_functions_and_methods_read_their_state():
+    """functools.partial and bound methods as kernels: their arguments and owner are their state."""
+    x = uniform(7)
+    kernel = functools.partial(lambda p, k: k * p * p, k=2.0)
+    close(db.gradient(lambda a: db.sum(kernel, a), x), 4.0 * x)
+    model = Model()
+    model.k = 3.0  # an instance attribute shadowing the class's
+    close(db.gradient(lambda a: db.sum(model.energy, a), x), 6.0 * x)
