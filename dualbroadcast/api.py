@@ -15,6 +15,7 @@ from .errors import (
     StaleValueError,
     ValueConversionError,
 )
+from .expr import TRACING, Sym
 from .pytree import Cut, Uncut
 from .tape import ACTIVE_TAPE, RECORDER, Tape, Tracked, backward, settle, thaw, value_of
 
@@ -35,7 +36,7 @@ def cut(x):
     >>> db.gradient(lambda x, y: np.sum(x * y), np.ones(2), db.cut(np.arange(2.0)))
     (array([0., 1.]), None)
     """
-    if ACTIVE_TAPE.get() is None:
+    if ACTIVE_TAPE.get() is None and TRACING.get() is None:
         return Cut(x)
     return strip(x)
 
@@ -53,11 +54,15 @@ def strip(x):
         return constant(x)
     if isinstance(x, _FLOAT_TYPES):
         return x
+    if type(x) is Sym:  # inside a kernel: a constant of it
+        return x.graph.cut(x)
     leaves, treedef = pytree.flatten(x)
     flags = pytree.leaf_activity(treedef, active=False)
-    if not pytree.has_markers(treedef) and not any(type(leaf) is Tracked for leaf in leaves):
+    if not pytree.has_markers(treedef) and not any(type(leaf) is Tracked or type(leaf) is Sym for leaf in leaves):
         return x
-    return pytree.unflatten(treedef, [leaf if on else constant(leaf) for leaf, on in zip(leaves, flags)])
+    return pytree.unflatten(treedef, [
+        leaf if on else leaf.graph.cut(leaf) if type(leaf) is Sym else constant(leaf) for leaf, on in zip(leaves, flags)
+    ])
 
 
 def _cut_value(x):
