@@ -88,17 +88,7 @@ def rule_id(func):
     return qualified_name(func)
 
 
-# The makers of rules/reductions.py (owned elsewhere) call the array x (NumPy: a), and var/std's lack mean= and
-# correction= (a clear error today); the change is reported.  Strict: once fixed these pass, and the mark must go.
-REDUCTIONS_TO_RENAME = {np.sum, np.mean, np.prod, np.max, np.amax, np.min, np.amin, np.var, np.std, np.cumsum, np.cumprod}
-PENDING = pytest.mark.xfail(strict=True, reason="rules/reductions.py: makers to take NumPy's names (reported)")
-
-
-@pytest.mark.parametrize(
-    "func",
-    [pytest.param(f, marks=PENDING if f in REDUCTIONS_TO_RENAME else ()) for f in sorted(BUILTIN_RULES, key=rule_id)],
-    ids=rule_id,
-)
+@pytest.mark.parametrize("func", sorted(BUILTIN_RULES, key=rule_id), ids=rule_id)
 def test_every_maker_binds_the_arguments_as_numpy_does(func):
     problems = [
         f"{getattr(maker, '__qualname__', maker)}: {problem}"
@@ -188,21 +178,15 @@ def test_clip_keywords_it_cannot_honour_are_an_error():
 
 
 # --- var and std's keyword-only mean= and correction= ------------------------------------------------------------
-VARIANCE_PENDING = pytest.mark.xfail(
-    strict=True, raises=db.UnsupportedFunctionError,
-    reason="rules/reductions.py: var_vjp/std_vjp to take mean= and correction= (reported)",
-)
 M = np.array([[0.3, -1.2, 2.0], [1.5, 0.4, -0.7]])
 
 
-@VARIANCE_PENDING
 @pytest.mark.parametrize("func", [np.var, np.std], ids=rule_id)
 def test_var_and_std_correction_is_ddof(func):
     expected = db.gradient(lambda m: func(m, axis=1, ddof=1)[0], M)
     np.testing.assert_allclose(db.gradient(lambda m: func(m, axis=1, correction=1)[0], M), expected, rtol=1e-12)
 
 
-@VARIANCE_PENDING
 def test_var_with_a_given_mean_treats_it_as_a_constant():
     """NumPy uses ``mean=`` as given: var = Σ (x - mean)² / (n - ddof), so ∂/∂x = 2 (x - mean) / (n - ddof)."""
     mean = np.array([[0.5], [-0.25]])  # not the mean of M's rows: the formula, not a coincidence, is checked

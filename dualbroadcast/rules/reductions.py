@@ -89,74 +89,80 @@ def reverse_cumsum(g, axis):
 
 
 # --- sum, mean, prod -----------------------------------------------------------
-def sum_vjp(ans, x, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+def sum_vjp(ans, a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
     """∂ Σ x / ∂x = 1 (``initial`` is a constant)."""
-    shape = np.shape(x)
+    shape = np.shape(a)
     return lambda g: masked(expand(g, shape, axis, keepdims), where)
 
 
-def mean_vjp(ans, x, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
+def mean_vjp(ans, a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
     """∂ mean(x) / ∂x = 1 / n."""
-    shape, n = np.shape(x), count(x, axis, where)
+    shape, n = np.shape(a), count(a, axis, where)
     return lambda g: masked(expand(g, shape, axis, keepdims) / n, where)
 
 
-def prod_vjp(ans, x, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+def prod_vjp(ans, a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
     """∂ (initial · Π x) / ∂xᵢ = initial · Π_{j≠i} xⱼ."""
-    shape = np.shape(x)
-    included = x if where is True else np.where(where, x, 1)  # left-out elements count as 1
-    others = product_of_others(included, reduced_axes(axis, np.ndim(x)))
+    shape = np.shape(a)
+    included = a if where is True else np.where(where, a, 1)  # left-out elements count as 1
+    others = product_of_others(included, reduced_axes(axis, np.ndim(a)))
     if initial is not None:
         others = others * initial
     return lambda g: masked(expand(g, shape, axis, keepdims) * others, where)
 
 
 # --- max, min -------------------------------------------------------------------
-def extreme_vjp(ans, x, axis=None, out=None, keepdims=False, initial=None, where=True):
+def extreme_vjp(ans, a, axis=None, out=None, keepdims=False, initial=None, where=True):
     """∂ max(x) / ∂xᵢ = 1 where xᵢ is the maximum (shared among ties); the same for min."""
-    shape = np.shape(x)
-    share = tie_weights(x, expand(ans, shape, axis, keepdims), axis, where)
+    shape = np.shape(a)
+    share = tie_weights(a, expand(ans, shape, axis, keepdims), axis, where)
     return lambda g: expand(g, shape, axis, keepdims) * share
 
 
 # --- var, std -------------------------------------------------------------------
-def deviation_over_dof(x, axis, ddof, where):
-    """(x - mean) / (n - ddof), the half-gradient of the variance (masked-out elements: 0)."""
-    mean = np.mean(x, axis=axis, keepdims=True, where=where)
+def deviation_over_dof(x, axis, ddof, where, mean=None):
+    """(x - mean) / (n - ddof), the half-gradient of the variance (masked-out elements: 0).
+
+    A ``mean`` given (``np.var(x, mean=m)``) is used as NumPy uses it: a constant.
+    """
+    if mean is None:
+        mean = np.mean(x, axis=axis, keepdims=True, where=where)
     return masked((x - mean) / (count(x, axis, where) - ddof), where)
 
 
-def var_vjp(ans, x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True):
-    """∂ var(x) / ∂x = 2 (x - mean) / (n - ddof)."""
-    shape, partial = np.shape(x), 2 * deviation_over_dof(x, axis, ddof, where)
+def var_vjp(ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=None, correction=None):
+    """∂ var(x) / ∂x = 2 (x - mean) / (n - ddof); ``correction`` is the Array API's name for ddof."""
+    ddof = ddof if correction is None else correction
+    shape, partial = np.shape(a), 2 * deviation_over_dof(a, axis, ddof, where, mean)
     return lambda g: expand(g, shape, axis, keepdims) * partial
 
 
-def std_vjp(ans, x, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True):
+def std_vjp(ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=None, correction=None):
     """∂ std(x) / ∂x = (x - mean) / ((n - ddof) std); 0 where std = 0 (there x - mean = 0 too)."""
-    shape = np.shape(x)
+    ddof = ddof if correction is None else correction
+    shape = np.shape(a)
     std = expand(ans, shape, axis, keepdims)
-    partial = deviation_over_dof(x, axis, ddof, where) / np.where(std == 0, 1, std)
+    partial = deviation_over_dof(a, axis, ddof, where, mean) / np.where(std == 0, 1, std)
     return lambda g: expand(g, shape, axis, keepdims) * partial
 
 
 # --- cumsum, cumprod --------------------------------------------------------------
-def cumsum_vjp(ans, x, axis=None, dtype=None, out=None):
+def cumsum_vjp(ans, a, axis=None, dtype=None, out=None):
     """x̄ᵢ = Σ_{k≥i} ḡₖ (axis=None: along the flattened array)."""
-    shape = np.shape(x)
+    shape = np.shape(a)
     return lambda g: reverse_cumsum(g, 0 if axis is None else axis).reshape(shape)
 
 
-def cumprod_vjp(ans, x, axis=None, dtype=None, out=None):
+def cumprod_vjp(ans, a, axis=None, dtype=None, out=None):
     """x̄ᵢ = Σ_{k≥i} ḡₖ ∂yₖ/∂xᵢ with y = cumprod(x) and ∂yₖ/∂xᵢ = Π_{j≤k, j≠i} xⱼ, which is yₖ / xᵢ
     where xᵢ ≠ 0 (see `cumprod_pullback_with_zeros` for the others)."""
-    shape = np.shape(x)
+    shape = np.shape(a)
     along = 0 if axis is None else axis
-    x = np.ravel(x) if axis is None else x
-    zero = x == 0
+    a = np.ravel(a) if axis is None else a
+    zero = a == 0
     if zero.any():
-        return cumprod_pullback_with_zeros(ans, x, zero, along, shape)
-    return lambda g: (reverse_cumsum(g * ans, along) / x).reshape(shape)
+        return cumprod_pullback_with_zeros(ans, a, zero, along, shape)
+    return lambda g: (reverse_cumsum(g * ans, along) / a).reshape(shape)
 
 
 def cumprod_pullback_with_zeros(ans, x, zero, axis, shape):
