@@ -1,7 +1,8 @@
 """Prepared gradients agree with db.gradient, in values and types, or give its clear error.
 
-Each class here was found by random programs or by changing state between calls; every test failed on
-the code before its fix (a crash where db.gradient works, a wrong type, or a silently stale gradient).
+Each class here was found by random programs or by changing state between calls; each regression test
+failed on the code before its fix (a crash where db.gradient works, a wrong type, or a silently stale
+gradient).  The last section takes paths no test took: one prepared gradient over many calls.
 Expected values come from db.gradient and from gradients written by hand.
 """
 
