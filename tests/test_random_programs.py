@@ -1,0 +1,97 @@
+"""Random programs composed from the registered rules, each checked in four ways (tests/programs.py).
+
+1. ``db.gradient`` against central finite differences and its value against plain NumPy (float64);
+   against ``jax.grad`` of the same source on jax.numpy when JAX is installed;
+2. ``db.prepare_gradient`` replayed on new inputs and on the example, against ``db.gradient``;
+3. each ``db.sum`` / ``db.broadcast`` kernel, with random cuts, on every backend, against the plain reverse form;
+4. float32 against float64.
+
+A failure prints a standalone reproduction, which hypothesis shrinks.
+
+Long mode, 10^4 programs (about an hour on two cores):
+
+    python -m pytest tests/test_random_programs.py -m long -p no:cacheprovider
+
+``DB_LONG=N`` (with ``-m long``) runs N programs instead.
+"""
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from . import programs
+
+try:
+    import jax  # noqa: F401
+except ImportError:
+    HAVE_JAX = False
+else:
+    HAVE_JAX = True
+
+NORMAL = 300
+JAX_SHARE = 5  # the normal run compares one program in JAX_SHARE with jax.grad (JAX's first calls of each shape compile)
+LONG = int(os.environ.get("DB_LONG") or 0)  # 0: not asked for; 1: 10^4 programs; N > 1: N programs
+SLOW_DRAWS = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
+
+
+def check_program(data, jax_share):
+    """Draw a program and run every check on it (JAX on one program in ``jax_share``)."""
+    program = data.draw(programs.programs(), label="program")
+    event("near a kink: no finite differences or JAX" if program.trace.kink <= programs.KINK_MARGIN else "smooth")
+    event(f"{sum(step.body is not None for step in program.steps)} kernel(s)")
+    grads = programs.check_gradient(program)
+    if HAVE_JAX and data.draw(st.integers(0, jax_share - 1), label="not compared with JAX") == 0:
+        programs.check_jax(program, grads)
+    programs.check_prepared(program, grads, replays=data.draw(st.integers(2, 3), label="replays"))
+    programs.check_kernels(program)
+    programs.check_float32(program, grads)
+
+
+@settings(max_examples=NORMAL, deadline=None, suppress_health_check=SLOW_DRAWS)
+@given(data=st.data())
+def test_random_programs(data):
+    check_program(data, JAX_SHARE)
+
+
+@pytest.mark.long
+def test_random_programs_long(request):
+    marks = request.config.getoption("markexpr")
+    if not LONG and not ("long" in marks and "not long" not in marks):
+        pytest.skip("long mode: python -m pytest tests/test_random_programs.py -m long")
+    run = given(data=st.data())(lambda data: check_program(data, jax_share=1))
+    settings(max_examples=LONG if LONG > 1 else 10_000, deadline=None, suppress_health_check=SLOW_DRAWS)(run)()
+
+
+def sine_program():
+    """f(x0) = sum(sin(x0) * weights), x0 of shape (3,): smooth, no kernel."""
+    x0 = programs.Input("x0", (3,), "array", cut=False)
+    program = programs.Program([x0], [programs.Step("v1", "np.sin({0})", ("x0",))], seed=1, shapes={"x0": (3,), "v1": (3,)})
+    program.trace = programs.trace(program, programs.build_inputs(program))
+    return program
+
+
+def test_each_check_rejects_a_wrong_gradient():
+    """The checks can fail: a gradient off by 1% is caught by finite differences, prepared replay and float32."""
+    program = sine_program()
+    values = programs.build_inputs(program)
+    right = programs.check_gradient(program)
+    wrong = (right[0] * 1.01,)
+    assert programs.finite_difference_error(program, values, wrong) is not None
+    assert programs.finite_difference_error(program, values, right) is None
+    with pytest.raises(AssertionError, match="against db.gradient"):
+        programs.check_prepared(program, wrong)
+    with pytest.raises(AssertionError, match="against the float64 one"):
+        programs.check_float32(program, wrong)
+
+
+def test_jax_is_compared_when_installed():
+    """The JAX comparison is not skipped silently: where JAX is importable it runs (and can fail)."""
+    pytest.importorskip("jax")
+    assert HAVE_JAX
+    program = sine_program()
+    right = programs.check_gradient(program)
+    programs.check_jax(program, right)
+    with pytest.raises(AssertionError, match="against jax.grad"):
+        programs.check_jax(program, (right[0] * 1.01,))
