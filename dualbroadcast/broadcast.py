@@ -393,6 +393,8 @@ class _Reads:
             return (kind, value, math.copysign(1.0, value))  # 0.0 and -0.0 differ in a kernel (1 / x)
         if kind in _BY_VALUE:
             return (kind, value)
+        if kind is Tracked:
+            return (kind, self.key(value.value, names))  # db.cut(v) bakes its value; its tape is not read
         visit = (id(value), names) if kind is ModuleType or isinstance(value, type) else id(value)  # read by name
         if visit in self.seen:
             return ("seen", self.seen[visit])

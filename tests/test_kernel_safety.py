@@ -112,6 +112,17 @@ def test_cut_inside_a_kernel_without_a_gradient_is_the_value():
     close(db.gradient(lambda a: db.sum(kernel, a), x), x)
 
 
+def test_cut_inside_a_kernel_in_a_prepared_gradient():
+    x, weights = uniform(50), uniform(50)
+    for reduce in (True, False):
+        kernel, whole = CUT_KERNELS["cut of a tuple"]
+        loss = fused_loss(kernel, reduce, None, weights)
+        prepared = db.prepare_gradient(loss, x)
+        for _ in range(3):
+            x = uniform(50)
+            close(prepared(x), db.gradient(plain_loss(whole, reduce, weights), x))
+
+
 @db.elementwise
 def cut_square(r):
     return r * db.cut(r)
@@ -287,6 +298,23 @@ def test_captured_object_attribute_change_is_seen():
         settings.k = k
         close(db.sum(kernel, x), k * np.sum(x * x))
         close(db.gradient(lambda a: db.sum(kernel, a), x), 2 * k * x)
+
+
+def test_captured_object_holding_a_tracked_value():
+    """An object the kernel reads may hold a tracked value of the evaluation: its cut value is a
+    constant of the kernel, followed like the number beside it."""
+    settings = Settings()
+
+    def loss(w, x):
+        settings.w = w
+        return db.sum(lambda p: settings.k * p * p + db.cut(settings.w) * p, x) * w
+
+    x = uniform(20)
+    for k, w in [(2.0, 1.3), (5.0, 1.3), (5.0, 2.0), (5.0, 2.0)]:
+        settings.k = k
+        got = db.gradient(loss, w, x)
+        close(got[0], np.sum(k * x * x + w * x))
+        close(got[1], (2 * k * x + w) * w)
 
 
 def test_closure_with_keyword_only_default():
@@ -490,13 +518,17 @@ def test_pullback_of_a_kernel_called_twice(backend, reduce, plan_runs):
     n = N if backend in ("blocked", "numexpr") else 40
     op = db.sum if reduce else db.broadcast
     for _ in range(3):
-        x = uniform(n)
-        _, back = db.pullback(lambda a: op(plan_single, a, backend=backend), x)
+        x, y = uniform(n), uniform(n)
         cotangents = (2.0, -0.5) if reduce else (uniform(n), uniform(n))
+        _, back = db.pullback(lambda a: op(plan_single, a, backend=backend), x)
         firsts = [back(g) for g in cotangents]
         for g, got in zip(cotangents, firsts + [back(cotangents[0])]):
-            want = db.gradient(lambda a, g=g: np.sum(plan_single(a) * g), x)
-            close(got, want)
+            close(got, db.gradient(lambda a, g=g: np.sum(plan_single(a) * g), x))
+        _, back = db.pullback(lambda a, b: op(plan_pair, a, b, backend=backend), x, y)
+        firsts = [back(g) for g in cotangents]
+        for g, got in zip(cotangents, firsts + [back(cotangents[0])]):
+            for gi, wi in zip(got, db.gradient(lambda a, b, g=g: np.sum(plan_pair(a, b) * g), x, y)):
+                close(gi, wi)
 
 
 @pytest.mark.parametrize("kernel, whole", [
