@@ -764,7 +764,7 @@ def _record_outputs(func, tape, ans, active, tracked, maker, vargs, kwargs):
             continue
         back = maker(j, ans, *vargs, **kwargs)
         outs.append(a if back is None else tape.record(a, _edges(tracked, (back,)), func))
-    return outs if type(ans) is list else type(ans)(*outs)
+    return type(ans)(outs) if type(ans) in (list, tuple) else type(ans)(*outs)  # a named tuple takes fields
 
 
 def _is_float(ans):

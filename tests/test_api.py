@@ -722,8 +722,15 @@ def test_check_gradient_fails_on_a_non_finite_gradient():
 
 
 def test_unknown_keyword_of_a_rule_is_a_clear_error():
-    with pytest.raises(db.UnsupportedFunctionError, match=r"np\.var.*keyword"):
-        db.gradient(lambda x: np.var(x, correction=1), np.arange(3.0))
+    """Every built-in rule takes its function's keywords (tests/test_rule_signatures.py); a user's may not."""
+
+    @db.primitive
+    def scaled(x, factor=1.0):
+        return x * factor
+
+    db.defvjp(scaled, lambda ans, x: lambda g: g)  # forgets factor=
+    with pytest.raises(db.UnsupportedFunctionError, match=r"scaled.*keyword.*factor"):
+        db.gradient(lambda x: np.sum(scaled(x, factor=2.0)), np.arange(3.0))
 
 
 def test_garbage_collector_is_restored_after_gradients_in_threads():

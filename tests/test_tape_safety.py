@@ -377,3 +377,15 @@ def test_every_error_class_is_public_and_a_differentiation_error():
         assert getattr(db, c.__name__) is c and c.__name__ in db.__all__
         assert issubclass(c, db.DifferentiationError)
         assert c is db.DifferentiationError or len(c.__mro__) > 3  # also derives from a builtin error
+
+
+def test_a_users_rule_for_a_function_returning_a_plain_tuple():
+    """_record_outputs rebuilt the outputs with type(ans)(*outs), which a plain tuple refuses."""
+
+    @db.primitive
+    def halves(x):
+        return (x * 0.5, x * 1.5)
+
+    db.defvjp_outputs(halves, lambda j, ans, x: lambda g: g * (0.5, 1.5)[j])
+    g = db.gradient(lambda x: np.sum(halves(x)[0] * halves(x)[1]), X)
+    np.testing.assert_allclose(g, 1.5 * X)

@@ -225,10 +225,16 @@ def diag_vjp(ans, v, k=0):
 
 
 def triu_vjp(ans, m, k=0):
+    """g's upper triangle; a 1-D m was stacked into rows by NumPy, so each element gets its column's sum."""
+    if np.ndim(m) == 1:
+        return lambda g: np.sum(np.triu(g, k), axis=0)
     return lambda g: np.triu(g, k)
 
 
 def tril_vjp(ans, m, k=0):
+    """g's lower triangle; for a 1-D m, each column's sum (see `triu_vjp`)."""
+    if np.ndim(m) == 1:
+        return lambda g: np.sum(np.tril(g, k), axis=0)
     return lambda g: np.tril(g, k)
 
 
