@@ -189,6 +189,9 @@ class Sym(UfuncOperators):
             raise AttributeError(name)  # a protocol probe (hasattr(p, "__array__")): not the user's code
         raise KernelAttributeError(_ONE_ELEMENT.format(what=f"p.{name} of an argument"))
 
+    def clip(self, *bounds, **keywords):
+        return _clip(self.graph, self, *bounds, **keywords)
+
     def _ufunc(self, func, args):
         return self.graph.apply(func, args)
 
@@ -196,13 +199,27 @@ class Sym(UfuncOperators):
         return self
 
 
-def _clip(graph, x, lo=None, hi=None):
-    """``clip`` as ``minimum(maximum(x, lo), hi)``: the selections carry its derivative."""
+def _clip(graph, x, *bounds, **keywords):
+    """``np.clip(x, ...)`` as ``minimum(maximum(x, lo), hi)``: the selections carry its derivative."""
+    try:
+        lo, hi = _clip_bounds(*bounds, **keywords)
+    except TypeError as error:
+        raise KernelError(
+            f"np.clip inside a broadcast kernel takes its bounds (positional, a_min=/a_max= or min=/max=, "
+            f"None for no bound) and nothing else: {error}"
+        ) from None
     if lo is not None:
         x = graph.apply(np.maximum, (x, lo))
     if hi is not None:
         x = graph.apply(np.minimum, (x, hi))
     return x
+
+
+def _clip_bounds(a_min=None, a_max=None, out=None, *, min=None, max=None):  # NumPy's names
+    """``np.clip``'s bounds in any form NumPy takes them."""
+    if out is not None or (a_min is not None and min is not None) or (a_max is not None and max is not None):
+        raise TypeError("out= or a bound given twice")
+    return (min if a_min is None else a_min), (max if a_max is None else a_max)
 
 
 def _is_literal(a):
@@ -311,9 +328,10 @@ def _simplify(graph, op, args):
 
 
 def _integer_power(graph, x, k):
-    """``x**k`` as a product chain, so every lower power is shared."""
+    """``x**k`` as a product chain, so every lower power is shared; ``x**-k`` as ``(1/x)**k``, whose
+    derivative at 0 is infinite as ``k * x**(k - 1)`` is (``1 / x**k``'s would be inf * 0 = nan)."""
     if k < 0:
-        return graph.apply(np.reciprocal, (_integer_power(graph, x, -k),))
+        return _integer_power(graph, graph.apply(np.reciprocal, (x,)), -k)
     if k == 1:
         return x
     return graph.apply(np.multiply, (_integer_power(graph, x, k - 1), x))

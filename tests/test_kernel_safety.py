@@ -419,6 +419,49 @@ def test_truth_valued_kernel_is_a_plain_array():
 
 
 # =====================================================================================
+# NumPy's calling forms and conventions, as in reverse mode
+# =====================================================================================
+CLIP_KERNELS = {
+    "positional": lambda r: np.clip(r, 0.3, 0.7),
+    "a_min= a_max=": lambda r: np.clip(r, a_min=0.3, a_max=0.7),
+    "mixed": lambda r: np.clip(r, 0.3, a_max=0.7),
+    "min= max=": lambda r: np.clip(r, min=0.3, max=0.7),
+    "out=None": lambda r: np.clip(r, 0.3, 0.7, None),
+    "lower only": lambda r: np.clip(r, min=0.3),
+    "upper only": lambda r: np.clip(r, None, 0.7),
+    "method": lambda r: r.clip(0.3, 0.7),
+}
+
+
+@pytest.mark.parametrize("name", list(CLIP_KERNELS))
+def test_clip_in_every_calling_form(name):
+    kernel = CLIP_KERNELS[name]
+    x, weights = uniform(40, 0.0, 1.0), uniform(40)
+    close(db.broadcast(kernel, x), kernel(x))
+    got = db.gradient(lambda a: np.sum(db.broadcast(kernel, a) * weights), x)
+    close(got, db.gradient(lambda a: np.sum(kernel(a) * weights), x))
+
+
+def test_clip_keywords_a_kernel_cannot_honour_are_an_error():
+    with pytest.raises(db.KernelError, match="np.clip"):
+        db.sum(lambda r: np.clip(r, 0.3, 0.7, where=r > 0.5), uniform(4))
+    with pytest.raises(db.KernelError, match="np.clip"):
+        db.sum(lambda r: np.clip(r, a_min=0.3, min=0.2), uniform(4))
+
+
+@pytest.mark.parametrize("k", [-1, -2, -3, -6])
+def test_negative_integer_power_at_zero_as_in_reverse_mode(k):
+    """At 0 the derivative of x**k (k < 0) is infinite, as the reverse rule's k * x**(k - 1) says, not nan."""
+    x = np.array([0.0, -0.0, 0.5, -1.5])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = db.gradient(lambda a: np.sum(a**k), x)
+        for backend in ("numpy", "blocked", "numexpr", None):
+            got = db.gradient(lambda a, backend=backend: db.sum(lambda r: r**k, a, backend=backend), x)
+            np.testing.assert_allclose(got, want, rtol=1e-13)  # equal infinities at 0 and -0
+            assert np.isinf(got[:2]).all()
+
+
+# =====================================================================================
 # Messages for the case at hand
 # =====================================================================================
 def test_sinc_has_no_kernel_rule_and_the_advice_works():
