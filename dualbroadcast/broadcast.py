@@ -35,7 +35,7 @@ _PLAIN = {np.ndarray, float, np.float64, np.float32, Tracked}
 _cache = collections.OrderedDict()
 _plans = {}  # (id of the code, reduce) -> the `_Plan` of its latest call (hashing a code object is slow)
 _names = {}  # id of a code object -> (the code, the names it reads: `_names_read`)
-_walks = {}  # id of a code object -> the pinned `_Reads` of a function of that code (`_function_key`)
+_walks = {}  # id of a code object -> the pinned `_Reads` of a function of that code (`_walk`)
 _cache_lock = threading.Lock()
 _log = contextvars.ContextVar("dualbroadcast_kernel_log", default=None)
 
@@ -120,8 +120,12 @@ def _run(f, args, reduce, backend):
         activity = pytree.leaf_activity(treedef)
     recorder = RECORDER.get()
     inactive = recorder.inactive if recorder is not None else ()
-    reads = _Reads()
-    structure = _function_key(f, reads) if treedef is None else _structure_key(treedef, reads)
+    if treedef is None:  # no baked leaves: the walk of f is all it reads
+        reads = _walk(f)
+        structure = reads.result
+    else:
+        reads = _Reads()
+        structure = _structure_key(treedef, reads)
     names = None  # every name the code reads: how a baked object's class is read
     inputs, values, active, kinds, input_kinds = [], [], [], [], []
     for leaf, on in zip(leaves, activity):
@@ -286,7 +290,9 @@ def _structure_key(d, reads=None, names=()):
         aux = (reads.key(type(aux[0]), names + ("__call__",)), aux[1])
     elif kind in ("closure", "function"):
         names = _names_read(aux.__code__)
-        aux = _function_key(aux, reads)  # its cells are its children
+        walk = _walk(aux)  # its cells are its children
+        reads.include(walk)
+        aux = walk.result
     elif kind == "method" and children[0] is not None and children[0][0] in ("closure", "function"):
         names = _names_of(children[0][1])
     elif kind == "static":
@@ -294,8 +300,9 @@ def _structure_key(d, reads=None, names=()):
     return (kind, aux, tuple(_structure_key(c, reads, names) for c in children))
 
 
-def _function_key(function, reads):
-    """``function``'s key without its closure cells (a kernel's cells are its flattened state).
+def _walk(function):
+    """The `_Reads` of ``function`` without its closure cells (a kernel's cells are its flattened
+    state), its key in ``result``; not to be changed (it may be shared).
 
     The walk of a function whose code was walked before, with the same globals and defaults, is
     reused while every binding it read is unchanged and it was pinned (nothing it read can change
@@ -304,16 +311,14 @@ def _function_key(function, reads):
     known = _walks.get(id(function.__code__))
     if known is not None and known.functions[0][1] is function.__code__ and known.same_function(function) \
             and known.unchanged():
-        walk = known
-    else:
-        walk = _Reads()
-        walk.result = walk.function(function, cells=False)
-        if walk.pinned:
-            if len(_walks) > 4 * CACHE_SIZE:
-                _walks.clear()
-            _walks[id(function.__code__)] = walk
-    reads.include(walk)
-    return walk.result
+        return known
+    walk = _Reads()
+    walk.result = walk.function(function, cells=False)
+    if walk.pinned:
+        if len(_walks) > 4 * CACHE_SIZE:
+            _walks.clear()
+        _walks[id(function.__code__)] = walk
+    return walk
 
 
 _MISSING = object()  # a name not bound
@@ -358,7 +363,7 @@ class _Reads:
         self.bindings = []  # (namespace, name, value or _MISSING)
         self.functions = []  # (function, code, defaults)
         self.pinned = True
-        self.result = None  # the key of a function walked by `_function_key`
+        self.result = None  # the key of the function walked by `_walk`
 
     def include(self, walk):
         """Take in what another walk read."""
