@@ -156,9 +156,6 @@ def test_power_partial_in_the_base_at_zero(k, mode):
         assert_gradients(mode, f, (np.array([0.0]),), ([power_partial_in_x(0.0, k)],), label=form)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "expr.py expands x ** -k into reciprocal(x ** k): at 0 the chain rule gives -inf * 0 = nan "
-    "where the table's k * x ** (k - 1) gives -inf (reverse rules and replay)"))
 @pytest.mark.parametrize("k", [-2, -3])
 def test_negative_integer_power_at_zero_in_kernels(k):
     for mode in KERNEL_MODES:
