@@ -178,6 +178,8 @@ def tile_vjp(ans, A, reps):  # A: NumPy's name for it
 def repeat_vjp(ans, a, repeats, axis=None):
     """Each element's cotangent is the sum of g over its copies."""
     shape = np.shape(a)
+    if not shape:  # NumPy repeats a 0-d value as a 1-d one, whatever the axis
+        axis = None
     if np.ndim(repeats) == 0:  # consecutive runs of equal length: reshape and sum
         flat = (np.size(a),) if axis is None else shape
         axis = 0 if axis is None else axis % len(shape)
