@@ -863,3 +863,108 @@ def test_a_gradient_leaves_no_garbage_cycles(name):
     finally:
         if was_enabled:
             gc.enable()
+
+
+# --- paths the mutation run found untested -------------------------------------------------------
+@pytest.mark.parametrize("container", ["list", "dict"])
+def test_cut_of_a_container_without_tracked_leaves_drops_its_markers(container):
+    """db.cut of plain values only, one of them under uncut: outside a gradient it is the marker, which
+    behaves as its content; inside one it is the container itself, every marker removed."""
+    ones = np.array([1.0, 1.0])
+    make = {"list": lambda: db.cut([db.uncut(ones), 2.0]), "dict": lambda: db.cut({0: db.uncut(ones), 1: 2.0})}[container]
+    outside = make()
+    assert type(outside[0]) is np.ndarray and type(outside[1]) is float
+    seen = []
+
+    def f(x):
+        c = make()
+        seen.append(c)
+        return np.sum(x * c[0] * c[1])
+
+    g = db.gradient(f, np.array([0.5, -3.0]))
+    (inside,) = seen
+    assert type(inside) is {"list": list, "dict": dict}[container]
+    assert type(inside[0]) is np.ndarray and type(inside[1]) is float
+    np.testing.assert_array_equal(inside[0], ones)
+    assert_close(g, 2.0 * ones)  # d/dx sum(x * 1 * 2)
+
+
+@pytest.mark.parametrize("argument", [np.ones(2), 1.0, (1.0, 2.0)], ids=["array", "float", "tuple"])
+def test_returning_a_tracked_scalar_of_an_earlier_gradient_is_a_stale_value_error(argument):
+    leaked = []
+    db.gradient(lambda x: leaked.append(np.sum(x * x)) or leaked[-1], np.array([1.0, 2.0]))
+    with pytest.raises(db.StaleValueError, match="another gradient evaluation"):
+        db.gradient(lambda x: leaked[0], argument)
+    with pytest.raises(db.StaleValueError):
+        db.value_and_gradient(lambda x: leaked[0], argument)
+
+
+def test_pullback_of_one_value_returned_twice_adds_its_cotangents():
+    """f returns the same tracked value twice: its cotangent is the sum of both, Jᵀ(a + b)."""
+    x = np.array([0.3, -1.2, 2.0])
+
+    def twice(x):
+        y = np.sin(x)
+        return y, y
+
+    y, back = db.pullback(twice, x)
+    assert_close(y[0], np.sin(x))
+    assert_close(y[1], np.sin(x))
+    a, b = np.array([1.0, 2.0, -0.5]), np.array([0.5, 3.0, 2.0])
+    for _ in range(2):  # twice: the first call must not change what the second sees
+        assert_close(back((a, b)), np.cos(x) * (a + b))  # J = diag(cos x)
+    _, back = db.pullback(lambda x: (lambda s: {"first": s, "again": s})(np.sum(x * x)), x)
+    assert_close(back({"first": 2.0, "again": 3.0}), 2 * x * (2.0 + 3.0))
+
+
+def test_check_gradient_judges_float64_arguments_at_float64_tolerance():
+    """A float64 gradient off by 1e-4 relative is wrong; float32's loose tolerance is for float32 only."""
+    x = np.array([0.3, 1.0, 2.5])
+    with rule(np.sinc, lambda ans, x: lambda g: g * dsinc(x) * (1 + 1e-4)):
+        with pytest.raises(db.GradientMismatchError, match=r"3 element.*rtol=1e-06, atol=1e-07"):
+            db.check_gradient(lambda x: np.sum(np.sinc(x)), x)
+        with pytest.raises(db.GradientMismatchError):  # with a Python float argument too
+            db.check_gradient(lambda x, c: np.sum(np.sinc(x)) * c, x, 1.0)
+        assert db.check_gradient(lambda x: np.sum(np.sinc(x)), x.astype(np.float32)) < 1
+
+
+def test_check_gradient_returns_the_worst_error_over_the_tolerance():
+    """At a kink the central difference sees neither side: the returned ratio is the central one's
+    |g - fd| / (atol + rtol |fd|) when that passes, not the better of the one-sided ones."""
+    c, h, rtol, atol = 5e-7, 1e-6, 1e-6, 1e-7
+
+    def plain(x):
+        return x + c * np.abs(x)  # a bend of c at 0: right derivative 1 + c, left 1 - c
+
+    bent = db.primitive(plain)
+    x = np.array([0.0, 0.5])
+    with rule(bent, lambda ans, x: lambda g: g * (1 + c * np.where(x >= 0, 1.0, -1.0))):
+        ratio = db.check_gradient(lambda x: np.sum(bent(x)), x, rtol=rtol, atol=atol, step=h)
+    e = np.array([h, 0.0])
+    central = (np.sum(plain(x + e)) - np.sum(plain(x - e))) / (2 * h)  # ~1: the bend cancels
+    expected = abs((1 + c) - central) / (atol + rtol * abs(central))  # the element at 0 is the worst
+    assert 0.3 < expected < 1
+    assert ratio == pytest.approx(expected, rel=1e-6)
+
+
+def test_check_gradient_does_not_call_a_smooth_extremum_a_kink():
+    """A wrong rule at a smooth point where f' = 0: both one-sided differences are ~0 and agree."""
+
+    @db.primitive
+    def mysin(x):
+        return np.sin(x)
+
+    with rule(mysin, lambda ans, x: lambda g: g * (np.cos(x) + 0.5)):
+        for x in (np.pi / 2, np.array([np.pi / 2, 1.0])):
+            with pytest.raises(db.GradientMismatchError, match="finite difference") as error:
+                db.check_gradient(lambda x: np.sum(mysin(x)), x)
+            assert "kink" not in str(error.value)
+
+
+def test_median_time_is_the_time_of_one_call():
+    import time
+
+    from dualbroadcast.__main__ import median_time
+
+    t = median_time(lambda: time.sleep(0.002), repeat=5)
+    assert 0.002 <= t < 0.02  # time.sleep sleeps at least as long as asked
