@@ -412,6 +412,41 @@ def test_bound_method_of_plain_class():
     assert widths(calls) == [2]
 
 
+class SlotsModel:
+    """State in __slots__: no __dict__ to walk."""
+
+    __slots__ = ("a", "b")
+
+    def __init__(self, a, b):
+        self.a = a
+        self.b = b
+
+    def energy(self, x):
+        return self.a * np.exp(-self.b * x)
+
+    def __call__(self, x):
+        return self.energy(x)
+
+
+@pytest.mark.parametrize("model", [SlotsModel, Pair, PlainModel, CallableModel], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("reduce", [True, False], ids=["sum", "broadcast"])
+def test_bound_method_and_callable_object_with_constant_state_as_the_plain_function(model, reduce):
+    """A kernel that is a bound method (of a __slots__ object, a dataclass, a plain or a callable class)
+    or a callable object, its state plain numbers: the value and gradient of the same plain function."""
+    a, b = 1.5, 0.3
+    weights = uniform(XS.shape, seed=3)
+    owner = model(a, b)
+    for kernel in [owner.energy] + ([owner] if callable(owner) else []):
+        if reduce:
+            value, g = db.value_and_gradient(lambda x, k=kernel: db.sum(k, x), XS)
+            close(value, np.sum(a * np.exp(-b * XS)))
+            close(g, -a * b * np.exp(-b * XS))
+        else:
+            value, back = db.pullback(lambda x, k=kernel: db.broadcast(k, x), XS)
+            close(value, a * np.exp(-b * XS))
+            close(back(weights), -a * b * np.exp(-b * XS) * weights)
+
+
 def test_functools_partial_arguments():
     def pair_energy(a, x, b=1.0):
         return a * np.exp(-b * x)

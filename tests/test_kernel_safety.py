@@ -589,6 +589,46 @@ def test_numexpr_sum_with_a_partial_reading_only_scalars(kernel, whole):
     close(got[1], want[1], rtol=1e-9)  # a sum of 300,000 terms
 
 
+def test_numexpr_sum_with_a_one_element_array_argument():
+    """A shape-(1,) argument of a numexpr db.sum over more than one numexpr block is whole in every block
+    (it is not split like the full-size arguments)."""
+    n = 2 * 262_144 + 1000  # three numexpr blocks
+    x, c = uniform(n), np.array([0.7])
+
+    def kernel(p, q):
+        return np.exp(-p) * q
+
+    with db.kernel_log() as calls:
+        value = db.sum(kernel, x, c, backend="numexpr")
+        got, (gx, gc) = db.value_and_gradient(lambda r, s: db.sum(kernel, r, s, backend="numexpr"), x, c)
+    assert [k.backend for k in calls] == ["numexpr", "numexpr"]
+    e = np.exp(-x)
+    close(value, np.sum(e * c), rtol=1e-9)  # sums of 500,000 terms
+    close(got, np.sum(e * c), rtol=1e-9)
+    close(gx, -e * c)
+    assert gc.shape == (1,)
+    close(gc, [np.sum(e)], rtol=1e-9)
+
+
+def test_a_call_with_a_container_argument_leaves_no_plan_for_a_plain_call():
+    """A kernel called with a tuple argument is keyed by its tree: it must not leave the cached plan a
+    later call of the same function with plain arrays would take (that call's q[0] indexes an element,
+    an error when called fresh)."""
+
+    def kernel(p, q):
+        return p * q[0]
+
+    x, y = uniform(5), uniform(5)
+    for _ in range(2):
+        close(db.broadcast(kernel, x, (y,)), x * y)
+        close(db.gradient(lambda a: np.sum(db.broadcast(kernel, a, (y,))), x), y)
+    for _ in range(2):
+        with pytest.raises(db.KernelError, match="one element at a time"):
+            db.broadcast(kernel, x, y)
+        with pytest.raises(db.KernelError, match="one element at a time"):
+            db.gradient(lambda a: np.sum(db.broadcast(kernel, a, y)), x)
+
+
 @pytest.mark.parametrize("backend", BACKENDS, ids=str)
 @pytest.mark.parametrize("reduce", [True, False], ids=["sum", "broadcast"])
 def test_kernel_with_constant_partials(backend, reduce):
