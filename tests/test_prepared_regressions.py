@@ -2,7 +2,8 @@
 
 Each class here was found by random programs or by changing state between calls; each regression test
 failed on the code before its fix (a crash where db.gradient works, a wrong type, or a silently stale
-gradient).  The last section takes paths no test took: one prepared gradient over many calls.
+gradient).  The last sections take paths no test took: one prepared gradient over many calls, and
+the code the replay generates for constant cotangents and kernels (found by a mutation run).
 Expected values come from db.gradient and from gradients written by hand.
 """
 
@@ -496,3 +497,90 @@ def test_one_prepared_gradient_of_a_loop_whose_count_depends_on_the_value():
     for a in (4.0, 9.0, 4.0, 2.0, 9.0, 100.0, 2.0, 4.0):
         assert_same(prog.value_and_gradient(a), db.value_and_gradient(f, a))
         assert prog(a) == pytest.approx(1.5 * np.sqrt(a), rel=1e-9)  # by hand: d/da a^{3/2}
+
+
+def test_value_and_gradient_into_one_array_on_every_replay():
+    """One array argument, out= one array: the value is f(x) on the recording call and on each replay
+    after it, the gradient is written into out."""
+
+    def f(x):
+        return np.sum(np.sin(x) * x)
+
+    x = RNG.random(5)
+    prog = db.prepare_gradient(f, x)
+    out = np.empty(5)
+    for k in range(4):
+        xs = x + k
+        value, g = prog.value_and_gradient(xs, out=out)
+        assert g is out
+        assert_same(value, np.sum(np.sin(xs) * xs))  # plain NumPy
+        np.testing.assert_allclose(out, np.sin(xs) + xs * np.cos(xs), rtol=1e-12)  # by hand
+
+
+# --- 10. the code replay generates: folded constant cotangents, reductions of kernels ----------
+@pytest.mark.parametrize("f, partial", [
+    (lambda x: np.deg2rad(np.sum(x)), np.pi / 180),
+    (lambda x: np.rad2deg(np.sum(x)), 180 / np.pi),
+    (lambda x: np.deg2rad(np.rad2deg(np.deg2rad(np.sum(x)))), np.pi / 180),
+    (lambda x: np.negative(np.sum(x)), -1.0),
+    (lambda x: np.positive(np.sum(x)), 1.0),
+    (lambda x: np.subtract(1.0, np.sum(x)), -1.0),
+    (lambda x: np.subtract(np.sum(x), 1.0), 1.0),
+    (lambda x: np.add(2.0, np.sum(x)), 1.0),
+    (lambda x: np.remainder(np.sum(x), 100.0), 1.0),
+    (lambda x: np.fmod(np.sum(x), 100.0), 1.0),
+], ids=["deg2rad", "rad2deg", "deg2rad-rad2deg-deg2rad", "negative", "positive", "subtract-from", "subtract",
+        "add", "remainder", "fmod"])
+def test_a_constant_partial_of_a_constant_cotangent_replays(f, partial):
+    """The cotangent of f's scalar result is a number while the replay is generated: times a constant
+    partial from the derivative table, it is folded into the code as a number."""
+    x = RNG.random(4)
+    prog = assert_replays_like_gradient(f, (x,), (x * 3,), (-x,))
+    for xs in (x * 2, x - 1):
+        np.testing.assert_allclose(prog(xs), np.full(4, partial), rtol=1e-14)  # by hand: d/dx f(Σx) = f'
+
+
+@pytest.mark.parametrize("kernel, by_hand", [
+    (lambda p: p * p, lambda x: 3 * x**2),  # d/dx Σ x²·x
+    (lambda p: np.exp(p) * p, lambda x: np.exp(x) * (x * x + 2 * x)),  # d/dx Σ x eˣ·x
+], ids=["p*p", "exp(p)*p"])
+def test_a_broadcast_kernel_times_its_argument_summed_replays(kernel, by_hand):
+    """A broadcast kernel (not a reduction) whose result meets x again: the kernel's adjoint has the
+    result's shape."""
+
+    def f(x):
+        return np.sum(db.broadcast(kernel, x) * x)
+
+    x = RNG.random(6)
+    prog = assert_replays_like_gradient(f, (x,), (x * 3,), (RNG.random(6),))
+    xs = RNG.random(6)
+    np.testing.assert_allclose(prog(xs), by_hand(xs), rtol=1e-12)
+
+
+def _twice(s):
+    return s + s
+
+
+def _three_times(s):
+    return s + s + s
+
+
+def _minus_twice(s):
+    return s - s * 3.0
+
+
+def _degrees_and_itself(s):
+    return np.deg2rad(s) + s
+
+
+@pytest.mark.parametrize("g, scale", [(_twice, 2.0), (_three_times, 3.0), (_minus_twice, -2.0),
+                                      (_degrees_and_itself, 1 + np.pi / 180)], ids=["s+s", "s+s+s", "s-3s", "deg2rad(s)+s"])
+def test_two_constant_cotangents_into_one_value_replay(g, scale):
+    """s = Σx receives two numbers as cotangents while the replay is generated: they add."""
+
+    def f(x):
+        return g(np.sum(x))
+
+    x = RNG.random(4)
+    prog = assert_replays_like_gradient(f, (x,), (x * 3,), (-x,))
+    np.testing.assert_allclose(prog(x * 2), np.full(4, scale), rtol=1e-14)  # by hand: g'(Σx)
