@@ -29,6 +29,11 @@ def build_dot(ndims):
     return build
 
 
+# every other pair of ranks up to 3, 0-d (a NumPy scalar) included: np.dot's pullback is chosen by the
+# pair (vectors and matrices by formula, the rest as einsum), so each pair is a case of its own
+OTHER_DOT_RANKS = [(a, b) for a in range(4) for b in range(4) if (a, b) not in {(1, 1), (2, 1), (1, 2), (2, 2), (3, 3)}]
+
+
 def build_dot_with_scalar(draw, dtype):
     shapes = [(), array_shape(draw, min_dims=0)]
     return call(draw, np.dot, X, Y), operands(draw, dtype, *(shapes if draw(st.booleans()) else shapes[::-1]))
@@ -174,6 +179,7 @@ CASES = [
     Case(np.dot, build_dot((1, 2)), name="dot_vector_matrix"),
     Case(np.dot, build_dot((2, 2)), name="dot_matrix_matrix"),
     Case(np.dot, build_dot((3, 3)), name="dot_nd_md"),
+    *[Case(np.dot, build_dot(ndims), name=f"dot_{ndims[0]}d_{ndims[1]}d") for ndims in OTHER_DOT_RANKS],
     Case(np.inner, build_inner),
     Case(np.outer, build_outer),
     Case(np.vdot, build_vdot),
