@@ -5,6 +5,7 @@ Each test here failed on the code before its fix with a silently wrong number or
 """
 
 import gc
+import operator
 
 import numpy as np
 import pytest
@@ -389,3 +390,132 @@ def test_a_users_rule_for_a_function_returning_a_plain_tuple():
     db.defvjp_outputs(halves, lambda j, ans, x: lambda g: g * (0.5, 1.5)[j])
     g = db.gradient(lambda x: np.sum(halves(x)[0] * halves(x)[1]), X)
     np.testing.assert_allclose(g, 1.5 * X)
+
+
+# --- two evaluations meeting: every recording path -----------------------------------------------------------------
+_COND = np.array([True, False, True])
+MIXING_OPERATIONS = {  # x tracked by the outer gradient, y by the inner one, in both orders
+    "x * y": lambda x, y: x * y,
+    "y * x": lambda x, y: y * x,
+    "x + y": lambda x, y: x + y,
+    "x ** y": lambda x, y: x ** y,
+    "np.multiply(x, y)": lambda x, y: np.multiply(x, y),
+    "np.maximum(y, x)": lambda x, y: np.maximum(y, x),
+    "np.arctan2(x, y)": lambda x, y: np.arctan2(x, y),
+    "np.where(c, x, y)": lambda x, y: np.where(_COND, x, y),
+    "np.where(c, y, x)": lambda x, y: np.where(_COND, y, x),
+    "np.clip(x, y, z)": lambda x, y: np.clip(x, y, y + 10.0),
+    "np.clip(y, x, z)": lambda x, y: np.clip(y, x, x + 10.0),
+    "np.dot(x, y)": lambda x, y: np.dot(x, y),
+    "x @ y": lambda x, y: x @ y,
+    "np.stack([x, y])": lambda x, y: np.stack([x, y]),
+    "np.einsum(x, y)": lambda x, y: np.einsum("i,i->", x, y),
+}
+
+
+@pytest.mark.parametrize("name", list(MIXING_OPERATIONS))
+def test_values_of_two_open_gradient_evaluations_meeting_is_an_error(name):
+    """y tracked by an inner db.gradient that is still recording, x by the outer one: an operation on both
+    is the nested-gradient error, never a record on one tape pointing into the other."""
+    operation = MIXING_OPERATIONS[name]
+    y0 = np.array([1.0, 2.0, 0.2])
+
+    def outer(x):
+        return np.sum(db.gradient(lambda y: np.sum(operation(x, y)), y0))
+
+    with pytest.raises(db.StaleValueError, match="two gradient evaluations met"):
+        db.gradient(outer, np.array([0.5, 1.5, 2.5]))
+
+
+# --- comparisons of tracked values ---------------------------------------------------------------------------------
+COMPARISONS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq,
+               "!=": operator.ne}
+_POINTS = np.array([0.2, 0.5, 0.9, 0.5, 0.7])  # ties with 0.5 and with _OTHER
+_OTHER = np.array([0.5, 0.5, 0.1, 0.7, 0.7])
+
+
+def _masks(compare, x):
+    """``compare`` of x with a number, an array and (tracked) itself reversed, each way round."""
+    return [compare(x, 0.5), compare(0.5, x), compare(x, _OTHER), compare(_OTHER, x), compare(x, x[::-1])]
+
+
+@pytest.mark.parametrize("op", list(COMPARISONS))
+def test_comparisons_of_a_tracked_value_are_the_plain_masks(op):
+    """Inside db.gradient a comparison is a plain boolean array, the one NumPy gives for the values; the
+    gradient through np.where of it takes the branch each element took."""
+    compare = COMPARISONS[op]
+    seen = []
+
+    def f(x):
+        masks = _masks(compare, x)
+        seen.append(masks)
+        return sum(np.sum(np.where(m, x * x, -x)) for m in masks)
+
+    for x in (_POINTS, _POINTS[::-1].copy()):
+        seen.clear()
+        g = db.gradient(f, x)
+        expected = _masks(compare, x)  # plain NumPy
+        for got, want in zip(seen[0], expected):
+            assert type(got) is np.ndarray and got.dtype == bool
+            np.testing.assert_array_equal(got, want)
+        np.testing.assert_allclose(g, sum(np.where(m, 2 * x, -1.0) for m in expected), rtol=1e-15)  # by hand
+
+
+@pytest.mark.parametrize("op", list(COMPARISONS))
+def test_comparisons_of_a_tracked_value_are_recorded_in_a_prepared_gradient(op):
+    """Under prepare_gradient a comparison is recorded: replayed, the masks are the new values'."""
+    compare = COMPARISONS[op]
+
+    def f(x):
+        return sum(np.sum(np.where(m, x * x, -x)) for m in _masks(compare, x))
+
+    prog = db.prepare_gradient(f, _POINTS)
+    for x in (_POINTS, _POINTS[::-1].copy(), np.array([0.5, 0.1, 0.7, 0.7, 0.2]), _POINTS):
+        expected = sum(np.where(m, 2 * x, -1.0) for m in _masks(compare, x))  # by hand, on plain values
+        np.testing.assert_allclose(prog(x), expected, rtol=1e-15)
+        np.testing.assert_allclose(db.gradient(f, x), expected, rtol=1e-15)
+
+
+# --- methods taking a tuple or separate integers ---------------------------------------------------------------------
+METHOD_FORMS = {  # name -> (the method on a 2x3 value, the same in NumPy's function form)
+    "reshape(3, 2)": (lambda a: a.reshape(3, 2), lambda a: np.reshape(a, (3, 2))),
+    "reshape((3, 2))": (lambda a: a.reshape((3, 2)), lambda a: np.reshape(a, (3, 2))),
+    "reshape([3, 2])": (lambda a: a.reshape([3, 2]), lambda a: np.reshape(a, (3, 2))),
+    "reshape(-1, 2)": (lambda a: a.reshape(-1, 2), lambda a: np.reshape(a, (3, 2))),
+    "reshape(6)": (lambda a: a.reshape(6), lambda a: np.reshape(a, 6)),
+    "reshape((6,))": (lambda a: a.reshape((6,)), lambda a: np.reshape(a, 6)),
+    "reshape(1, 6, 1)": (lambda a: a.reshape(1, 6, 1), lambda a: np.reshape(a, (1, 6, 1))),
+    "transpose()": (lambda a: a.transpose(), lambda a: np.transpose(a)),
+    "transpose(1, 0)": (lambda a: a.transpose(1, 0), lambda a: np.transpose(a)),
+    "transpose((1, 0))": (lambda a: a.transpose((1, 0)), lambda a: np.transpose(a)),
+    "transpose([1, 0])": (lambda a: a.transpose([1, 0]), lambda a: np.transpose(a)),
+    "transpose(None)": (lambda a: a.transpose(None), lambda a: np.transpose(a)),
+    "transpose((0, 1))": (lambda a: a.transpose((0, 1)), lambda a: a),
+    "3-d transpose(2, 0, 1)": (lambda a: a.reshape(1, 2, 3).transpose(2, 0, 1),
+                               lambda a: np.transpose(np.reshape(a, (1, 2, 3)), (2, 0, 1))),
+    "3-d transpose((2, 0, 1))": (lambda a: a.reshape(1, 2, 3).transpose((2, 0, 1)),
+                                 lambda a: np.transpose(np.reshape(a, (1, 2, 3)), (2, 0, 1))),
+}
+
+
+@pytest.mark.parametrize("name", list(METHOD_FORMS))
+def test_reshape_and_transpose_methods_in_every_form(name):
+    """x.reshape(2, 3) and x.reshape((2, 3)), x.transpose(1, 0) and x.transpose((1, 0)): NumPy's value,
+    and as gradient the weights moved back to the element each output came from."""
+    method, plain = METHOD_FORMS[name]
+    a = np.arange(6.0).reshape(2, 3) + 0.5
+    w = np.linspace(1.0, 2.0, 6).reshape(plain(a).shape)
+    np.testing.assert_array_equal(method(a), plain(a))  # the form is one NumPy takes
+    positions = plain(np.arange(6).reshape(2, 3))  # the source of each output element
+    expected = np.zeros(6)
+    expected[positions.ravel()] = w.ravel()
+    seen = []
+
+    def f(x):
+        y = method(x)
+        seen.append(y.shape)
+        return np.sum(y * w)
+
+    for g in (db.gradient(f, a), db.prepare_gradient(f, a)(a)):
+        np.testing.assert_array_equal(g, expected.reshape(2, 3))
+    assert seen[0] == plain(a).shape
