@@ -10,7 +10,7 @@ steps.  The program's result is a weighted sum of the values nothing else reads.
 A step's source is plain Python over ``np``, ``db`` and ``DT`` (the dtype), so
 the same text runs under ``db.gradient``, on plain NumPy (values, finite
 differences), on ``jax.numpy`` (``jax.grad``) and in float32; a failure prints
-it as a copy-pastable reproduction (`Program.snippet`).
+it as a copy-pastable reproduction (`snippet`).
 """
 
 import itertools
@@ -39,6 +39,8 @@ class Step:
     ``kink(*read values)``: how far the read values are from the nearest point where
     the step is not smooth (a tie, a jump, a singular matrix); None: smooth everywhere.
     ``body``: the `Kernel` the step calls, defined just before it.
+    ``refusable``: the library may refuse the step with a clear error (a value that leaves the tape:
+    complex, integer or object); if it does not, its gradient must be right.
     """
 
     name: str
@@ -46,6 +48,7 @@ class Step:
     reads: tuple
     kink: object = None
     body: object = None
+    refusable: bool = False
 
     def line(self):
         return f"{self.name} = {self.source.format(*self.reads)}"
@@ -110,6 +113,9 @@ class Program:
     def __repr__(self):
         inputs = ", ".join(f"{x.name}: {x.kind}{x.shape}" + (" cut" if x.cut else "") for x in self.inputs)
         return f"Program(seed={self.seed}; {inputs})\n{self.function_source()}"
+
+    def refusable(self):
+        return any(step.refusable for step in self.steps)
 
     def sinks(self):
         """The values no later step reads: the result is their weighted sum."""
@@ -770,10 +776,40 @@ def cut_step(draw, pool, name):
     return Step(name, draw(st.sampled_from(["db.cut({0})", "{0} * db.cut(np.exp({0}))"])), (x.name,))
 
 
+# Real results through values the tape may not carry (complex, integer, object): a clear error or the right gradient.
+ESCAPES = [
+    ("np.abs({0} + 1j)", None), ("np.real(np.exp(1j * {0}))", None), ("np.imag(({0} + 0.5j) ** 2)", None),
+    ("np.angle({0} + 1j)", None), ("{0}.astype(np.int64) * 1.5", to_integer), ("np.vectorize(math.sin)({0})", None),
+    ("np.frompyfunc(math.cos, 1, 1)({0}).astype(np.float64)", None),
+    ("(np.asarray({0}, dtype=object) * 2.0).astype(np.float64)", None),
+]
+
+
+def escape_step(draw, pool, name):
+    x = pick(draw, pool)
+    template, kink = draw(st.sampled_from(ESCAPES))
+    return Step(name, template, (x.name,), kink, refusable=True)
+
+
+def mutation_step(draw, pool, name):
+    """A constant changed in place after a differentiated operation used it: a clear error, or the gradient
+    with the value the constant had when it was used."""
+    x = pick(draw, pool, lambda v: size(v.shape) <= 8)
+    if x is None:
+        return None
+    constant = f"np.linspace(0.5, 1.5, {size(x.shape)}, dtype=DT).reshape({x.shape})"
+    use = draw(st.sampled_from([
+        "{0} * c", "np.dot({0}.ravel(), c.ravel())", "np.einsum('...,...->...', {0}, c)", "{0} * c.T.T",
+        "np.outer({0}, c)", "np.where(c > 1.0, {0}, 0.5)",
+    ]))
+    return Step(name, f"(lambda c: ({use}, c.fill(100.0))[0])({constant})", (x.name,), refusable=True)
+
+
 DRAWERS = [
     elementwise_step, elementwise_step, elementwise_step, reduction_step, kernel_step, getitem_step, reshape_step,
     contraction_step, cumulative_step, norm_step, transpose_step, new_axis_step, join_step, copies_step,
-    diagonal_step, take_step, copy_step, loop_step, einsum_step, matrix_step, cut_step, kernel_step,
+    diagonal_step, take_step, copy_step, loop_step, einsum_step, matrix_step, cut_step, kernel_step, escape_step,
+    mutation_step,
 ]
 
 
@@ -792,7 +828,7 @@ SCALAR_KINDS = ["0-d array", "numpy scalar", "python float"]
 
 
 @st.composite
-def programs(draw, max_steps=6):
+def programs(draw, max_steps=8):
     """A random `Program` of 1-3 inputs of broadcasting shapes and up to ``max_steps`` steps.
 
     Its example inputs give finite values of moderate size everywhere (others are rejected).
@@ -811,7 +847,7 @@ def programs(draw, max_steps=6):
     program.replay_kinds = [draw(st.sampled_from(SCALAR_KINDS)) if x.shape == () and not x.cut else x.kind for x in inputs]
     program.trace = trace(program, build_inputs(program))
     pool = [Value(x.name, x.shape) for x in inputs]
-    for k in range(draw(st.integers(1, max_steps))):
+    for k in range(draw(st.sampled_from(range(1, max_steps + 1)))):  # uniform (integers() favours 1), shrinks to 1
         name = f"v{n_inputs + k}"
         step = None
         while step is None or not accepted(step, program.trace):
@@ -907,10 +943,13 @@ def gradient_scale(grads):
 def check_gradient(program):
     """``db.value_and_gradient`` at the example: the gradient's structure (None for a cut input, else the input's
     type, shape and dtype), the value against plain NumPy, and (away from kinks) the gradient against central
-    finite differences.  Returns the gradients, the reference of the other checks."""
+    finite differences.  Returns the gradients, the reference of the other checks, or None if the program
+    is `refusable` and the library refused it with a clear error."""
     values = build_inputs(program)
     script = snippet(program, [f"print(db.value_and_gradient(f, {arguments(program)}))"])
     f = compile_program(program)
+    if program.refusable() and refused(lambda: db.value_and_gradient(f, *wrap(program, values))):
+        return None
     value, grads = attempt(lambda: db.value_and_gradient(f, *wrap(program, values)), "db.value_and_gradient", script)
     grads = as_tuple(grads, len(values))
     for x, v, g in zip(program.inputs, values, grads):
@@ -927,6 +966,37 @@ def check_gradient(program):
         if problem:
             fail(f"gradient against finite differences: {problem}", script)
     return grads
+
+
+def refused(call):
+    """Whether ``call()`` raises a `db.DifferentiationError` (a clear refusal)."""
+    try:
+        with np.errstate(all="ignore"):
+            call()
+    except db.DifferentiationError:
+        return True
+    return False
+
+
+def check_refused(program):
+    """After `db.gradient` refused the program with a clear error: the prepared gradient refuses it too or is
+    right (against finite differences, away from kinks), and float32 refuses it too."""
+    values = build_inputs(program)
+    f = compile_program(program)
+    lines = [f"prog = db.prepare_gradient(f, {arguments(program)})", f"print(prog({arguments(program)}))"]
+    try:
+        with np.errstate(all="ignore"):
+            grads = db.prepare_gradient(f, *wrap(program, values))(*wrap(program, values))
+    except db.DifferentiationError:
+        pass
+    else:
+        problem = program.trace.kink > KINK_MARGIN and finite_difference_error(program, values, as_tuple(grads, len(values)))
+        if problem:
+            fail(f"db.gradient refused the program; the prepared gradient against finite differences: {problem}", snippet(program, lines))
+    f32 = compile_program(program, dtype=np.float32)
+    if not refused(lambda: db.gradient(f32, *wrap(program, build_inputs(program, dtype=np.float32)))):
+        fail("db.gradient refused the program with a clear error in float64, but not in float32",
+             snippet(program, [f"print(db.gradient(f, {arguments(program)}))"], dtype="float32"))
 
 
 def finite_difference_error(program, values, grads):
@@ -993,6 +1063,8 @@ def jax_modules():
     import jax.numpy as jnp
 
     class JaxNumpy:
+        array = staticmethod(np.array)  # constant indices, masks and counts stay concrete under jax.jit
+
         def __getattr__(self, name):
             return getattr(jnp, name)
 
@@ -1029,9 +1101,9 @@ def jax_modules():
 
 
 def check_jax(program, grads):
-    """``db.gradient`` against ``jax.grad`` of the same source on jax.numpy (away from kinks, where the two
-    may follow different conventions), in float64."""
-    if program.trace.kink <= KINK_MARGIN:
+    """``db.gradient`` against ``jax.grad`` of the same source on jax.numpy, in float64 (away from kinks, where
+    the two may follow different conventions, and without values leaving the tape, which JAX treats its own way)."""
+    if program.trace.kink <= KINK_MARGIN or program.refusable():
         return
     import jax
     import jax.numpy as jnp
@@ -1041,7 +1113,7 @@ def check_jax(program, grads):
     with jax.enable_x64(True), np.errstate(all="ignore"):
         f = compile_program(program, jnp_module, jax_db, jnp.float64)
         values = [jnp.asarray(v) if isinstance(v, np.ndarray) else v for v in build_inputs(program)]
-        want = jax.grad(f, argnums=active)(*values)
+        want = jax.jit(jax.grad(f, argnums=active))(*values)  # compiled once: faster, and less memory kept, than op by op
     scale = gradient_scale(grads)
     for k, w in zip(active, want):
         problem = difference(grads[k], np.asarray(w), rtol=1e-7, atol=1e-7 * scale, same_type=False)
@@ -1129,51 +1201,53 @@ def check_kernels(program):
 
 
 def check_kernel(program, step, backend, sizes):
+    """One kernel of ``program`` on ``backend``, its arguments at the example's sizes or (``sizes``) large enough
+    for numexpr / blocked, cut as drawn for this check: the db.sum and db.broadcast forms against the reverse
+    form, value and gradient."""
     factory, closure = kernel_sources(program, step)
-    closure_values = [literal(program.trace.values[c]) for c in closure]
-    sources = kernel_arguments(program, step, sizes)
-    cuts = program.kernel_cuts[step.name]
-    names = [f"a{k}" for k in range(len(sources))]
+    names = [f"a{k}" for k in range(len(step.reads))]
+    setup = [factory, f"g = make({', '.join(literal(program.trace.values[c]) for c in closure)})"]
+    setup += [f"{n} = {source}" for n, source in zip(names, kernel_arguments(program, step, sizes))]
     space = namespace(np, db, np.float64)
-    exec(factory, space)  # noqa: S102
-    g = space["make"](*(eval(c, space) for c in closure_values))
-    args = [eval(s, space) for s in sources]
-    wrapped = [db.cut(a) if c else a for a, c in zip(args, cuts)]
+    exec("\n".join(setup), space)  # noqa: S102
+    args = [space[n] for n in names]
     shape = np.broadcast_shapes(*map(np.shape, args))
-    w = space["weights"](1, shape)
+    setup.append(f"w = weights(1, {shape})")
+    space["w"] = space["weights"](1, shape)
     params = ", ".join(names)
-    call = ", ".join(f"db.cut({n})" if c else n for n, c in zip(names, cuts))
-    forms = {
-        f"db.gradient(lambda {params}: db.sum(g, {params}, backend={backend!r}), {call})":
-            (lambda *a: db.sum(g, *a, backend=backend), lambda *a: np.sum(np.broadcast_to(g(*a), shape))),
-        f"db.gradient(lambda {params}: np.sum(w * db.broadcast(g, {params}, backend={backend!r})), {call})":
-            (lambda *a: np.sum(w * db.broadcast(g, *a, backend=backend)), lambda *a: np.sum(w * g(*a))),
-    }
-    references = {
-        "db.sum": f"db.gradient(lambda {params}: np.sum(np.broadcast_to(g({params}), {shape})), {call})",
-        "db.broadcast": f"db.gradient(lambda {params}: np.sum(w * g({params})), {call})",
-    }
-    scale = kernel_scale(g, args, shape)
-    for (text, (fused, plain)), reference in zip(forms.items(), references.values()):
-        lines = [factory, f"g = make({', '.join(closure_values)})"]
-        lines += [f"{n} = {s}" for n, s in zip(names, sources)] + [f"w = weights(1, {shape})", f"print({text})", f"print({reference})"]
-        script = snippet(program, lines)
-        want = as_tuple(attempt(lambda plain=plain: db.gradient(plain, *wrapped), "the reverse form", script), len(args))
+    call = ", ".join(f"db.cut({n})" if c else n for n, c in zip(names, program.kernel_cuts[step.name]))
+    forms = [
+        (f"db.sum(g, {params}, backend={backend!r})", f"np.sum(np.broadcast_to(g({params}), {shape}))"),
+        (f"np.sum(w * db.broadcast(g, {params}, backend={backend!r}))", f"np.sum(w * g({params}))"),
+    ]
+    value_scale, scales = kernel_scales(space["g"], args, shape)
+    for fused, plain in forms:
+        fused, plain = (f"db.value_and_gradient(lambda {params}: {body}, {call})" for body in (fused, plain))
+        script = snippet(program, setup + [f"print({fused})", f"print({plain})"])
+        want_value, want = attempt(lambda plain=plain: eval(plain, space), "the reverse form", script)
+        if not all(np.all(np.isfinite(y)) for y in as_tuple(want, len(args)) if y is not None):
+            continue  # a singular point (cbrt at 0, ...): no derivative to compare
         for _ in range(2 if backend is None else 1):  # the second call of the automatic choice takes the cached path
-            got = as_tuple(attempt(lambda fused=fused: db.gradient(fused, *wrapped), text, script), len(args))
-            for k, (x, y) in enumerate(zip(got, want)):
-                problem = difference(x, y, rtol=1e-9, atol=1e-9 * scale[k])
+            value, got = attempt(lambda fused=fused: eval(fused, space), fused, script)
+            problem = difference(np.float64(value), np.float64(want_value), rtol=1e-9, atol=1e-9 * value_scale)
+            if problem:
+                fail(f"the value of {fused} against the reverse form: {problem}", script)
+            for k, (x, y) in enumerate(zip(as_tuple(got, len(args)), as_tuple(want, len(args)))):
+                problem = difference(x, y, rtol=1e-9, atol=1e-9 * scales[k])
                 if problem:
-                    fail(f"{text} against the reverse form, argument {k}: {problem}", script)
+                    fail(f"{fused} against the reverse form, argument {k}: {problem}", script)
 
 
-def kernel_scale(g, args, shape):
-    """Per argument, the largest sum of absolute per-element contributions to one gradient element: rounding
-    in the sums over broadcast axes is relative to it, not to the (maybe cancelling) result."""
+def kernel_scales(g, args, shape):
+    """The sum of the kernel's absolute values, and per argument the largest sum of absolute per-element
+    contributions to one gradient element: rounding in sums over many elements is relative to these, not to
+    the (maybe cancelling) results."""
     full = [np.array(np.broadcast_to(np.asarray(a, np.float64), shape)) for a in args]
     with np.errstate(all="ignore"):
+        value = db.value_and_gradient(lambda *a: np.sum(np.abs(np.broadcast_to(g(*a), shape))), *full)[0]
         per_element = as_tuple(db.gradient(lambda *a: np.sum(g(*a)), *full), len(args))
-    return [max(1.0, float(np.max(np.abs(unbroadcast_sum(np.abs(p), np.shape(a))), initial=0))) for p, a in zip(per_element, args)]
+    scales = [float(np.max(np.abs(unbroadcast_sum(np.abs(p), np.shape(a))), initial=0)) for p, a in zip(per_element, args)]
+    return max(1.0, float(value)), [max(1.0, s) for s in scales]
 
 
 def unbroadcast_sum(x, shape):

@@ -30,7 +30,7 @@ except ImportError:
 else:
     HAVE_JAX = True
 
-NORMAL = 300
+NORMAL = 400
 JAX_SHARE = 5  # the normal run compares one program in JAX_SHARE with jax.grad (JAX's first calls of each shape compile)
 LONG = int(os.environ.get("DB_LONG") or 0)  # 0: not asked for; 1: 10^4 programs; N > 1: N programs
 SLOW_DRAWS = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
@@ -42,6 +42,11 @@ def check_program(data, jax_share):
     event("near a kink: no finite differences or JAX" if program.trace.kink <= programs.KINK_MARGIN else "smooth")
     event(f"{sum(step.body is not None for step in program.steps)} kernel(s)")
     grads = programs.check_gradient(program)
+    event("refused with a clear error" if grads is None else "differentiated")
+    if grads is None:
+        programs.check_refused(program)
+        programs.check_kernels(program)
+        return
     if HAVE_JAX and data.draw(st.integers(0, jax_share - 1), label="not compared with JAX") == 0:
         programs.check_jax(program, grads)
     programs.check_prepared(program, grads, replays=data.draw(st.integers(2, 3), label="replays"))
