@@ -58,11 +58,22 @@ def strip(x):
         return x.graph.cut(x)
     leaves, treedef = pytree.flatten(x)
     flags = pytree.leaf_activity(treedef, active=False)
-    if not pytree.has_markers(treedef) and not any(type(leaf) is Tracked or type(leaf) is Sym for leaf in leaves):
+    cut_leaves = [leaf if on else _cut_leaf(leaf, constant) for leaf, on in zip(leaves, flags)]
+    if not pytree.has_markers(treedef) and all(new is leaf for new, leaf in zip(cut_leaves, leaves)):
         return x
-    return pytree.unflatten(treedef, [
-        leaf if on else leaf.graph.cut(leaf) if type(leaf) is Sym else constant(leaf) for leaf, on in zip(leaves, flags)
-    ])
+    return pytree.unflatten(treedef, cut_leaves)
+
+
+def _cut_leaf(leaf, constant):
+    """One leaf of a cut value made constant: a tracked value's value, a kernel symbol's cut node, the
+    attributes of a plain object made constant (a copy of it, where one was tracked)."""
+    if type(leaf) is Tracked:
+        return constant(leaf)
+    if type(leaf) is Sym:
+        return leaf.graph.cut(leaf)
+    if pytree.has_plain_attributes(leaf):
+        return pytree.with_attributes(leaf, strip)
+    return leaf
 
 
 def _cut_value(x):

@@ -128,6 +128,7 @@ class Sym(UfuncOperators):
     """A node of the graph: an input (``op is None``) or ``op(*args)``; args are Syms or literals."""
 
     __slots__ = ("graph", "op", "args", "index")
+    kernel_symbol = True  # a tracked value that meets one reached the kernel by a way it cannot see (tape.py)
 
     def __init__(self, graph, op, args, index):
         self.graph = graph

@@ -89,9 +89,28 @@ def _is_namedtuple(x):
 def _is_callable_object(x):
     return (
         callable(x)
-        and hasattr(x, "__dict__")
+        and _has_attributes(x)
         and not isinstance(x, (type, types.FunctionType, types.BuiltinFunctionType, np.ufunc))
     )
+
+
+def _has_attributes(obj):
+    """Whether ``obj`` holds attributes of its own: a ``__dict__``, or ``__slots__``."""
+    return hasattr(obj, "__dict__") or any("__slots__" in vars(cls) for cls in type(obj).__mro__[:-1])
+
+
+def _attributes(obj):
+    """``obj``'s attributes by name: its ``__dict__`` and the slots its classes declare that are set."""
+    values = {}
+    for cls in type(obj).__mro__[:-1]:
+        slots = vars(cls).get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name.startswith("__") and not name.endswith("__"):
+                name = f"_{cls.__name__.lstrip('_')}{name}"  # a private slot's mangled name
+            if name not in ("__dict__", "__weakref__") and hasattr(obj, name):
+                values[name] = getattr(obj, name)
+    values.update(getattr(obj, "__dict__", {}))
+    return values
 
 
 def _children(x):
@@ -116,18 +135,23 @@ def _children(x):
         return "partial", None, [x.func, x.args, x.keywords]
     if isinstance(x, types.MethodType):
         owner = x.__self__
-        return "method", None, [x.__func__, _Owner(owner) if _has_plain_attributes(owner) else owner]
+        return "method", None, [x.__func__, _Owner(owner) if has_plain_attributes(owner) else owner]
     if type(x) is _Owner:
-        names = tuple(sorted(vars(x.obj)))
-        return "object", (x.obj, names), [vars(x.obj)[n] for n in names]
+        return _object_children(x.obj)
     if isinstance(x, types.FunctionType):
         if not x.__closure__:
             return "function", x, []
         return "closure", x, [_cell_value(c) for c in x.__closure__]
     if _is_callable_object(x):
-        names = tuple(sorted(vars(x)))
-        return "object", (x, names), [vars(x)[n] for n in names]
+        return _object_children(x)
     return None
+
+
+def _object_children(obj):
+    """An object with attributes as a container: its attributes, sorted by name."""
+    attributes = _attributes(obj)
+    names = tuple(sorted(attributes))
+    return "object", (obj, names), [attributes[n] for n in names]
 
 
 class _Owner:
@@ -140,13 +164,26 @@ class _Owner:
         self.obj = obj
 
 
-def _has_plain_attributes(obj):
+def has_plain_attributes(obj):
     return (
-        hasattr(obj, "__dict__")
+        _has_attributes(obj)
         and not isinstance(obj, (type, types.ModuleType, types.FunctionType))
         and not dataclasses.is_dataclass(obj)
         and not _is_callable_object(obj)
     )
+
+
+def with_attributes(obj, replace):
+    """``obj``, or where ``replace`` changes one of its attributes, a copy of it with each attribute
+    ``v`` replaced by ``replace(v)`` (how `cut` reaches the values a plain object holds)."""
+    attributes = _attributes(obj)
+    replaced = {name: replace(value) for name, value in attributes.items()}
+    if all(replaced[name] is value for name, value in attributes.items()):
+        return obj
+    new = copy.copy(obj)
+    for name, value in replaced.items():
+        object.__setattr__(new, name, value)
+    return new
 
 
 _EMPTY_CELL = object()

@@ -20,6 +20,7 @@ import numpy as np
 
 from .errors import (
     InPlaceMutationError,
+    KernelError,
     StaleValueError,
     UnsupportedFunctionError,
     ValueConversionError,
@@ -782,6 +783,12 @@ def constant_result(func, ans):
     dtype = getattr(ans, "dtype", None)
     if dtype.kind in _CONSTANT_KINDS if dtype is not None else type(ans) in _CONSTANT_TYPES:
         return ans
+    if getattr(ans, "kernel_symbol", False):
+        raise KernelError(
+            f"{qualified_name(func)} met a tracked value inside a db.sum/db.broadcast kernel, which reached it "
+            "by a way the kernel does not see as its argument (an object it reads, a global); pass the value "
+            "as an argument of db.sum/db.broadcast, or db.cut it if it is a constant of the kernel"
+        )
     what = f"dtype {dtype}" if dtype is not None else f"type {type(ans).__name__}"
     raise UnsupportedFunctionError(
         f"{qualified_name(func)} of a tracked value gave a result of {what}, which the tape cannot carry "

@@ -691,3 +691,70 @@ def test_partial_functions_and_methods_read_their_state():
     model = Model()
     model.k = 3.0  # an instance attribute shadowing the class's
     close(db.gradient(lambda a: db.sum(model.energy, a), x), 6.0 * x)
+
+
+# --- state a kernel reads through objects ---------------------------------------------------------------------------
+class _Slotted:
+    __slots__ = ("a", "__scale")
+
+    def __init__(self, a):
+        self.a = a
+        self.__scale = 2.0
+
+    def model(self, r):
+        return self.a * r * self.__scale
+
+
+class _Plain:
+    def __init__(self, a):
+        self.a = a
+
+    def model(self, r):
+        return self.a * r * 2.0
+
+
+@pytest.mark.parametrize("owner", [_Slotted, _Plain])
+def test_a_bound_method_of_an_object_holding_a_tracked_value_is_differentiated(owner):
+    """A __slots__ object's attributes were not walked: its tracked value met a kernel symbol (a wrong error)."""
+    x = np.linspace(0.1, 1.0, 4)
+    g = db.gradient(lambda a: db.sum(owner(a).model, x), 1.5)
+    assert g == pytest.approx(db.gradient(lambda a: np.sum(a * x * 2.0), 1.5), rel=1e-14)
+    assert db.gradient(lambda a: db.sum(db.cut(owner(a)).model, x) + a, 1.5) == 1.0
+
+
+@pytest.mark.parametrize("owner", [_Slotted, _Plain])
+def test_cut_of_a_plain_object_cuts_the_values_it_holds(owner):
+    """db.cut(obj) returned a plain object unchanged, its tracked attributes still differentiated."""
+    x = np.linspace(0.1, 1.0, 4)
+    assert db.gradient(lambda a: np.sum(db.cut(owner(a)).a * x) + a, 1.5) == 1.0
+    assert db.gradient(lambda a: np.sum(db.cut([owner(a), db.uncut(owner(a))])[1].a * x), 1.5) == pytest.approx(np.sum(x))
+
+
+_BOX = []
+
+
+def _boxed_model(r):
+    return _BOX[0] * r
+
+
+def test_a_tracked_value_a_kernel_reaches_unseen_is_a_kernel_error_naming_the_way():
+    """Read through a global, a tracked value is not the kernel's argument: an error that says so."""
+    x = np.linspace(0.1, 1.0, 4)
+
+    def f(a):
+        _BOX[:] = [a * 1.0]
+        return db.sum(_boxed_model, x)
+
+    with pytest.raises(db.KernelError, match="pass the value as an argument"):
+        db.gradient(f, 1.5)
+
+
+def test_a_tracked_value_in_a_captured_list_is_the_kernels_state():
+    x = np.linspace(0.1, 1.0, 4)
+    box = []
+
+    def f(a):
+        box[:] = [a * 1.0]
+        return db.sum(lambda r: box[0] * r, x)
+
+    assert db.gradient(f, 1.5) == pytest.approx(np.sum(x), rel=1e-14)
