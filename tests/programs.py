@@ -1125,23 +1125,41 @@ def check_jax(program, grads):
 # --- check 2: prepared gradients replayed --------------------------------------------------------------
 def check_prepared(program, grads, replays=2):
     """``db.prepare_gradient(f, *example)`` replayed on new inputs of the same shapes (1..``replays``) and on
-    the example, against ``db.gradient`` on the same inputs: same types, shapes, dtypes and values."""
+    the example, against ``db.gradient`` on the same inputs: same types, shapes, dtypes and values, or the same
+    error (new inputs may make a matrix singular)."""
     f = compile_program(program)
     lines = [f"prog = db.prepare_gradient(f, {arguments(program)})"]
     order = [1, 0] + list(range(2, replays + 1))
-    script = snippet(program, lines, order[:1])
+    script = snippet(program, lines)
     prog = attempt(lambda: db.prepare_gradient(f, *wrap(program, build_inputs(program))), "db.prepare_gradient", script)
     for position, r in enumerate(order):
         values = wrap(program, build_inputs(program, r))
         lines.append(f"print(prog({arguments(program, r)}))")
-        script = snippet(program, lines + [f"print(db.gradient(f, {arguments(program, r)}))"], order[: position + 1])
-        got = as_tuple(attempt(lambda v=values: prog(*v), f"the prepared gradient (call {position + 1})", script), len(values))
-        want = grads if r == 0 else as_tuple(attempt(lambda v=values: db.gradient(f, *v), "db.gradient", script), len(values))
+        script = snippet(program, lines + [f"print(db.gradient(f, {arguments(program, r)}))"], [k for k in order[: position + 1] if k])
+        what = f"the prepared gradient (call {position + 1})"
+        want, error = (grads, None) if r == 0 else outcome(lambda v=values: db.gradient(f, *v))
+        if error is not None:
+            other = outcome(lambda v=values: prog(*v))[1]
+            if type(other) is not type(error):
+                instead = f"raised {type(other).__name__}: {other}" if other else "returned a gradient"
+                fail(f"db.gradient raised {type(error).__name__}: {error}; {what} {instead}", script)
+            continue
+        got = as_tuple(attempt(lambda v=values: prog(*v), what, script), len(values))
+        want = as_tuple(want, len(values))
         scale = gradient_scale(want)
         for x, g, w in zip(program.inputs, got, want):
             problem = difference(g, w, rtol=1e-10, atol=1e-12 * scale)
             if problem:
                 fail(f"prepared gradient of {x.name} (call {position + 1}) against db.gradient: {problem}", script)
+
+
+def outcome(call):
+    """``(call(), None)``, or ``(None, the exception it raised)``."""
+    try:
+        with np.errstate(all="ignore"):
+            return call(), None
+    except Exception as error:  # noqa: BLE001  (compared with the other path's outcome)
+        return None, error
 
 
 # --- check 4: float32 against float64 -------------------------------------------------------------------
