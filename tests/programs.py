@@ -1210,7 +1210,8 @@ def kernel_arguments(program, step, backend):
 
 def check_kernels(program):
     """Each kernel of the program with new random cuts of its arguments (cut ones get None), on each backend:
-    db.sum(g, *a) against np.sum(g(*a)) and db.broadcast(g, *a) against g(*a) under a weighted sum."""
+    value and gradient of db.sum(g, *a) against np.sum(g(*a)), and of a weighted sum of db.broadcast(g, *a)
+    against that of g(*a)."""
     for step in program.steps:
         if step.body:
             for backend in BACKENDS:
