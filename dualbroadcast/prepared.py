@@ -22,12 +22,13 @@ import types
 import numpy as np
 
 from . import pytree
-from .api import _Argument, _call_on_tape, _gradients, _prepare, _scalar_seed
+from .api import _Argument, _call_on_tape, _gradients, _prepare, _scalar_seed, value_and_gradient
 from .errors import UnsupportedFunctionError
 from .registry import NONDIFFERENTIABLE, OUTPUTS, PER_ARGUMENT, RULES, SEQUENCE
 from .replay import _same, compile_program
 from .tape import (
     RECORDER,
+    NotReplayableError,
     Tape,
     Tracked,
     _check_tape,
@@ -327,6 +328,7 @@ class PreparedGradient:
         self.recordings = 0
         self.variants = collections.OrderedDict()  # signature -> [Program, ...]
         self.globals_read = ()  # (namespace, name, value) the variants were recorded with
+        self.unreplayable = set()  # signatures whose recording cannot be replayed: `gradient` evaluates them
         self._record(example_args, _signature([pytree.flatten(arg) for arg in example_args]))
 
     def __call__(self, *args, out=None):
@@ -368,7 +370,10 @@ class PreparedGradient:
                 return _run(program.run if with_value else program.gradient, program, flat, out)
             except GuardFailed:
                 continue
-        value, grads = self._record(args, signature)
+        if signature in self.unreplayable:
+            value, grads = value_and_gradient(self.f, *args)
+        else:
+            value, grads = self._record(args, signature)
         if out is None:
             return value, grads
         gradients = _active_gradients(grads, len(args))
@@ -390,8 +395,12 @@ class PreparedGradient:
         token = RECORDER.set(recorder)
         try:
             out = _call_on_tape(tape, self.f, call_args)
+        except NotReplayableError:  # f runs code on a cut argument's values that a replay cannot repeat
+            self.unreplayable.add(signature)
         finally:
             RECORDER.reset(token)
+        if signature in self.unreplayable:
+            return value_and_gradient(self.f, *args)
         try:
             value, seed = _scalar_seed(out, tape)
             grads = backward(tape, {out.index: seed}) if seed is not None and out.index not in recorder.inactive else None

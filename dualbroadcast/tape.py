@@ -877,6 +877,11 @@ _OUT = (
 )
 
 
+class NotReplayableError(ValueConversionError):
+    """A prepared gradient's recording turned a traced argument into a plain array (np.vectorize, np.asarray):
+    a replay could not see its new values, so `prepare_gradient` leaves that call signature to `gradient`."""
+
+
 _UFUNC_KEYWORDS = frozenset(("casting", "order", "subok"))  # they do not change a float result's values
 
 
@@ -943,7 +948,10 @@ class Tracked:
         return _dispatch(func, args, kwargs)
 
     def __array__(self, dtype=None, copy=None):
-        raise ValueConversionError(_TO_ARRAY.format(shape=self.shape))
+        recorder = RECORDER.get()
+        if recorder is not None and self.index in recorder.inactive:
+            raise NotReplayableError("a traced argument without a gradient was turned into a plain array")
+        raise ValueConversionError(_TO_ARRAY.format(shape=np.shape(self.value)))
 
     # --- conversions that would lose the gradient -------------------------
     def __float__(self):

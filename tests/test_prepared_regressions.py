@@ -584,3 +584,23 @@ def test_two_constant_cotangents_into_one_value_replay(g, scale):
     x = RNG.random(4)
     prog = assert_replays_like_gradient(f, (x,), (x * 3,), (-x,))
     np.testing.assert_allclose(prog(x * 2), np.full(4, scale), rtol=1e-14)  # by hand: g'(Σx)
+
+
+def test_code_a_replay_cannot_repeat_on_a_cut_argument_runs_db_gradient():
+    """np.vectorize on a cut argument turns its traced values into a plain array: nothing to replay, so those
+    calls are db.gradient's (it was a ValueConversionError where db.gradient works)."""
+    import math
+
+    def f(x, d):
+        return np.sum(x * np.vectorize(math.sin)(d)) + np.sum(x * x)
+
+    x, d = np.array([0.3, -0.4]), np.array([0.7, 1.2])
+    prog = db.prepare_gradient(f, x, db.cut(d))
+    for x_new, d_new in [(x, d), (x + 1.0, d * 2.0), (x - 0.5, d - 3.0)]:
+        expected = db.value_and_gradient(f, x_new, db.cut(d_new))
+        value, (g, g_cut) = prog.value_and_gradient(x_new, db.cut(d_new))
+        assert value == expected[0] and g_cut is None
+        np.testing.assert_array_equal(g, expected[1][0])
+        out = np.empty(2)
+        prog(x_new, db.cut(d_new), out=out)
+        np.testing.assert_array_equal(out, expected[1][0])
