@@ -151,8 +151,10 @@ class Recorder:
         ans = impl(*call_values, **kwargs)
         if not traced:
             return ans
-        self.hold(_constants(refs), rule is not None and rule.keeps_arguments)
-        keep_constants(self.tape, [*rest, *kwargs.values()])
+        kept = bool(active) and rule is not None and rule.keeps_arguments  # where db.gradient records and keeps
+        self.hold(_constants(refs), kept)
+        if kept:
+            keep_constants(self.tape, [*rest, *kwargs.values()])
         makers = rule.makers if rule is not None else None
         outputs = list(ans) if kind == OUTPUTS else [ans]
         outs, results = [], []

@@ -604,3 +604,19 @@ def test_code_a_replay_cannot_repeat_on_a_cut_argument_runs_db_gradient():
         out = np.empty(2)
         prog(x_new, db.cut(d_new), out=out)
         np.testing.assert_array_equal(out, expected[1][0])
+
+
+def test_a_constant_used_only_with_values_without_gradient_may_change_after_use():
+    """db.gradient records nothing for np.floor(x) * c, so it does not keep c; neither may prepare_gradient
+    (it made c read-only, an error where db.gradient works; found by the random programs)."""
+
+    def f(x):
+        c = np.array([0.5, 1.5])
+        y = np.floor(x) * c
+        c.fill(100.0)
+        return np.sum(y * x)
+
+    x = np.array([1.3, -0.4])
+    prog = db.prepare_gradient(f, x)
+    for x_new in (x, x + 2.0, x - 1.0):
+        np.testing.assert_array_equal(prog(x_new), db.gradient(f, x_new))
