@@ -292,6 +292,8 @@ def _reduce_numexpr_blocked(sources, local, values, size, active_shapes):
     """Sum each output over blocks, never materialising more than a block."""
     full = [k for k, v in local.items() if np.size(v) == size and np.ndim(v) > 0]
     flat = {k: np.ravel(local[k]) for k in full}
+    local = {k: np.reshape(v, ()) if np.size(v) == 1 and np.ndim(v) > 0 else v for k, v in local.items()}
+    # ^ blocks are flat: a (1, 1) constant would broadcast them to (1, block)
     reads_full = [bool(set(re.findall(r"\bi\d+\b", source)) & set(full)) for source in sources]
     totals = [0.0] * len(sources)
     partials_full = {}

@@ -758,3 +758,15 @@ def test_a_tracked_value_in_a_captured_list_is_the_kernels_state():
         return db.sum(lambda r: box[0] * r, x)
 
     assert db.gradient(f, 1.5) == pytest.approx(np.sum(x), rel=1e-14)
+
+
+@pytest.mark.parametrize("constant_shape", [(1, 1), (1,), (), (1, 1, 1)])
+@pytest.mark.parametrize("n", [1024, 2 * 262_144 + 1000])
+def test_numexpr_sum_with_a_size_one_constant_of_any_rank(constant_shape, n):
+    """A (1, 1) closure constant broadcast the flat numexpr blocks to (1, block): a ValueError (random programs)."""
+    c = np.full(constant_shape, 0.5)
+    model = lambda p: np.sin(p * c)  # noqa: E731
+    a = np.random.default_rng(0).uniform(-2, 2, (n, 1))
+    expected = db.gradient(lambda a: np.sum(np.sin(a * c)), a)
+    np.testing.assert_allclose(db.gradient(lambda a: db.sum(model, a, backend="numexpr"), a), expected, rtol=1e-12)
+    assert db.sum(model, a, backend="numexpr") == pytest.approx(np.sum(np.sin(a * c)), rel=1e-12)
