@@ -519,3 +519,16 @@ def test_reshape_and_transpose_methods_in_every_form(name):
     for g in (db.gradient(f, a), db.prepare_gradient(f, a)(a)):
         np.testing.assert_array_equal(g, expected.reshape(2, 3))
     assert seen[0] == plain(a).shape
+
+
+@pytest.mark.parametrize("rows", [slice(0, 2), slice(1, None), slice(None, None, 2), slice(None)])
+def test_dots_of_partial_column_slices_in_a_loop(rows):
+    """X[rows, j] in a loop is gathered as a column only when rows is everything (X[:, j]); the two
+    mutation survivors in that check treated X[0:2, j] as a whole column."""
+    X = np.arange(1.0, 13.0).reshape(3, 4)
+    w = np.array([0.5, -1.0, 2.0])[rows]
+    g = db.gradient(lambda X: sum(np.dot(X[rows, j], w) * (j + 1) + np.dot(X[rows, j], X[rows, j]) for j in range(4)), X)
+    expected = np.zeros_like(X)
+    for j in range(4):
+        expected[rows, j] += w * (j + 1) + 2 * X[rows, j]
+    np.testing.assert_allclose(g, expected, rtol=1e-14)
