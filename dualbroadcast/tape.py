@@ -510,11 +510,8 @@ def call_rule(func, args, kwargs):
 
 def _sequence_by_position(func, kwargs):
     """``func(arrays=[...], ...)`` as ``func([...], ...)``: a sequence rule reads its sequence first."""
-    kwargs = dict(kwargs)
-    name = next(iter(inspect.signature(func).parameters))
-    if name not in kwargs:
-        raise TypeError(f"{qualified_name(func)} needs its sequence of arrays ({name})")
-    return (kwargs.pop(name),), kwargs
+    kwargs = dict(kwargs)  # NumPy's dispatcher has checked that the sequence is among them
+    return (kwargs.pop(next(iter(inspect.signature(func).parameters))),), kwargs
 
 
 def _call_per_argument(func, rule, args):
