@@ -22,7 +22,8 @@ from .errors import (
     UnsupportedFunctionError,
     ValueConversionError,
 )
-from .registry import defvjp, defvjp_argnum, defvjp_outputs, defvjp_sequence, nondifferentiable, primitive
+from .registry import defvjp, defvjp_argnum, defvjp_outputs, defvjp_sequence, nondifferentiable
+from .tape import primitive
 
 __all__ = [
     "gradient", "value_and_gradient", "broadcast", "sum", "elementwise", "kernel_log", "KernelCall",

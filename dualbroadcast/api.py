@@ -16,11 +16,11 @@ from .errors import (
     ValueConversionError,
 )
 from .expr import TRACING, Sym
+from .numpy_facts import FLOAT_SCALARS
 from .pytree import Cut, Uncut
 from .tape import ACTIVE_TAPE, RECORDER, Tape, Tracked, backward, settle, thaw, value_of
 
 _FLOAT_TYPES = (np.ndarray, float, np.float64, np.float32)
-_FLOAT_SCALARS = {np.float64, np.float32, np.float16, np.longdouble}
 _PYTHON_FLOAT = {float}
 
 
@@ -233,7 +233,7 @@ def _settled(out):
 
 def _scalar_seed(out, tape):
     """The seed cotangent 1 for a scalar result; a clear error for anything else."""
-    if type(out) is Tracked and out.tape is tape and type(out.value) in _FLOAT_SCALARS:  # the usual case
+    if type(out) is Tracked and out.tape is tape and type(out.value) in FLOAT_SCALARS:  # the usual case
         return out.value, type(out.value)(1)
     if isinstance(out, (tuple, list, dict)):
         raise NonScalarOutputError(

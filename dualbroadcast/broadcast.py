@@ -28,6 +28,7 @@ from . import pytree
 from .errors import KernelError
 from .expr import Sym, derivatives, trace, without_cuts
 from .kernels import FORCED_BACKEND, Kernel
+from .numpy_facts import REAL_FLOATS
 from .tape import RECORDER, Tracked, _edge, _edges, tape_of, unbroadcast
 
 CACHE_SIZE = 512
@@ -324,7 +325,6 @@ def _walk(function):
 _MISSING = object()  # a name not bound
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python, whose attributes may change
 _BY_VALUE = {str, bytes, bool, int, complex, type(None), range, slice, type(Ellipsis)}
-_FLOATS = {float, np.float64, np.float32, np.float16, np.longdouble}
 _CODE = {np.ufunc, BuiltinFunctionType, type(np.sum)}  # written in C, they do not change: keyed by identity
 
 
@@ -394,7 +394,7 @@ class _Reads:
         kind = type(value)  # the common kinds by exact type first: isinstance of NumPy types is slow
         if kind in _CODE:
             return value  # their equality is identity
-        if kind in _FLOATS:
+        if kind in REAL_FLOATS:
             return (kind, value, math.copysign(1.0, value))  # 0.0 and -0.0 differ in a kernel (1 / x)
         if kind in _BY_VALUE:
             return (kind, value)

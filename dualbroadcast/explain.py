@@ -14,7 +14,8 @@ import numpy as np
 
 from .api import _scalar_seed, _trace
 from .broadcast import KernelCall
-from .tape import IndexPullback, qualified_name
+from .numpy_facts import qualified_name
+from .tape import IndexPullback
 
 
 class Operation(NamedTuple):

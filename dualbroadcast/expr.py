@@ -15,13 +15,9 @@ import numpy as np
 
 from .derivatives import DERIVATIVES, ZERO_DERIVATIVE
 from .errors import KernelError
+from .numpy_facts import PREDICATES, qualified_name
 from .registry import RULES
-from .tape import qualified_name
 
-PREDICATES = (
-    np.equal, np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal,
-    np.logical_and, np.logical_or, np.logical_xor, np.logical_not, np.isnan, np.isfinite, np.isinf,
-)
 ELEMENTWISE = set(DERIVATIVES) | set(ZERO_DERIVATIVE) | set(PREDICATES)
 LITERAL_TYPES = (int, float, bool, np.number, np.bool_)
 TRACING = contextvars.ContextVar("dualbroadcast_tracing", default=None)  # the graph of the trace running
@@ -75,20 +71,6 @@ def _complex_message(where):
         "real floating point (complex numbers are not supported yet). Write the computation with real "
         "numbers (|r + 1j| is np.hypot(r, 1.0))."
     )
-
-
-# Arithmetic written as Python operators in generated code: on Python floats alone they stay
-# (weakly typed) Python floats, exactly as in the user's own NumPy code.
-OPERATOR_SYMBOLS = {np.add: "+", np.subtract: "-", np.multiply: "*", np.divide: "/", np.power: "**"}
-
-
-def source_of(op, args):
-    """Python source of ``op(*args)`` (args given as source text): operators where NumPy code has them."""
-    if op in OPERATOR_SYMBOLS:
-        return f"({args[0]} {OPERATOR_SYMBOLS[op]} {args[1]})"
-    if op is np.negative:
-        return f"(-{args[0]})"
-    return None
 
 
 class UfuncOperators:

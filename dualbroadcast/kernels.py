@@ -26,8 +26,8 @@ import time
 import numexpr
 import numpy as np
 
-from .expr import Sym, source_of
-from .rules.elementwise import OPERATORS
+from .expr import Sym
+from .numpy_facts import COMPARISONS, INFIX, OPERATOR_FUNCTIONS, source_of
 from .tape import unbroadcast
 
 BACKENDS = ("numpy", "blocked", "numexpr")
@@ -36,11 +36,7 @@ NUMEXPR_BLOCK = 262144  # numexpr's own threads want larger blocks
 THREADS = os.cpu_count() or 1
 FORCED_BACKEND = contextvars.ContextVar("dualbroadcast_backend", default=None)
 
-_NUMEXPR_NAMES = {
-    np.add: "+", np.subtract: "-", np.multiply: "*", np.divide: "/", np.power: "**",
-    np.less: "<", np.less_equal: "<=", np.greater: ">", np.greater_equal: ">=", np.equal: "==",
-    np.not_equal: "!=", np.logical_and: "&", np.logical_or: "|",
-}
+_NUMEXPR_NAMES = {**INFIX, **COMPARISONS, np.logical_and: "&", np.logical_or: "|"}
 _NUMEXPR_FUNCTIONS = {
     np.absolute: "abs", np.negative: "-", np.logical_not: "~", np.where: "where",
     **{f: f.__name__ for f in (
@@ -657,7 +653,7 @@ def _infer_dtypes(kernel, kinds):
     with np.errstate(all="ignore"):
         for node in kernel.order:
             args = [values[a.index] if type(a) is Sym else a for a in node.args]
-            values[node.index] = OPERATORS.get(node.op, node.op)(*args)  # Python floats stay weak
+            values[node.index] = OPERATOR_FUNCTIONS.get(node.op, node.op)(*args)  # Python floats stay weak
     return {k: np.result_type(v) for k, v in values.items()}
 
 

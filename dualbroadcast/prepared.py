@@ -24,6 +24,7 @@ import numpy as np
 from . import pytree
 from .api import _Argument, _call_on_tape, _gradients, _prepare, _scalar_seed, value_and_gradient
 from .errors import UnsupportedFunctionError
+from .numpy_facts import qualified_name
 from .registry import NONDIFFERENTIABLE, OUTPUTS, PER_ARGUMENT, RULES, SEQUENCE
 from .replay import _same, compile_program
 from .tape import (
@@ -36,7 +37,6 @@ from .tape import (
     backward,
     constant_result,
     keep_constants,
-    qualified_name,
 )
 
 MAX_VARIANTS = 8

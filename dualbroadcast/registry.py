@@ -15,11 +15,10 @@ Example, a rule for ``np.sinc``'s own function and for a user function::
     db.defvjp(softplus, lambda ans, x: lambda g: g / (1 + np.exp(-x)))
 """
 
-import functools
-
 import numpy as np
 
 from .errors import ShapeMismatchError
+from .numpy_facts import qualified_name
 
 PER_ARGUMENT = 0  # makers[i](ans, *args, **kw) for argument i
 BY_ARGNUM = 1  # maker(i, ans, *args, **kw): variadic functions (einsum, ...)
@@ -120,8 +119,6 @@ def _checked(func, maker, argument):
         def checked_back(g):
             cotangent = back(g)
             if np.shape(cotangent) != shape:
-                from .tape import qualified_name
-
                 raise ShapeMismatchError(
                     f"the rule registered for {qualified_name(func)} returned a cotangent of shape "
                     f"{np.shape(cotangent)} for its argument {i} of shape {shape}; a pullback must return "
@@ -137,23 +134,6 @@ def _checked(func, maker, argument):
 def nondifferentiable(*funcs):
     """Declare functions whose results carry no gradient (indices, booleans, shapes)."""
     NONDIFFERENTIABLE.update(funcs)
-
-
-def primitive(f):
-    """Make a user function a primitive: tracked arguments are recorded with its rule.
-
-    Register the rule with `defvjp` on the decorated function.
-    """
-    from .tape import Tracked, call_rule
-
-    @functools.wraps(f)
-    def wrapper(*args, **kwargs):
-        if any(type(a) is Tracked for a in args):
-            return call_rule(wrapper, args, kwargs)
-        return f(*args, **kwargs)
-
-    wrapper.__wrapped_primitive__ = f
-    return wrapper
 
 
 def _implementation(func):

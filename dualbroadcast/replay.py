@@ -17,14 +17,13 @@ import re
 import numpy as np
 
 from .derivatives import DERIVATIVES
-from .expr import UfuncOperators, source_of
+from .expr import UfuncOperators
 from .kernels import _infer_dtypes, _kind, _out_dtypes
 from .registry import OUTPUTS, PER_ARGUMENT, SEQUENCE
 from .rules.linalg import DOT_PULLBACKS
-from .tape import IndexPullback, getitem, unbroadcast
+from .numpy_facts import as_dtype, getitem, source_of
+from .tape import IndexPullback, unbroadcast
 
-_COMPARISONS = {np.less: "({} < {})", np.less_equal: "({} <= {})", np.greater: "({} > {})",
-                np.greater_equal: "({} >= {})", np.equal: "({} == {})", np.not_equal: "({} != {})"}
 
 
 class Namespace:
@@ -61,7 +60,7 @@ class Src(UfuncOperators):
 
     def _apply(self, func, args):
         texts = [self._of(a) for a in args]
-        text = source_of(func, texts) or _COMPARISONS.get(func, "").format(*texts)
+        text = source_of(func, texts)
         return Src(text or f"{self.space.bind(func, 'f')}({', '.join(texts)})", self.space)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -330,7 +329,7 @@ class _Writer:
         number when the cotangent and the partial are numbers (the product the code would compute)."""
         partial = DERIVATIVES[step.func][i]
         dtype = self.p.meta[o][1]
-        args = [_weak(r.value, dtype) if _is_number(r) else Src(self.ref(r), self.space) for r in step.refs]
+        args = as_dtype([r.value if _is_number(r) else Src(self.ref(r), self.space) for r in step.refs], dtype)
         shape = self.p.shape_of(step.refs[i])
         g = self.known.get(o) if shape == self.p.meta[o][0] else None
         if callable(partial):
@@ -471,11 +470,6 @@ class Folded:
 
     def __init__(self, value):
         self.value = value
-
-
-def _weak(value, dtype):
-    """A Python scalar constant as the result's dtype inside a derivative (float32 stays float32)."""
-    return dtype.type(value) if type(value) in (int, float) else value
 
 
 def _same(a, b):

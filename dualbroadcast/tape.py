@@ -12,7 +12,6 @@ import functools
 import gc
 import inspect
 import operator
-import sys
 import threading
 import types
 
@@ -25,6 +24,7 @@ from .errors import (
     UnsupportedFunctionError,
     ValueConversionError,
 )
+from .numpy_facts import FLOAT_SCALARS, INFIX, REAL_FLOATS, astype, getitem, qualified_name
 from .registry import NONDIFFERENTIABLE, OUTPUTS, PER_ARGUMENT, RULES, SEQUENCE
 
 # The tape of the gradient being evaluated in this thread/context, if any.
@@ -240,7 +240,7 @@ def _sweep(tape, seeds):
                 ct = g * back
             elif kind is tuple:  # into a view's base: (its index, the consumer's pullback)
                 view, consumer = back
-                if type(consumer) is np.ndarray and type(g) in _SCALARS:  # g * partial, deferred
+                if type(consumer) is np.ndarray and type(g) in REAL_FLOATS:  # g * partial, deferred
                     pending = gathered.get(p)
                     if pending is None:
                         pending = gathered[p] = []
@@ -270,7 +270,6 @@ def _sweep(tape, seeds):
     return grads
 
 
-_SCALARS = {np.float64, np.float32, np.float16, float}  # cotangents the sweep gathers as a view product's scale
 
 
 def add_view_products(grads, owned, p, base, registered, gathered):
@@ -429,11 +428,6 @@ def unbroadcast(g, shape):
     return np.sum(g, axis=axes).reshape(shape)
 
 
-def getitem(x, index):
-    """``x[index]``: the function the indexing rule is registered on."""
-    return x[index]
-
-
 def value_of(x):
     """The plain value of a possibly tracked ``x``."""
     return x.value if type(x) is Tracked else x
@@ -576,7 +570,7 @@ def _binary(x, y, func):
             _check_tape(tape, y.tape)
         xv, yv = x.value, y.value
         ans = rule.plain(xv, yv)
-        scalar = type(ans) in _FLOAT_SCALARS
+        scalar = type(ans) in FLOAT_SCALARS
         if scalar and rule.bilinear:  # each partial is the other argument
             if x.view is not None and y.view is not None:  # a dot of two slices in a loop: no edges to
                 index = len(tape.records)  # sweep, the partials are held for the bases (Tape.view_products)
@@ -613,7 +607,7 @@ def _binary(x, y, func):
         if type(constant) is np.ndarray:  # a pullback may keep it
             tape.keep(constant)
         ans = rule.plain(*values)
-        scalar = type(ans) in _FLOAT_SCALARS
+        scalar = type(ans) in FLOAT_SCALARS
         if scalar and rule.scalar_backs is not None:
             back = rule.scalar_backs[k]
         elif scalar and rule.bilinear:
@@ -658,7 +652,7 @@ def _call_first(func, x, rest):
         _check_tape(None, tape)
     xv = x.value
     ans = rule.plain(xv, *rest)
-    if type(ans) not in _FLOAT_SCALARS and not _is_float(ans):
+    if type(ans) not in FLOAT_SCALARS and not _is_float(ans):
         return constant_result(func, ans)
     maker = rule.makers[0] if rule.makers else None
     if maker is None:
@@ -669,9 +663,6 @@ def _call_first(func, x, rest):
     if rest and rule.keeps_arguments:
         keep_constants(tape, rest)
     return tape.record(ans, ((x.index, back),), func)
-
-
-_FLOAT_SCALARS = {np.float64, np.float32, np.float16, np.longdouble}
 
 
 def multiply_by(d):
@@ -804,32 +795,6 @@ def _strip_dict(kwargs):
     return {k: value_of(v) for k, v in kwargs.items()}
 
 
-def qualified_name(func):
-    """How a user writes ``func``, for messages: ``np.linalg.det``, ``scipy.special.erf``, ``x.astype``."""
-    if func is getitem:
-        return "x[index]"
-    if func is astype:
-        return "x.astype"
-    if isinstance(func, np.ufunc):
-        return _ufunc_name(func)
-    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
-    public = [part for part in (getattr(func, "__module__", None) or "").split(".") if part and not part.startswith("_")]
-    if public[:1] == ["numpy"]:
-        public[0] = "np"
-    return ".".join(public + [name])
-
-
-def _ufunc_name(ufunc):
-    """A ufunc's name with the module a user imports it from (ufuncs carry no ``__module__``)."""
-    name = ufunc.__name__
-    if getattr(np, name, None) is ufunc:
-        return f"np.{name}"
-    special = sys.modules.get("scipy.special")
-    if special is not None and getattr(special, name, None) is ufunc:
-        return f"scipy.special.{name}"
-    return name
-
-
 def _unsupported_message(func):
     name = qualified_name(func)
     if isinstance(func, np.ufunc) and all("O" in types for types in func.types):
@@ -864,10 +829,6 @@ _TO_ARRAY = (
     "db.cut(x) for the value without its gradient."
 )
 
-_OPERATOR_EXAMPLES = {
-    np.add: "x + y", np.subtract: "x - y", np.multiply: "x * y", np.divide: "x / y", np.power: "x ** y"
-}
-
 _OUT = (
     "{name} with out= or an in-place operator (+=, *=, ...) involving a tracked value would mutate "
     "an array and drop its gradient; write y = {example} instead of an in-place update."
@@ -886,7 +847,7 @@ def _check_ufunc_keywords(ufunc, kwargs):
     """A clear error for the keywords of a ufunc call whose effect a rule cannot honour."""
     name = f"np.{ufunc.__name__}"
     if kwargs.get("out") is not None:
-        raise InPlaceMutationError(_OUT.format(name=name, example=_OPERATOR_EXAMPLES.get(ufunc, f"{name}(...)")))
+        raise InPlaceMutationError(_OUT.format(name=name, example=f"x {INFIX[ufunc]} y" if ufunc in INFIX else f"{name}(...)"))
     unsupported = sorted(kwargs.keys() - _UFUNC_KEYWORDS - {"out"})
     if "where" in unsupported:
         raise UnsupportedFunctionError(
@@ -1146,11 +1107,6 @@ for _name, _func in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply)
     setattr(Tracked, f"__r{_name}__", _arithmetic(_func, True))
 
 
-def astype(x, dtype, order="K", casting="unsafe", subok=True, copy=True):
-    """``x.astype(dtype, ...)``: the function the cast rule is registered on."""
-    return x.astype(dtype, order=order, casting=casting, subok=subok, copy=copy)
-
-
 def _method(func):
     def method(self, *args, **kwargs):
         return call_rule(func, (self,) + args, kwargs)
@@ -1171,3 +1127,18 @@ for _name, _func in [
 ]:
     setattr(Tracked, _name, _method(_func))
 Tracked.conj = Tracked.conjugate = lambda self: self
+
+
+def primitive(f):
+    """Make a user function a primitive: tracked arguments are recorded with its rule.
+
+    Register the rule with `defvjp` on the decorated function.
+    """
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        if any(type(a) is Tracked for a in args):
+            return call_rule(wrapper, args, kwargs)
+        return f(*args, **kwargs)
+
+    wrapper.__wrapped_primitive__ = f
+    return wrapper

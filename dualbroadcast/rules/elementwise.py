@@ -10,16 +10,9 @@ import operator
 import numpy as np
 
 from ..derivatives import DERIVATIVES
+from ..numpy_facts import OPERATOR_FUNCTIONS, as_dtype
 from ..registry import RULES, defvjp
 from ..tape import multiply_by, unbroadcast
-
-
-def _weak(args, dtype):
-    """Python scalars as NumPy scalars of the result's dtype, so formulas keep the dtype."""
-    for a in args:
-        if type(a) is float or type(a) is int:
-            return [dtype.type(a) if type(a) in (float, int) else a for a in args]
-    return args
 
 
 def vjp_maker(partial, argnum):
@@ -33,7 +26,7 @@ def vjp_maker(partial, argnum):
     if callable(partial):
 
         def maker(ans, *args, **ufunc_keywords):
-            d = partial(ans, *_weak(args, ans.dtype))
+            d = partial(ans, *as_dtype(args, ans.dtype))
             if type(ans) is not np.ndarray:  # a scalar result: all arguments are 0-d
                 return multiply_by(d)
             shape = getattr(args[argnum], "shape", ())
@@ -88,21 +81,13 @@ def clip_vjp(argnum):
     return maker
 
 
-# Same results as the ufuncs without keywords, without ufunc dispatch on NumPy scalars.
-OPERATORS = {
-    np.add: operator.add, np.subtract: operator.sub, np.multiply: operator.mul,
-    np.divide: operator.truediv, np.power: operator.pow, np.negative: operator.neg,
-    np.positive: operator.pos, np.absolute: operator.abs,
-}
-
-
 def _register():
     for func, partials in DERIVATIVES.items():
         if func is np.clip:
             defvjp(func, *(clip_vjp(i) for i in range(len(partials))))
         else:
             defvjp(func, *(vjp_maker(p, i) for i, p in enumerate(partials)))
-    for func, plain in OPERATORS.items():
+    for func, plain in OPERATOR_FUNCTIONS.items():
         RULES[func].plain = plain
     RULES[np.add].scalar_backs = (None, None)  # None: the identity, which the sweep applies without a call
     RULES[np.subtract].scalar_backs = (None, operator.neg)

@@ -16,7 +16,8 @@ import numpy as np
 
 from ..errors import UnsupportedFunctionError
 from ..registry import RULES, defvjp, defvjp_outputs, defvjp_sequence
-from ..tape import IndexPullback, astype, getitem, unbroadcast
+from ..numpy_facts import astype, getitem
+from ..tape import IndexPullback, unbroadcast
 
 
 # --- helpers ------------------------------------------------------------------
