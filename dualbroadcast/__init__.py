@@ -23,12 +23,13 @@ from .errors import (
     ValueConversionError,
 )
 from .registry import defvjp, defvjp_argnum, defvjp_outputs, defvjp_sequence, nondifferentiable
+from .rules.elementwise import defderivative
 from .tape import primitive
 
 __all__ = [
     "gradient", "value_and_gradient", "broadcast", "sum", "elementwise", "kernel_log", "KernelCall",
     "set_backend", "clear_cache", "explain", "prepare_gradient", "PreparedGradient", "pullback", "jacobian", "cut", "uncut", "check_gradient",
-    "defvjp", "defvjp_argnum", "defvjp_sequence", "defvjp_outputs", "nondifferentiable", "primitive",
+    "defderivative", "defvjp", "defvjp_argnum", "defvjp_sequence", "defvjp_outputs", "nondifferentiable", "primitive",
     "DifferentiationError", "GradientMismatchError", "InPlaceMutationError", "KernelError",
     "NonScalarOutputError", "UnsupportedFunctionError", "ValueConversionError", "ArgumentTypeError",
     "StaleValueError", "ShapeMismatchError",

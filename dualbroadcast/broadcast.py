@@ -29,7 +29,8 @@ from .errors import KernelError
 from .expr import Sym, derivatives, trace, without_cuts
 from .kernels import FORCED_BACKEND, Kernel
 from .numpy_facts import REAL_FLOATS
-from .tape import RECORDER, Tracked, _edge, _edges, tape_of, unbroadcast
+from .pullbacks import kernel_pullback
+from .tape import RECORDER, Tracked, _edge, _edges, tape_of
 
 CACHE_SIZE = 512
 _PLAIN = {np.ndarray, float, np.float64, np.float32, Tracked}
@@ -224,12 +225,12 @@ class _Plan:
         if tape.closed or len(parents) > 1:
             tape = tape_of(parents)  # a clear error for a stale or mixed value
         if len(parents) == 1:  # the usual case, one differentiated array
-            x, partial = parents[0], results[1]
-            back = partial.__imul__ if tape.single_sweep else partial.__mul__  # a C call: no frame
+            x = parents[0]
+            back = kernel_pullback(results[1], shape, shape, tape.single_sweep)
             if x.view is not None:
                 back = _edge(x, back)  # first: settling a view moves its index
             return tape.record(value, ((x.index, back),), self.call)
-        backs = [p.__imul__ if tape.single_sweep else p.__mul__ for p in results[1:]]
+        backs = [kernel_pullback(p, shape, shape, tape.single_sweep) for p in results[1:]]
         return tape.record(value, _edges(parents, backs), self.call)
 
 
@@ -254,21 +255,8 @@ def _plan(f, kernel, values, active, reduce, call, reads):
 def _record(parents, value, partials, shapes, call, tape=None):
     tape = tape_of(parents) if parents else tape
     out_shape = () if call.reduce else np.shape(value)
-    backs = [_pullback(tape, p, s, out_shape) for p, s in zip(partials, shapes)]
+    backs = [kernel_pullback(p, s, out_shape, tape.single_sweep) for p, s in zip(partials, shapes)]
     return tape.record(value, _edges(parents, backs), call)
-
-
-def _pullback(tape, partial, shape, out_shape):
-    """``g · ∂f/∂a`` summed back to ``a``'s shape (a summed partial already has that shape).
-
-    The kernel's partial buffer is ours: when the tape is swept once, it becomes
-    the cotangent in place instead of allocating another array of its size.
-    """
-    if getattr(partial, "shape", ()) == shape and (out_shape == () or out_shape == shape):
-        if tape.single_sweep and isinstance(partial, np.ndarray) and partial.base is None and partial.ndim:
-            return partial.__imul__  # g -> partial *= g, in the kernel's own buffer
-        return functools.partial(np.multiply, partial)
-    return lambda g: unbroadcast(np.broadcast_to(g * partial, out_shape), shape)
 
 
 def _is_array_input(leaf):

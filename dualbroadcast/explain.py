@@ -15,7 +15,7 @@ import numpy as np
 from .api import _scalar_seed, _trace
 from .broadcast import KernelCall
 from .numpy_facts import qualified_name
-from .tape import IndexPullback
+from .pullbacks import IndexPullback
 
 
 class Operation(NamedTuple):

@@ -28,7 +28,7 @@ import numpy as np
 
 from .expr import Sym
 from .numpy_facts import COMPARISONS, INFIX, OPERATOR_FUNCTIONS, source_of
-from .tape import unbroadcast
+from .pullbacks import unbroadcast
 
 BACKENDS = ("numpy", "blocked", "numexpr")
 BLOCK = 16384  # elements per block: a few scratch buffers of this size stay in L2

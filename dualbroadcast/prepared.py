@@ -25,7 +25,7 @@ from . import pytree
 from .api import _Argument, _call_on_tape, _gradients, _prepare, _scalar_seed, value_and_gradient
 from .errors import UnsupportedFunctionError
 from .numpy_facts import qualified_name
-from .registry import NONDIFFERENTIABLE, OUTPUTS, PER_ARGUMENT, RULES, SEQUENCE
+from .registry import OUTPUTS
 from .replay import _same, compile_program
 from .tape import (
     RECORDER,
@@ -33,9 +33,7 @@ from .tape import (
     Tape,
     Tracked,
     _check_tape,
-    _unsupported_message,
     backward,
-    constant_result,
     keep_constants,
 )
 
@@ -120,65 +118,46 @@ class Recorder:
         self.copies = []  # (Const, a copy of its arrays when a step used it): see `hold`
         self.meta = {}  # value index -> (shape, dtype)
 
-    def _new(self, value, parents, backs, func, active):
-        out = self.tape.record(value, tuple(zip(parents, backs)), func)
-        self.describe(out)
-        if not active:
-            self.inactive.add(out.index)
-        return out
-
     def describe(self, t):
         self.meta[t.index] = (np.shape(t.value), np.result_type(t.value))
 
-    def call(self, func, args, kwargs):
-        """Run ``func``; if any argument is traced, record a step (and a tape record)."""
-        rule = RULES.get(func)
-        kind = rule.kind if rule is not None else None
-        sequence, rest = (args[0], args[1:]) if kind == SEQUENCE else (args, ())
+    def references(self, func, sequence):
+        """How a step refers to each argument (a value index, a `Const` or a `Pack`), for `tape.record_operation`:
+        ``(values, refs, traced, active)``, ``traced`` whether any argument is traced, ``active`` the
+        positions of those needing a gradient."""
         refs, values = [], []
         for a in sequence:
             ref, value = self.reference(func, a)
             refs.append(ref)
             values.append(value)
-        if any(type(v) is Tracked for v in list(kwargs.values()) + list(rest)):
-            raise UnsupportedFunctionError(f"{qualified_name(func)}: pass tracked values positionally")
         traced = any(type(r) is not Const for r in refs)
         active = [i for i, r in enumerate(refs) if type(r) is int and r not in self.inactive]
-        if rule is None and func not in NONDIFFERENTIABLE and (active or not traced):  # else, on values that
-            raise UnsupportedFunctionError(_unsupported_message(func))  # carry no gradient, a plain step
-        impl = rule.impl if rule is not None else func
-        call_values = [values, *rest] if kind == SEQUENCE else values
-        ans = impl(*call_values, **kwargs)
-        if not traced:
-            return ans
-        kept = bool(active) and rule is not None and rule.keeps_arguments  # where db.gradient records and keeps
-        self.hold(_constants(refs), kept)
-        if kept:
-            keep_constants(self.tape, [*rest, *kwargs.values()])
-        makers = rule.makers if rule is not None else None
-        outputs = list(ans) if kind == OUTPUTS else [ans]
-        outs, results = [], []
-        for j, a in enumerate(outputs):
-            if not isinstance(a, (np.ndarray, np.generic)):
-                outs.append(None)  # a plain result (a shape, a count): guarded by equality
-                results.append(a)
-                continue
-            if active and a.dtype.kind != "f":
-                constant_result(func, a)  # an error for a result the tape cannot carry (complex, object, text)
-            differentiable = rule is not None and active and a.dtype.kind == "f"
-            backs = _backs(func, rule, kind, j, active, a, ans, call_values, kwargs) if differentiable else None
-            parents = tuple(refs[i] for i in active) if backs else ()
-            out = self._new(a, parents, backs or (), func, bool(backs))
-            outs.append(out.index)
-            results.append(out)
-        if kind == OUTPUTS:
-            expected = {j: a for j, (a, o) in enumerate(zip(results, outs)) if o is None}
+        return values, refs, traced, active
+
+    def traced(self, a, func):
+        """A result without a gradient, kept traced: the replay recomputes it from the new arguments."""
+        out = self.tape.record(a, (), func)
+        self.inactive.add(out.index)
+        return out
+
+    def step(self, func, rule, refs, rest, kwargs, active, results, ans):
+        """The step `tape.record_operation` recorded: its outputs are ``results`` (tracked, or plain
+        results, guarded by equality on replay)."""
+        outs = []
+        for r in results:
+            if type(r) is Tracked:
+                self.describe(r)
+                outs.append(r.index)
+            else:
+                outs.append(None)
+        if rule is not None and rule.kind == OUTPUTS:
+            expected = {j: r for j, (r, o) in enumerate(zip(results, outs)) if o is None}
         else:
             expected = ans if outs == [None] else None
+        impl = rule.impl if rule is not None else func
+        makers = rule.makers if rule is not None else None
+        kind = rule.kind if rule is not None else None
         self.steps.append(Step(func, impl, kind, refs, rest, kwargs, outs, active, makers, expected))
-        if kind == OUTPUTS:
-            return type(ans)(results) if type(ans) in (list, tuple) else type(ans)(*results)  # or a named tuple
-        return results[0]
 
     def reference(self, func, a):
         """How a step refers to its argument ``a`` (a value index, a `Const` or a `Pack`), and its value."""
@@ -211,7 +190,7 @@ class Recorder:
         """Record a broadcast/sum kernel call; ``record()`` makes its tape record (the active inputs
         are its parents)."""
         refs = [self.index_of(x) if type(x) is Tracked else Const(v) for x, v in zip(inputs, values)]
-        self.hold(_constants(refs), False)  # its partials are computed now: db.gradient reads it no more
+        self.hold(refs, False)  # its partials are computed now: db.gradient reads it no more
         out = record()
         self.describe(out)
         self.steps.append(KernelStep(kernel, refs, active, backend, out.index, reduce))
@@ -219,10 +198,11 @@ class Recorder:
             self.inactive.add(out.index)
         return out
 
-    def hold(self, constants, kept):
+    def hold(self, refs, kept):
         """Replay reads each constant array as it is once f has run, so f must not change one after its
         use: read-only while f runs where `db.gradient` keeps it too (``kept``: a change is its error),
         else copied, the copy replacing it if f changed it (see `settle`)."""
+        constants = _constants(refs)
         if kept:
             keep_constants(self.tape, [c.value for c in constants])
         else:
@@ -240,7 +220,8 @@ class Recorder:
         evaluation (kept from an earlier call): its value, a constant, as `db.gradient` gives it."""
         if x.tape is not self.tape:
             return x.value
-        out = self._new(x.value, (), (), "cut", False)
+        out = self.traced(x.value, "cut")
+        self.describe(out)
         self.steps.append(Step("cut", _identity, None, [x.index], (), {}, [out.index], [], None))
         return out
 
@@ -281,19 +262,6 @@ def _copied(value):
 def _holds_traced(items):
     """Whether a tuple or list holds a traced value, at any depth."""
     return any(type(a) is Tracked or type(a) in (tuple, list) and _holds_traced(a) for a in items)
-
-
-def _backs(func, rule, kind, j, active, a, ans, values, kwargs):
-    if kind == PER_ARGUMENT:
-        makers = rule.makers
-        for i in active:
-            if i >= len(makers) or makers[i] is None:
-                raise UnsupportedFunctionError(f"argument {i} of {qualified_name(func)} is not differentiable")
-        return tuple(makers[i](a, *values, **kwargs) for i in active)
-    if kind == OUTPUTS:
-        back = rule.makers(j, ans, *values, **kwargs)
-        return None if back is None else (back,)
-    return tuple(rule.makers(i, a, *values, **kwargs) for i in active)
 
 
 class Program:

@@ -17,7 +17,7 @@ Example, a rule for ``np.sinc``'s own function and for a user function::
 
 import numpy as np
 
-from .errors import ShapeMismatchError
+from .errors import ShapeMismatchError, UnsupportedFunctionError
 from .numpy_facts import qualified_name
 
 PER_ARGUMENT = 0  # makers[i](ans, *args, **kw) for argument i
@@ -34,16 +34,13 @@ class Rule:
     ``binary``: one maker for each of two arguments, as operators (``x - y``) need.
     ``scalar_backs``: for constant partials (``x - y``), the pullbacks of a scalar
     result, the same for every call, so recording one calls no maker (None: the identity).
-    ``scalar_partials``: for a scalar result, ``∂f/∂argᵢ(ans, *args)`` per argument: its
-    pullback multiplies by that partial (no maker; NumPy 2 keeps Python scalars weak).
     ``bilinear``: ``x * y`` or a dot: for a scalar result ∂f/∂x = y and ∂f/∂y = x, so
     the record keeps the other argument itself (no partial to evaluate).
     ``keeps_arguments``: its pullbacks may read its constant array arguments, which are then
     read-only until the gradient is taken (`Tape.keep`); False for a rule that copies them.
     """
 
-    __slots__ = ("impl", "kind", "makers", "plain", "binary", "scalar_backs", "scalar_partials", "bilinear",
-                 "keeps_arguments")
+    __slots__ = ("bilinear", "binary", "impl", "keeps_arguments", "kind", "makers", "plain", "scalar_backs")
 
     def __init__(self, impl, kind, makers):
         self.impl = impl
@@ -52,9 +49,33 @@ class Rule:
         self.plain = impl
         self.binary = kind == PER_ARGUMENT and len(makers) == 2 and None not in makers
         self.scalar_backs = None
-        self.scalar_partials = None
         self.bilinear = False
         self.keeps_arguments = True
+
+    def pullbacks(self, func, ans, values, positions, kwargs):
+        """The pullback of each argument at ``positions`` (of a sequence's elements, for a sequence rule)
+        for the result ``ans`` of ``func(*values, **kwargs)``."""
+        try:
+            if self.kind != PER_ARGUMENT:
+                return [self.makers(i, ans, *values, **kwargs) for i in positions]
+            makers = self.makers
+            backs = []
+            for i in positions:
+                maker = makers[i] if i < len(makers) else None
+                if maker is None:
+                    raise UnsupportedFunctionError(
+                        f"argument {i} of {qualified_name(func)} is not differentiable (an index, axis, "
+                        "shape or integer argument) but received a tracked value; pass a constant or db.cut(x)"
+                    )
+                backs.append(maker(ans, *values, **kwargs))
+            return backs
+        except TypeError as error:
+            if kwargs and "keyword argument" in str(error):
+                raise UnsupportedFunctionError(
+                    f"the derivative rule of {qualified_name(func)} does not support the keyword arguments "
+                    f"{sorted(kwargs)} ({error}); drop them, or register a rule that does (db.defvjp)"
+                ) from error
+            raise
 
 
 RULES = {}

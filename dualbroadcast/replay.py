@@ -22,7 +22,7 @@ from .kernels import _infer_dtypes, _kind, _out_dtypes
 from .registry import OUTPUTS, PER_ARGUMENT, SEQUENCE
 from .rules.linalg import DOT_PULLBACKS
 from .numpy_facts import as_dtype, getitem, source_of
-from .tape import IndexPullback, unbroadcast
+from .pullbacks import IndexPullback, apply, unbroadcast
 
 
 
@@ -306,7 +306,7 @@ class _Writer:
                     lines.append(f"    b = {maker}")
                     lines += self.index_add(parent, None, f"g{o}", None, state, back="b")
                 else:
-                    lines += self.accumulate(parent, f"{maker}(g{o})", state)
+                    lines += self.accumulate(parent, f"{self.space.bind(apply, 'a')}({maker}, g{o})", state)
         return lines
 
     def dot_formulas(self, step):

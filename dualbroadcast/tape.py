@@ -24,8 +24,9 @@ from .errors import (
     UnsupportedFunctionError,
     ValueConversionError,
 )
+from .pullbacks import FACTORS, IndexPullback, add_at, own_buffer, scalar_pullback
 from .numpy_facts import FLOAT_SCALARS, INFIX, REAL_FLOATS, astype, getitem, qualified_name
-from .registry import NONDIFFERENTIABLE, OUTPUTS, PER_ARGUMENT, RULES, SEQUENCE
+from .registry import NONDIFFERENTIABLE, OUTPUTS, RULES, SEQUENCE
 
 # The tape of the gradient being evaluated in this thread/context, if any.
 ACTIVE_TAPE = contextvars.ContextVar("dualbroadcast_active_tape", default=None)
@@ -220,7 +221,7 @@ def _sweep(tape, seeds):
     owned = [False] * len(records)  # True: grads[i] is our own buffer, safe to add into
     for index, seed in seeds.items():
         grads[index] = seed
-    factors = _FACTORS
+    factors = FACTORS
     view_bases, registered = tape.view_bases, tape.view_products
     gathered = {}  # base index -> [view index, g, partial, ...]: more such cotangents, found on the way
     for i in range(max(seeds), tape.inputs - 1, -1):
@@ -363,177 +364,111 @@ def scatter_add(target, positions, rows):
     target[positions[starts]] += np.add.reduceat(rows[order], starts, axis=0)
 
 
-class IndexPullback:
-    """The pullback of ``x[index]``: ``g`` added at ``index`` of x's one gradient buffer.
-
-    The sweep applies it directly, so a slice in a loop never densifies its
-    cotangent: the buffer is allocated once per backward pass, on first use.
-    ``repeats``: integer-array indices may repeat (``np.add.at`` semantics).
-    ``transform``: reshapes ``g`` first, when the index selects in another layout.
-    """
-
-    __slots__ = ("index", "shape", "dtype", "repeats", "transform")
-
-    def __init__(self, index, shape, dtype, repeats=False, transform=None):
-        self.index = index
-        self.shape = shape
-        self.dtype = dtype
-        self.repeats = repeats
-        self.transform = transform
-
-    def add_into(self, grads, owned, p, g):
-        """The sweep's step: add ``g`` into ``grads[p]``, made our own buffer first."""
-        self.add(own_buffer(grads, owned, p, self.shape, self.dtype), g)
-
-    def add(self, buffer, g):
-        """Add ``g`` at the index into ``buffer`` (x's gradient buffer) in place."""
-        if self.transform is not None:
-            g = self.transform(g)
-        if self.repeats:
-            np.add.at(buffer, self.index, g)
-        else:
-            add_at(buffer, self.index, g)
-
-
-def own_buffer(grads, owned, p, shape, dtype):
-    """``grads[p]`` as a buffer of the sweep's own, safe to add into (zeros on first use)."""
-    buffer = grads[p]
-    if buffer is None:
-        buffer = grads[p] = np.zeros(shape, dtype)
-        owned[p] = True
-    elif not owned[p]:
-        buffer = grads[p] = np.array(buffer, dtype=dtype)
-        owned[p] = True
-    return buffer
-
-
-def add_at(buffer, index, g):
-    """``buffer[index] += g`` for an index without repeats; into the view itself for a basic index."""
-    part = buffer[index]
-    if type(part) is np.ndarray and part.base is buffer:
-        part += g
-    else:
-        buffer[index] += g
-
-
-def unbroadcast(g, shape):
-    """Sum ``g`` over the axes that broadcasting added or stretched, back to ``shape``."""
-    gshape = np.shape(g)
-    if gshape == shape:
-        return g
-    lead = len(gshape) - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and gshape[lead + i] != 1
-    )
-    return np.sum(g, axis=axes).reshape(shape)
-
-
 def value_of(x):
     """The plain value of a possibly tracked ``x``."""
     return x.value if type(x) is Tracked else x
 
 
-def call_rule(func, args, kwargs):
-    """Run ``func`` on plain values; record it if any argument is tracked."""
-    recorder = RECORDER.get()
-    if recorder is not None:
-        return recorder.call(func, args, kwargs)
+def record_operation(func, args, kwargs):
+    """Run ``func`` on plain values and, if an argument is tracked, record it: the one recording path.
+
+    Every NumPy call, method and operator on a tracked value comes here, but for `_binary`, the
+    arithmetic operators' declared specialisation, which hands on every case it does not specialise.
+    While a prepared gradient is recorded, its recorder (`prepared.Recorder`) is asked at three
+    points: how each argument is referred to, which constants to hold, and the step each result makes.
+    """
     rule = RULES.get(func)
-    if rule is None:
-        if func in NONDIFFERENTIABLE:
-            return func(*_strip(args), **_strip_dict(kwargs))
-        raise UnsupportedFunctionError(_unsupported_message(func))
-    if not kwargs and rule.kind == PER_ARGUMENT:
-        return _call_per_argument(func, rule, args)
-    if rule.kind == SEQUENCE and not args:
+    kind = rule.kind if rule is not None else None
+    if kind == SEQUENCE and not args:
         args, kwargs = _sequence_by_position(func, kwargs)
-    if kwargs and any(type(v) is Tracked for v in kwargs.values()):
+    sequence, rest = (args[0], args[1:]) if kind == SEQUENCE else (args, ())
+    recorder = RECORDER.get()
+    if (kwargs or rest) and (rule is not None or recorder is not None) and Tracked in map(type, [*kwargs.values(), *rest]):
         raise UnsupportedFunctionError(
-            f"{qualified_name(func)} got a tracked value as a keyword argument; "
-            "pass it positionally so its gradient can be recorded"
+            f"{qualified_name(func)} got a tracked value as a keyword argument (or after its sequence of "
+            "arrays); pass it positionally so its gradient can be recorded"
         )
-    kind = rule.kind
-    sequence = args[0] if kind == SEQUENCE else args
+    if recorder is None:
+        values, active, tape = _unwrap(sequence)
+    else:
+        values, refs, traced, active = recorder.references(func, sequence)
+        tape = recorder.tape if traced else None
+    if rule is None and func not in NONDIFFERENTIABLE and (active or tape is None):  # else a plain step
+        raise UnsupportedFunctionError(_unsupported_message(func))  # on traced values that carry no gradient
+    call_values = [values, *rest] if kind == SEQUENCE else values
+    if rule is None:
+        ans = func(*call_values, **kwargs) if recorder is not None else func(*_strip(call_values), **_strip_dict(kwargs))
+    else:
+        ans = rule.impl(*call_values, **kwargs) if kwargs else rule.plain(*call_values)
+    if tape is None:
+        return ans
+    if rule is None:
+        active = []  # a function whose results carry no gradient
+    kept = bool(active) and rule.keeps_arguments
+    if recorder is not None:
+        recorder.hold(refs, kept)
+    elif kept:
+        keep_constants(tape, sequence)
+    if kept:
+        keep_constants(tape, [*rest, *kwargs.values()])
+    parents = [sequence[i] for i in active]
+    if kind == OUTPUTS:
+        if active not in ([0], []):
+            raise UnsupportedFunctionError(
+                f"{qualified_name(func)} is differentiable only in its first argument; "
+                "pass the others as constants (db.cut)"
+            )
+        results = [_record_result(tape, func, rule, j, a, ans, call_values, kwargs, parents, recorder)
+                   for j, a in enumerate(ans)]
+        outcome = type(ans)(results) if type(ans) in (list, tuple) else type(ans)(*results)  # a named tuple: fields
+    else:
+        results = [_record_result(tape, func, rule, None, ans, ans, call_values, kwargs, parents, recorder, active)]
+        outcome = results[0]
+    if recorder is not None:
+        recorder.step(func, rule, refs, rest, kwargs, active, results, ans)
+    return outcome
+
+
+def _record_result(tape, func, rule, j, a, ans, values, kwargs, parents, recorder, active=(0,)):
+    """One result ``a`` of ``func`` (output ``j`` of a tuple result, else None) as the tape carries it:
+    tracked with one pullback per parent if it is a real float and depends on an active argument;
+    else plain (an integer or a boolean: no gradient to lose; an error for complex, object or text),
+    except that a recorder keeps every array result traced (a replay recomputes it)."""
+    floating = getattr(a, "dtype", None) is not None and a.dtype.kind == "f"
+    if parents and not floating:
+        a = constant_result(func, a)
+    if recorder is not None and not isinstance(a, (np.ndarray, np.generic)):
+        return a  # a plain result (a shape, a count): the recorder guards it by equality
+    if not (parents and floating):
+        return a if recorder is None else recorder.traced(a, func)
+    if j is None:
+        backs = rule.pullbacks(func, ans, values, active, kwargs)
+    else:
+        backs = [rule.makers(j, ans, *values, **kwargs)]
+        if backs[0] is None:  # the rule declares this output a constant
+            return a if recorder is None else recorder.traced(a, func)
+    return tape.record(a, _edges(parents, backs), func)
+
+
+def _unwrap(sequence):
+    """The plain values of ``sequence``, the positions of its tracked values and their one tape
+    (a clear error for a stale value or values of two evaluations)."""
     values = list(sequence)
-    active = []
-    tracked = []
+    positions = []
     tape = None
     for i, a in enumerate(sequence):
         if type(a) is Tracked:
-            if a.tape is not tape:
+            if a.tape is not tape or tape.closed:
                 tape = _check_tape(tape, a.tape)
-            active.append(i)
-            tracked.append(a)
+            positions.append(i)
             values[i] = a.value
-    if kind == SEQUENCE:
-        values = [values, *args[1:]]
-    ans = rule.impl(*values, **kwargs) if kwargs else rule.plain(*values)
-    if tape is None:
-        return ans
-    if rule.keeps_arguments:
-        keep_constants(tape, sequence)
-        if kind == SEQUENCE:
-            keep_constants(tape, args[1:])
-        keep_constants(tape, kwargs.values())
-    makers = rule.makers
-    if kind == OUTPUTS:
-        return _record_outputs(func, tape, ans, active, tracked, makers, values, kwargs)
-    dtype = getattr(ans, "dtype", None)
-    if dtype is None or dtype.kind != "f":
-        return constant_result(func, ans)
-    try:
-        backs = []
-        if kind == PER_ARGUMENT:
-            for i in active:
-                maker = makers[i] if i < len(makers) else None
-                if maker is None:
-                    raise UnsupportedFunctionError(_not_differentiable_message(func, i))
-                backs.append(maker(ans, *values, **kwargs))
-        else:
-            for i in active:
-                backs.append(makers(i, ans, *values, **kwargs))
-    except TypeError as error:
-        if kwargs and "keyword argument" in str(error):
-            raise UnsupportedFunctionError(
-                f"the derivative rule of {qualified_name(func)} does not support the keyword arguments "
-                f"{sorted(kwargs)} ({error}); drop them, or register a rule that does (db.defvjp)"
-            ) from error
-        raise
-    return tape.record(ans, _edges(tracked, backs), func)
+    return values, positions, tape
 
 
 def _sequence_by_position(func, kwargs):
     """``func(arrays=[...], ...)`` as ``func([...], ...)``: a sequence rule reads its sequence first."""
     kwargs = dict(kwargs)  # NumPy's dispatcher has checked that the sequence is among them
     return (kwargs.pop(next(iter(inspect.signature(func).parameters))),), kwargs
-
-
-def _call_per_argument(func, rule, args):
-    """`call_rule` for the common case: one vjp maker per argument, no keywords."""
-    positions = [i for i, a in enumerate(args) if type(a) is Tracked]
-    if not positions:
-        return rule.plain(*args)
-    values = list(args)
-    tape = args[positions[0]].tape
-    for i in positions:
-        a = args[i]
-        if a.tape is not tape or tape.closed:
-            _check_tape(None if a.tape is tape else tape, a.tape)
-        values[i] = a.value
-    ans = rule.plain(*values)
-    dtype = getattr(ans, "dtype", None)
-    if dtype is None or dtype.kind != "f":
-        return constant_result(func, ans)
-    makers = rule.makers
-    backs = []
-    for i in positions:
-        maker = makers[i] if i < len(makers) else None
-        if maker is None:
-            raise UnsupportedFunctionError(_not_differentiable_message(func, i))
-        backs.append(maker(ans, *values))
-    if rule.keeps_arguments:
-        keep_constants(tape, args)
-    return tape.record(ans, _edges([args[i] for i in positions], backs), func)
 
 
 def keep_constants(tape, args):
@@ -547,22 +482,23 @@ def keep_constants(tape, args):
 
 
 def _dispatch(func, args, kwargs):
-    """A NumPy call on tracked values: the fast paths for the common shapes of call, else `call_rule`."""
-    if not kwargs and args and type(args[0]) is Tracked:
-        if len(args) == 2 and type(args[1]) is Tracked:
-            return _binary(args[0], args[1], func)
-        return _call_first(func, args[0], args[1:])
-    return call_rule(func, args, kwargs)
+    """A NumPy call on tracked values: `_binary` for two tracked arguments, else `record_operation`."""
+    if not kwargs and len(args) == 2 and type(args[0]) is Tracked and type(args[1]) is Tracked:
+        return _binary(args[0], args[1], func)
+    return record_operation(func, args, kwargs)
 
 
 def _binary(x, y, func):
-    """``func(x, y)`` with two arguments, ``x op y`` for Tracked's arithmetic operators: `_call_per_argument`
-    unrolled for two arguments, since a scalar model's gradient pays this once per operator.
+    """``func(x, y)``, and ``x op y`` for Tracked's arithmetic operators: `record_operation` specialised
+    for a rule with one maker per argument (``rule.binary``), no keywords and no recorder, since a scalar
+    model's gradient pays this once per operator.  A scalar result takes the pullbacks its rule declares
+    (``scalar_backs``; ``bilinear``: the other argument); a scalar product of views holds its partials
+    for their bases (`Tape.view_products`).  Everything else goes to `record_operation`.
     (``func`` comes last: the operators are this very function with ``func`` bound, see `_arithmetic`.)"""
     rule = RULES.get(func)
     tape = x.tape if type(x) is Tracked else y.tape
     if rule is None or not rule.binary or tape.recorder is not None:
-        return call_rule(func, (x, y), {})  # the general path, with its checks and messages
+        return record_operation(func, (x, y), {})
     if tape.closed:
         _check_tape(None, tape)
     if type(x) is Tracked and type(y) is Tracked:
@@ -571,30 +507,23 @@ def _binary(x, y, func):
         xv, yv = x.value, y.value
         ans = rule.plain(xv, yv)
         scalar = type(ans) in FLOAT_SCALARS
-        if scalar and rule.bilinear:  # each partial is the other argument
-            if x.view is not None and y.view is not None:  # a dot of two slices in a loop: no edges to
-                index = len(tape.records)  # sweep, the partials are held for the bases (Tape.view_products)
-                products = tape.view_products[x.index]
-                products.append(x.view)  # three appends: half the time of += (x.view, index, yv) here
-                products.append(index)
-                products.append(yv)
-                products = tape.view_products[y.index]
-                products.append(y.view)
-                products.append(index)
-                products.append(xv)
-                record = func
-            else:  # `scalar_pullback` inline, a view's partial paired with its index (`_edge` inline)
-                bx = yv if type(yv) in _FACTORS else multiply_by(yv)
-                by = xv if type(xv) in _FACTORS else multiply_by(xv)
-                record = ((x.index, bx if x.view is None else (x.view, bx)),
-                          (y.index, by if y.view is None else (y.view, by))), func
+        if scalar and rule.bilinear and x.view is not None and y.view is not None:
+            index = len(tape.records)  # a dot of two slices in a loop: no edges to sweep
+            products = tape.view_products[x.index]
+            products.append(x.view)  # three appends: half the time of += (x.view, index, yv) here
+            products.append(index)
+            products.append(yv)
+            products = tape.view_products[y.index]
+            products.append(y.view)
+            products.append(index)
+            products.append(xv)
+            record = func
         else:
-            if scalar and rule.scalar_backs is not None:
+            if scalar and rule.bilinear:
+                backs = (scalar_pullback(yv), scalar_pullback(xv))
+            elif scalar and rule.scalar_backs is not None:
                 backs = rule.scalar_backs
-            elif scalar and rule.scalar_partials is not None:
-                dx, dy = rule.scalar_partials
-                backs = (scalar_pullback(dx(ans, xv, yv)), scalar_pullback(dy(ans, xv, yv)))
-            elif _is_float(ans):
+            elif scalar or _is_float(ans):
                 backs = (rule.makers[0](ans, xv, yv), rule.makers[1](ans, xv, yv))
             else:
                 return constant_result(func, ans)
@@ -608,13 +537,11 @@ def _binary(x, y, func):
             tape.keep(constant)
         ans = rule.plain(*values)
         scalar = type(ans) in FLOAT_SCALARS
-        if scalar and rule.scalar_backs is not None:
-            back = rule.scalar_backs[k]
-        elif scalar and rule.bilinear:
+        if scalar and rule.bilinear:
             back = scalar_pullback(values[1 - k])
-        elif scalar and rule.scalar_partials is not None:
-            back = scalar_pullback(rule.scalar_partials[k](ans, *values))
-        elif _is_float(ans):
+        elif scalar and rule.scalar_backs is not None:
+            back = rule.scalar_backs[k]
+        elif scalar or _is_float(ans):
             back = rule.makers[k](ans, *values)
         else:
             return constant_result(func, ans)
@@ -639,46 +566,6 @@ def _binary(x, y, func):
     out.index = index
     out.view = None
     return out
-
-
-def _call_first(func, x, rest):
-    """``func(x, *rest)`` with only ``x`` tracked (``x[i]``, ``np.exp(x)``, ``np.sum(x, 0)``):
-    `_call_per_argument` without its search for tracked arguments."""
-    rule = RULES.get(func)
-    tape = x.tape
-    if rule is None or rule.kind != PER_ARGUMENT or tape.recorder is not None or Tracked in map(type, rest):
-        return call_rule(func, (x,) + rest, {})
-    if tape.closed:
-        _check_tape(None, tape)
-    xv = x.value
-    ans = rule.plain(xv, *rest)
-    if type(ans) not in FLOAT_SCALARS and not _is_float(ans):
-        return constant_result(func, ans)
-    maker = rule.makers[0] if rule.makers else None
-    if maker is None:
-        raise UnsupportedFunctionError(_not_differentiable_message(func, 0))
-    back = maker(ans, xv, *rest)
-    if x.view is not None:
-        back = _edge(x, back)
-    if rest and rule.keeps_arguments:
-        keep_constants(tape, rest)
-    return tape.record(ans, ((x.index, back),), func)
-
-
-def multiply_by(d):
-    """The pullback ``g -> g * d`` of a scalar partial ``d``, as a C call (no Python frame)."""
-    return functools.partial(operator.mul, d)
-
-
-# Partials of a scalar result that a record holds as they are: the sweep multiplies the cotangent
-# by them itself (no pullback object per operation, no call per edge).
-_FACTORS = {np.float64, np.float32, float, int, np.ndarray}
-
-
-def scalar_pullback(d):
-    """The pullback of a scalar result's partial ``d`` as a record holds it: ``d`` itself, if the
-    sweep knows it as a factor, else ``g -> g * d``."""
-    return d if type(d) in _FACTORS else multiply_by(d)
 
 
 def _edges(tracked, backs):
@@ -740,22 +627,6 @@ def tape_of(parents):
     return tape
 
 
-def _record_outputs(func, tape, ans, active, tracked, maker, vargs, kwargs):
-    if active != [0]:
-        raise UnsupportedFunctionError(
-            f"{qualified_name(func)} is differentiable only in its first argument; "
-            "pass the others as constants (db.cut)"
-        )
-    outs = []
-    for j, a in enumerate(ans):
-        if not _is_float(a):
-            outs.append(constant_result(func, a))
-            continue
-        back = maker(j, ans, *vargs, **kwargs)
-        outs.append(a if back is None else tape.record(a, _edges(tracked, (back,)), func))
-    return type(ans)(outs) if type(ans) in (list, tuple) else type(ans)(*outs)  # a named tuple takes fields
-
-
 def _is_float(ans):
     dtype = getattr(ans, "dtype", None)
     return dtype is not None and dtype.kind == "f"
@@ -807,13 +678,6 @@ def _unsupported_message(func):
         f"{name} has no derivative rule in dualbroadcast, so a gradient through it cannot be "
         f"computed. Register one: db.defvjp({name}, lambda ans, x: lambda g: <cotangent of x>) "
         f"(see db.defvjp), or apply {name} to db.cut(x) if you do not need its gradient."
-    )
-
-
-def _not_differentiable_message(func, argnum):
-    return (
-        f"argument {argnum} of {qualified_name(func)} is not differentiable (an index, axis, "
-        "shape or integer argument) but received a tracked value; pass a constant or db.cut(x)"
     )
 
 
@@ -960,7 +824,7 @@ class Tracked:
     dtype = property(lambda self: self.value.dtype)
     ndim = property(lambda self: self._size(np.ndim))
     size = property(lambda self: self._size(np.size))
-    T = property(lambda self: call_rule(np.transpose, (self,), {}))
+    T = property(lambda self: record_operation(np.transpose, (self,), {}))
     real = property(lambda self: self)
 
     def __len__(self):
@@ -999,7 +863,7 @@ class Tracked:
                 view.index = self.index
                 view.view = index
                 return view
-        return _call_first(getitem, self, (index,))  # recorded (and a closed tape's clear error)
+        return record_operation(getitem, (self, index), {})  # recorded (and a closed tape's clear error)
 
     def __repr__(self):
         return f"Tracked({self.value!r})"
@@ -1008,77 +872,77 @@ class Tracked:
     __hash__ = None
 
     def __floordiv__(self, other):
-        return call_rule(np.floor_divide, (self, other), {})
+        return record_operation(np.floor_divide, (self, other), {})
 
     def __rfloordiv__(self, other):
-        return call_rule(np.floor_divide, (other, self), {})
+        return record_operation(np.floor_divide, (other, self), {})
 
     def __mod__(self, other):
-        return call_rule(np.remainder, (self, other), {})
+        return record_operation(np.remainder, (self, other), {})
 
     def __rmod__(self, other):
-        return call_rule(np.remainder, (other, self), {})
+        return record_operation(np.remainder, (other, self), {})
 
     def __matmul__(self, other):
-        return call_rule(np.matmul, (self, other), {})
+        return record_operation(np.matmul, (self, other), {})
 
     def __rmatmul__(self, other):
-        return call_rule(np.matmul, (other, self), {})
+        return record_operation(np.matmul, (other, self), {})
 
     def __neg__(self):
-        return call_rule(np.negative, (self,), {})
+        return record_operation(np.negative, (self,), {})
 
     def __pos__(self):
-        return call_rule(np.positive, (self,), {})
+        return record_operation(np.positive, (self,), {})
 
     def __abs__(self):
-        return call_rule(np.absolute, (self,), {})
+        return record_operation(np.absolute, (self,), {})
 
     def __lt__(self, other):
         if RECORDER.get() is not None:
-            return call_rule(np.less, (self, other), {})
+            return record_operation(np.less, (self, other), {})
         return self.value < value_of(other)
 
     def __le__(self, other):
         if RECORDER.get() is not None:
-            return call_rule(np.less_equal, (self, other), {})
+            return record_operation(np.less_equal, (self, other), {})
         return self.value <= value_of(other)
 
     def __gt__(self, other):
         if RECORDER.get() is not None:
-            return call_rule(np.greater, (self, other), {})
+            return record_operation(np.greater, (self, other), {})
         return self.value > value_of(other)
 
     def __ge__(self, other):
         if RECORDER.get() is not None:
-            return call_rule(np.greater_equal, (self, other), {})
+            return record_operation(np.greater_equal, (self, other), {})
         return self.value >= value_of(other)
 
     def __eq__(self, other):
         if RECORDER.get() is not None:
-            return call_rule(np.equal, (self, other), {})
+            return record_operation(np.equal, (self, other), {})
         return self.value == value_of(other)
 
     def __ne__(self, other):
         if RECORDER.get() is not None:
-            return call_rule(np.not_equal, (self, other), {})
+            return record_operation(np.not_equal, (self, other), {})
         return self.value != value_of(other)
 
     # --- methods: the NumPy function of the same name ------------------------
     def reshape(self, *shape, order="C", copy=None):
         shape = shape[0] if len(shape) == 1 else shape
-        return call_rule(np.reshape, (self, shape), _given(order=(order, "C"), copy=(copy, None)))
+        return record_operation(np.reshape, (self, shape), _given(order=(order, "C"), copy=(copy, None)))
 
     def transpose(self, *axes):
         axes = axes[0] if len(axes) == 1 else (axes or None)
-        return call_rule(np.transpose, (self, axes), {})
+        return record_operation(np.transpose, (self, axes), {})
 
     def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
         keywords = _given(order=(order, "K"), casting=(casting, "unsafe"), subok=(subok, True), copy=(copy, True))
-        return call_rule(astype, (self, dtype), keywords)
+        return record_operation(astype, (self, dtype), keywords)
 
     def flatten(self, order="C"):
-        return call_rule(np.ravel, (self,), _given(order=(order, "C"))).copy()
+        return record_operation(np.ravel, (self,), _given(order=(order, "C"))).copy()
 
 
 def _given(**keywords):
@@ -1109,7 +973,7 @@ for _name, _func in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply)
 
 def _method(func):
     def method(self, *args, **kwargs):
-        return call_rule(func, (self,) + args, kwargs)
+        return record_operation(func, (self,) + args, kwargs)
 
     method.__name__ = func.__name__
     method.__doc__ = f"Same as ``{qualified_name(func)}(x, ...)``."
@@ -1137,7 +1001,7 @@ def primitive(f):
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
         if any(type(a) is Tracked for a in args):
-            return call_rule(wrapper, args, kwargs)
+            return record_operation(wrapper, args, kwargs)
         return f(*args, **kwargs)
 
     wrapper.__wrapped_primitive__ = f

@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import assume, given, note, settings, strategies as st
 
 import dualbroadcast as db
-from dualbroadcast.tape import unbroadcast
+from dualbroadcast.pullbacks import unbroadcast
 
 from .cases import broadcast_shapes, reset_streams, uniform
 

@@ -16,7 +16,8 @@ import pytest
 import dualbroadcast as db
 from dualbroadcast.registry import PER_ARGUMENT, RULES
 from dualbroadcast.rules import BUILTIN_RULES
-from dualbroadcast.tape import Tracked, qualified_name
+from dualbroadcast.numpy_facts import qualified_name
+from dualbroadcast.tape import Tracked
 
 from .cases.elementwise import DOMAINS
 

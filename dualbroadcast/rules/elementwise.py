@@ -1,68 +1,36 @@
-"""Reverse rules of the elementwise functions, built from the `DERIVATIVES` table.
+"""Reverse rules of the elementwise functions, built from the `DERIVATIVES` table, and `defderivative`.
 
-The pullback of argument i is ``unbroadcast(g * ∂f/∂argᵢ, shape of argᵢ)``.  The
-partial is evaluated when the operation is recorded, so the closure keeps only
-that one array (for ``x * c`` that is ``c`` itself), not the arguments.
+The pullback of argument i is ``unbroadcast(g * ∂f/∂argᵢ, shape of argᵢ)``
+(`pullbacks.table_pullback`).  The partial is evaluated when the operation is
+recorded, so the record keeps only that one array (for ``x * c`` that is ``c``
+itself), not the arguments.  What the operators' fast path (`tape._binary`)
+needs is derived from the same table: constant partials give fixed pullbacks
+(``scalar_backs``), partials that are the other argument make a rule bilinear.
 """
-
-import operator
 
 import numpy as np
 
 from ..derivatives import DERIVATIVES
-from ..numpy_facts import OPERATOR_FUNCTIONS, as_dtype
-from ..registry import RULES, defvjp
-from ..tape import multiply_by, unbroadcast
+from ..errors import UnsupportedFunctionError
+from ..numpy_facts import OPERATOR_FUNCTIONS, as_dtype, qualified_name
+from ..pullbacks import table_pullback
+from ..registry import PER_ARGUMENT, RULES, Rule, _implementation
 
 
 def vjp_maker(partial, argnum):
-    """The vjp maker of input ``argnum`` of a ufunc (or np.where) for a table entry ``partial``.
+    """The vjp maker of argument ``argnum`` of a ufunc (or np.where) for a table entry ``partial``.
 
-    The inputs come positionally.  A ufunc's keywords are vetted by the tape, which lets through only
+    The arguments come positionally.  A ufunc's keywords are vetted by the tape, which lets through only
     those that change no derivative (``casting=``, ``order=``, ...); np.where takes none.
     """
     if partial is None:
         return None
-    if callable(partial):
 
-        def maker(ans, *args, **ufunc_keywords):
-            d = partial(ans, *as_dtype(args, ans.dtype))
-            if type(ans) is not np.ndarray:  # a scalar result: all arguments are 0-d
-                return multiply_by(d)
-            shape = getattr(args[argnum], "shape", ())
-            if shape == ans.shape:
-                return lambda g: g * d
-            return lambda g: unbroadcast(g * d, shape)
-
-    elif partial == 1:
-
-        def maker(ans, *args, **ufunc_keywords):
-            if type(ans) is not np.ndarray:
-                return _identity
-            shape = getattr(args[argnum], "shape", ())
-            return _identity if shape == ans.shape else (lambda g: unbroadcast(g, shape))
-
-    elif partial == -1:
-
-        def maker(ans, *args, **ufunc_keywords):
-            if type(ans) is not np.ndarray:
-                return operator.neg
-            shape = getattr(args[argnum], "shape", ())
-            return operator.neg if shape == ans.shape else (lambda g: unbroadcast(-g, shape))
-
-    else:
-
-        def maker(ans, *args, **ufunc_keywords):
-            shape = getattr(args[argnum], "shape", ())
-            if type(ans) is not np.ndarray or shape == ans.shape:
-                return lambda g: g * partial
-            return lambda g: unbroadcast(g * partial, shape)
+    def maker(ans, *args, **ufunc_keywords):
+        d = partial(ans, *as_dtype(args, ans.dtype)) if callable(partial) else partial
+        return table_pullback(d, getattr(args[argnum], "shape", ()), ans.shape)
 
     return maker
-
-
-def _identity(g):
-    return g
 
 
 def clip_vjp(argnum):
@@ -81,19 +49,56 @@ def clip_vjp(argnum):
     return maker
 
 
-def _register():
-    for func, partials in DERIVATIVES.items():
-        if func is np.clip:
-            defvjp(func, *(clip_vjp(i) for i in range(len(partials))))
-        else:
-            defvjp(func, *(vjp_maker(p, i) for i, p in enumerate(partials)))
-    for func, plain in OPERATOR_FUNCTIONS.items():
-        RULES[func].plain = plain
-    RULES[np.add].scalar_backs = (None, None)  # None: the identity, which the sweep applies without a call
-    RULES[np.subtract].scalar_backs = (None, operator.neg)
-    for func in (np.multiply, np.divide, np.power):
-        RULES[func].scalar_partials = DERIVATIVES[func]
-    RULES[np.multiply].bilinear = True
+def defderivative(func, *partials):
+    """Register the partial derivatives of an elementwise ``func``, one formula per argument, for every mode:
+    reverse rules, `db.sum`/`db.broadcast` kernels and prepared replay all read them.
+
+    Each partial is ``d(ans, *args)`` (``ans`` the result), a number for a constant partial, or None for
+    an argument that is not differentiable.  Write formulas with NumPy functions and operators only, so
+    that kernels can trace them.  ``func`` is a ufunc (``scipy.special.erf``) or a `db.primitive`.
+
+    >>> @db.primitive
+    ... def softplus(x):
+    ...     return np.logaddexp(0.0, x)
+    >>> db.defderivative(softplus, lambda ans, x: 1 / (1 + np.exp(-x)))
+    >>> db.gradient(lambda x: np.sum(softplus(x)), np.zeros(2))
+    array([0.5, 0.5])
+    """
+    arity = getattr(func, "nin", None)
+    if arity is not None and arity != len(partials):
+        raise UnsupportedFunctionError(
+            f"{qualified_name(func)} takes {arity} argument(s) but {len(partials)} partial(s) were given; "
+            "give one formula (or number, or None) per argument"
+        )
+    for i, d in enumerate(partials):
+        if not (d is None or callable(d) or type(d) in (int, float)):
+            raise UnsupportedFunctionError(
+                f"partial {i} of {qualified_name(func)} is a {type(d).__name__}; give a formula "
+                "d(ans, *args), a number, or None for an argument that is not differentiable"
+            )
+    DERIVATIVES[func] = tuple(partials)
+    _register(func, DERIVATIVES[func])
 
 
-_register()
+def _register(func, partials):
+    """The reverse rule of ``func`` from its table entry, with what `tape._binary` reads derived from it."""
+    makers = [clip_vjp(i) for i in range(len(partials))] if func is np.clip else [
+        vjp_maker(d, i) for i, d in enumerate(partials)]
+    rule = RULES[func] = Rule(_implementation(func), PER_ARGUMENT, tuple(makers))
+    rule.plain = OPERATOR_FUNCTIONS.get(func, rule.impl)
+    if rule.binary and all(type(d) in (int, float) for d in partials):
+        rule.scalar_backs = tuple(table_pullback(d, (), ()) for d in partials)  # None: the identity
+    rule.bilinear = rule.binary and _each_partial_is_the_other_argument(partials)
+
+
+def _each_partial_is_the_other_argument(partials):
+    """Whether ∂f/∂x is y and ∂f/∂y is x (``x * y``): then a scalar record keeps the arguments as partials."""
+    x, y = object(), object()
+    try:
+        return partials[0](None, x, y) is y and partials[1](None, x, y) is x
+    except Exception:  # noqa: BLE001 - a formula that computes cannot run on placeholders: not bilinear
+        return False
+
+
+for _func, _partials in list(DERIVATIVES.items()):
+    _register(_func, _partials)

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import UnsupportedFunctionError
 from ..registry import RULES, defvjp, defvjp_argnum, defvjp_outputs
-from ..tape import unbroadcast
+from ..pullbacks import unbroadcast
 
 
 def matrix_transpose(x):

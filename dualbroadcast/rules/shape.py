@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import UnsupportedFunctionError
 from ..registry import RULES, defvjp, defvjp_outputs, defvjp_sequence
 from ..numpy_facts import astype, getitem
-from ..tape import IndexPullback, unbroadcast
+from ..pullbacks import IndexPullback, unbroadcast
 
 
 # --- helpers ------------------------------------------------------------------

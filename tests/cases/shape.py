@@ -3,7 +3,7 @@
 import numpy as np
 from hypothesis import strategies as st
 
-from dualbroadcast.tape import astype, getitem
+from dualbroadcast.numpy_facts import astype, getitem
 
 from . import Case, X, Y, array_shape, broadcast_shapes, call, uniform
 

@@ -1,0 +1,182 @@
+"""Pullbacks as the backward sweep applies them, and the two builders of forward-mode partials' pullbacks.
+
+A tape record keeps one pullback per tracked argument, in one of these kinds,
+which the sweep (`tape.backward`) applies without asking any rule:
+
+- ``None``: the identity, the cotangent passes as it is (``x + y`` of scalars);
+- a *factor* (a type in `FACTORS`: a number or an array ``d``): ``g * d``, no Python call per edge;
+- an `IndexPullback`: ``g`` added at an index of the argument's one gradient buffer (slices in loops);
+- a pair ``(index, pullback)``: the argument is a view (an unrecorded slice, see `tape.Tracked`),
+  the pullback's cotangent goes at ``index`` of its base's buffer;
+- any other callable: ``g -> cotangent`` (a rule's closure, a bound C method, `Unbroadcast`).
+
+A partial derivative computed in forward mode becomes a pullback in exactly two places:
+`table_pullback` for a partial of the derivative table (``derivatives.DERIVATIVES``: the reverse
+rules of elementwise functions and the operators' fast path), and `kernel_pullback` for a partial
+computed by a `db.sum`/`db.broadcast` kernel.  Beside each, its ``*_source`` twin writes the same
+cotangent as source text for prepared replay's code generator, which asks it instead of knowing
+the formula; ``tests/test_pullbacks.py`` checks each pair computes the same.
+"""
+
+import functools
+import operator
+
+import numpy as np
+
+# Partials a record holds as they are: the sweep multiplies the cotangent by them itself
+# (no pullback object per operation, no call per edge).
+FACTORS = frozenset((np.float64, np.float32, float, int, np.ndarray))
+
+
+def multiply_by(d):
+    """The pullback ``g -> g * d`` of a partial ``d`` the sweep does not take as a factor, as a C call (no frame)."""
+    return functools.partial(operator.mul, d)
+
+
+def scalar_pullback(d):
+    """The pullback of a scalar result's partial ``d`` as a record holds it: ``d`` itself if it is a factor."""
+    return d if type(d) in FACTORS else multiply_by(d)
+
+
+def unbroadcast(g, shape):
+    """Sum ``g`` over the axes that broadcasting added or stretched, back to ``shape``."""
+    gshape = np.shape(g)
+    if gshape == shape:
+        return g
+    lead = len(gshape) - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and gshape[lead + i] != 1
+    )
+    return np.sum(g, axis=axes).reshape(shape)
+
+
+# --- the pullback of a derivative-table partial --------------------------------------------
+def table_pullback(d, shape, out_shape):
+    """The pullback ``g -> g · d`` for a table partial ``d`` of an argument of ``shape`` whose result has
+    ``out_shape``, summed back to ``shape`` where broadcasting stretched the argument."""
+    if shape != out_shape:
+        return Unbroadcast(None if _is(d, 1) else d, shape)
+    if _is(d, 1):
+        return None
+    if _is(d, -1):
+        return operator.neg
+    return scalar_pullback(d)
+
+
+def table_pullback_source(g, d, shape, out_shape):
+    """The cotangent `table_pullback` gives, as source: ``g`` the cotangent's source, ``d`` the partial's
+    source or a number."""
+    term = g if _is(d, 1) else f"(-{g})" if _is(d, -1) else f"({g} * {d})"
+    return term if shape == out_shape else f"unbroadcast({term}, {shape!r})"
+
+
+def _is(d, number):
+    """Whether the partial ``d`` is the Python number ``number`` (not an array or a symbol equal to it)."""
+    return type(d) in (int, float) and d == number
+
+
+class Unbroadcast:
+    """``g -> unbroadcast(g · factor, shape)`` (``factor`` None: 1): a broadcast argument's cotangent."""
+
+    __slots__ = ("factor", "shape")
+
+    def __init__(self, factor, shape):
+        self.factor = factor
+        self.shape = shape
+
+    def __call__(self, g):
+        return unbroadcast(g if self.factor is None else g * self.factor, self.shape)
+
+
+# --- the pullback of a kernel's partial --------------------------------------------------
+def kernel_pullback(partial, shape, out_shape, in_place):
+    """The pullback ``g -> g · ∂f/∂a`` of a kernel argument ``a`` of ``shape`` (``out_shape``: the kernel's
+    result, ``()`` for a sum, whose partial is already reduced to ``shape``).
+
+    ``in_place``: the partial is the kernel's own buffer and the tape is swept once, so it becomes
+    the cotangent in place instead of allocating another array of its size.
+    """
+    if _kernel_partial_fits(np.shape(partial), shape, out_shape):
+        if in_place and type(partial) is np.ndarray and partial.base is None and partial.ndim:
+            return partial.__imul__  # a C call: no frame, no allocation
+        # Not ``partial.__mul__``: the bound method alone holding a large array, NumPy takes it for a
+        # temporary and multiplies in place, so a pullback called twice would scale it twice.
+        return functools.partial(np.multiply, partial)
+    return lambda g: unbroadcast(np.broadcast_to(g * partial, out_shape), shape)
+
+
+def kernel_pullback_source(g, partial, shape, out_shape):
+    """The cotangent `kernel_pullback` gives for a partial of ``shape`` that replay owns (``partial``:
+    its source), as source."""
+    if _kernel_partial_fits(shape, shape, out_shape):
+        return f"np.multiply({partial}, {g}, out={partial})" if shape else f"({g} * {partial})"
+    return f"unbroadcast(np.broadcast_to({g} * {partial}, {out_shape!r}), {shape!r})"
+
+
+def _kernel_partial_fits(partial_shape, shape, out_shape):
+    """Whether ``g · partial`` already has the argument's shape: no sum over broadcast axes."""
+    return partial_shape == shape and (out_shape == () or out_shape == shape)
+
+
+# --- pullbacks into one gradient buffer ------------------------------------------------------
+class IndexPullback:
+    """The pullback of ``x[index]``: ``g`` added at ``index`` of x's one gradient buffer.
+
+    The sweep applies it directly, so a slice in a loop never densifies its
+    cotangent: the buffer is allocated once per backward pass, on first use.
+    ``repeats``: integer-array indices may repeat (``np.add.at`` semantics).
+    ``transform``: reshapes ``g`` first, when the index selects in another layout.
+    """
+
+    __slots__ = ("dtype", "index", "repeats", "shape", "transform")
+
+    def __init__(self, index, shape, dtype, repeats=False, transform=None):
+        self.index = index
+        self.shape = shape
+        self.dtype = dtype
+        self.repeats = repeats
+        self.transform = transform
+
+    def add_into(self, grads, owned, p, g):
+        """The sweep's step: add ``g`` into ``grads[p]``, made our own buffer first."""
+        self.add(own_buffer(grads, owned, p, self.shape, self.dtype), g)
+
+    def add(self, buffer, g):
+        """Add ``g`` at the index into ``buffer`` (x's gradient buffer) in place."""
+        if self.transform is not None:
+            g = self.transform(g)
+        if self.repeats:
+            np.add.at(buffer, self.index, g)
+        else:
+            add_at(buffer, self.index, g)
+
+
+def own_buffer(grads, owned, p, shape, dtype):
+    """``grads[p]`` as a buffer of the sweep's own, safe to add into (zeros on first use)."""
+    buffer = grads[p]
+    if buffer is None:
+        buffer = grads[p] = np.zeros(shape, dtype)
+        owned[p] = True
+    elif not owned[p]:
+        buffer = grads[p] = np.array(buffer, dtype=dtype)
+        owned[p] = True
+    return buffer
+
+
+def add_at(buffer, index, g):
+    """``buffer[index] += g`` for an index without repeats; into the view itself for a basic index."""
+    part = buffer[index]
+    if type(part) is np.ndarray and part.base is buffer:
+        part += g
+    else:
+        buffer[index] += g
+
+
+def apply(back, g):
+    """The cotangent a pullback ``back`` of the kinds a rule's maker returns (None, a factor, a callable)
+    gives for ``g``: what the sweep does inline, for callers outside it (prepared replay)."""
+    if back is None:
+        return g
+    if type(back) in FACTORS:
+        return g * back
+    return back(g)
