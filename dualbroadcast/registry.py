@@ -34,13 +34,16 @@ class Rule:
     ``binary``: one maker for each of two arguments, as operators (``x - y``) need.
     ``scalar_backs``: for constant partials (``x - y``), the pullbacks of a scalar
     result, the same for every call, so recording one calls no maker (None: the identity).
+    ``scalar_partials``: for a scalar result, ``∂f/∂argᵢ(ans, *args)`` per argument, called directly
+    (no maker: for a scalar the partial is the pullback's factor).
     ``bilinear``: ``x * y`` or a dot: for a scalar result ∂f/∂x = y and ∂f/∂y = x, so
     the record keeps the other argument itself (no partial to evaluate).
     ``keeps_arguments``: its pullbacks may read its constant array arguments, which are then
     read-only until the gradient is taken (`Tape.keep`); False for a rule that copies them.
     """
 
-    __slots__ = ("bilinear", "binary", "impl", "keeps_arguments", "kind", "makers", "plain", "scalar_backs")
+    __slots__ = ("bilinear", "binary", "impl", "keeps_arguments", "kind", "makers", "plain", "scalar_backs",
+                 "scalar_partials")
 
     def __init__(self, impl, kind, makers):
         self.impl = impl
@@ -49,6 +52,7 @@ class Rule:
         self.plain = impl
         self.binary = kind == PER_ARGUMENT and len(makers) == 2 and None not in makers
         self.scalar_backs = None
+        self.scalar_partials = None
         self.bilinear = False
         self.keeps_arguments = True
 

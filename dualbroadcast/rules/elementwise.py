@@ -88,6 +88,8 @@ def _register(func, partials):
     rule.plain = OPERATOR_FUNCTIONS.get(func, rule.impl)
     if rule.binary and all(type(d) in (int, float) for d in partials):
         rule.scalar_backs = tuple(table_pullback(d, (), ()) for d in partials)  # None: the identity
+    if rule.binary and all(callable(d) for d in partials):
+        rule.scalar_partials = partials
     rule.bilinear = rule.binary and _each_partial_is_the_other_argument(partials)
 
 
