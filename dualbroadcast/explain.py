@@ -91,34 +91,20 @@ def explain(f, *args):
     tape, out, arguments = _trace(f, args)
     value, _ = _scalar_seed(out, tape)
     operations, everything = [], {}
-    view_partials = _view_product_partials(tape)
-    for index, record in enumerate(tape.records):
-        if record is None:
+    view_partials = tape.view_product_partials()
+    for index in range(len(tape.records)):
+        op = tape.operation(index)
+        if op is None:
             continue
-        if type(record) is tuple:
-            edges, op = record
-            kept = _kept_arrays([back for _, back in edges])
-            active = len(edges)
-        else:  # a product of views, its partials held for their bases (tape.Tape.view_products)
-            op, partials = record, view_partials[index]
-            kept = _kept_arrays(partials)
-            active = len(partials)
+        backs = [back for _, back in tape.edges(index)] or view_partials.get(index, [])
+        kept = _kept_arrays(backs)
         everything.update(kept)
-        operations.append(_operation(op, active, sum(a.nbytes for a in kept.values())))
+        operations.append(_operation(op, len(backs), sum(a.nbytes for a in kept.values())))
     inputs = [
         Argument(k, sum(t is not None for t in a.inputs), sum(t is None for t in a.inputs))
         for k, a in enumerate(arguments)
     ]
     return Explanation(value, inputs, operations, sum(a.nbytes for a in everything.values()))
-
-
-def _view_product_partials(tape):
-    """``{record: [partial, ...]}`` of the products of views a tape holds for their bases."""
-    partials = {}
-    for products in tape.view_products.values():
-        for record, partial in zip(products[1::3], products[2::3]):
-            partials.setdefault(record, []).append(partial)
-    return partials
 
 
 def _operation(op, active, kept):

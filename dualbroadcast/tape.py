@@ -65,6 +65,27 @@ class Tape:
         self.view_products = {}
         self.kept = []
 
+    # --- the record format, read by explain and replay through these (the sweep reads it inline) ---
+    def operation(self, i):
+        """What made value ``i``: None for an input, else the function (or `broadcast.KernelCall`) recorded."""
+        record = self.records[i]
+        return record[1] if type(record) is tuple else record
+
+    def edges(self, i):
+        """Value ``i``'s ``(parent index, pullback)`` pairs; none for an input, or for a scalar product of
+        views, whose partials the views' bases hold (`view_product_partials`)."""
+        record = self.records[i]
+        return record[0] if type(record) is tuple else ()
+
+    def view_product_partials(self):
+        """``{record: [partial, ...]}`` of the scalar products of views: ``view_products``' flat
+        ``[view index, record, partial, ...]`` lists decoded."""
+        partials = {}
+        for products in self.view_products.values():
+            for record, partial in zip(products[1::3], products[2::3]):
+                partials.setdefault(record, []).append(partial)
+        return partials
+
     def keep(self, a):
         """Make the constant array ``a`` (and the array it views) read-only until `thaw`: a pullback may
         read it, so changed in place after use it would change the gradient without a word.  A flag,
