@@ -18,7 +18,8 @@ from .errors import (
 from .expr import TRACING, Sym
 from .numpy_facts import FLOAT_SCALARS
 from .pytree import Cut, Uncut
-from .tape import ACTIVE_TAPE, RECORDER, Tape, Tracked, backward, settle, thaw, value_of
+from .guards import RECORDER
+from .tape import ACTIVE_TAPE, Tape, Tracked, backward, settle, thaw, value_of
 
 _FLOAT_TYPES = (np.ndarray, float, np.float64, np.float32)
 _PYTHON_FLOAT = {float}

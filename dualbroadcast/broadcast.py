@@ -30,7 +30,8 @@ from .expr import Sym, derivatives, trace, without_cuts
 from .kernels import FORCED_BACKEND, Kernel
 from .numpy_facts import REAL_FLOATS
 from .pullbacks import kernel_pullback
-from .tape import RECORDER, Tracked, _edge, _edges, tape_of
+from .guards import RECORDER
+from .tape import Tracked, _edge, _edges, tape_of
 
 CACHE_SIZE = 512
 _PLAIN = {np.ndarray, float, np.float64, np.float32, Tracked}

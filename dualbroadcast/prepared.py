@@ -24,12 +24,11 @@ import numpy as np
 from . import pytree
 from .api import _Argument, _call_on_tape, _gradients, _prepare, _scalar_seed, value_and_gradient
 from .errors import UnsupportedFunctionError
+from .guards import RECORDER, NotReplayableError
 from .numpy_facts import qualified_name
 from .registry import OUTPUTS
 from .replay import _same, compile_program
 from .tape import (
-    RECORDER,
-    NotReplayableError,
     Tape,
     Tracked,
     _check_tape,

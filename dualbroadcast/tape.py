@@ -22,16 +22,14 @@ from .errors import (
     KernelError,
     StaleValueError,
     UnsupportedFunctionError,
-    ValueConversionError,
 )
 from .pullbacks import FACTORS, IndexPullback, add_at, own_buffer, scalar_pullback
+from .guards import RECORDER, Guarded
 from .numpy_facts import FLOAT_SCALARS, INFIX, REAL_FLOATS, astype, getitem, qualified_name
 from .registry import NONDIFFERENTIABLE, OUTPUTS, PER_ARGUMENT, RULES, SEQUENCE
 
 # The tape of the gradient being evaluated in this thread/context, if any.
 ACTIVE_TAPE = contextvars.ContextVar("dualbroadcast_active_tape", default=None)
-# The recorder of a prepared gradient being recorded (prepared.Recorder), if any.
-RECORDER = contextvars.ContextVar("dualbroadcast_recorder", default=None)
 
 
 class Tape:
@@ -723,27 +721,10 @@ def _unsupported_message(func):
     )
 
 
-_CONVERSION = (
-    "{what} on a tracked value would drop its gradient. Use np.* functions on the array "
-    "(np.exp, not math.exp), or db.cut(x) to read the value without its gradient."
-)
-
-_TO_ARRAY = (
-    "a tracked value (shape {shape}) was turned into a plain NumPy array, which would drop its "
-    "gradient: this happens with np.asarray/np.array, assignment into a NumPy array (a[i] = x) "
-    "and code outside NumPy. Build arrays with np.stack/np.concatenate/np.where instead, or use "
-    "db.cut(x) for the value without its gradient."
-)
-
 _OUT = (
     "{name} with out= or an in-place operator (+=, *=, ...) involving a tracked value would mutate "
     "an array and drop its gradient; write y = {example} instead of an in-place update."
 )
-
-
-class NotReplayableError(ValueConversionError):
-    """A prepared gradient's recording turned a traced argument into a plain array (np.vectorize, np.asarray):
-    a replay could not see its new values, so `prepare_gradient` leaves that call signature to `gradient`."""
 
 
 _UFUNC_KEYWORDS = frozenset(("casting", "order", "subok"))  # they do not change a float result's values
@@ -767,7 +748,7 @@ def _check_ufunc_keywords(ufunc, kwargs):
         )
 
 
-class Tracked:
+class Tracked(Guarded):
     """A value derived from a differentiated input: NumPy operations on it are recorded.
 
     ``view``: for a basic slice ``base[index]`` (a NumPy view), its ``index`` (the base's
@@ -811,75 +792,9 @@ class Tracked:
                 return _binary(x, y, func)  # np.dot of two slices in a loop: one frame less
         return _dispatch(func, args, kwargs)
 
-    def __array__(self, dtype=None, copy=None):
-        recorder = RECORDER.get()
-        if recorder is not None and self.index in recorder.inactive:
-            raise NotReplayableError("a traced argument without a gradient was turned into a plain array")
-        raise ValueConversionError(_TO_ARRAY.format(shape=np.shape(self.value)))
-
-    # --- conversions that would lose the gradient -------------------------
-    def __float__(self):
-        return self._constant(float, "float() or a math.* function")
-
-    def __int__(self):
-        return self._constant(int, "int()")
-
-    def _constant(self, convert, what):
-        """A conversion is allowed only while recording a prepared gradient, of a value with no
-        gradient: it becomes a guard, checked on every replay."""
-        recorder = RECORDER.get()
-        if recorder is not None and self.index in recorder.inactive:
-            return recorder.guard(self, convert)
-        raise ValueConversionError(_CONVERSION.format(what=what))
-
-    def __complex__(self):
-        raise ValueConversionError(_CONVERSION.format(what="complex()"))
-
-    def __round__(self, ndigits=None):
-        raise ValueConversionError(_CONVERSION.format(what="round()") + " For a rounded array, use np.round(x).")
-
-    def __format__(self, spec):
-        """Formats the value (f"{x:.3f}"): printing reads it and drops no gradient."""
-        return format(self.value, spec)
-
-    def __index__(self):
-        return self._constant(operator.index, "using it as an index")
-
-    def item(self, *args):
-        raise ValueConversionError(_CONVERSION.format(what=".item()"))
-
-    def tolist(self):
-        raise ValueConversionError(_CONVERSION.format(what=".tolist()"))
-
-    def __setitem__(self, index, value):
-        raise InPlaceMutationError(
-            "x[...] = v would mutate a tracked array in place and drop its gradient; build the "
-            "new array instead: np.where(mask, v, x), np.concatenate, or x + np.eye(...) * v"
-        )
-
-    def __bool__(self):
-        recorder = RECORDER.get()
-        return bool(self.value) if recorder is None else recorder.guard(self, bool)
-
-    # --- array attributes -------------------------------------------------
-    shape = property(lambda self: self._size(np.shape))
-    dtype = property(lambda self: self.value.dtype)
-    ndim = property(lambda self: self._size(np.ndim))
-    size = property(lambda self: self._size(np.size))
+    # --- array attributes and views -------------------------------------
     T = property(lambda self: record_operation(np.transpose, (self,), {}))
     real = property(lambda self: self)
-
-    def __len__(self):
-        return self._size(len)
-
-    def __iter__(self):
-        return (self[i] for i in range(self._size(len)))
-
-    def _size(self, measure):
-        """``measure(value)`` (its shape, size, length): while a prepared gradient is recorded, a guard,
-        since a size can depend on data (``d[d > 0]``) and the replay must not reuse a stale one."""
-        recorder = RECORDER.get()
-        return measure(self.value) if recorder is None else recorder.guard(self, measure)
 
     def __getitem__(self, index):
         tape = self.tape
@@ -940,36 +855,6 @@ class Tracked:
     def __abs__(self):
         return record_operation(np.absolute, (self,), {})
 
-    def __lt__(self, other):
-        if RECORDER.get() is not None:
-            return record_operation(np.less, (self, other), {})
-        return self.value < value_of(other)
-
-    def __le__(self, other):
-        if RECORDER.get() is not None:
-            return record_operation(np.less_equal, (self, other), {})
-        return self.value <= value_of(other)
-
-    def __gt__(self, other):
-        if RECORDER.get() is not None:
-            return record_operation(np.greater, (self, other), {})
-        return self.value > value_of(other)
-
-    def __ge__(self, other):
-        if RECORDER.get() is not None:
-            return record_operation(np.greater_equal, (self, other), {})
-        return self.value >= value_of(other)
-
-    def __eq__(self, other):
-        if RECORDER.get() is not None:
-            return record_operation(np.equal, (self, other), {})
-        return self.value == value_of(other)
-
-    def __ne__(self, other):
-        if RECORDER.get() is not None:
-            return record_operation(np.not_equal, (self, other), {})
-        return self.value != value_of(other)
-
     # --- methods: the NumPy function of the same name ------------------------
     def reshape(self, *shape, order="C", copy=None):
         shape = shape[0] if len(shape) == 1 else shape
@@ -1011,6 +896,22 @@ for _name, _func in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply)
                      ("pow", np.power)]:
     setattr(Tracked, f"__{_name}__", _arithmetic(_func, False))
     setattr(Tracked, f"__r{_name}__", _arithmetic(_func, True))
+
+
+def _comparison(func, plain):
+    """``x < y`` and the other comparisons: ``plain`` on the values, a truth value that carries no gradient;
+    recorded as ``func`` while a prepared gradient is recorded, so that a replay recomputes it."""
+    def compare(self, other):
+        if RECORDER.get() is not None:
+            return record_operation(func, (self, other), {})
+        return plain(self.value, value_of(other))
+
+    return compare
+
+
+for _name, _func in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
+                     ("eq", np.equal), ("ne", np.not_equal)]:
+    setattr(Tracked, f"__{_name}__", _comparison(_func, getattr(operator, _name)))
 
 
 def _method(func):

@@ -231,7 +231,8 @@ def test_a_ufunc_where_mask_is_an_error(ufunc):
 # --- methods of tracked values ------------------------------------------------------------------------------------
 def methods_of_ndarray():
     """The methods of Tracked that stand for ndarray's, with a signature to compare."""
-    names = [n for n, v in vars(Tracked).items() if callable(v) and not n.startswith("_") and hasattr(np.ndarray, n)]
+    names = {n for cls in Tracked.__mro__[:-1] for n, v in vars(cls).items()  # its own and its bases' (guards)
+             if callable(v) and not n.startswith("_") and hasattr(np.ndarray, n)}
     return sorted(n for n in names if _has_signature(getattr(np.ndarray, n)))
 
 

@@ -1,0 +1,109 @@
+"""What a tracked value does when code reads it as a plain value: a clear error, or a guard.
+
+Converting a tracked value to a Python number, a bool, an index, a plain array or a list, or
+measuring its shape, would drop its gradient or bake a value into the computation.  In
+`db.gradient` each is an error saying what to write instead (a truth value and a size are read
+as they are: Python control flow works).  While a prepared gradient is recorded, a conversion
+of a value that needs no gradient is a *guard* (`prepared.Recorder.guard`): its result is
+checked on every replay, which records again where it differs.
+"""
+
+import contextvars
+import operator
+
+import numpy as np
+
+from .errors import InPlaceMutationError, ValueConversionError
+
+# The recorder of a prepared gradient being recorded (prepared.Recorder), if any.
+RECORDER = contextvars.ContextVar("dualbroadcast_recorder", default=None)
+
+_CONVERSION = (
+    "{what} on a tracked value would drop its gradient. Use np.* functions on the array "
+    "(np.exp, not math.exp), or db.cut(x) to read the value without its gradient."
+)
+
+_TO_ARRAY = (
+    "a tracked value (shape {shape}) was turned into a plain NumPy array, which would drop its "
+    "gradient: this happens with np.asarray/np.array, assignment into a NumPy array (a[i] = x) "
+    "and code outside NumPy. Build arrays with np.stack/np.concatenate/np.where instead, or use "
+    "db.cut(x) for the value without its gradient."
+)
+
+
+class NotReplayableError(ValueConversionError):
+    """A prepared gradient's recording turned a traced argument into a plain array (np.vectorize, np.asarray):
+    a replay could not see its new values, so `prepare_gradient` leaves that call signature to `gradient`."""
+
+
+class Guarded:
+    """The conversions of `tape.Tracked` (its ``value`` and tape ``index``): errors, or a recorder's guards."""
+
+    __slots__ = ()
+
+    def __array__(self, dtype=None, copy=None):
+        recorder = RECORDER.get()
+        if recorder is not None and self.index in recorder.inactive:
+            raise NotReplayableError("a traced argument without a gradient was turned into a plain array")
+        raise ValueConversionError(_TO_ARRAY.format(shape=np.shape(self.value)))
+
+    def __float__(self):
+        return self._constant(float, "float() or a math.* function")
+
+    def __int__(self):
+        return self._constant(int, "int()")
+
+    def _constant(self, convert, what):
+        """A conversion is allowed only while recording a prepared gradient, of a value with no
+        gradient: it becomes a guard, checked on every replay."""
+        recorder = RECORDER.get()
+        if recorder is not None and self.index in recorder.inactive:
+            return recorder.guard(self, convert)
+        raise ValueConversionError(_CONVERSION.format(what=what))
+
+    def __complex__(self):
+        raise ValueConversionError(_CONVERSION.format(what="complex()"))
+
+    def __round__(self, ndigits=None):
+        raise ValueConversionError(_CONVERSION.format(what="round()") + " For a rounded array, use np.round(x).")
+
+    def __format__(self, spec):
+        """Formats the value (f"{x:.3f}"): printing reads it and drops no gradient."""
+        return format(self.value, spec)
+
+    def __index__(self):
+        return self._constant(operator.index, "using it as an index")
+
+    def item(self, *args):
+        raise ValueConversionError(_CONVERSION.format(what=".item()"))
+
+    def tolist(self):
+        raise ValueConversionError(_CONVERSION.format(what=".tolist()"))
+
+    def __setitem__(self, index, value):
+        raise InPlaceMutationError(
+            "x[...] = v would mutate a tracked array in place and drop its gradient; build the "
+            "new array instead: np.where(mask, v, x), np.concatenate, or x + np.eye(...) * v"
+        )
+
+    def __bool__(self):
+        recorder = RECORDER.get()
+        return bool(self.value) if recorder is None else recorder.guard(self, bool)
+
+    # Sizes: read as they are, but guarded while a prepared gradient is recorded (see `_size`).
+    shape = property(lambda self: self._size(np.shape))
+    dtype = property(lambda self: self.value.dtype)
+    ndim = property(lambda self: self._size(np.ndim))
+    size = property(lambda self: self._size(np.size))
+
+    def __len__(self):
+        return self._size(len)
+
+    def __iter__(self):
+        return (self[i] for i in range(self._size(len)))
+
+    def _size(self, measure):
+        """``measure(value)`` (its shape, size, length): while a prepared gradient is recorded, a guard,
+        since a size can depend on data (``d[d > 0]``) and the replay must not reuse a stale one."""
+        recorder = RECORDER.get()
+        return measure(self.value) if recorder is None else recorder.guard(self, measure)
