@@ -825,35 +825,8 @@ class Tracked(Guarded):
     def __repr__(self):
         return f"Tracked({self.value!r})"
 
-    # --- operators ---------------------------------------------------------
+    # --- operators: set after the class (`_arithmetic`, `_comparison`) -----
     __hash__ = None
-
-    def __floordiv__(self, other):
-        return record_operation(np.floor_divide, (self, other), {})
-
-    def __rfloordiv__(self, other):
-        return record_operation(np.floor_divide, (other, self), {})
-
-    def __mod__(self, other):
-        return record_operation(np.remainder, (self, other), {})
-
-    def __rmod__(self, other):
-        return record_operation(np.remainder, (other, self), {})
-
-    def __matmul__(self, other):
-        return record_operation(np.matmul, (self, other), {})
-
-    def __rmatmul__(self, other):
-        return record_operation(np.matmul, (other, self), {})
-
-    def __neg__(self):
-        return record_operation(np.negative, (self,), {})
-
-    def __pos__(self):
-        return record_operation(np.positive, (self,), {})
-
-    def __abs__(self):
-        return record_operation(np.absolute, (self,), {})
 
     # --- methods: the NumPy function of the same name ------------------------
     def reshape(self, *shape, order="C", copy=None):
@@ -893,9 +866,11 @@ def _arithmetic(func, reflected):
 
 
 for _name, _func in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("truediv", np.divide),
-                     ("pow", np.power)]:
+                     ("pow", np.power), ("floordiv", np.floor_divide), ("mod", np.remainder), ("matmul", np.matmul)]:
     setattr(Tracked, f"__{_name}__", _arithmetic(_func, False))
     setattr(Tracked, f"__r{_name}__", _arithmetic(_func, True))
+for _name, _func in [("neg", np.negative), ("pos", np.positive), ("abs", np.absolute)]:
+    setattr(Tracked, f"__{_name}__", lambda self, func=_func: record_operation(func, (self,), {}))
 
 
 def _comparison(func, plain):
