@@ -9,6 +9,6 @@ if "--threads" in sys.argv[1:-1]:
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS"):
         os.environ[name] = threads
 
-from .suite import main  # noqa: E402
+from .suite import main
 
 sys.exit(main())

@@ -50,7 +50,8 @@ def workloads():
 
     return [
         ("foldminus", lambda: m.foldminus(xs16), lambda lib: lambda: lib.gradient(m.foldminus, xs16)),
-        ("qux 11", lambda: m.qux(True, True, 0.3), lambda lib: lambda: lib.gradient(lambda x: m.qux(True, True, x), 0.3)),
+        ("qux 11", lambda: m.qux(True, True, 0.3),
+         lambda lib: lambda: lib.gradient(lambda x: m.qux(True, True, x), 0.3)),
         ("EAM N=100", lambda: m.eam_numpy(x100), lambda lib: lambda f=eam(lib): lib.gradient(f, x100)),
         ("EAM N=1e6", lambda: m.eam_numpy(x1e6), lambda lib: lambda f=eam(lib): lib.gradient(f, x1e6)),
         ("slices B T=8", lambda: m.slices_columns(W, b, xs),

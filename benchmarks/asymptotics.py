@@ -8,8 +8,12 @@ import numpy as np
 import dualbroadcast as db
 
 from .models import (
-    constant_index_model, constant_projection_model, slices_columns, slices_diag,
-    slices_einsum, slices_hand_gradient,
+    constant_index_model,
+    constant_projection_model,
+    slices_columns,
+    slices_diag,
+    slices_einsum,
+    slices_hand_gradient,
 )
 from .timing import interleaved_medians
 
@@ -22,7 +26,8 @@ def constant_pullbacks(sizes, budget):
     except ImportError:
         autograd = None
     print("\nPullback of p -> c[0]*p and p -> (c @ proj)*p, c constant of size n")
-    print(f"{'n':>10}{'c[0]*p':>14}{'(c@proj)*p':>14}" + (f"{'autograd c[0]*p':>18}{'autograd proj':>16}" if autograd else ""))
+    print(f"{'n':>10}{'c[0]*p':>14}{'(c@proj)*p':>14}"
+          + (f"{'autograd c[0]*p':>18}{'autograd proj':>16}" if autograd else ""))
     rows = {}
     for n in sizes:
         c = np.ones(n)
@@ -30,10 +35,12 @@ def constant_pullbacks(sizes, budget):
         proj[0] = 1.0
         backs = [db.pullback(model, 1.0)[1] for model in (constant_index_model(c), constant_projection_model(c, proj))]
         if autograd:
-            backs += [autograd.make_vjp(model)(1.0)[0] for model in (lambda p: c[0] * p, lambda p: anp.dot(c, proj) * p)]
+            backs += [autograd.make_vjp(model)(1.0)[0]
+                      for model in (lambda p: c[0] * p, lambda p: anp.dot(c, proj) * p)]
         row = interleaved_medians([lambda back=back: back(1.0) for back in backs], budget)
         rows[n] = row
-        print(f"{n:>10.0e}" + "".join(f"{t * 1e6:>12.2f}us" if i < 2 else f"{t * 1e6:>16.2f}us" for i, t in enumerate(row)))
+        print(f"{n:>10.0e}"
+              + "".join(f"{t * 1e6:>12.2f}us" if i < 2 else f"{t * 1e6:>16.2f}us" for i, t in enumerate(row)))
     first, last = rows[sizes[0]], rows[sizes[-1]]
     print(f"  growth from n={sizes[0]:.0e} to n={sizes[-1]:.0e}: "
           f"{last[0] / first[0]:.2f}x and {last[1] / first[1]:.2f}x (target <= 1.5x)")

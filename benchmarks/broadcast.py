@@ -8,8 +8,14 @@ import numpy as np
 import dualbroadcast as db
 
 from .models import (
-    COEFFICIENTS, eam_dualbroadcast, eam_hand_gradient, eam_numpy, poly9_all_uncut,
-    poly9_hand_gradient, poly9_numpy, poly9_one_uncut,
+    COEFFICIENTS,
+    eam_dualbroadcast,
+    eam_hand_gradient,
+    eam_numpy,
+    poly9_all_uncut,
+    poly9_hand_gradient,
+    poly9_numpy,
+    poly9_one_uncut,
 )
 from .timing import ratio_table
 

@@ -6,13 +6,11 @@ import numpy as np
 
 import dualbroadcast as db
 
-
 # --- EAM: p = sum(rho(x)), f = p^2 + p^3 + p^4/4 (the demo's model, under the benchmarks' names) ---
-from dualbroadcast.demo import eam as eam_numpy  # noqa: E402 - the primal, and plain NumPy on the tape
-from dualbroadcast.demo import eam_fused as eam_dualbroadcast  # noqa: E402 - the density sum by db.sum
-from dualbroadcast.demo import eam_hand_gradient, rho  # noqa: E402,F401
-from dualbroadcast.demo import energy as eam_energy  # noqa: E402,F401
-
+from dualbroadcast.demo import eam as eam_numpy  # noqa: F401 - the primal, and plain NumPy on the tape
+from dualbroadcast.demo import eam_fused as eam_dualbroadcast  # noqa: F401 - the density sum by db.sum
+from dualbroadcast.demo import eam_hand_gradient, rho  # noqa: F401
+from dualbroadcast.demo import energy as eam_energy  # noqa: F401
 
 # --- Poly9: sum over points of c0 + c1 x + ... + c9 x^9 ----------------------------------------
 COEFFICIENTS = tuple(1.0 / (k + 1) for k in range(10))

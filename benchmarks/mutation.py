@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import ast
 import collections
+import contextlib
 import difflib
 import io
 import json
@@ -104,10 +105,8 @@ def test_env(tree):
 
 
 def be_nice():
-    try:
+    with contextlib.suppress(OSError):
         os.nice(max(0, 19 - os.nice(0)))
-    except OSError:
-        pass
 
 
 # --------------------------------------------------------------------------- the copy and the session
@@ -415,7 +414,8 @@ def report(workdir, state):
     lines = [(f"# Mutation run: {state['commit'][:12]} seed {state['seed']} sample {state['size']}"
               f" of {state.get('universe', '?')} mutations"), ""]
     if state.get("seconds"):
-        lines.append(f"time: {state['seconds'] / 60:.0f} min (coverage {state.get('coverage_seconds', 0) / 60:.0f} min)")
+        coverage = state.get("coverage_seconds", 0)
+        lines.append(f"time: {state['seconds'] / 60:.0f} min (coverage {coverage / 60:.0f} min)")
     if state.get("broken"):
         lines.append(f"tests failing on the unmutated copy, left out: {', '.join(state['broken'])}")
     lines += ["", "| module | " + " | ".join(kinds) + " |", "|---" * (len(kinds) + 1) + "|"]

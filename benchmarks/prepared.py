@@ -13,7 +13,13 @@ import numpy as np
 import dualbroadcast as db
 
 from .models import (
-    eam_dualbroadcast, eam_hand_gradient, eam_hand_gradient_into, eam_numpy, foldminus, foldminus_hand_gradient, qux,
+    eam_dualbroadcast,
+    eam_hand_gradient,
+    eam_hand_gradient_into,
+    eam_numpy,
+    foldminus,
+    foldminus_hand_gradient,
+    qux,
     qux_hand_gradient,
 )
 from .timing import ratio_table

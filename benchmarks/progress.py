@@ -48,7 +48,7 @@ class Progress:
             return
         fraction = self.done / self.total
         elapsed = time.perf_counter() - self.start
-        filled = int(round(self.width * fraction))
+        filled = round(self.width * fraction)
         text = f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} {elapsed:5.0f}s {label}"
         if self.tty:
             text = text[:119]

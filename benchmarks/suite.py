@@ -24,9 +24,9 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -563,7 +563,8 @@ def _json_default(value):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes and short time budgets (< 3 minutes)")
-    parser.add_argument("--json", default=str(DEFAULT_JSON), help=f"where to write the results (default {DEFAULT_JSON})")
+    parser.add_argument("--json", default=str(DEFAULT_JSON),
+                        help=f"where to write the results (default {DEFAULT_JSON})")
     parser.add_argument("--only", default=None, help=f"comma-separated workloads among {','.join(WORKLOAD_KEYS)}")
     parser.add_argument("--no-peers", action="store_true", help="do not import JAX, PyTorch or autograd")
     parser.add_argument("--budget", type=float, default=None, help="seconds of timed calls per cell")

@@ -5,11 +5,8 @@ mode with vectorised dual arrays.  See DESIGN.md for the contract.
 """
 
 from . import rules  # noqa: F401  (registers every rule)
-from .broadcast import KernelCall, broadcast, clear_cache, elementwise, kernel_log, sum  # noqa: A004
 from .api import check_gradient, cut, gradient, jacobian, pullback, uncut, value_and_gradient
-from .explain import explain
-from .kernels import set_backend
-from .prepared import PreparedGradient, prepare_gradient
+from .broadcast import KernelCall, broadcast, clear_cache, elementwise, kernel_log, sum
 from .errors import (
     ArgumentTypeError,
     DifferentiationError,
@@ -22,13 +19,17 @@ from .errors import (
     UnsupportedFunctionError,
     ValueConversionError,
 )
+from .explain import explain
+from .kernels import set_backend
+from .prepared import PreparedGradient, prepare_gradient
 from .registry import defvjp, defvjp_argnum, defvjp_outputs, defvjp_sequence, nondifferentiable
 from .rules.elementwise import defderivative
 from .tape import primitive
 
 __all__ = [
     "gradient", "value_and_gradient", "broadcast", "sum", "elementwise", "kernel_log", "KernelCall",
-    "set_backend", "clear_cache", "explain", "prepare_gradient", "PreparedGradient", "pullback", "jacobian", "cut", "uncut", "check_gradient",
+    "set_backend", "clear_cache", "explain", "prepare_gradient", "PreparedGradient", "pullback", "jacobian", "cut",
+    "uncut", "check_gradient",
     "defderivative", "defvjp", "defvjp_argnum", "defvjp_sequence", "defvjp_outputs", "nondifferentiable", "primitive",
     "DifferentiationError", "GradientMismatchError", "InPlaceMutationError", "KernelError",
     "NonScalarOutputError", "UnsupportedFunctionError", "ValueConversionError", "ArgumentTypeError",

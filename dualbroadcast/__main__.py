@@ -34,7 +34,7 @@ def main(n=1000, seed=0):
     worst = 0.0
     for label, model in [("db.gradient, plain NumPy (np.sum)", eam), ("db.gradient, fused (db.sum)", eam_fused)]:
         diff = max_relative_difference(db.gradient(model, x), hand)
-        t = median_time(lambda: db.gradient(model, x))
+        t = median_time(lambda model=model: db.gradient(model, x))
         print(f"  {label:34s} {t * 1e6:9.1f} us  ({t / t_hand:4.1f}x hand)   max rel. difference {diff:.2g}")
         worst = max(worst, diff)
     print("  (times: median over repeated runs)")

@@ -126,7 +126,8 @@ def _prepare(tape, args, constants_traced=False):
             arguments.append(_Argument(treedef, leaves, inputs, floats=True))
             continue
         inputs = tape.leaves([
-            (np.float64(leaf) if type(leaf) is float else _float_value(leaf, position, k)) if on and leaf is not None else None
+            (np.float64(leaf) if type(leaf) is float else _float_value(leaf, position, k))
+            if on and leaf is not None else None
             for k, (leaf, on) in enumerate(zip(leaves, flags))
         ])
         every = inputs
@@ -300,10 +301,9 @@ def _python_floats(cotangents):
 def _leaf_gradient(g, original, seen):
     """The gradient of one leaf with its shape and dtype: a buffer of its own, never shared."""
     if type(g) is np.ndarray and type(original) is np.ndarray and g.base is None and g.shape == original.shape \
-            and g.dtype is original.dtype:
-        if g.flags.writeable and id(g) not in seen:  # the usual case: the sweep's own buffer
-            seen.add(id(g))
-            return g
+            and g.dtype is original.dtype and g.flags.writeable and id(g) not in seen:
+        seen.add(id(g))  # the usual case: the sweep's own buffer
+        return g
     if type(original) is float:
         return 0.0 if g is None else float(g)
     dtype = original.dtype
@@ -398,7 +398,8 @@ def pullback(f, *args):
         def back_one(ybar):
             yb = np.array(ybar, dtype=dtype)  # a copy: the gradient may be this very array
             if yb.shape != shape:
-                raise ShapeMismatchError(f"cotangent of shape {yb.shape} for an output of shape {shape}; pass one of the output's shape")
+                raise ShapeMismatchError(
+                    f"cotangent of shape {yb.shape} for an output of shape {shape}; pass one of the output's shape")
             seed = yb[()] if shape == () else yb  # a scalar result's seed as a scalar: cheaper to multiply
             return _one_or_tuple(_gradients(arguments, backward(tape, {out.index: seed})))
 
@@ -414,7 +415,8 @@ def pullback(f, *args):
                 continue
             yb = np.array(yb, dtype=o.dtype)  # a copy: the gradient may be this very array
             if yb.shape != o.shape:
-                raise ShapeMismatchError(f"cotangent of shape {yb.shape} for an output of shape {o.shape}; pass one of the output's shape")
+                raise ShapeMismatchError(
+                    f"cotangent of shape {yb.shape} for an output of shape {o.shape}; pass one of the output's shape")
             seeds[o.index] = seeds[o.index] + yb if o.index in seeds else yb
         grads = backward(tape, seeds) if seeds else None
         return _one_or_tuple(_gradients(arguments, grads))

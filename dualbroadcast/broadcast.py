@@ -83,7 +83,7 @@ def broadcast(f, *args, backend=None):
     return _run(f, args, reduce=False, backend=backend)
 
 
-def sum(f, *args, backend=None):  # noqa: A001 - the contract's name
+def sum(f, *args, backend=None):  # shadows the builtin: the contract's name
     """``np.sum(broadcast(f, *args))``, fused: the summed values are never materialised.
 
     Partials are reduced to each argument's own shape in the forward pass, so a
@@ -134,7 +134,8 @@ def _run(f, args, reduce, backend):
     for leaf, on in zip(leaves, activity):
         if type(leaf) is Tracked or _is_array_input(leaf):
             value = leaf.value if type(leaf) is Tracked else leaf
-            kind = value.dtype if type(value) is np.ndarray else float if type(value) is float else np.result_type(value)
+            kind = value.dtype if type(value) is np.ndarray else (
+                float if type(value) is float else np.result_type(value))
             if type(leaf) is Tracked and on and leaf.index not in inactive:
                 active.append(len(values))
             inputs.append(leaf)
@@ -242,7 +243,8 @@ def _plan(f, kernel, values, active, reduce, call, reads):
     if not reads.pinned or type(f) is not FunctionType or f.__closure__ or not values:
         return
     shape, dtype = np.shape(values[0]), getattr(values[0], "dtype", None)
-    if not all(type(v) is np.ndarray and v.shape == shape and v.dtype == dtype for v in values) or not all(kernel.fresh):
+    if not all(type(v) is np.ndarray and v.shape == shape and v.dtype == dtype for v in values) \
+            or not all(kernel.fresh):
         return
     plan = _Plan(f, kernel, values, active, reduce, call, reads)
     results = plan.whole(*values)
@@ -506,7 +508,8 @@ def _is_data(value):
     kind = type(value)
     if callable(value) and not isinstance(_class_attribute(kind, "__call__"), FunctionType):
         return False
-    return hasattr(value, "__dict__") or (kind.__flags__ & _HEAP_TYPE and any("__slots__" in vars(c) for c in kind.__mro__))
+    return hasattr(value, "__dict__") \
+        or (kind.__flags__ & _HEAP_TYPE and any("__slots__" in vars(c) for c in kind.__mro__))
 
 
 def _is_ours(function):

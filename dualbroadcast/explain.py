@@ -51,7 +51,8 @@ class Explanation:
 
     def _rows(self):
         return [
-            (str(k), op.name, op.mode, str(op.active), str(op.width) if op.mode == "forward" else "-", _bytes(op.kept_bytes))
+            (str(k), op.name, op.mode, str(op.active), str(op.width) if op.mode == "forward" else "-",
+             _bytes(op.kept_bytes))
             for k, op in enumerate(self.operations, start=1)
         ]
 
@@ -80,7 +81,8 @@ class Explanation:
         body = "".join(
             "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in self._rows()
         )
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table><p>{html.escape(self._summary())}</p>"
+        summary = html.escape(self._summary())
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table><p>{summary}</p>"
 
 
 def explain(f, *args):

@@ -641,7 +641,7 @@ def _assign_buffers(kernel, node_dtypes, hoisted, owners=None):
         else:
             name, count = f"w{count}", count + 1
         buffers[node.index] = (name, dtype)
-        for a in set(a.index for a in node.args if type(a) is Sym and a.index in buffers):
+        for a in {a.index for a in node.args if type(a) is Sym and a.index in buffers}:
             if last_use.get(a) == position and a not in owners:
                 free.setdefault(buffers[a][1], []).append(buffers[a][0])
     return buffers

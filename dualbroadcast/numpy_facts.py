@@ -71,7 +71,8 @@ def qualified_name(func):
     if isinstance(func, np.ufunc):
         return _ufunc_name(func)
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
-    public = [part for part in (getattr(func, "__module__", None) or "").split(".") if part and not part.startswith("_")]
+    module = getattr(func, "__module__", None) or ""
+    public = [part for part in module.split(".") if part and not part.startswith("_")]
     if public[:1] == ["numpy"]:
         public[0] = "np"
     return ".".join([*public, name])

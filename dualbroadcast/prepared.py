@@ -248,7 +248,7 @@ def _constants(refs):
 
 
 def _holds_array(value):
-    return type(value) is np.ndarray or type(value) in (tuple, list) and any(map(_holds_array, value))
+    return type(value) is np.ndarray or (type(value) in (tuple, list) and any(map(_holds_array, value)))
 
 
 def _copied(value):
@@ -260,7 +260,7 @@ def _copied(value):
 
 def _holds_traced(items):
     """Whether a tuple or list holds a traced value, at any depth."""
-    return any(type(a) is Tracked or type(a) in (tuple, list) and _holds_traced(a) for a in items)
+    return any(type(a) is Tracked or (type(a) in (tuple, list) and _holds_traced(a)) for a in items)
 
 
 class Program:
@@ -372,7 +372,8 @@ class PreparedGradient:
             return value_and_gradient(self.f, *args)
         try:
             value, seed = _scalar_seed(out, tape)
-            grads = backward(tape, {out.index: seed}) if seed is not None and out.index not in recorder.inactive else None
+            differentiated = seed is not None and out.index not in recorder.inactive
+            grads = backward(tape, {out.index: seed}) if differentiated else None
         finally:
             tape.thaw()  # the steps' constant arrays, read-only while f ran (see `Recorder.hold`)
         recorder.settle()
@@ -430,7 +431,8 @@ def _run(run, program, flat, out):
 def _called_with(arguments, flat):
     """The recorded ``arguments`` with this call's trees and leaves: each gradient takes the type of
     the leaf it is for now (an ``np.float64`` where the recording had a 0-d array: same signature)."""
-    return [_Argument(treedef, leaves, arg.inputs, floats=arg.floats) for arg, (leaves, treedef) in zip(arguments, flat)]
+    return [_Argument(treedef, leaves, arg.inputs, floats=arg.floats)
+            for arg, (leaves, treedef) in zip(arguments, flat)]
 
 
 _ARRAYS = (np.ndarray, np.float64, np.float32)
@@ -472,7 +474,8 @@ def _plain_gradients(args, grads):
             continue
         g = grads[k]
         k += 1
-        result.append(float(g) if kind is float else np.array(g, dtype=a.dtype) if kind is np.ndarray else a.dtype.type(g))
+        result.append(float(g) if kind is float
+                      else np.array(g, dtype=a.dtype) if kind is np.ndarray else a.dtype.type(g))
     return result[0] if len(result) == 1 else tuple(result)
 
 

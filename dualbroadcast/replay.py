@@ -19,11 +19,10 @@ import numpy as np
 from .derivatives import DERIVATIVES
 from .expr import UfuncOperators
 from .kernels import _infer_dtypes, _kind, _out_dtypes
-from .registry import OUTPUTS, PER_ARGUMENT, SEQUENCE
-from .rules.linalg import DOT_PULLBACKS
 from .numpy_facts import as_dtype, getitem, source_of
 from .pullbacks import IndexPullback, apply, unbroadcast
-
+from .registry import OUTPUTS, PER_ARGUMENT, SEQUENCE
+from .rules.linalg import DOT_PULLBACKS
 
 
 class Namespace:

@@ -734,7 +734,8 @@ def _check_ufunc_keywords(ufunc, kwargs):
     """A clear error for the keywords of a ufunc call whose effect a rule cannot honour."""
     name = f"np.{ufunc.__name__}"
     if kwargs.get("out") is not None:
-        raise InPlaceMutationError(_OUT.format(name=name, example=f"x {INFIX[ufunc]} y" if ufunc in INFIX else f"{name}(...)"))
+        example = f"x {INFIX[ufunc]} y" if ufunc in INFIX else f"{name}(...)"
+        raise InPlaceMutationError(_OUT.format(name=name, example=example))
     unsupported = sorted(kwargs.keys() - _UFUNC_KEYWORDS - {"out"})
     if "where" in unsupported:
         raise UnsupportedFunctionError(
@@ -785,7 +786,8 @@ class Tracked(Guarded):
     def __array_function__(self, func, types, args, kwargs):
         if kwargs:
             if kwargs.get("out") is not None:
-                raise InPlaceMutationError(_OUT.format(name=qualified_name(func), example=f"{qualified_name(func)}(...)"))
+                name = qualified_name(func)
+                raise InPlaceMutationError(_OUT.format(name=name, example=f"{name}(...)"))
         elif len(args) == 2:
             x, y = args
             if type(x) is Tracked and type(y) is Tracked:
@@ -800,7 +802,7 @@ class Tracked(Guarded):
         tape = self.tape
         kind = type(index)
         if kind is tuple:  # X[:, j] (a loop's column) checked first, in 0.4 us less
-            basic = len(index) == 2 and type(index[0]) is slice and type(index[1]) is int \
+            basic = (len(index) == 2 and type(index[0]) is slice and type(index[1]) is int) \
                 or _BASIC_INDEX.issuperset(map(type, index))
         else:
             basic = kind in _BASIC_INDEX

@@ -434,7 +434,8 @@ for f in (m.dense_layer, m.slices_diag, m.slices_columns, m.slices_einsum):
     print(inspect.getsource(f))
 '''),
         code('''
-variants = {"A diag": (m.slices_diag, True), "B columns": (m.slices_columns, True), "C einsum": (m.slices_einsum, False)}
+variants = {"A diag": (m.slices_diag, True), "B columns": (m.slices_columns, True),
+            "C einsum": (m.slices_einsum, False)}
 forward = {v: [] for v in variants}
 gradient = {v: [] for v in variants}
 rng = np.random.default_rng(0)

@@ -198,21 +198,22 @@ class FrozenCuts(PlainDB):
 def namespace(np_module, db_module, dtype):
     """The globals a program's source runs in."""
     space = {"np": np_module, "db": db_module, "DT": dtype, "math": math}
-    exec(HELPERS, space)  # noqa: S102
+    exec(HELPERS, space)
     return space
 
 
 def compile_program(program, np_module=np, db_module=db, dtype=np.float64):
     """The program's ``f``, its source run with ``np_module``, ``db_module`` and ``DT = dtype``."""
     space = namespace(np_module, db_module, dtype)
-    exec(program.function_source(), space)  # noqa: S102
+    exec(program.function_source(), space)
     return space["f"]
 
 
 def build_inputs(program, replay=0, dtype=np.float64):
     """The program's input values for stream ``replay``, each as its `Input.source` builds it."""
     space = namespace(np, db, dtype)
-    sources = [x.source(s, np.dtype(dtype).name, kind) for x, kind, s in zip(program.inputs, program.kinds(replay), program.streams(replay))]
+    sources = [x.source(s, np.dtype(dtype).name, kind)
+               for x, kind, s in zip(program.inputs, program.kinds(replay), program.streams(replay))]
     return [eval(source, space) for source in sources]
 
 
@@ -252,7 +253,7 @@ def run_steps(steps, space, result):
     """Run ``steps`` in ``space`` (the values by name), noting their kinks and magnitudes in ``result``."""
     for step in steps:
         if step.body:
-            exec("\n".join(step.body.lines()), space)  # noqa: S102
+            exec("\n".join(step.body.lines()), space)
             arguments = [space[r] for r in step.reads[: len(step.body.params)]]
             inner = dict(space, **dict(zip(step.body.params, arguments)))
             run_steps(step.body.steps, inner, result)
@@ -396,7 +397,8 @@ UNARY = [
     ("np.clip({0}, -0.5, 0.75)", lambda a: min(gap(a, -0.5), gap(a, 0.75))),
     ("np.clip({0}, min=-0.5, max=0.75)", lambda a: min(gap(a, -0.5), gap(a, 0.75))),
     ("np.clip({0}, a_min=-0.5, a_max=0.75)", lambda a: min(gap(a, -0.5), gap(a, 0.75))),
-    ("np.clip({0}, None, 0.25)", lambda a: gap(a, 0.25)), ("{0}.clip(-0.5, 0.75)", lambda a: min(gap(a, -0.5), gap(a, 0.75))),
+    ("np.clip({0}, None, 0.25)", lambda a: gap(a, 0.25)),
+    ("{0}.clip(-0.5, 0.75)", lambda a: min(gap(a, -0.5), gap(a, 0.75))),
     ("np.maximum({0}, 0.0)", nearest), ("np.minimum(0.5, {0})", lambda a: gap(a, 0.5)),
     ("np.where({0} > 0.25, {0}, 0.5 * {0})", lambda a: gap(a, 0.25)), ("db.cut({0})", None),
 ]
@@ -413,7 +415,8 @@ BINARY = [
     ("{0} % ({1} * {1} + 0.5)", lambda a, b: to_integer(a / (b * b + 0.5))),
     ("np.fmod({0}, {1} * {1} + 0.5)", lambda a, b: to_integer(a / (b * b + 0.5))),
     ("np.clip({0}, {1} - 1.0, {1} + 1.0)", lambda a, b: min(gap(a, b - 1.0), gap(a, b + 1.0))),
-    ("np.where({0} > {1}, {0} * {1}, {0} - {1})", gap), ("np.where({0} < 0.25, {1}, np.sin({1}))", lambda a, b: gap(a, 0.25)),
+    ("np.where({0} > {1}, {0} * {1}, {0} - {1})", gap),
+    ("np.where({0} < 0.25, {1}, np.sin({1}))", lambda a, b: gap(a, 0.25)),
     ("{0} * db.cut({1})", None),
 ]
 TERNARY = [("np.where({0} > 0.25, {1}, {2})", lambda a, b, c: gap(a, 0.25))]
@@ -462,14 +465,15 @@ def reduction_step(draw, pool, name):
     axis = axis_choice(draw, ndim)
     keepdims = draw(st.booleans()) or None
     covers_last = ndim and (axis is None or ndim - 1 in reduced(axis, ndim))  # each result reads a True (mean)
-    maskable = func in ("sum", "max", "min") or func == "mean" and covers_last
+    maskable = func in ("sum", "max", "min") or (func == "mean" and covers_last)
     mask = mask_text(draw, x.shape[-1]) if ndim and maskable and draw(st.booleans()) else None
     initial = {"max": -100.0, "min": 100.0}.get(func) if mask else None
     ddof = 1 if func in ("var", "std") and draw(st.booleans()) and size(x.shape) > 1 else None
     if ddof and axis is not None and min(x.shape[a] for a in reduced(axis, ndim)) < 2:
         ddof = None
     method = func in ("sum", "mean", "prod", "max", "min", "var", "std") and draw(st.booleans())
-    keywords = keyword_text(axis=axis, keepdims=keepdims, ddof=ddof, initial=initial) + (f", where={mask}" if mask else "")
+    keywords = keyword_text(axis=axis, keepdims=keepdims, ddof=ddof, initial=initial)
+    keywords += f", where={mask}" if mask else ""
     source = f"{{0}}.{func}({keywords[2:]})" if method else f"np.{func}({{0}}{keywords})"
     where = eval(mask) if mask else True
     if func in ("max", "amax", "min", "amin"):
@@ -502,7 +506,8 @@ def norm_step(draw, pool, name):
         axis = draw(st.integers(-ndim, ndim - 1))
         ord = draw(st.sampled_from([None, 1, 2, 3, np.inf, -np.inf]))
     keepdims = draw(st.booleans()) or None
-    ord_text = "" if ord is None else f", ord={'np.inf' if ord == np.inf else '-np.inf' if ord == -np.inf else repr(ord)}"
+    written = "np.inf" if ord == np.inf else "-np.inf" if ord == -np.inf else repr(ord)
+    ord_text = "" if ord is None else f", ord={written}"
     source = f"np.linalg.norm({{0}}{ord_text}, axis={axis}{keyword_text(keepdims=keepdims)})"
     return Step(name, source, (x.name,), lambda a: norm_kink(a, ord, axis))
 
@@ -595,7 +600,8 @@ def join_step(draw, pool, name):
         f"np.stack([{{0}}, {{1}}], axis={axis})", "np.hstack([{0}, {1}])", "np.vstack([{0}, {1}])",
         f"np.concatenate([{{0}}, {{1}}, {{0}}], axis={axis})",
         f"np.split({{0}}, 2, axis={axis})[{draw(st.integers(0, 1))}]",
-        f"np.split({{0}}, [1], axis={axis})[{draw(st.integers(0, 1))}]", f"np.multiply(*np.split({{0}}, 2, axis={axis}))",
+        f"np.split({{0}}, [1], axis={axis})[{draw(st.integers(0, 1))}]",
+        f"np.multiply(*np.split({{0}}, 2, axis={axis}))",
     ]))
     return structural_step(draw, pool, name, template, pair="{1}" in template)
 
@@ -610,7 +616,8 @@ def copies_step(draw, pool, name):
         "np.repeat({0}, 2)", f"np.repeat({{0}}, 2, axis={axis})", f"{{0}}.repeat(2, axis={axis})",
         f"np.repeat({{0}}, np.array({counts}), axis={axis})",
         "np.flip({0})", f"np.flip({{0}}, axis={axis})", "{0}[::-1]", "np.flip({0}, axis=(0, 1))",
-        "np.roll({0}, 1)", f"np.roll({{0}}, {draw(st.integers(-3, 3))}, axis={axis})", "np.roll({0}, (1, -2), axis=(0, 1))",
+        "np.roll({0}, 1)", f"np.roll({{0}}, {draw(st.integers(-3, 3))}, axis={axis})",
+        "np.roll({0}, (1, -2), axis=(0, 1))",
     ]))
     return structural_step(draw, pool, name, template)
 
@@ -846,7 +853,8 @@ def programs(draw, max_steps=8):
         inputs.append(Input(f"x{k}", shape, kind, cut=draw(st.sampled_from([False, False, True]))))
     inputs[0].cut = inputs[0].cut and not all(x.cut for x in inputs)
     program = Program(inputs, [], draw(st.integers(0, 2**16)))
-    program.replay_kinds = [draw(st.sampled_from(SCALAR_KINDS)) if x.shape == () and not x.cut else x.kind for x in inputs]
+    program.replay_kinds = [draw(st.sampled_from(SCALAR_KINDS)) if x.shape == () and not x.cut else x.kind
+                            for x in inputs]
     program.trace = trace(program, build_inputs(program))
     pool = [Value(x.name, x.shape) for x in inputs]
     for k in range(draw(st.sampled_from(range(1, max_steps + 1)))):  # uniform (integers() favours 1), shrinks to 1
@@ -992,9 +1000,11 @@ def check_refused(program):
     except db.DifferentiationError:
         pass
     else:
-        problem = program.trace.kink > KINK_MARGIN and finite_difference_error(program, values, as_tuple(grads, len(values)))
+        problem = program.trace.kink > KINK_MARGIN \
+            and finite_difference_error(program, values, as_tuple(grads, len(values)))
         if problem:
-            fail(f"db.gradient refused the program; the prepared gradient against finite differences: {problem}", snippet(program, lines))
+            fail(f"db.gradient refused the program; the prepared gradient against finite differences: {problem}",
+                 snippet(program, lines))
     f32 = compile_program(program, dtype=np.float32)
     if not refused(lambda: db.gradient(f32, *wrap(program, build_inputs(program, dtype=np.float32)))):
         fail("db.gradient refused the program with a clear error in float64, but not in float32",
@@ -1115,7 +1125,7 @@ def check_jax(program, grads):
     with jax.enable_x64(True), np.errstate(all="ignore"):
         f = compile_program(program, jnp_module, jax_db, jnp.float64)
         values = [jnp.asarray(v) if isinstance(v, np.ndarray) else v for v in build_inputs(program)]
-        want = jax.jit(jax.grad(f, argnums=active))(*values)  # compiled once: faster, and less memory kept, than op by op
+        want = jax.jit(jax.grad(f, argnums=active))(*values)  # compiled once: faster, less memory kept than op by op
     scale = gradient_scale(grads)
     for k, w in zip(active, want):
         problem = difference(grads[k], np.asarray(w), rtol=1e-7, atol=1e-7 * scale, same_type=False)
@@ -1137,7 +1147,8 @@ def check_prepared(program, replays=2):
     for position, r in enumerate(order):
         values = wrap(program, build_inputs(program, r))
         lines.append(f"print(prog({arguments(program, r)}))")
-        script = snippet(program, lines + [f"print(db.gradient(f, {arguments(program, r)}))"], [k for k in order[: position + 1] if k])
+        script = snippet(program, lines + [f"print(db.gradient(f, {arguments(program, r)}))"],
+                         [k for k in order[: position + 1] if k])
         what = f"the prepared gradient (call {position + 1})"
         want, error = outcome(lambda v=values: db.gradient(f, *v))
         if error is not None:
@@ -1171,7 +1182,8 @@ def check_float32(program, grads):
     values = build_inputs(program, dtype=np.float32)
     script = snippet(program, [f"print(db.gradient(f, {arguments(program)}))"], dtype="float32")
     f = compile_program(program, dtype=np.float32)
-    got = as_tuple(attempt(lambda: db.gradient(f, *wrap(program, values)), "db.gradient in float32", script), len(values))
+    got = attempt(lambda: db.gradient(f, *wrap(program, values)), "db.gradient in float32", script)
+    got = as_tuple(got, len(values))
     scale = gradient_scale(grads)
     close = program.trace.kink > FLOAT32_MARGIN
     for x, v, g, g64 in zip(program.inputs, values, got, grads):
@@ -1190,7 +1202,8 @@ def kernel_sources(program, step):
     """Source of a factory ``make(closure values) -> kernel`` and the closure names it takes."""
     local = set(step.body.params) | {s.name for s in step.body.steps}
     closure = sorted({r for s in step.body.steps for r in s.reads if r not in local})
-    lines = [f"def make({', '.join(closure)}):", *("    " + line for line in step.body.lines()), f"    return {step.body.name}"]
+    lines = [f"def make({', '.join(closure)}):", *("    " + line for line in step.body.lines()),
+             f"    return {step.body.name}"]
     return "\n".join(lines), closure
 
 
@@ -1205,7 +1218,7 @@ def kernel_arguments(program, step, backend):
     shape = np.broadcast_shapes(*map(np.shape, values))
     big = (-(-LARGE[backend] // size(shape)),) + shape
     for k, v in enumerate(values):
-        if k == 0 or backend == "blocked" and np.size(v) > 1:
+        if k == 0 or (backend == "blocked" and np.size(v) > 1):
             sources[k] = f"draw({[program.seed, 100, k]}, {big})"
     return sources
 
@@ -1230,7 +1243,7 @@ def check_kernel(program, step, backend, sizes):
     setup = [factory, f"g = make({', '.join(literal(program.trace.values[c]) for c in closure)})"]
     setup += [f"{n} = {source}" for n, source in zip(names, kernel_arguments(program, step, sizes))]
     space = namespace(np, db, np.float64)
-    exec("\n".join(setup), space)  # noqa: S102
+    exec("\n".join(setup), space)
     args = [space[n] for n in names]
     shape = np.broadcast_shapes(*map(np.shape, args))
     setup.append(f"w = weights(1, {shape})")
@@ -1267,7 +1280,8 @@ def kernel_scales(g, args, shape):
     with np.errstate(all="ignore"):
         value = db.value_and_gradient(lambda *a: np.sum(np.abs(np.broadcast_to(g(*a), shape))), *full)[0]
         per_element = as_tuple(db.gradient(lambda *a: np.sum(g(*a)), *full), len(args))
-    scales = [float(np.max(np.abs(unbroadcast_sum(np.abs(p), np.shape(a))), initial=0)) for p, a in zip(per_element, args)]
+    scales = [float(np.max(np.abs(unbroadcast_sum(np.abs(p), np.shape(a))), initial=0))
+              for p, a in zip(per_element, args)]
     return max(1.0, float(value)), [max(1.0, s) for s in scales]
 
 

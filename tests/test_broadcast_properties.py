@@ -1,6 +1,6 @@
 """Forward mode over broadcasts against plain NumPy and the reverse tape, on random expressions.
 
-A random elementwise expression of 1–3 arguments is generated as Python source
+A random elementwise expression of 1-3 arguments is generated as Python source
 and compiled into an ordinary function ``f``: the same function runs on plain
 arrays (the reference value), on tracked arrays (the reverse tape: the reference
 gradient) and on kernel symbols inside ``db.broadcast``/``db.sum`` (under test).
@@ -12,7 +12,8 @@ grow large are skipped, so every comparison is between smooth functions.
 """
 
 import numpy as np
-from hypothesis import assume, given, note, settings, strategies as st
+from hypothesis import assume, given, note, settings
+from hypothesis import strategies as st
 
 import dualbroadcast as db
 from dualbroadcast.pullbacks import unbroadcast
@@ -308,4 +309,4 @@ def test_large_examples_really_run_on_the_forced_backend(p):
     with db.kernel_log() as calls:
         (db.sum if p["reduce"] else db.broadcast)(f, *args, backend=backend)
     assert calls[0].size >= LARGE[backend]
-    assert calls[0].backend == backend or calls[0].backend == "numpy" and backend == "numexpr", calls
+    assert calls[0].backend == backend or (calls[0].backend == "numpy" and backend == "numexpr"), calls

@@ -70,7 +70,7 @@ def test_matmul_with_a_constant_keeps_the_constant_not_the_variable():
         seen["B"] = weakref.ref(B.value)
         return np.sum(A @ B)
 
-    y, back = db.pullback(f, np.ones((40, 3)))
+    _, back = db.pullback(f, np.ones((40, 3)))
     gc.collect()
     assert seen["B"]() is None, "the tape kept the active operand's value, which no cotangent needs"
     np.testing.assert_allclose(back(1.0), 2.0 * np.broadcast_to(A.sum(axis=0)[:, None], (40, 3)))

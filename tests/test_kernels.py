@@ -42,7 +42,7 @@ def test_partial_equal_to_the_value_does_not_alias_it(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_pullback_called_twice_gives_the_same_cotangent(backend):
     x = np.linspace(0.0, 1.0, N)
-    y, back = db.pullback(lambda x: db.sum(lambda r: np.exp(-3 * (r + 1)), x, backend=backend), x)
+    _, back = db.pullback(lambda x: db.sum(lambda r: np.exp(-3 * (r + 1)), x, backend=backend), x)
     first = back(1.0)
     np.testing.assert_allclose(back(2.0), 2 * first)
     np.testing.assert_allclose(first, -3 * np.exp(-3 * (x + 1)))
@@ -59,8 +59,10 @@ KERNELS = {  # name -> (loss of a kernel, extra arguments): literals, copies, wh
     "rho summed": (lambda x, c, y: db.sum(lambda r: np.exp(-3 * (r + 1)), x), ()),
     "partial is the value": (lambda x, c, y: np.sum(db.broadcast(np.exp, x)), ()),
     "literal partial": (lambda x, c, y: np.sum(db.broadcast(lambda r: r * 0.1, x)), ()),
-    "where, weak scalar": (lambda x, c, y: np.sum(db.broadcast(lambda a, b: np.where(a > b, a * b, a - 2.5), x, db.cut(c))), ()),
-    "scalar parameter summed": (lambda x, c, y: db.sum(lambda a, k, z: k * a**2 + np.maximum(a, 0.5) * z, x, c, db.cut(y)), ()),
+    "where, weak scalar": (
+        lambda x, c, y: np.sum(db.broadcast(lambda a, b: np.where(a > b, a * b, a - 2.5), x, db.cut(c))), ()),
+    "scalar parameter summed": (
+        lambda x, c, y: db.sum(lambda a, k, z: k * a**2 + np.maximum(a, 0.5) * z, x, c, db.cut(y)), ()),
 }
 
 
@@ -77,7 +79,8 @@ def _kernel_inputs(name, shape, dtype):
     y = rng.uniform(-1.0, 1.0, (1,) + shape if len(shape) == 1 else shape).astype(dtype)  # (1, n) with (n,)
     loss, _ = KERNELS[name]
     step = _kernel_step(loss, x, 0.25, y)
-    values = [x if type(r) is int and k == 0 else (0.25 if k == 1 and len(step.refs) > 1 else y) for k, r in enumerate(step.refs)]
+    values = [x if type(r) is int and k == 0 else (0.25 if k == 1 and len(step.refs) > 1 else y)
+              for k, r in enumerate(step.refs)]
     active_shapes = [np.shape(values[i]) for i in step.active]
     return step, values, active_shapes
 
@@ -93,7 +96,8 @@ def test_blocked_kernel_equals_whole_array_kernel_around_the_block_size(shape, n
     whole = step.kernel.run("numpy", values, call_shape, size, active_shapes)
     tol = 1e-5 if dtype == np.float32 else 1e-12
     summed = [step.reduce] + [step.reduce and np.prod(s) == 1 for s in active_shapes]
-    for got, expected, total in zip(blocked, [whole[0]] + list(whole[1]), summed):  # a literal partial: one number there
+    # a literal partial: one number there
+    for got, expected, total in zip(blocked, [whole[0]] + list(whole[1]), summed):
         if total:  # block sums are added in another order
             np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * size)
         else:  # the same operations on the same elements

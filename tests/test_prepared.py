@@ -5,7 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import dualbroadcast as db
 from benchmarks.models import COEFFICIENTS, eam_dualbroadcast, eam_hand_gradient, eam_numpy, poly9_one_uncut
@@ -36,7 +37,8 @@ def test_replay_equals_gradient_for_every_rule(case, data):
     def f(*a):
         out = fn(*a)
         outs = out if isinstance(out, (list, tuple)) else [out]
-        return sum(np.sum(o * np.random.default_rng(w_seed + k).standard_normal(np.shape(o))) for k, o in enumerate(outs))
+        return sum(np.sum(o * np.random.default_rng(w_seed + k).standard_normal(np.shape(o)))
+                   for k, o in enumerate(outs))
 
     prog = db.prepare_gradient(f, *args)
     moved = [a * (1 + 1e-3) if isinstance(a, np.ndarray) else type(a)(a * (1 + 1e-3)) for a in args]

@@ -31,7 +31,7 @@ else:
     HAVE_JAX = True
 
 NORMAL = 400
-JAX_SHARE = 5  # the normal run compares one program in JAX_SHARE with jax.grad (JAX's first calls of each shape compile)
+JAX_SHARE = 5  # the normal run compares one program in JAX_SHARE with jax.grad (its first call of a shape compiles)
 LONG = int(os.environ.get("DB_LONG") or 0)  # 0: not asked for; 1: 10^4 programs; N > 1: N programs
 SLOW_DRAWS = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
 
@@ -72,7 +72,8 @@ def test_random_programs_long(request):
 def sine_program():
     """f(x0) = sum(sin(x0) * weights), x0 of shape (3,): smooth, no kernel."""
     x0 = programs.Input("x0", (3,), "array", cut=False)
-    program = programs.Program([x0], [programs.Step("v1", "np.sin({0})", ("x0",))], seed=1, shapes={"x0": (3,), "v1": (3,)})
+    program = programs.Program([x0], [programs.Step("v1", "np.sin({0})", ("x0",))], seed=1,
+                               shapes={"x0": (3,), "v1": (3,)})
     program.trace = programs.trace(program, programs.build_inputs(program))
     return program
 
@@ -90,7 +91,7 @@ def test_each_check_rejects_a_wrong_gradient(monkeypatch):
     programs.check_prepared(program)
     gradient = programs.db.gradient
     monkeypatch.setattr(programs.db, "prepare_gradient", lambda f, *example: lambda *a: gradient(f, *a) * 1.01)
-    with pytest.raises(AssertionError, match="against db.gradient"):
+    with pytest.raises(AssertionError, match=r"against db\.gradient"):
         programs.check_prepared(program)
 
 
@@ -101,5 +102,5 @@ def test_jax_is_compared_when_installed():
     program = sine_program()
     right = programs.check_gradient(program)
     programs.check_jax(program, right)
-    with pytest.raises(AssertionError, match="against jax.grad"):
+    with pytest.raises(AssertionError, match=r"against jax\.grad"):
         programs.check_jax(program, (right[0] * 1.01,))

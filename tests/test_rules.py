@@ -13,7 +13,8 @@ from dualbroadcast.rules import BUILTIN_RULES
 
 from .cases import reset_streams
 
-FAMILIES = [importlib.import_module(f".cases.{name}", __package__) for name in ("elementwise", "reductions", "linalg", "shape")]
+FAMILIES = [importlib.import_module(f".cases.{name}", __package__)
+            for name in ("elementwise", "reductions", "linalg", "shape")]
 CASES = [case for family in FAMILIES for case in family.CASES]
 
 

@@ -3,7 +3,8 @@ the gradient that finite differences and a view-free formulation give."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dualbroadcast as db
 from dualbroadcast.tape import ACTIVE_TAPE, Tape
@@ -213,7 +214,8 @@ def test_products_of_views_with_constants_tracked_values_and_unused_results(term
         total = 0.0
         for k, (kind, a, b) in enumerate(terms):
             u = X[a].ravel() if np.ndim(X[a]) != 1 else X[a]
-            v = {"two views": Y[b], "view and constant": C[b], "view and tracked value": Y[b] * 1.0, "unused": Y[b]}[kind]
+            v = {"two views": Y[b], "view and constant": C[b], "view and tracked value": Y[b] * 1.0,
+                 "unused": Y[b]}[kind]
             v = v.ravel() if np.ndim(Y[b]) != 1 else v
             product = np.dot(u, v)
             if kind != "unused":

@@ -15,9 +15,9 @@ indices, never the arrays.
 import numpy as np
 
 from ..errors import UnsupportedFunctionError
-from ..registry import RULES, defvjp, defvjp_outputs, defvjp_sequence
 from ..numpy_facts import astype, getitem
 from ..pullbacks import IndexPullback, unbroadcast
+from ..registry import RULES, defvjp, defvjp_outputs, defvjp_sequence
 
 
 # --- helpers ------------------------------------------------------------------

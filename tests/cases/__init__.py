@@ -47,7 +47,8 @@ def uniform(draw, shape, dtype, low=-2.0, high=2.0):
 
 def broadcast_shapes(draw, n, max_dims=3, max_side=4):
     """``n`` mutually broadcastable shapes, 0-d and size-1 axes included."""
-    return draw(mutually_broadcastable_shapes(num_shapes=n, min_dims=0, max_dims=max_dims, max_side=max_side)).input_shapes
+    shapes = mutually_broadcastable_shapes(num_shapes=n, min_dims=0, max_dims=max_dims, max_side=max_side)
+    return draw(shapes).input_shapes
 
 
 def array_shape(draw, min_dims=1, max_dims=3, min_side=1, max_side=4):
@@ -84,8 +85,10 @@ def call(draw, func, *args, **kwargs):
     for p in signature.parameters.values():
         if p.name not in arguments and p.kind in NAMED and _has_default(p) and draw(st.booleans()):
             arguments[p.name] = p.default
-    front, named = _form(signature, arguments, draw(st.sampled_from(_positional_counts(signature, arguments, len(args)))))
-    note(f"{getattr(func, '__name__', func)}({', '.join([*map(repr, front), *(f'{k}={v!r}' for k, v in named.items())])})")
+    positional = draw(st.sampled_from(_positional_counts(signature, arguments, len(args))))
+    front, named = _form(signature, arguments, positional)
+    written = [*map(repr, front), *(f"{k}={v!r}" for k, v in named.items())]
+    note(f"{getattr(func, '__name__', func)}({', '.join(written)})")
     return lambda *arrays: func(*_filled(front, arrays), **dict(zip(named, _filled(named.values(), arrays))))
 
 

@@ -59,7 +59,8 @@ def on_grid(x, offset=0.0):
 
 def clip_bounds(draw, dtype, lower_shape, upper_shape):
     """A lower bound in (-1, -0.2) and an upper one in (0.2, 1), half a grid step off the grid."""
-    return on_grid(uniform(draw, lower_shape, dtype, -1, -0.2), 1 / 128), on_grid(uniform(draw, upper_shape, dtype, 0.2, 1), 1 / 128)
+    lower = on_grid(uniform(draw, lower_shape, dtype, -1, -0.2), 1 / 128)
+    return lower, on_grid(uniform(draw, upper_shape, dtype, 0.2, 1), 1 / 128)
 
 
 def build_clip(draw, dtype):

@@ -47,7 +47,9 @@ def build_inner(draw, dtype):
 
 
 def build_outer(draw, dtype):
-    return call(draw, np.outer, X, Y), operands(draw, dtype, array_shape(draw, min_dims=0, max_dims=2), array_shape(draw, min_dims=0, max_dims=2))
+    built = call(draw, np.outer, X, Y)
+    return built, operands(draw, dtype, array_shape(draw, min_dims=0, max_dims=2),
+                           array_shape(draw, min_dims=0, max_dims=2))
 
 
 def build_vdot(draw, dtype):

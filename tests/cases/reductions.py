@@ -1,4 +1,5 @@
-"""Cases for the reductions rules: every function over None / int (negative too) / tuple axes, with and without keepdims."""
+"""Cases for the reductions rules: every function over None / int (negative too) / tuple axes, with and
+without keepdims."""
 
 import numpy as np
 from hypothesis import strategies as st
@@ -26,7 +27,8 @@ def reduction_case(func, kind, keepdims, low=-2.0, high=2.0, min_side=1, **optio
         axis = draw_axis(draw, len(s), kind)
         return call(draw, func, X, axis=axis, keepdims=keepdims, **options), [uniform(draw, s, dtype, low, high)]
 
-    name = f"{func.__name__}_axis_{kind}" + ("_keepdims" if keepdims else "") + "".join(f"_{k}{v}" for k, v in options.items())
+    name = f"{func.__name__}_axis_{kind}" + ("_keepdims" if keepdims else "")
+    name += "".join(f"_{k}{v}" for k, v in options.items())
     return Case(func, build, name=name)
 
 
@@ -100,7 +102,8 @@ def vector_norm_case(ord):
         s = array_shape(draw)
         axis = draw(st.integers(-len(s), len(s) - 1))
         keepdims = draw(st.booleans())
-        return call(draw, np.linalg.norm, X, ord, axis, keepdims), [uniform(draw, s, dtype, 0.2, 2) * np.sign(uniform(draw, s, dtype))]
+        built = call(draw, np.linalg.norm, X, ord, axis, keepdims)
+        return built, [uniform(draw, s, dtype, 0.2, 2) * np.sign(uniform(draw, s, dtype))]
 
     return Case(np.linalg.norm, build, name=f"norm_vector_ord_{ord}")
 
@@ -108,7 +111,8 @@ def vector_norm_case(ord):
 def matrix_norm_case(ord):
     def build(draw, dtype):
         s = array_shape(draw, min_dims=2)
-        axis = tuple(draw(st.lists(st.integers(-len(s), len(s) - 1), min_size=2, max_size=2, unique_by=lambda a: a % len(s))))
+        axes = st.lists(st.integers(-len(s), len(s) - 1), min_size=2, max_size=2, unique_by=lambda a: a % len(s))
+        axis = tuple(draw(axes))
         keepdims = draw(st.booleans())
         return call(draw, np.linalg.norm, X, ord, axis, keepdims), [uniform(draw, s, dtype)]
 
