@@ -1,7 +1,11 @@
 """dualbroadcast: fast automatic differentiation of plain NumPy code.
 
 Reverse mode over array operations; elementwise broadcasts and sums in forward
-mode with vectorised dual arrays.  See DESIGN.md for the contract.
+mode with vectorised dual arrays.  The API contract and the architecture are in
+``docs/design.md`` in the repository; ``README.md`` shows the API by example.
+
+>>> db.gradient(lambda x: np.sum(x ** 2), np.array([1.0, 2.0]))
+array([2., 4.])
 """
 
 from . import rules  # noqa: F401  (registers every rule)

@@ -19,8 +19,9 @@ import contextvars
 import functools
 import math
 import threading
+from collections.abc import Callable
 from types import BuiltinFunctionType, CodeType, FunctionType, MethodType, ModuleType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -56,22 +57,23 @@ class KernelCall(NamedTuple):
 class kernel_log:
     """Context manager collecting a `KernelCall` for every broadcast/sum call inside it.
 
+    >>> f = lambda c: db.sum(lambda x, c: c * x**2, db.cut(np.ones(3)), c)
     >>> with db.kernel_log() as calls:
-    ...     db.gradient(f, 1.0)
-    >>> calls[0].width
-    1
+    ...     g = db.gradient(f, 1.0)
+    >>> calls[0].width, g                  # one partial: c's (x is cut)
+    (1, 3.0)
     """
 
-    def __enter__(self):
+    def __enter__(self) -> list[KernelCall]:
         self.calls = []
         self._token = _log.set(self.calls)
         return self.calls
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         _log.reset(self._token)
 
 
-def broadcast(f, *args, backend=None):
+def broadcast(f: Callable[..., Any], *args: Any, backend: str | None = None) -> Any:
     """``f`` applied elementwise to ``args`` with NumPy broadcasting, differentiated in forward mode.
 
     ``f`` is scalar-style code over NumPy functions and operators (``np.where`` for
@@ -83,7 +85,7 @@ def broadcast(f, *args, backend=None):
     return _run(f, args, reduce=False, backend=backend)
 
 
-def sum(f, *args, backend=None):  # shadows the builtin: the contract's name
+def sum(f: Callable[..., Any], *args: Any, backend: str | None = None) -> Any:  # the contract's name, not the builtin
     """``np.sum(broadcast(f, *args))``, fused: the summed values are never materialised.
 
     Partials are reduced to each argument's own shape in the forward pass, so a
@@ -95,8 +97,15 @@ def sum(f, *args, backend=None):  # shadows the builtin: the contract's name
     return _run(f, args, reduce=True, backend=backend)
 
 
-def elementwise(f):
-    """Decorator: ``f(*args)`` then means ``broadcast(f, *args)``."""
+def elementwise(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator: ``f(*args)`` then means ``broadcast(f, *args)`` (and takes its ``backend=``).
+
+    >>> @db.elementwise
+    ... def cube(r):
+    ...     return r ** 3
+    >>> db.gradient(lambda x: np.sum(cube(x)), np.array([1.0, 2.0]))
+    array([ 3., 12.])
+    """
 
     @functools.wraps(f)
     def wrapper(*args, backend=None):
@@ -601,7 +610,7 @@ def _inline(f, args, reduce):
     return f(*args)
 
 
-def clear_cache():
+def clear_cache() -> None:
     """Forget every compiled kernel (they are rebuilt on demand)."""
     with _cache_lock:
         _cache.clear()

@@ -48,8 +48,10 @@ _NUMEXPR_FUNCTIONS = {
 }
 
 
-def set_backend(name):
-    """Force every kernel onto backend ``name`` ("numpy", "blocked", "numexpr"), or None for automatic."""
+def set_backend(name: str | None) -> None:
+    """Force every kernel onto backend ``name`` ("numpy", "blocked", "numexpr"), or None for automatic.
+
+    The choice holds in the calling thread (a context variable); ``backend=`` on a call overrides it."""
     if name is not None and name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; choose one of {BACKENDS} or None")
     FORCED_BACKEND.set(name)

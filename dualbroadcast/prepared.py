@@ -18,6 +18,8 @@ make ``f`` recorded again; state it reads otherwise is baked in (see
 
 import collections
 import types
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -292,7 +294,7 @@ class PreparedGradient:
     guard that failed: a branch that went another way, or a global rebound).
     """
 
-    def __init__(self, f, example_args):
+    def __init__(self, f: Callable[..., Any], example_args: tuple[Any, ...]) -> None:
         self.f = f
         self.recordings = 0
         self.variants = collections.OrderedDict()  # signature -> [Program, ...]
@@ -300,10 +302,10 @@ class PreparedGradient:
         self.unreplayable = set()  # signatures whose recording cannot be replayed: `gradient` evaluates them
         self._record(example_args, _signature([pytree.flatten(arg) for arg in example_args]))
 
-    def __call__(self, *args, out=None):
+    def __call__(self, *args: Any, out: Any = None) -> Any:
         return self._evaluate(args, out, False)[1]
 
-    def value_and_gradient(self, *args, out=None):
+    def value_and_gradient(self, *args: Any, out: Any = None) -> tuple[Any, Any]:
         return self._evaluate(args, out, True)
 
     def _evaluate(self, args, out, with_value):
@@ -517,12 +519,18 @@ def _one_or_tuple(items):
     return items[0] if len(items) == 1 else tuple(items)
 
 
-def prepare_gradient(f, *example_args):
+def prepare_gradient(f: Callable[..., Any], *example_args: Any) -> PreparedGradient:
     """Record ``f`` once for arguments like ``example_args``; return a fast `PreparedGradient`.
 
-    >>> prog = db.prepare_gradient(loss, x, db.cut(data))
-    >>> g = prog(x2, db.cut(data2))          # replayed, no tracing
-    >>> prog(x3, db.cut(data3), out=buffer)   # gradient written into buffer
+    >>> def loss(x, data):
+    ...     return np.sum((x - data) ** 2)
+    >>> prog = db.prepare_gradient(loss, np.zeros(3), db.cut(np.ones(3)))
+    >>> prog(np.array([1.0, 2.0, 3.0]), db.cut(np.ones(3)))       # replayed, no tracing
+    (array([0., 2., 4.]), None)
+    >>> out = (np.empty(3), None)
+    >>> _ = prog(np.zeros(3), db.cut(np.ones(3)), out=out)          # the gradient written into out
+    >>> out[0], prog.recordings
+    (array([-2., -2., -2.]), 1)
 
     A replay runs the operations on the arguments, not ``f``; what else ``f`` reads is handled so:
 

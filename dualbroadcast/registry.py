@@ -15,6 +15,9 @@ Example, a rule for ``np.sinc``'s own function and for a user function::
     db.defvjp(softplus, lambda ans, x: lambda g: g / (1 + np.exp(-x)))
 """
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from .errors import ShapeMismatchError, UnsupportedFunctionError
@@ -87,10 +90,18 @@ NONDIFFERENTIABLE = set()
 _users_rules = False  # True once the library's own rules are registered: later ones are checked (`_checked`)
 
 
-def defvjp(func, *makers):
+def defvjp(func: Callable[..., Any], *makers: Callable[..., Callable[[Any], Any]] | None) -> None:
     """Register reverse rules for ``func``: one vjp maker per positional argument.
 
-    Use ``None`` for an argument that is never differentiable (an axis, a shape).
+    ``maker(ans, *args, **kwargs)`` returns the pullback ``g -> cotangent of that argument``
+    (of its shape).  Use ``None`` for an argument that is never differentiable (an axis, a shape).
+
+    >>> @db.primitive
+    ... def softplus(x):
+    ...     return np.logaddexp(0.0, x)
+    >>> db.defvjp(softplus, lambda ans, x: lambda g: g / (1 + np.exp(-x)))
+    >>> db.gradient(lambda x: np.sum(softplus(x)), np.zeros(2))
+    array([0.5, 0.5])
     """
     if _users_rules:
         makers = [_checked(func, m, lambda ans, *args, i=i, **kw: (i, args[i])) if m else m
@@ -98,21 +109,21 @@ def defvjp(func, *makers):
     RULES[func] = Rule(_implementation(func), PER_ARGUMENT, tuple(makers))
 
 
-def defvjp_argnum(func, maker):
+def defvjp_argnum(func: Callable[..., Any], maker: Callable[..., Callable[[Any], Any]]) -> None:
     """Register one vjp maker ``maker(argnum, ans, *args, **kw)`` for a variadic ``func``."""
     if _users_rules:
         maker = _checked(func, maker, lambda i, ans, *args, **kw: (i, args[i]))
     RULES[func] = Rule(_implementation(func), BY_ARGNUM, maker)
 
 
-def defvjp_sequence(func, maker):
+def defvjp_sequence(func: Callable[..., Any], maker: Callable[..., Callable[[Any], Any]]) -> None:
     """Register ``maker(k, ans, seq, *rest, **kw)`` for a ``func`` taking a sequence of arrays."""
     if _users_rules:
         maker = _checked(func, maker, lambda k, ans, seq, *rest, **kw: (k, seq[k]))
     RULES[func] = Rule(_implementation(func), SEQUENCE, maker)
 
 
-def defvjp_outputs(func, maker):
+def defvjp_outputs(func: Callable[..., Any], maker: Callable[..., Callable[[Any], Any] | None]) -> None:
     """Register ``maker(j, ans, x, *rest, **kw)`` for output ``j`` of a tuple-valued ``func``.
 
     A maker returning None declares output ``j`` a constant (it is not recorded).
@@ -156,7 +167,7 @@ def _checked(func, maker, argument):
     return checked_maker
 
 
-def nondifferentiable(*funcs):
+def nondifferentiable(*funcs: Callable[..., Any]) -> None:
     """Declare functions whose results carry no gradient (indices, booleans, shapes)."""
     NONDIFFERENTIABLE.update(funcs)
 

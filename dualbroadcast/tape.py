@@ -14,6 +14,8 @@ import inspect
 import operator
 import threading
 import types
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -913,7 +915,7 @@ for _name, _func in [
 Tracked.conj = Tracked.conjugate = lambda self: self
 
 
-def primitive(f):
+def primitive(f: Callable[..., Any]) -> Callable[..., Any]:
     """Make a user function a primitive: tracked arguments are recorded with its rule.
 
     Register the rule with `defvjp` on the decorated function.

@@ -1,0 +1,172 @@
+"""The documentation is true: README's Python blocks and the docstrings' examples run, the design
+document names every public name, links resolve, and the public API has type hints.
+
+Each ```python block of README.md runs on its own in a fresh interpreter (a block may register a
+rule, which must not leak into other tests), from the repository root, so the checkout's package is
+the one imported; a ```text block right after it is what it must print.  Docstring examples run as
+doctests with ``np`` and ``db`` as their only globals, so each example defines what it uses.
+"""
+
+import doctest
+import importlib
+import inspect
+import pkgutil
+import re
+import subprocess
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+
+import dualbroadcast as db
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DESIGN = ROOT / "docs" / "design.md"
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
+
+
+class Block(NamedTuple):
+    """A ```python block: the line of its first line of code, its code, and the ```text block after it."""
+
+    line: int
+    source: str
+    output: str | None
+
+
+def python_blocks(text):
+    """The ```python blocks of a Markdown text, each with the ```text block right after it, if any."""
+    fences = list(FENCE.finditer(text))
+    blocks = []
+    for k, fence in enumerate(fences):
+        if fence.group(1) != "python":
+            continue
+        after = fences[k + 1] if k + 1 < len(fences) else None
+        output = after.group(2) if after and after.group(1) == "text" and after.start() == fence.end() else None
+        blocks.append(Block(text.count("\n", 0, fence.start()) + 2, fence.group(2), output))
+    return blocks
+
+
+def run_block(block, name):
+    """Run ``block`` of the file ``name`` in a fresh interpreter; an exception, or output other than
+    its text block, is an AssertionError naming the block's first line."""
+    source = "\n" * (block.line - 1) + block.source  # the traceback's line numbers are the file's
+    result = subprocess.run([sys.executable, "-"], input=source, capture_output=True, text=True, cwd=ROOT,
+                            timeout=600)
+    where = f"{name}: the python block at line {block.line}"
+    if result.returncode != 0:
+        raise AssertionError(f"{where} failed (line numbers below are {name}'s):\n{result.stderr}")
+    if block.output is not None and result.stdout != block.output:
+        raise AssertionError(f"{where} printed\n{result.stdout}instead of the text block after it:\n{block.output}")
+
+
+README_BLOCKS = python_blocks(README.read_text())
+
+
+@pytest.mark.parametrize("block", README_BLOCKS, ids=lambda block: f"line {block.line}")
+def test_readme_block_runs_on_its_own(block):
+    run_block(block, "README.md")
+
+
+def test_a_broken_block_fails_and_names_its_line():
+    text = "# T\n\n```python\nimport numpy as np\nnp.undefined\n```\n\n```python\nprint(1)\n```\n```text\n2\n```\n"
+    broken, wrong_output = python_blocks(text)
+    assert (broken.line, wrong_output.line, wrong_output.output) == (4, 9, "2\n")
+    with pytest.raises(AssertionError, match=r"(?s)T\.md: the python block at line 4 failed.*line 5.*AttributeError"):
+        run_block(broken, "T.md")
+    with pytest.raises(AssertionError, match=r"line 9 printed\n1\ninstead of the text block after it:\n2"):
+        run_block(wrong_output, "T.md")
+
+
+# --- docstring examples ----------------------------------------------------------------------------
+MODULES = ["dualbroadcast"] + sorted(m.name for m in pkgutil.walk_packages(db.__path__, "dualbroadcast."))
+
+
+def run_doctests(module):
+    """``(failed, attempted, report)`` of the docstring examples of ``module``."""
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)
+    report = []
+    for test in doctest.DocTestFinder().find(module, globs={"np": np, "db": db}):
+        runner.run(test, out=report.append)
+    failed, attempted = runner.summarize(verbose=False)
+    return failed, attempted, "".join(report)
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples_run(name):
+    failed, _, report = run_doctests(importlib.import_module(name))
+    assert not failed, report
+
+
+def test_a_wrong_docstring_example_fails():
+    module = types.ModuleType("wrong")
+    module.__doc__ = ">>> db.gradient(lambda x: x * x, 3.0)\n7.0\n"
+    failed, attempted, report = run_doctests(module)
+    assert (failed, attempted) == (1, 1)
+    assert "Expected:\n    7.0\nGot:\n    6.0" in report
+
+
+def test_the_entry_points_have_examples():
+    examples = {name for name in db.__all__ if ">>>" in (getattr(db, name).__doc__ or "")}
+    assert {"gradient", "value_and_gradient", "pullback", "jacobian", "broadcast", "sum", "cut",
+            "prepare_gradient", "explain", "defvjp"} <= examples
+
+
+# --- the design document and links ------------------------------------------------------------------
+def test_the_design_document_names_every_public_name():
+    text = DESIGN.read_text()
+    missing = [name for name in db.__all__ if not re.search(rf"`(db\.)?{name}\b", text)]
+    assert not missing, f"docs/design.md does not describe {missing}"
+
+
+@pytest.mark.parametrize("path", [README, DESIGN], ids=lambda path: path.name)
+def test_relative_links_resolve(path):
+    targets = re.findall(r"\]\(([^)#\s]+)[^)]*\)", path.read_text())
+    broken = [t for t in targets if "://" not in t and not (path.parent / t).exists()]
+    assert not broken, f"{path.name} links to missing files: {broken}"
+
+
+def test_readme_and_package_docstring_point_at_the_design_document():
+    assert "docs/design.md" in README.read_text() and "docs/design.md" in db.__doc__
+
+
+# --- type hints ------------------------------------------------------------------------------------
+_PUBLIC_DUNDERS = {"__init__", "__call__", "__enter__", "__exit__"}
+
+
+def public_functions():
+    """``(name, function)`` for every function in ``db.__all__`` and the public methods of its classes
+    written in this package (exceptions have none of their own)."""
+    for name in db.__all__:
+        obj = getattr(db, name)
+        if inspect.isfunction(obj):
+            yield name, obj
+        elif inspect.isclass(obj) and not issubclass(obj, (Exception, tuple)):
+            for attribute, member in vars(obj).items():
+                if inspect.isfunction(member) and (not attribute.startswith("_") or attribute in _PUBLIC_DUNDERS):
+                    yield f"{name}.{attribute}", member
+
+
+PUBLIC_FUNCTIONS = list(public_functions())
+
+
+@pytest.mark.parametrize("name, function", PUBLIC_FUNCTIONS, ids=[name for name, _ in PUBLIC_FUNCTIONS])
+def test_public_function_has_type_hints(name, function):
+    signature = inspect.signature(function)
+    missing = [p.name for p in signature.parameters.values() if p.annotation is p.empty and p.name != "self"]
+    assert not missing, f"db.{name}: no type hint for {missing}"
+    assert signature.return_annotation is not signature.empty, f"db.{name}: no return type hint"
+    typing.get_type_hints(function)  # every hint names something that exists
+
+
+def test_type_hints_cover_functions_and_methods():
+    names = {name for name, _ in PUBLIC_FUNCTIONS}
+    assert {"gradient", "primitive", "PreparedGradient.__call__", "kernel_log.__enter__"} <= names
+
+
+def test_the_package_ships_its_type_hints():
+    assert (Path(db.__file__).parent / "py.typed").is_file()
