@@ -19,9 +19,9 @@ from .errors import (
     ValueConversionError,
 )
 from .expr import TRACING, Sym
+from .guards import RECORDER
 from .numpy_facts import FLOAT_SCALARS
 from .pytree import Cut, Uncut
-from .guards import RECORDER
 from .tape import ACTIVE_TAPE, Tape, Tracked, backward, settle, thaw, value_of
 
 _FLOAT_TYPES = (np.ndarray, float, np.float64, np.float32)

@@ -28,10 +28,10 @@ import numpy as np
 from . import pytree
 from .errors import KernelError
 from .expr import Sym, derivatives, trace, without_cuts
+from .guards import RECORDER
 from .kernels import FORCED_BACKEND, Kernel
 from .numpy_facts import REAL_FLOATS
 from .pullbacks import kernel_pullback
-from .guards import RECORDER
 from .tape import Tracked, _edge, _edges, tape_of
 
 CACHE_SIZE = 512

@@ -25,9 +25,9 @@ from .errors import (
     StaleValueError,
     UnsupportedFunctionError,
 )
-from .pullbacks import FACTORS, IndexPullback, add_at, own_buffer, scalar_pullback
 from .guards import RECORDER, Guarded
 from .numpy_facts import FLOAT_SCALARS, INFIX, REAL_FLOATS, astype, getitem, qualified_name
+from .pullbacks import FACTORS, IndexPullback, add_at, own_buffer, scalar_pullback
 from .registry import NONDIFFERENTIABLE, OUTPUTS, PER_ARGUMENT, RULES, SEQUENCE
 
 # The tape of the gradient being evaluated in this thread/context, if any.
@@ -420,7 +420,8 @@ def record_operation(func, args, kwargs):
         args, kwargs = _sequence_by_position(func, kwargs)
     sequence, rest = (args[0], args[1:]) if kind == SEQUENCE else (args, ())
     recorder = RECORDER.get()
-    if (kwargs or rest) and (rule is not None or recorder is not None) and Tracked in map(type, [*kwargs.values(), *rest]):
+    if (kwargs or rest) and (rule is not None or recorder is not None) \
+            and Tracked in map(type, [*kwargs.values(), *rest]):
         raise UnsupportedFunctionError(
             f"{qualified_name(func)} got a tracked value as a keyword argument (or after its sequence of "
             "arrays); pass it positionally so its gradient can be recorded"
@@ -434,7 +435,8 @@ def record_operation(func, args, kwargs):
         raise UnsupportedFunctionError(_unsupported_message(func))  # on traced values that carry no gradient
     call_values = [values, *rest] if kind == SEQUENCE else values
     if rule is None:
-        ans = func(*call_values, **kwargs) if recorder is not None else func(*_strip(call_values), **_strip_dict(kwargs))
+        ans = func(*call_values, **kwargs) if recorder is not None \
+            else func(*_strip(call_values), **_strip_dict(kwargs))
     else:
         ans = rule.impl(*call_values, **kwargs) if kwargs else rule.plain(*call_values)
     if tape is None:

@@ -24,7 +24,7 @@ broadcast_module = sys.modules["dualbroadcast.broadcast"]
 
 def run_source(text, **names):
     """Evaluate a cotangent's source as replay's generated code would."""
-    return eval(text, {"np": np, "unbroadcast": unbroadcast}, names)  # noqa: S307 - our own generated source
+    return eval(text, {"np": np, "unbroadcast": unbroadcast}, names)
 
 
 @st.composite

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import dualbroadcast as db
+from dualbroadcast.numpy_facts import qualified_name
 from dualbroadcast.registry import PER_ARGUMENT, RULES
 from dualbroadcast.rules import BUILTIN_RULES
-from dualbroadcast.numpy_facts import qualified_name
 from dualbroadcast.tape import Tracked
 
 from .cases.elementwise import DOMAINS

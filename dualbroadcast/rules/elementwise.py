@@ -8,6 +8,9 @@ needs is derived from the same table: constant partials give fixed pullbacks
 (``scalar_backs``), partials that are the other argument make a rule bilinear.
 """
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from ..derivatives import DERIVATIVES
@@ -49,7 +52,7 @@ def clip_vjp(argnum):
     return maker
 
 
-def defderivative(func, *partials):
+def defderivative(func: Callable[..., Any], *partials: Callable[..., Any] | float | None) -> None:
     """Register the partial derivatives of an elementwise ``func``, one formula per argument, for every mode:
     reverse rules, `db.sum`/`db.broadcast` kernels and prepared replay all read them.
 

@@ -15,8 +15,8 @@ import string
 import numpy as np
 
 from ..errors import UnsupportedFunctionError
-from ..registry import RULES, defvjp, defvjp_argnum, defvjp_outputs
 from ..pullbacks import unbroadcast
+from ..registry import RULES, defvjp, defvjp_argnum, defvjp_outputs
 
 
 def matrix_transpose(x):
