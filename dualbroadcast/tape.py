@@ -37,12 +37,13 @@ ACTIVE_TAPE = contextvars.ContextVar("dualbroadcast_active_tape", default=None)
 class Tape:
     """A Wengert list: ``records[i]`` is ``(edges, operation)``, one edge ``(parent index, pullback)`` per
     tracked argument; None for an input; the bare operation for a scalar product of views, whose
-    cotangent its views' bases read (see ``view_products``).
+    cotangent its views' bases read (see ``view_products``).  Outside the sweep, read it through
+    `operation`, `edges` and `view_product_partials`.
 
     ``single_sweep``: the tape will be swept once (``gradient``), so a pullback may
     reuse a buffer it owns for its cotangent instead of allocating a new one.
     ``recorder``: the prepared-gradient recorder this tape is recorded by, if any
-    (the fast paths hand its operations to `call_rule`, which asks it).
+    (`_binary` and `Tracked.__getitem__` then leave its operations to `record_operation`, which asks it).
     ``inputs``: how many records at the start are inputs (the sweep stops there).
     ``view_bases``: ``{index: (shape, dtype)}`` of every value that unrecorded slices
     (views, see `Tracked`) were taken of: the shape of the gradient buffer they add into.
