@@ -28,6 +28,7 @@ from .api import _Argument, _call_on_tape, _gradients, _prepare, _scalar_seed, v
 from .errors import UnsupportedFunctionError
 from .guards import RECORDER, NotReplayableError
 from .numpy_facts import qualified_name
+from .program import Const, Guard, KernelStep, Pack, Step
 from .registry import OUTPUTS
 from .replay import _same, compile_program
 from .tape import (
@@ -43,70 +44,6 @@ MAX_VARIANTS = 8
 
 class GuardFailed(Exception):
     """A replayed decision differs from the recorded one: record this case anew."""
-
-
-class Const:
-    """A constant argument of a step (anything not derived from an argument of f)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value):
-        self.value = value
-
-
-class Pack:
-    """A tuple or list argument holding traced values: per item a value index or a `Const`;
-    ``value`` is the recorded one (for its shape)."""
-
-    __slots__ = ("kind", "refs", "value")
-
-    def __init__(self, kind, refs, value):
-        self.kind = kind
-        self.refs = refs
-        self.value = value
-
-
-class Step:
-    """One recorded operation: how to recompute its outputs and rebuild their pullbacks."""
-
-    __slots__ = ("func", "impl", "kind", "refs", "rest", "kwargs", "outs", "active", "makers", "expected")
-
-    def __init__(self, func, impl, kind, refs, rest, kwargs, outs, active, makers, expected=None):
-        self.func = func
-        self.impl = impl
-        self.kind = kind
-        self.refs = refs  # per argument (or sequence element): a value index, a Const or a Pack
-        self.rest = rest  # SEQUENCE: the arguments after the sequence
-        self.kwargs = kwargs
-        self.outs = outs  # per output: its value index, or None for a plain (guarded) result
-        self.active = active  # argument positions whose cotangents are needed
-        self.makers = makers
-        self.expected = expected  # a plain result, checked on replay ({position: result} of a tuple's)
-
-
-class KernelStep:
-    """A broadcast/sum kernel: rerun with the same backend, pullbacks rebuilt from its partials."""
-
-    __slots__ = ("kernel", "refs", "active", "backend", "out", "reduce")
-
-    def __init__(self, kernel, refs, active, backend, out, reduce):
-        self.kernel = kernel
-        self.refs = refs
-        self.active = active
-        self.backend = backend
-        self.out = out
-        self.reduce = reduce
-
-
-class Guard:
-    """A conversion of a traced value (bool, int, float, index) and the result it gave."""
-
-    __slots__ = ("index", "convert", "expected")
-
-    def __init__(self, index, convert, expected):
-        self.index = index
-        self.convert = convert
-        self.expected = expected
 
 
 class Recorder:

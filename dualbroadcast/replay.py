@@ -20,6 +20,7 @@ from .derivatives import DERIVATIVES
 from .expr import UfuncOperators
 from .kernels import _infer_dtypes, _kind, _out_dtypes
 from .numpy_facts import as_dtype, getitem, source_of
+from .program import Const, Guard, KernelStep, Pack, Step, unpacked
 from .pullbacks import IndexPullback, apply, unbroadcast
 from .registry import OUTPUTS, PER_ARGUMENT, SEQUENCE
 from .rules.linalg import DOT_PULLBACKS
@@ -145,7 +146,7 @@ class _Writer:
     def ref(self, r):
         if type(r) is int:
             return f"v{r}"
-        if type(r).__name__ == "Pack":  # a tuple or list of values and constants, built anew
+        if type(r) is Pack:  # a tuple or list of values and constants, built anew
             items = "".join(f"{self.ref(m)}, " for m in r.refs)
             return f"({items})" if r.kind is tuple else f"[{items}]"
         return self.space.bind(r.value)
@@ -165,23 +166,22 @@ class _Writer:
         """The forward steps as `_Block` s, in order."""
         blocks = []
         for k, step in enumerate(self.p.steps):
-            kind = type(step).__name__
-            uses = [f"v{r}" for r in ([step.index] if kind == "Guard" else _indices(step.refs))]
-            if kind == "Guard":
+            uses = [f"v{r}" for r in ([step.index] if type(step) is Guard else _indices(step.refs))]
+            if type(step) is Guard:
                 blocks += self.as_numpy([step.index])
                 convert, expected = self.space.bind(step.convert), self.space.bind(step.expected)
                 blocks.append(_Block([f"    if {convert}(v{step.index}) != {expected}: raise GuardFailed"], [], uses, True))
                 continue
-            if kind == "Step" and step.func == "cut":
+            if type(step) is Step and step.func == "cut":
                 if step.refs[0] in self.floats:
                     self.floats.add(step.outs[0])
                 blocks.append(_Block([f"    v{step.outs[0]} = {self.ref(step.refs[0])}"], [f"v{step.outs[0]}"], uses))
                 continue
-            if kind == "Step" and self.stays_float(step):
+            if type(step) is Step and self.stays_float(step):
                 self.floats.add(step.outs[0])
             else:
                 blocks += self.as_numpy(_indices(step.refs))
-            if kind == "KernelStep":
+            if type(step) is KernelStep:
                 line = f"    v{step.out}, p{step.out} = {self.kernel_runner(step)}({', '.join(self.ref(r) for r in step.refs)})"
                 blocks.append(_Block([line], [f"v{step.out}", f"p{step.out}"], uses))
             elif step.kind == OUTPUTS:  # its plain outputs (a count) are guards
@@ -257,10 +257,9 @@ class _Writer:
             lines.append(f"    g{out} = {self.space.bind(self.known[out])}")
         for k in range(len(p.steps) - 1, -1, -1):
             step = p.steps[k]
-            kind = type(step).__name__
-            if kind == "Guard":
+            if type(step) is Guard:
                 continue
-            if kind == "KernelStep":
+            if type(step) is KernelStep:
                 if step.out in state and step.active:
                     lines += self.kernel_adjoints(step, state)
                 continue
@@ -297,7 +296,7 @@ class _Writer:
             elif self.dot_formulas(step) is not None:
                 other = Src(self.ref(step.refs[1 - i]), self.space)
                 lines += self.accumulate(parent, self.dot_formulas(step)[i](other, Src(f"g{o}", self.space)).text, state)
-            elif type(recorded) is IndexPullback and step.func is getitem and _is_constant(step.refs[1]):
+            elif type(recorded) is IndexPullback and step.func is getitem and type(step.refs[1]) is Const:
                 lines += self.index_add(parent, f"{self.ref(step.refs[1])}", f"g{o}", recorded.repeats, state)
             else:
                 maker = self.maker(step, i, j, k, o)
@@ -443,23 +442,13 @@ def _partials_typed_as_value(kernel, examples):
 
 def _indices(refs):
     """The value indices that references read: their own, and those inside a `Pack`."""
-    found = []
-    for r in refs:
-        if type(r) is int:
-            found.append(r)
-        elif type(r).__name__ == "Pack":
-            found += _indices(r.refs)
-    return found
-
-
-def _is_constant(r):
-    return type(r).__name__ == "Const"
+    return [r for r in unpacked(refs) if type(r) is int]
 
 
 def _is_number(r):
     """A constant the generated code may compute with while it is written: a number, not an array or
     a list, which is read on every call as the forward step reads it (changed in place, both see it)."""
-    return _is_constant(r) and isinstance(r.value, (int, float, np.generic))
+    return type(r) is Const and isinstance(r.value, (int, float, np.generic))
 
 
 class Folded:

@@ -1,0 +1,79 @@
+"""What a prepared recording is made of: its steps and the references they hold to values.
+
+`prepared.Recorder` writes these while ``f`` runs and `replay` turns them into
+code; a module of their own lets both import them (prepared imports replay),
+and each tells a step's kind by its class.
+"""
+
+
+class Const:
+    """A constant argument of a step (anything not derived from an argument of f)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+class Pack:
+    """A tuple or list argument holding traced values: per item a value index or a `Const`;
+    ``value`` is the recorded one (for its shape)."""
+
+    __slots__ = ("kind", "refs", "value")
+
+    def __init__(self, kind, refs, value):
+        self.kind = kind
+        self.refs = refs
+        self.value = value
+
+
+class Step:
+    """One recorded operation: how to recompute its outputs and rebuild their pullbacks."""
+
+    __slots__ = ("func", "impl", "kind", "refs", "rest", "kwargs", "outs", "active", "makers", "expected")
+
+    def __init__(self, func, impl, kind, refs, rest, kwargs, outs, active, makers, expected=None):
+        self.func = func
+        self.impl = impl
+        self.kind = kind
+        self.refs = refs  # per argument (or sequence element): a value index, a Const or a Pack
+        self.rest = rest  # SEQUENCE: the arguments after the sequence
+        self.kwargs = kwargs
+        self.outs = outs  # per output: its value index, or None for a plain (guarded) result
+        self.active = active  # argument positions whose cotangents are needed
+        self.makers = makers
+        self.expected = expected  # a plain result, checked on replay ({position: result} of a tuple's)
+
+
+class KernelStep:
+    """A broadcast/sum kernel: rerun with the same backend, pullbacks rebuilt from its partials."""
+
+    __slots__ = ("kernel", "refs", "active", "backend", "out", "reduce")
+
+    def __init__(self, kernel, refs, active, backend, out, reduce):
+        self.kernel = kernel
+        self.refs = refs
+        self.active = active
+        self.backend = backend
+        self.out = out
+        self.reduce = reduce
+
+
+class Guard:
+    """A conversion of a traced value (bool, int, float, index) and the result it gave."""
+
+    __slots__ = ("index", "convert", "expected")
+
+    def __init__(self, index, convert, expected):
+        self.index = index
+        self.convert = convert
+        self.expected = expected
+
+
+def unpacked(refs):
+    """The references ``refs`` with each `Pack` replaced by its items, at any depth: value indices and `Const` s."""
+    for r in refs:
+        if type(r) is Pack:
+            yield from unpacked(r.refs)
+        else:
+            yield r
