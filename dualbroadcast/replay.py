@@ -4,8 +4,13 @@ Elementwise steps become inline expressions (operators on NumPy scalars cost
 no ufunc dispatch) and their adjoints are rendered from the `DERIVATIVES`
 table through `Src`, an algebra that writes code instead of computing.  Other
 steps call their implementation, and their vjp maker in the backward part.
-Which cotangent is assigned, added or added in place is decided here, once,
-from the recorded order — the generated code has no bookkeeping left.
+
+Three units write it: `_Forward` the forward steps and guards; `_Backward`
+walks the steps last first and writes each argument's cotangent term; and
+`_Cotangents` decides, once, from the recorded order, how each term lands
+(assigned, added, added in place, added now to a number known while writing,
+or a leaf's one kernel product written last, straight into ``out=``) — the
+generated code has no bookkeeping left.
 
 Arguments that were Python floats enter as Python floats: ``+``, ``-``, ``*`` and
 negation on them give what NumPy's float64 gives (IEEE, no exception), and cost
@@ -90,18 +95,18 @@ def compile_program(program, guard_failed):
     """
     space = Namespace()
     space.names["GuardFailed"] = guard_failed
-    writer = _Writer(program, space)
-    blocks = writer.forward()
+    forward = _Forward(program, space)
+    blocks = forward.blocks()
     if program.out is None:
         value = space.bind(program.constant)
-    elif program.out in writer.floats:
+    elif program.out in forward.floats:
         value = f"{space.bind(np.float64)}(v{program.out})"
     else:
         value = f"v{program.out}"
     leaves = f"    {''.join(f'v{i}, ' for _, i in program.leaves)}= leaves"
     functions = []
     for name, returned in (("run", value), ("gradient", "None")):
-        backward = writer.backward(returned)
+        backward = _Backward(program, space).lines(returned)
         needed = set(_LOCAL.findall("\n".join(backward)))
         functions += [f"def {name}(leaves, out=None):", leaves] + _live(blocks, needed) + backward
     source = "\n".join(functions)
@@ -136,17 +141,18 @@ _FLOAT_SAFE = {np.add, np.subtract, np.multiply, np.negative}  # same on Python 
 
 
 class _Writer:
+    """How generated code names a program's values, constants and step calls: what the forward and
+    the backward writer share."""
+
     def __init__(self, program, space):
         self.p = program
         self.space = space
-        self.floats = set(program.float_leaves)  # values that are still Python floats here
-        self.last = {}  # active leaf -> (partial, kernel value): its one product, written last
-        self.known = {}  # value -> its cotangent, a number known while generating
 
     def ref(self, r):
+        """The source of a step's reference: a value, a tuple or list of them built anew, or a constant."""
         if type(r) is int:
             return f"v{r}"
-        if type(r) is Pack:  # a tuple or list of values and constants, built anew
+        if type(r) is Pack:
             items = "".join(f"{self.ref(m)}, " for m in r.refs)
             return f"({items})" if r.kind is tuple else f"[{items}]"
         return self.space.bind(r.value)
@@ -161,52 +167,75 @@ class _Writer:
         kwargs = f", **{self.space.bind(step.kwargs)}" if step.kwargs else ""
         return f"{self.space.bind(step.impl, 's')}({', '.join(args)}{kwargs})"
 
-    # --- forward ---------------------------------------------------------------------
-    def forward(self):
+
+class _Forward(_Writer):
+    """The forward code, a `_Block` per step: values recomputed as recorded, guards checked where they were
+    taken.  ``floats``: the values still Python floats at the point written (the float-safe operators keep them)."""
+
+    def __init__(self, program, space):
+        super().__init__(program, space)
+        self.floats = set(program.float_leaves)
+
+    def blocks(self):
         """The forward steps as `_Block` s, in order."""
         blocks = []
         for k, step in enumerate(self.p.steps):
-            uses = [f"v{r}" for r in ([step.index] if type(step) is Guard else _indices(step.refs))]
             if type(step) is Guard:
                 blocks += self.as_numpy([step.index])
-                convert, expected = self.space.bind(step.convert), self.space.bind(step.expected)
-                blocks.append(_Block([f"    if {convert}(v{step.index}) != {expected}: raise GuardFailed"], [], uses, True))
-                continue
-            if type(step) is Step and step.func == "cut":
-                if step.refs[0] in self.floats:
-                    self.floats.add(step.outs[0])
-                blocks.append(_Block([f"    v{step.outs[0]} = {self.ref(step.refs[0])}"], [f"v{step.outs[0]}"], uses))
-                continue
-            if type(step) is Step and self.stays_float(step):
-                self.floats.add(step.outs[0])
-            else:
+                blocks.append(self.guard(step))
+            elif type(step) is KernelStep:
                 blocks += self.as_numpy(_indices(step.refs))
-            if type(step) is KernelStep:
-                line = f"    v{step.out}, p{step.out} = {self.kernel_runner(step)}({', '.join(self.ref(r) for r in step.refs)})"
-                blocks.append(_Block([line], [f"v{step.out}", f"p{step.out}"], uses))
-            elif step.kind == OUTPUTS:  # its plain outputs (a count) are guards
-                same = self.space.bind(_same)
-                lines = [f"    r{k} = {self.call(step, self.args(step))}"]
-                lines += [f"    v{o} = r{k}[{j}]" for j, o in enumerate(step.outs) if o is not None]
-                lines += [f"    if not {same}(r{k}[{j}], {self.space.bind(a)}): raise GuardFailed" for j, a in step.expected.items()]
-                blocks.append(_Block(lines, [f"r{k}"] + [f"v{o}" for o in step.outs if o is not None], uses, bool(step.expected)))
-            elif step.outs == [None]:
-                same = self.space.bind(_same)
-                line = f"    if not {same}({self.call(step, self.args(step))}, {self.space.bind(step.expected)}): raise GuardFailed"
-                blocks.append(_Block([line], [], uses, True))
-            elif self.inline(step):
-                expression = Src("", self.space)._apply(step.func, [Src(self.ref(r), self.space) for r in step.refs])
-                blocks.append(_Block([f"    v{step.outs[0]} = {expression.text}"], [f"v{step.outs[0]}"], uses))
-            elif step.func is getitem and not step.kwargs:  # x[index] as written, no call of `getitem`
-                line = f"    v{step.outs[0]} = {self.ref(step.refs[0])}[{self.ref(step.refs[1])}]"
-                blocks.append(_Block([line], [f"v{step.outs[0]}"], uses))
+                blocks.append(self.kernel(step))
+            elif step.func == "cut":
+                blocks.append(self.cut(step))
             else:
-                blocks.append(_Block([f"    v{step.outs[0]} = {self.call(step, self.args(step))}"], [f"v{step.outs[0]}"], uses))
+                if self.stays_float(step):
+                    self.floats.add(step.outs[0])
+                else:
+                    blocks += self.as_numpy(_indices(step.refs))
+                blocks.append(self.step(k, step))
         return blocks
+
+    def guard(self, step):
+        convert, expected = self.space.bind(step.convert), self.space.bind(step.expected)
+        line = f"    if {convert}(v{step.index}) != {expected}: raise GuardFailed"
+        return _Block([line], [], [f"v{step.index}"], True)
+
+    def cut(self, step):
+        """``cut(x)``: the same value under a new name (a Python float still)."""
+        if step.refs[0] in self.floats:
+            self.floats.add(step.outs[0])
+        return _Block([f"    v{step.outs[0]} = {self.ref(step.refs[0])}"], [f"v{step.outs[0]}"], _uses(step))
+
+    def kernel(self, step):
+        line = f"    v{step.out}, p{step.out} = {self.kernel_runner(step)}({', '.join(self.ref(r) for r in step.refs)})"
+        return _Block([line], [f"v{step.out}", f"p{step.out}"], _uses(step))
+
+    def step(self, k, step):
+        """A recorded operation: an inline expression, ``x[index]``, or a call of its implementation;
+        its plain results (a shape, a count) are guards."""
+        uses = _uses(step)
+        if step.kind == OUTPUTS:
+            same = self.space.bind(_same)
+            lines = [f"    r{k} = {self.call(step, self.args(step))}"]
+            lines += [f"    v{o} = r{k}[{j}]" for j, o in enumerate(step.outs) if o is not None]
+            lines += [f"    if not {same}(r{k}[{j}], {self.space.bind(a)}): raise GuardFailed" for j, a in step.expected.items()]
+            return _Block(lines, [f"r{k}"] + [f"v{o}" for o in step.outs if o is not None], uses, bool(step.expected))
+        if step.outs == [None]:
+            same = self.space.bind(_same)
+            line = f"    if not {same}({self.call(step, self.args(step))}, {self.space.bind(step.expected)}): raise GuardFailed"
+            return _Block([line], [], uses, True)
+        if _inline(step):
+            expression = Src("", self.space)._apply(step.func, [Src(self.ref(r), self.space) for r in step.refs])
+            return _Block([f"    v{step.outs[0]} = {expression.text}"], [f"v{step.outs[0]}"], uses)
+        if step.func is getitem and not step.kwargs:  # x[index] as written, no call of `getitem`
+            line = f"    v{step.outs[0]} = {self.ref(step.refs[0])}[{self.ref(step.refs[1])}]"
+            return _Block([line], [f"v{step.outs[0]}"], uses)
+        return _Block([f"    v{step.outs[0]} = {self.call(step, self.args(step))}"], [f"v{step.outs[0]}"], uses)
 
     def stays_float(self, step):
         """Whether an inline step on Python floats (and Python number literals) may run on them."""
-        if not (step.func in _FLOAT_SAFE and self.inline(step)):
+        if not (step.func in _FLOAT_SAFE and _inline(step)):
             return False
         return all(r in self.floats if type(r) is int else _python_number(r.value) for r in step.refs)
 
@@ -218,9 +247,6 @@ class _Writer:
                 self.floats.discard(r)
                 blocks.append(_Block([f"    v{r} = {self.space.bind(np.float64)}(v{r})"], [f"v{r}"], [f"v{r}"]))
         return blocks
-
-    def inline(self, step):
-        return step.kind == PER_ARGUMENT and not step.kwargs and step.func in DERIVATIVES and step.func is not np.clip
 
     def kernel_runner(self, step):
         """The kernel on its recorded backend and shapes; blocked with buffers of its own when the
@@ -242,70 +268,74 @@ class _Writer:
 
         return self.space.bind(run if step.reduce else run_full, "k")
 
-    # --- backward --------------------------------------------------------------------
-    def backward(self, value):
+
+class _Backward(_Writer):
+    """The backward code: per step, last first, the terms of its arguments' cotangents, each handed to
+    `_Cotangents` (which decides how it is added); then the gradients returned or written into ``out``."""
+
+    def __init__(self, program, space):
+        super().__init__(program, space)
+        self.cotangents = _Cotangents(program, space)
+
+    def lines(self, value):
         """The adjoints, then the gradients returned (or written into ``out``) with ``value``."""
-        p = self.p
-        out = p.out
-        self.last = {}
-        self.known = {}  # cotangents that are numbers known here
-        state = {}  # per value: None (no cotangent yet), "shared" or "owned"
+        p, cotangents = self.p, self.cotangents
         lines = []
-        if out is not None:  # else f's result is a constant: every gradient is zero
-            self.known[out] = p.meta[out][1].type(1)
-            state[out] = "shared"
-            lines.append(f"    g{out} = {self.space.bind(self.known[out])}")
+        if p.out is not None:  # else f's result is a constant: every gradient is zero
+            lines += cotangents.accumulate(p.out, Folded(p.meta[p.out][1].type(1)))
         for k in range(len(p.steps) - 1, -1, -1):
             step = p.steps[k]
-            if type(step) is Guard:
-                continue
             if type(step) is KernelStep:
-                if step.out in state and step.active:
-                    lines += self.kernel_adjoints(step, state)
-                continue
-            for j, o in enumerate(step.outs):
-                if o is not None and o in state and p.records[o][0]:  # recorded with edges: it has parents
-                    lines += self.adjoints(k, step, j, o, state)
-        for i in p.active_leaves:
-            if i not in state:
-                shape, dtype = p.meta[i]
-                lines.append(f"    g{i} = {self.space.bind(np.zeros)}({shape!r}, {self.space.bind(dtype)})")
-        returned, written = [], []
-        for k, i in enumerate(p.active_leaves):
-            if i in self.last:
-                partial, o = self.last[i]
-                returned += self.product(partial, o, partial, f"g{i} = ")
-                written += self.product(partial, o, f"out[{k}]", "")
-            else:
-                written.append(f"    np.copyto(out[{k}], g{i})")
-        lines.append("    if out is None:")
-        lines += ["    " + line for line in returned]
-        lines.append(f"        return {value}, ({''.join(f'g{i}, ' for i in p.active_leaves)})")
-        lines += written
-        lines.append(f"    return {value}, out")
-        return lines
+                if step.out in cotangents and step.active:
+                    lines += self.kernel_adjoints(step)
+            elif type(step) is Step:
+                for j, o in enumerate(step.outs):
+                    if o is not None and o in cotangents and p.records[o][0]:  # recorded with edges: it has parents
+                        lines += self.adjoints(k, step, j, o)
+        return lines + cotangents.gradients(value)
 
-    def adjoints(self, k, step, j, o, state):
+    def adjoints(self, k, step, j, o):
+        """The contributions of output ``j`` (value ``o``) of step ``k`` to its active arguments."""
         lines = []
         backs = [back for _, back in self.p.records[o][0]]
-        parents = [step.refs[i] for i in step.active]
-        for slot, (i, parent) in enumerate(zip(step.active, parents)):
-            recorded = backs[slot]
-            if self.inline(step):
-                lines += self.accumulate(parent, self.inline_adjoint(step, i, o), state)
-            elif self.dot_formulas(step) is not None:
+        dot = self.dot_formulas(step)
+        for slot, i in enumerate(step.active):
+            parent, recorded = step.refs[i], backs[slot]
+            if _inline(step):
+                lines += self.cotangents.accumulate(parent, self.inline_adjoint(step, i, o))
+            elif dot is not None:
                 other = Src(self.ref(step.refs[1 - i]), self.space)
-                lines += self.accumulate(parent, self.dot_formulas(step)[i](other, Src(f"g{o}", self.space)).text, state)
+                lines += self.cotangents.accumulate(parent, dot[i](other, Src(f"g{o}", self.space)).text)
             elif type(recorded) is IndexPullback and step.func is getitem and type(step.refs[1]) is Const:
-                lines += self.index_add(parent, f"{self.ref(step.refs[1])}", f"g{o}", recorded.repeats, state)
+                index = self.ref(step.refs[1])
+                add = f"np.add.at(g{parent}, {index}, g{o})" if recorded.repeats else f"g{parent}[{index}] += g{o}"
+                lines += self.cotangents.owned(parent) + [f"    {add}"]
+            elif type(recorded) is IndexPullback:
+                lines.append(f"    b = {self.maker(step, i, j, k, o)}")
+                lines += self.cotangents.owned(parent) + [f"    b.add(g{parent}, g{o})"]
             else:
                 maker = self.maker(step, i, j, k, o)
-                if type(recorded) is IndexPullback:
-                    lines.append(f"    b = {maker}")
-                    lines += self.index_add(parent, None, f"g{o}", None, state, back="b")
-                else:
-                    lines += self.accumulate(parent, f"{self.space.bind(apply, 'a')}({maker}, g{o})", state)
+                lines += self.cotangents.accumulate(parent, f"{self.space.bind(apply, 'a')}({maker}, g{o})")
         return lines
+
+    def inline_adjoint(self, step, i, o):
+        """The term of argument ``i`` of an inline step: ``g<o>`` times its partial in the derivative table,
+        summed back to its shape; a `Folded` number when the cotangent and the partial are numbers (the
+        product the code would compute)."""
+        partial = DERIVATIVES[step.func][i]
+        dtype = self.p.meta[o][1]
+        args = as_dtype([r.value if _is_number(r) else Src(self.ref(r), self.space) for r in step.refs], dtype)
+        shape, out_shape = self.p.shape_of(step.refs[i]), self.p.meta[o][0]
+        number = self.cotangents.number(o) if shape == out_shape else None
+        if callable(partial):
+            value = Src(f"v{o}", self.space)
+            d = partial(value, *args)
+            if type(d) is not Src and number is not None:
+                return Folded(number * d)
+            return _table_pullback(f"g{o}", d.text if type(d) is Src else value._of(d), shape, out_shape)
+        if number is not None:
+            return Folded(number if partial == 1 else -number if partial == -1 else number * partial)
+        return _table_pullback(f"g{o}", partial, shape, out_shape)
 
     def dot_formulas(self, step):
         """`DOT_PULLBACKS` for an np.dot of vectors and matrices (as recorded), else None."""
@@ -314,6 +344,7 @@ class _Writer:
         return DOT_PULLBACKS.get(tuple(len(self.p.shape_of(r)) for r in step.refs))
 
     def maker(self, step, i, j, k, o):
+        """A call of the step's recorded vjp maker for argument ``i``: the pullback of this replay."""
         args = self.args(step)
         kwargs = f", **{self.space.bind(step.kwargs)}" if step.kwargs else ""
         if step.kind == OUTPUTS:
@@ -322,54 +353,145 @@ class _Writer:
             return f"{self.space.bind(step.makers[i], 'm')}(v{o}, {', '.join(args)}{kwargs})"
         return f"{self.space.bind(step.makers, 'm')}({i}, v{o}, {', '.join(args)}{kwargs})"
 
-    def inline_adjoint(self, step, i, o):
-        """``g · ∂f/∂argᵢ`` from the derivative table, summed back to argᵢ's shape; a `Folded`
-        number when the cotangent and the partial are numbers (the product the code would compute)."""
-        partial = DERIVATIVES[step.func][i]
-        dtype = self.p.meta[o][1]
-        args = as_dtype([r.value if _is_number(r) else Src(self.ref(r), self.space) for r in step.refs], dtype)
-        shape = self.p.shape_of(step.refs[i])
-        g = self.known.get(o) if shape == self.p.meta[o][0] else None
-        if callable(partial):
-            d = partial(Src(f"v{o}", self.space), *args)
-            if type(d) is not Src and g is not None:
-                return Folded(g * d)
-            term = f"(g{o} * {d.text if type(d) is Src else Src('', self.space)._of(d)})"
-        elif g is not None:
-            return Folded(g if partial == 1 else -g if partial == -1 else g * partial)
-        elif partial == 1:
-            term = f"g{o}"
-        elif partial == -1:
-            term = f"(-g{o})"
-        else:
-            term = f"(g{o} * {partial!r})"
-        if shape != self.p.meta[o][0]:
-            term = f"unbroadcast({term}, {shape!r})"
-        return term
-
-    def kernel_adjoints(self, step, state):
+    def kernel_adjoints(self, step):
+        """The contributions of a kernel's partials ``p<out>``; an active leaf's first one is deferred
+        (`_Cotangents.defer`) when the partial has the leaf's shape."""
         lines = []
         out_shape = () if step.reduce else self.p.meta[step.out][0]
         for slot, i in enumerate(step.active):
             parent = step.refs[i]
             shape = self.p.shape_of(parent)
             partial = f"p{step.out}[{slot}]"
-            if shape == out_shape or step.reduce:
-                if shape and parent in self.p.active_leaves and parent not in state:
-                    self.last[parent] = (partial, step.out)  # written last, into out= if given
-                    state[parent] = "last"
-                    continue
-                if shape:  # a full partial array of our own: it becomes the cotangent
-                    term = f"np.multiply({partial}, g{step.out}, out={partial})"
-                else:
-                    term = f"(g{step.out} * {partial})"
-            else:
-                term = f"unbroadcast(np.broadcast_to(g{step.out} * {partial}, {out_shape!r}), {shape!r})"
-            lines += self.accumulate(parent, term, state)
+            if shape and (shape == out_shape or step.reduce) and self.cotangents.defer(parent, partial, step.out):
+                continue
+            term = _kernel_pullback(f"g{step.out}", partial, shape, out_shape)
+            lines += self.cotangents.accumulate(parent, term)
         return lines
 
+
+class Folded:
+    """A cotangent term computed while generating the code: the same operation on the same numbers."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+
+def _table_pullback(g, d, shape, out_shape):
+    """Source of ``g · d`` for a table partial ``d`` (its source, or a Python number) of an argument of
+    ``shape``, summed back to it from the value's ``out_shape``.  The same arguments as
+    `pullbacks.table_pullback_source`, which is to replace it."""
+    term = g if d == 1 else f"(-{g})" if d == -1 else f"({g} * {d})"
+    return term if shape == out_shape else f"unbroadcast({term}, {shape!r})"
+
+
+def _kernel_pullback(g, partial, shape, out_shape):
+    """Source of ``g · partial`` for a kernel's partial (``partial``: its source) of an argument of ``shape``,
+    summed back to it from the kernel's ``out_shape`` (``()`` for a sum, whose partial has the argument's
+    shape); a partial at the argument's shape is the program's own array, so the product is written into
+    it.  The same arguments as `pullbacks.kernel_pullback_source`, which is to replace it."""
+    if shape == out_shape or out_shape == ():
+        return f"np.multiply({partial}, {g}, out={partial})" if shape else f"({g} * {partial})"
+    return f"unbroadcast(np.broadcast_to({g} * {partial}, {out_shape!r}), {shape!r})"
+
+
+class _Cotangents:
+    """The cotangent ``g<i>`` of each value while the backward code is written, so that the generated code
+    keeps no books.  Per value: none yet, "shared" (maybe another value's array, or a number: never changed
+    in place), "owned" (an array of its own: added to in place) or "last" (an active leaf's one product,
+    deferred to be written straight into ``out=``); and in ``known`` the cotangents that are numbers here,
+    which a `Folded` term is added to now instead of by the generated code."""
+
+    def __init__(self, program, space):
+        self.p = program
+        self.space = space
+        self.state = {}
+        self.known = {}
+        self.last = {}  # active leaf -> (partial, kernel value): its one product, written last
+
+    def __contains__(self, i):
+        """Whether value ``i`` has a cotangent: its adjoints are needed."""
+        return i in self.state
+
+    def number(self, i):
+        """The cotangent of ``i`` when it is a number known here, else None."""
+        return self.known.get(i)
+
+    def accumulate(self, i, term):
+        """Lines adding ``term`` (source text or `Folded`) to ``g<i>``: assigned, added into a new array,
+        added in place, or added now."""
+        lines = self.materialize(i)
+        current = self.state.get(i)
+        if type(term) is Folded:
+            if current is None or i in self.known:  # the first cotangent, or a number plus a number
+                value = term.value if current is None else self.known[i] + term.value
+                self.known[i] = value
+                self.state[i] = "shared"
+                return lines + [f"    g{i} = {self.space.bind(value)}"]
+            term = self.space.bind(term.value)
+        self.known.pop(i, None)
+        if current is None:
+            self.state[i] = "shared"
+            return lines + [f"    g{i} = {term}"]
+        if current == "owned":
+            return lines + [f"    g{i} += {term}"]
+        self.state[i] = "owned" if self.p.meta[i][0] else "shared"
+        return lines + [f"    g{i} = g{i} + {term}"]
+
+    def owned(self, i):
+        """Lines making ``g<i>`` an array of its own (zeros if it has no cotangent yet), which the next
+        line may add to in place (at an index)."""
+        shape, dtype = self.p.meta[i]
+        lines = self.materialize(i)
+        current = self.state.get(i)
+        if current is None:
+            lines.append(f"    g{i} = {self.space.bind(np.zeros)}({shape!r}, {self.space.bind(dtype)})")
+        elif current == "shared":
+            lines.append(f"    g{i} = {self.space.bind(np.array)}(g{i}, dtype={self.space.bind(dtype)})")
+        self.state[i] = "owned"
+        return lines
+
+    def defer(self, leaf, partial, o):
+        """Hold back ``partial · g<o>`` when it is the first contribution to the active leaf ``leaf``: written
+        last, into ``out=`` when given, it costs no array; False (nothing held) otherwise."""
+        if leaf not in self.p.active_leaves or leaf in self.state:
+            return False
+        self.last[leaf] = (partial, o)
+        self.state[leaf] = "last"
+        return True
+
+    def materialize(self, i):
+        """A leaf's deferred product, written now: another contribution follows."""
+        if self.state.get(i) != "last":
+            return []
+        partial, o = self.last.pop(i)
+        self.state[i] = "shared"
+        return self.product(partial, o, partial, f"g{i} = ")
+
+    def gradients(self, value):
+        """The function's end: the active leaves' cotangents (zeros for those without one, the deferred
+        products) returned with ``value``, or written into ``out``."""
+        lines = []
+        for i in self.p.active_leaves:
+            if i not in self.state:
+                shape, dtype = self.p.meta[i]
+                lines.append(f"    g{i} = {self.space.bind(np.zeros)}({shape!r}, {self.space.bind(dtype)})")
+        returned, written = [], []
+        for k, i in enumerate(self.p.active_leaves):
+            if i in self.last:
+                partial, o = self.last[i]
+                returned += self.product(partial, o, partial, f"g{i} = ")
+                written += self.product(partial, o, f"out[{k}]", "")
+            else:
+                written.append(f"    np.copyto(out[{k}], g{i})")
+        lines.append("    if out is None:")
+        lines += ["    " + line for line in returned]
+        lines.append(f"        return {value}, ({''.join(f'g{i}, ' for i in self.p.active_leaves)})")
+        return lines + written + [f"    return {value}, out"]
+
     def product(self, partial, o, target, assign):
-        """``partial · g_o`` written into ``target``.  A scalar cotangent of the dtype it was recorded
+        """``partial · g<o>`` written into ``target``.  A scalar cotangent of the dtype it was recorded
         with goes through a 0-d buffer of the program's: a ufunc takes that ~150 ns faster than a
         NumPy scalar, and computes the same (both are strong, same dtype); any other type as it is."""
         multiply = self.space.bind(np.multiply, "f")
@@ -385,53 +507,6 @@ class _Writer:
             f"        {assign}{multiply}({partial}, g{o}, {target})",
         ]
 
-    def materialize(self, p, state):
-        """A leaf's deferred in-place product, written now: another contribution follows."""
-        if state.get(p) != "last":
-            return []
-        partial, o = self.last.pop(p)
-        state[p] = "shared"
-        return self.product(partial, o, partial, f"g{p} = ")
-
-    def accumulate(self, p, term, state):
-        lines = self.materialize(p, state)
-        return lines + self._accumulate(p, term, state)
-
-    def _accumulate(self, p, term, state):
-        current = state.get(p)
-        if type(term) is Folded:
-            if current is None or p in self.known:  # the first cotangent, or a number plus a number
-                value = term.value if current is None else self.known[p] + term.value
-                self.known[p] = value
-                state[p] = "shared"
-                return [f"    g{p} = {self.space.bind(value)}"]
-            term = self.space.bind(term.value)
-        self.known.pop(p, None)
-        if current is None:
-            state[p] = "shared"
-            return [f"    g{p} = {term}"]
-        if current == "owned":
-            return [f"    g{p} += {term}"]
-        state[p] = "owned" if self.p.meta[p][0] else "shared"
-        return [f"    g{p} = g{p} + {term}"]
-
-    def index_add(self, p, index, g, repeats, state, back=None):
-        shape, dtype = self.p.meta[p]
-        lines = self.materialize(p, state)
-        current = state.get(p)
-        if current is None:
-            lines.append(f"    g{p} = {self.space.bind(np.zeros)}({shape!r}, {self.space.bind(dtype)})")
-        elif current == "shared":
-            lines.append(f"    g{p} = {self.space.bind(np.array)}(g{p}, dtype={self.space.bind(dtype)})")
-        state[p] = "owned"
-        if back is not None:
-            lines.append(f"    {back}.add(g{p}, {g})")
-        elif repeats:
-            lines.append(f"    np.add.at(g{p}, {index}, {g})")
-        else:
-            lines.append(f"    g{p}[{index}] += {g}")
-        return lines
-
 
 def _partials_typed_as_value(kernel, examples):
     """Whether the blocked kernel computes every partial in the value's dtype: a selection's partial
@@ -445,19 +520,21 @@ def _indices(refs):
     return [r for r in unpacked(refs) if type(r) is int]
 
 
+def _uses(step):
+    """The local names of the values a step reads."""
+    return [f"v{r}" for r in _indices(step.refs)]
+
+
+def _inline(step):
+    """Whether a step is written as an expression and differentiated by its partials in the derivative
+    table: an elementwise function called without keywords (np.clip's rule fills in bounds None or left out)."""
+    return step.kind == PER_ARGUMENT and not step.kwargs and step.func in DERIVATIVES and step.func is not np.clip
+
+
 def _is_number(r):
     """A constant the generated code may compute with while it is written: a number, not an array or
     a list, which is read on every call as the forward step reads it (changed in place, both see it)."""
     return type(r) is Const and isinstance(r.value, (int, float, np.generic))
-
-
-class Folded:
-    """A cotangent term computed while generating the code: the same operation on the same numbers."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value):
-        self.value = value
 
 
 def _same(a, b):
