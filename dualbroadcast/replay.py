@@ -219,11 +219,13 @@ class _Forward(_Writer):
             same = self.space.bind(_same)
             lines = [f"    r{k} = {self.call(step, self.args(step))}"]
             lines += [f"    v{o} = r{k}[{j}]" for j, o in enumerate(step.outs) if o is not None]
-            lines += [f"    if not {same}(r{k}[{j}], {self.space.bind(a)}): raise GuardFailed" for j, a in step.expected.items()]
+            for j, a in step.expected.items():
+                lines.append(f"    if not {same}(r{k}[{j}], {self.space.bind(a)}): raise GuardFailed")
             return _Block(lines, [f"r{k}"] + [f"v{o}" for o in step.outs if o is not None], uses, bool(step.expected))
         if step.outs == [None]:
             same = self.space.bind(_same)
-            line = f"    if not {same}({self.call(step, self.args(step))}, {self.space.bind(step.expected)}): raise GuardFailed"
+            result, expected = self.call(step, self.args(step)), self.space.bind(step.expected)
+            line = f"    if not {same}({result}, {expected}): raise GuardFailed"
             return _Block([line], [], uses, True)
         if _inline(step):
             expression = Src("", self.space)._apply(step.func, [Src(self.ref(r), self.space) for r in step.refs])
