@@ -28,7 +28,7 @@ from .api import _Argument, _call_on_tape, _gradients, _prepare, _scalar_seed, v
 from .errors import UnsupportedFunctionError
 from .guards import RECORDER, NotReplayableError
 from .numpy_facts import qualified_name
-from .program import Const, Guard, KernelStep, Pack, Step
+from .program import Const, Guard, KernelStep, Pack, Step, unpacked
 from .registry import OUTPUTS
 from .replay import _same, compile_program
 from .tape import (
@@ -177,13 +177,7 @@ def _identity(x):
 
 def _constants(refs):
     """The `Const` s among ``refs`` and in their Packs."""
-    found = []
-    for r in refs:
-        if type(r) is Const:
-            found.append(r)
-        elif type(r) is Pack:
-            found += _constants(r.refs)
-    return found
+    return [r for r in unpacked(refs) if type(r) is Const]
 
 
 def _holds_array(value):
@@ -208,7 +202,7 @@ class Program:
     def __init__(self, tape, recorder, arguments, out, float_leaves):
         self.steps = recorder.steps
         self.meta = recorder.meta
-        self.records = tape.records  # the recorded pullbacks' kinds shape the generated code
+        self.tape = tape  # the recorded pullbacks' kinds shape the generated code
         self.arguments = arguments
         self.leaves = _leaves(arguments)
         self.active_leaves = [t.index for arg in arguments for t in arg.inputs if t is not None]
@@ -216,7 +210,7 @@ class Program:
         self.constant = None if type(out) is Tracked else out  # a result that depends on no argument
         self.float_leaves = float_leaves  # value indices of the leaves passed as Python floats
         self.run, self.gradient, self.source = compile_program(self, GuardFailed)
-        self.records = None  # the recording's values are not needed any more
+        self.tape = None  # the recording's values are not needed any more
 
     def shape_of(self, ref):
         return self.meta[ref][0] if type(ref) is int else np.shape(ref.value)

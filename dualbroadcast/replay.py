@@ -26,7 +26,7 @@ from .expr import UfuncOperators
 from .kernels import _infer_dtypes, _kind, _out_dtypes
 from .numpy_facts import as_dtype, getitem, source_of
 from .program import Const, Guard, KernelStep, Pack, Step, unpacked
-from .pullbacks import IndexPullback, apply, unbroadcast
+from .pullbacks import IndexPullback, apply, kernel_pullback_source, table_pullback, table_pullback_source, unbroadcast
 from .registry import OUTPUTS, PER_ARGUMENT, SEQUENCE
 from .rules.linalg import DOT_PULLBACKS
 
@@ -292,14 +292,14 @@ class _Backward(_Writer):
                     lines += self.kernel_adjoints(step)
             elif type(step) is Step:
                 for j, o in enumerate(step.outs):
-                    if o is not None and o in cotangents and p.records[o][0]:  # recorded with edges: it has parents
+                    if o is not None and o in cotangents and p.tape.edges(o):  # recorded with edges: it has parents
                         lines += self.adjoints(k, step, j, o)
         return lines + cotangents.gradients(value)
 
     def adjoints(self, k, step, j, o):
         """The contributions of output ``j`` (value ``o``) of step ``k`` to its active arguments."""
         lines = []
-        backs = [back for _, back in self.p.records[o][0]]
+        backs = [back for _, back in self.p.tape.edges(o)]
         dot = self.dot_formulas(step)
         for slot, i in enumerate(step.active):
             parent, recorded = step.refs[i], backs[slot]
@@ -333,11 +333,11 @@ class _Backward(_Writer):
             value = Src(f"v{o}", self.space)
             d = partial(value, *args)
             if type(d) is not Src and number is not None:
-                return Folded(number * d)
-            return _table_pullback(f"g{o}", d.text if type(d) is Src else value._of(d), shape, out_shape)
+                return Folded(apply(table_pullback(d, shape, out_shape), number))
+            return table_pullback_source(f"g{o}", d.text if type(d) is Src else value._of(d), shape, out_shape)
         if number is not None:
-            return Folded(number if partial == 1 else -number if partial == -1 else number * partial)
-        return _table_pullback(f"g{o}", partial, shape, out_shape)
+            return Folded(apply(table_pullback(partial, shape, out_shape), number))
+        return table_pullback_source(f"g{o}", partial, shape, out_shape)
 
     def dot_formulas(self, step):
         """`DOT_PULLBACKS` for an np.dot of vectors and matrices (as recorded), else None."""
@@ -366,7 +366,7 @@ class _Backward(_Writer):
             partial = f"p{step.out}[{slot}]"
             if shape and (shape == out_shape or step.reduce) and self.cotangents.defer(parent, partial, step.out):
                 continue
-            term = _kernel_pullback(f"g{step.out}", partial, shape, out_shape)
+            term = kernel_pullback_source(f"g{step.out}", partial, shape, out_shape)
             lines += self.cotangents.accumulate(parent, term)
         return lines
 
@@ -378,24 +378,6 @@ class Folded:
 
     def __init__(self, value):
         self.value = value
-
-
-def _table_pullback(g, d, shape, out_shape):
-    """Source of ``g · d`` for a table partial ``d`` (its source, or a Python number) of an argument of
-    ``shape``, summed back to it from the value's ``out_shape``.  The same arguments as
-    `pullbacks.table_pullback_source`, which is to replace it."""
-    term = g if d == 1 else f"(-{g})" if d == -1 else f"({g} * {d})"
-    return term if shape == out_shape else f"unbroadcast({term}, {shape!r})"
-
-
-def _kernel_pullback(g, partial, shape, out_shape):
-    """Source of ``g · partial`` for a kernel's partial (``partial``: its source) of an argument of ``shape``,
-    summed back to it from the kernel's ``out_shape`` (``()`` for a sum, whose partial has the argument's
-    shape); a partial at the argument's shape is the program's own array, so the product is written into
-    it.  The same arguments as `pullbacks.kernel_pullback_source`, which is to replace it."""
-    if shape == out_shape or out_shape == ():
-        return f"np.multiply({partial}, {g}, out={partial})" if shape else f"({g} * {partial})"
-    return f"unbroadcast(np.broadcast_to({g} * {partial}, {out_shape!r}), {shape!r})"
 
 
 class _Cotangents:
