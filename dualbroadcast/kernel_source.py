@@ -1,0 +1,382 @@
+"""Kernel code generation: a traced graph written as Python source, for each backend of `kernels`.
+
+The operations a kernel needs (`needed_nodes`) become straight-line code over names
+the library makes (`kernel_names`): ``i<k>`` the inputs, ``t<k>`` the intermediates,
+``c<k>`` the literal constants and ``f_<name>`` each function called.  A function is
+bound by name, never written ``np.<name>``: ``scipy.special.erf`` or a user's
+`db.primitive` is no NumPy attribute, and a user's function may share a NumPy name.
+Arithmetic and comparisons are written as Python operators where NumPy code would
+write them (`numpy_facts.source_of`).
+
+- Whole arrays (`whole_array_kernel`, the ``numpy`` backend): one statement per
+  operation, NumPy allocating each result.  Given the input dtypes, each weak literal
+  (``x + 1``) is a 0-d array of the dtype NumPy casts it to (the cached plan's kernel).
+- Blocked (`blocked_kernel`, `single_block_kernel`): every operation writes ``out=``
+  into a scratch buffer, reused once its value is dead, or into the output it computes;
+  nodes that depend on no full-size input are computed once (hoisted).  One generator
+  writes these operations (`_block_code`); the loop over cache-sized blocks and the
+  single block differ only in how inputs and outputs are addressed and sums returned.
+- numexpr (`numexpr_sources`): one expression per output, or None if an operation has
+  no numexpr form (numexpr is then not a candidate backend).
+
+The dtype of every node is the one NumPy computes, found by running the graph on one
+element of each input kind (`_infer_dtypes`).
+"""
+
+import re
+from typing import NamedTuple
+
+import numpy as np
+
+from .expr import Sym
+from .numpy_facts import COMPARISONS, INFIX, OPERATOR_FUNCTIONS, source_of
+
+_NUMEXPR_NAMES = {**INFIX, **COMPARISONS, np.logical_and: "&", np.logical_or: "|"}
+_NUMEXPR_FUNCTIONS = {
+    np.absolute: "abs", np.negative: "-", np.logical_not: "~", np.where: "where",
+    **{f: f.__name__ for f in (
+        np.exp, np.expm1, np.log, np.log1p, np.log10, np.log2, np.sqrt, np.sin, np.cos, np.tan,
+        np.arcsin, np.arccos, np.arctan, np.arctan2, np.sinh, np.cosh, np.tanh, np.arcsinh,
+        np.arccosh, np.arctanh, np.hypot, np.maximum, np.minimum, np.floor, np.ceil, np.sign,
+        np.isnan, np.isfinite, np.isinf, np.fmod, np.trunc,
+    )},
+}
+_OUT_BY_KEYWORD = (np.maximum, np.minimum)  # NumPy 2.4 deprecates their ``out`` given positionally
+
+
+# --- names ---------------------------------------------------------------------
+def needed_nodes(graph, outputs):
+    """Non-input nodes the outputs depend on, in topological order."""
+    keep = set()
+    stack = [o for o in outputs if type(o) is Sym]
+    while stack:
+        node = stack.pop()
+        if node.index in keep:
+            continue
+        keep.add(node.index)
+        stack.extend(a for a in node.args if type(a) is Sym)
+    return [n for n in graph.nodes if n.index in keep and n.op is not None]
+
+
+def kernel_names(inputs, order, outputs):
+    """Library-made names: ``i<k>`` inputs and ``t<k>`` intermediates (by node index), ``c<k>`` literal
+    constants (by ``("c", type, literal)``); also ``constants`` (name -> literal) and ``functions``
+    (function -> ``f_<its name>``, numbered where two functions share a name)."""
+    names = {x.index: f"i{k}" for k, x in enumerate(inputs)}
+    names.update({n.index: f"t{n.index}" for n in order})
+    constants = {}
+    literals = [a for n in order for a in n.args if type(a) is not Sym] + [o for o in outputs if type(o) is not Sym]
+    for lit in literals:
+        key = ("c", type(lit), lit)
+        if key not in names:
+            names[key] = f"c{len(constants)}"
+            constants[names[key]] = lit
+    functions = {}
+    for node in order:
+        if node.op not in functions:
+            base = "f_" + re.sub(r"\W", "_", getattr(node.op, "__name__", "function"))
+            name, k, taken = base, 1, set(functions.values())
+            while name in taken:
+                name, k = f"{base}{k}", k + 1
+            functions[node.op] = name
+    return names, constants, functions
+
+
+def _ref(names, a):
+    return names[a.index] if type(a) is Sym else names[("c", type(a), a)]
+
+
+def _namespace(kernel):
+    """What generated code reads besides its arguments: the constants, the functions by their names, np."""
+    namespace = dict(kernel.constants)
+    namespace.update((name, function) for function, name in kernel.functions.items())
+    namespace["np"], namespace["add_reduce"] = np, np.add.reduce
+    return namespace
+
+
+def _compile(lines, namespace, name):
+    exec(compile("\n".join(lines), "<dualbroadcast kernel>", "exec"), namespace)
+    return namespace[name]
+
+
+def _call_source(kernel, op, refs):
+    """``op(*refs)`` as source (``refs`` as source text): a Python operator for arithmetic, else the function."""
+    return source_of(op, refs) or f"{kernel.functions[op]}({', '.join(refs)})"
+
+
+def _operand_refs(kernel, node, ref, dtype_of, namespace):
+    """The arguments of an operation as source: a node by ``ref(node)``; a literal as a 0-d array where that
+    computes the same (a ufunc takes a 0-d array ~250 ns faster than a Python or NumPy scalar).
+
+    A NumPy scalar literal keeps its dtype.  A Python int or float is weak: NumPy casts it to the dtype of
+    the other operands, so it is cast here once, when every other operand is a float array of one dtype
+    (``dtype_of(node)``: its dtype if it is such an array, else None).  ``dtype_of`` None: no literal typed.
+    """
+    operands = {dtype_of(a) for a in node.args if type(a) is Sym} if dtype_of else ()
+    refs = []
+    for a in node.args:
+        if type(a) is Sym:
+            refs.append(ref(a))
+            continue
+        name = _ref(kernel.names, a)
+        typed = None if dtype_of is None or node.op is np.where else _typed_literal(a, operands)
+        if typed is not None:
+            name = f"{name}_{typed.dtype.char}"
+            namespace[name] = typed
+        refs.append(name)
+    return refs
+
+
+def _typed_literal(literal, dtypes):
+    """``literal`` as a 0-d array of the dtype NumPy would compute it in, or None if unsure."""
+    if isinstance(literal, np.generic) and literal.dtype.kind in "fiu":
+        return np.array(literal)
+    if type(literal) not in (int, float) or len(dtypes) != 1:
+        return None
+    (dtype,) = dtypes
+    if dtype is None or dtype.kind != "f":
+        return None
+    try:
+        with np.errstate(all="ignore"):
+            typed = np.array(literal, dtype)
+    except OverflowError:
+        return None
+    return typed if np.isfinite(typed) else None
+
+
+# --- whole arrays ----------------------------------------------------------------
+def whole_array_kernel(kernel, kinds=None):
+    """The kernel over whole arrays: ``kernel(*inputs) -> (value, *partials)``, NumPy allocating each result.
+
+    With ``kinds`` (per input a dtype), each weak literal (``x + 1``) is a 0-d array of the dtype NumPy
+    casts it to for inputs of those dtypes: a ufunc converts a Python scalar ~0.3 us slower.
+    """
+    names = kernel.names
+    namespace = _namespace(kernel)
+    dtype_of = None
+    if kinds is not None:
+        node_dtypes = _infer_dtypes(kernel, kinds)
+
+        def dtype_of(a):
+            return np.dtype(node_dtypes[a.index])
+
+    lines = [f"def kernel({', '.join(kernel.input_names)}):"]
+    for node in kernel.order:
+        refs = _operand_refs(kernel, node, lambda a: names[a.index], dtype_of, namespace)
+        lines.append(f"    {names[node.index]} = {_call_source(kernel, node.op, refs)}")
+    lines.append("    return " + "".join(f"{_ref(names, o)}, " for o in kernel.outputs))
+    return _compile(lines, namespace, "kernel")
+
+
+# --- blocked ---------------------------------------------------------------------
+class _BlockCode(NamedTuple):
+    """The operations of a blocked kernel over one block (`_block_code`); lines without indentation."""
+
+    hoisted: list  # lines computing the nodes that depend on no full-size input, once per call
+    operations: list  # the in-place operations, then the stored outputs not written in place
+    sums: dict  # per output not stored, by position: (source of its sum over the block, whether it has its dtype)
+    scratch: list  # (name, dtype) of the scratch buffers
+    out_dtypes: list
+    namespace: dict
+
+
+def _block_code(kernel, kinds, full, stored):
+    """The in-place operations of a blocked kernel, written once for the loop over blocks and the single block.
+
+    ``kinds``: per input a dtype, or ``float`` for a (weakly typed) Python float;
+    ``full``: per input, whether it has the call's full size (else it is one element);
+    ``stored``: per output, whether it is written out in full (else summed).
+    The code reads ``i<k>`` (an input's block, or its one element), ``o<k>`` (a stored output's block),
+    the scratch buffers ``w<k>`` and ``SHAPE`` (the block's shape).  An operation computing a stored
+    output writes it into ``o<k>`` itself (no copy).
+    """
+    names = kernel.names
+    node_dtypes = _infer_dtypes(kernel, kinds)
+    out_dtypes = _out_dtypes(kernel, node_dtypes)
+    hoisted = _scalar_nodes(kernel, full)
+    owners = {}
+    for k, (o, keep) in enumerate(zip(kernel.outputs, stored)):
+        if keep and type(o) is Sym and o.op is not None and o.index not in hoisted and o.index not in owners:
+            owners[o.index] = f"o{k}"
+    buffers = _assign_buffers(kernel, node_dtypes, hoisted, owners)
+    namespace = _namespace(kernel)
+    array_inputs = {x.index for x, kind in zip(kernel.inputs, kinds) if kind is not float}
+
+    def ref(a):
+        return buffers[a.index][0] if a.index in buffers else names[a.index]
+
+    def dtype_of(a):  # a buffer or an input array: strong; a Python float or a hoisted value: unsure
+        return np.dtype(node_dtypes[a.index]) if a.index in buffers or a.index in array_inputs else None
+
+    hoisted_lines, operations = [], []
+    for node in kernel.order:
+        if node.index in hoisted:  # depends on no full-size input: computed once, as Python would
+            hoisted_lines.append(f"{names[node.index]} = {_call_source(kernel, node.op, [_ref(names, a) for a in node.args])}")
+        else:
+            refs = _operand_refs(kernel, node, ref, dtype_of, namespace)
+            operations.append(_in_place_source(kernel, node.op, refs, buffers[node.index][0]))
+    sums = {}
+    for k, (o, keep) in enumerate(zip(kernel.outputs, stored)):
+        source = ref(o) if type(o) is Sym else _ref(names, o)
+        if keep and source != f"o{k}":
+            operations.append(f"o{k}[...] = {source}")
+        elif not keep and type(o) is Sym and o.index in buffers:
+            sums[k] = (f"add_reduce({source}, None)", True)
+        elif not keep:  # a literal, input or hoisted node: summed as often as the block has elements
+            sums[k] = (f"add_reduce(np.broadcast_to({source}, SHAPE), None)", False)
+        if not keep:
+            namespace[f"z{k}"] = np.dtype(out_dtypes[k]).type(0)
+    scratch = sorted(b for b in set(buffers.values()) if b[0] not in owners.values())
+    return _BlockCode(hoisted_lines, operations, sums, [(n, np.dtype(d)) for n, d in scratch], out_dtypes, namespace)
+
+
+def blocked_kernel(kernel, kinds, full, stored):
+    """The blocked kernel over the chunk ``start:stop`` of a call, in blocks of ``B`` elements (see `_block_code`).
+
+    Its arguments are ``start, stop, B``, the inputs (flat if full-size), the stored outputs (flat) and the
+    scratch buffers (``B`` elements each); it returns the sums of the outputs not stored.  Returns it, the
+    outputs' dtypes and the scratch buffers' names and dtypes.
+    """
+    code = _block_code(kernel, kinds, full, stored)
+    block_inputs = [name for name, is_full in zip(kernel.input_names, full) if is_full]
+    block_outputs = [f"o{k}" for k, keep in enumerate(stored) if keep]
+    scratch = [name for name, _ in code.scratch]
+    parameters = [f"{name}_all" if name in block_inputs else name for name in kernel.input_names]
+    lines = [f"def kernel({', '.join(['start', 'stop', 'B', *parameters, *(f'{o}_all' for o in block_outputs + scratch)])}):"]
+    lines += [f"    s{k} = z{k}" for k in code.sums]
+    lines += ["    " + line for line in code.hoisted]
+    lines += ["    for lo in range(start, stop, B):", "        hi = min(lo + B, stop)", "        SHAPE = (hi - lo,)"]
+    lines += [f"        {name} = {name}_all[lo:hi]" for name in block_inputs + block_outputs]
+    lines += [f"        {name} = {name}_all[:hi - lo]" for name in scratch]
+    lines += ["        " + line for line in code.operations]
+    lines += [f"        s{k} += {total}" for k, (total, _) in code.sums.items()]
+    lines.append("    return (" + "".join(f"s{k}, " for k in code.sums) + ")")
+    return _compile(lines, code.namespace, "kernel"), code.out_dtypes, code.scratch
+
+
+def single_block_kernel(kernel, kinds, full, stored):
+    """The blocked kernel for a call that fits one block and one chunk: the operations once over buffers of
+    the call's shape, without a loop or slices, inputs entering as they are.
+
+    Returns ``make(**buffers) -> kernel`` (the buffers are closure cells: ``SHAPE``, ``P``, ``o<k>``/``r<k>``
+    the stored outputs in the call's and in the returned shape, ``s<k>`` a summed partial's shape, the
+    scratch ``w<k>``; ``P`` the list of partials, returned as is when every partial is stored), the
+    outputs' dtypes and the scratch buffers' names and dtypes.
+    """
+    code = _block_code(kernel, kinds, full, stored)
+    cells = ["SHAPE", "P"] + [f"{p}{k}" for k, keep in enumerate(stored) for p in (("o", "r") if keep else ("s",))]
+    lines = [f"def make({', '.join(cells + [name for name, _ in code.scratch])}):"]
+    lines.append(f"    def kernel({', '.join(kernel.input_names)}):")
+    lines += ["        " + line for line in code.hoisted + code.operations]
+    results = []
+    for k, keep in enumerate(stored):
+        if keep:
+            results.append(f"r{k}")
+            continue
+        total, typed = code.sums[k]
+        total = total if typed else f"z{k} + {total}"
+        results.append(f"np.reshape({total}, s{k})" if k else total)
+    partials = "P" if all(stored[1:]) else f"[{', '.join(results[1:])}]"
+    lines.append(f"        return {results[0]}, {partials}")
+    lines.append("    return kernel")
+    return _compile(lines, code.namespace, "make"), code.out_dtypes, code.scratch
+
+
+def _in_place_source(kernel, op, refs, buf):
+    """``op(*refs)`` written into the buffer ``buf``: a ufunc's ``out`` positional (keyword parsing costs
+    ~60 ns a call); a function without ``out=`` (a user's primitive) copied in."""
+    function, args = kernel.functions[op], ", ".join(refs)
+    if op is np.where:  # np.where has no out=: copy the second choice, then the first where chosen
+        return f"np.copyto({buf}, {refs[2]}); np.copyto({buf}, {refs[1]}, where={refs[0]})"
+    if op in _OUT_BY_KEYWORD:
+        return f"{function}({args}, out={buf})"
+    if isinstance(op, np.ufunc):
+        return f"{function}({args}, {buf})"
+    return f"np.copyto({buf}, {function}({args}))"
+
+
+def _scalar_nodes(kernel, full):
+    """Nodes that depend on no full-size input (one value for the whole call)."""
+    full_inputs = {x.index for x, f in zip(kernel.inputs, full) if f}
+    scalar = set()
+    for node in kernel.order:
+        if not any(type(a) is Sym and (a.index in full_inputs or (a.op is not None and a.index not in scalar))
+                   for a in node.args):
+            scalar.add(node.index)
+    return scalar
+
+
+def _assign_buffers(kernel, node_dtypes, hoisted, owners):
+    """Per node not hoisted, its buffer ``(name, dtype)``: a scratch buffer, reused once its node's last
+    use has passed (same dtype only), or ``owners[node]``, the output it computes (never reused)."""
+    last_use = {}
+    for position, node in enumerate(kernel.order):
+        for a in node.args:
+            if type(a) is Sym:
+                last_use[a.index] = position
+    for o in kernel.outputs:
+        if type(o) is Sym:
+            last_use[o.index] = len(kernel.order)
+    free, buffers, count = {}, {}, 0
+    for position, node in enumerate(kernel.order):
+        if node.index in hoisted:
+            continue
+        dtype = np.dtype(node_dtypes[node.index]).str
+        pool = free.setdefault(dtype, [])
+        if node.index in owners:
+            name = owners[node.index]
+        elif pool:
+            name = pool.pop()
+        else:
+            name, count = f"w{count}", count + 1
+        buffers[node.index] = (name, dtype)
+        for a in {a.index for a in node.args if type(a) is Sym and a.index in buffers}:
+            if last_use.get(a) == position and a not in owners:
+                free.setdefault(buffers[a][1], []).append(buffers[a][0])
+    return buffers
+
+
+# --- dtypes ------------------------------------------------------------------------
+def _infer_dtypes(kernel, kinds):
+    """The dtype of every node, by running the graph on one element of each input kind."""
+    values = {x.index: (1.0 if k is float else np.ones(1, k)) for x, k in zip(kernel.inputs, kinds)}
+    with np.errstate(all="ignore"):
+        for node in kernel.order:
+            args = [values[a.index] if type(a) is Sym else a for a in node.args]
+            values[node.index] = OPERATOR_FUNCTIONS.get(node.op, node.op)(*args)  # Python floats stay weak
+    return {k: np.result_type(v) for k, v in values.items()}
+
+
+def _out_dtypes(kernel, node_dtypes):
+    """Per output (value, then partials), its dtype: a literal partial takes the value's dtype."""
+    first = kernel.outputs[0]
+    value_dtype = node_dtypes[first.index] if type(first) is Sym else np.result_type(first)
+    return [value_dtype] + [node_dtypes[o.index] if type(o) is Sym else value_dtype for o in kernel.outputs[1:]]
+
+
+# --- numexpr -----------------------------------------------------------------------
+def numexpr_sources(kernel):
+    """One numexpr expression per output, or None if some operation has no numexpr form."""
+    text = {}
+    names = kernel.names
+    for x in kernel.inputs:
+        text[x.index] = names[x.index]
+    for node in kernel.order:
+        args = [text[a.index] if type(a) is Sym else _numexpr_literal(names, a) for a in node.args]
+        if node.op in _NUMEXPR_NAMES:
+            text[node.index] = f"({args[0]} {_NUMEXPR_NAMES[node.op]} {args[1]})"
+        elif node.op in _NUMEXPR_FUNCTIONS:
+            fname = _NUMEXPR_FUNCTIONS[node.op]
+            text[node.index] = f"({fname}{args[0]})" if fname in "-~" else f"{fname}({', '.join(args)})"
+        else:
+            return None
+        if len(text[node.index]) > 20000:
+            return None
+    return [text[o.index] if type(o) is Sym else _numexpr_literal(names, o) for o in kernel.outputs]
+
+
+def _numexpr_literal(names, a):
+    """Integers inline (numexpr expands integer powers); other literals as named constants."""
+    if isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_)):
+        return str(int(a))
+    return names[("c", type(a), a)]
