@@ -77,33 +77,37 @@ class UfuncOperators:
     """Python's operators as the NumPy ufuncs they mean, for symbolic array types.
 
     A subclass defines ``_ufunc(func, args)``: build the node (or text) ``func(*args)``.
+    The operators are made below from `_OPERATORS`.
     """
 
-    def __add__(self, o): return self._ufunc(np.add, (self, o))
-    def __radd__(self, o): return self._ufunc(np.add, (o, self))
-    def __sub__(self, o): return self._ufunc(np.subtract, (self, o))
-    def __rsub__(self, o): return self._ufunc(np.subtract, (o, self))
-    def __mul__(self, o): return self._ufunc(np.multiply, (self, o))
-    def __rmul__(self, o): return self._ufunc(np.multiply, (o, self))
-    def __truediv__(self, o): return self._ufunc(np.divide, (self, o))
-    def __rtruediv__(self, o): return self._ufunc(np.divide, (o, self))
-    def __pow__(self, o): return self._ufunc(np.power, (self, o))
-    def __rpow__(self, o): return self._ufunc(np.power, (o, self))
-    def __mod__(self, o): return self._ufunc(np.remainder, (self, o))
-    def __floordiv__(self, o): return self._ufunc(np.floor_divide, (self, o))
-    def __neg__(self): return self._ufunc(np.negative, (self,))
-    def __abs__(self): return self._ufunc(np.absolute, (self,))
-    def __lt__(self, o): return self._ufunc(np.less, (self, o))
-    def __le__(self, o): return self._ufunc(np.less_equal, (self, o))
-    def __gt__(self, o): return self._ufunc(np.greater, (self, o))
-    def __ge__(self, o): return self._ufunc(np.greater_equal, (self, o))
-    def __eq__(self, o): return self._ufunc(np.equal, (self, o))
-    def __ne__(self, o): return self._ufunc(np.not_equal, (self, o))
-    def __and__(self, o): return self._ufunc(np.logical_and, (self, o))
-    def __or__(self, o): return self._ufunc(np.logical_or, (self, o))
-    def __invert__(self): return self._ufunc(np.logical_not, (self,))
-
     __hash__ = None
+
+
+# The special-method name of each operator, the ufunc it means, and its number of operands; arithmetic
+# also has its reflected form (``2 - x`` is ``x.__rsub__(2)``).
+_OPERATORS = (
+    ("add", np.add, 2), ("sub", np.subtract, 2), ("mul", np.multiply, 2), ("truediv", np.divide, 2),
+    ("pow", np.power, 2), ("mod", np.remainder, 2), ("floordiv", np.floor_divide, 2),
+    ("lt", np.less, 2), ("le", np.less_equal, 2), ("gt", np.greater, 2), ("ge", np.greater_equal, 2),
+    ("eq", np.equal, 2), ("ne", np.not_equal, 2), ("and", np.logical_and, 2), ("or", np.logical_or, 2),
+    ("neg", np.negative, 1), ("abs", np.absolute, 1), ("invert", np.logical_not, 1),
+)
+_REFLECTED = ("add", "sub", "mul", "truediv", "pow", "mod", "floordiv")
+
+
+def _operator(func, operands, reflected=False):
+    """The special method applying ``func`` to ``self`` (and ``other``, first if ``reflected``)."""
+    if operands == 1:
+        return lambda self: self._ufunc(func, (self,))
+    if reflected:
+        return lambda self, other: self._ufunc(func, (other, self))
+    return lambda self, other: self._ufunc(func, (self, other))
+
+
+for _name, _func, _operands in _OPERATORS:
+    setattr(UfuncOperators, f"__{_name}__", _operator(_func, _operands))
+    if _name in _REFLECTED:
+        setattr(UfuncOperators, f"__r{_name}__", _operator(_func, _operands, reflected=True))
 
 
 class Sym(UfuncOperators):
@@ -277,35 +281,26 @@ def _is_boolean(a):
     return isinstance(a, (bool, np.bool_))
 
 
+# ``x op c`` or ``c op x`` that is ``x`` or ``-x``: (op, position of the literal c, c) -> whether it is ``-x``.
+_IDENTITIES = {
+    (np.add, 0, 0): False, (np.add, 1, 0): False, (np.subtract, 1, 0): False, (np.subtract, 0, 0): True,
+    (np.multiply, 0, 1): False, (np.multiply, 1, 1): False, (np.multiply, 0, -1): True, (np.multiply, 1, -1): True,
+    (np.divide, 1, 1): False,
+}
+
+
 def _simplify(graph, op, args):
     """Algebraic identities that keep derivative graphs small; NotImplemented if none applies."""
-    if op is np.add:
-        x, y = args
-        if _is_zero(x):
-            return y
-        if _is_zero(y):
-            return x
-    elif op is np.subtract:
-        x, y = args
-        if _is_zero(y):
-            return x
-        if _is_zero(x):
-            return graph.apply(np.negative, (y,))
-    elif op is np.multiply:
-        x, y = args
-        if _is_one(x):
-            return y
-        if _is_one(y):
-            return x
-        if _is_literal(x) and x == -1:
-            return graph.apply(np.negative, (y,))
-        if _is_literal(y) and y == -1:
-            return graph.apply(np.negative, (x,))
-    elif op is np.divide and _is_one(args[1]):
-        return args[0]
-    elif op is np.power and _is_literal(args[1]) and float(args[1]).is_integer() and 0 < abs(args[1]) <= 16:
+    if len(args) == 2:
+        for position, literal in enumerate(args):
+            if _is_literal(literal) and not isinstance(literal, (bool, np.bool_)):
+                negated = _IDENTITIES.get((op, position, literal))
+                if negated is not None:
+                    other = args[1 - position]
+                    return graph.apply(np.negative, (other,)) if negated else other
+    if op is np.power and _is_literal(args[1]) and float(args[1]).is_integer() and 0 < abs(args[1]) <= 16:
         return _integer_power(graph, args[0], int(args[1]))
-    elif op is np.negative and type(args[0]) is Sym and args[0].op is np.negative:
+    if op is np.negative and type(args[0]) is Sym and args[0].op is np.negative:
         return args[0].args[0]
     return NotImplemented
 
@@ -318,10 +313,6 @@ def _integer_power(graph, x, k):
     if k == 1:
         return x
     return graph.apply(np.multiply, (_integer_power(graph, x, k - 1), x))
-
-
-def _is_zero(a):
-    return _is_literal(a) and not isinstance(a, (bool, np.bool_)) and a == 0
 
 
 def _is_one(a):
