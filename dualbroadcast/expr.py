@@ -6,6 +6,12 @@ common subexpressions, folds literals and expands small integer powers into
 products (so ``x**9`` reuses ``x**8``).  `derivatives` then runs forward mode
 symbolically: ∂out/∂input for each active input, built from the same
 `DERIVATIVES` table the reverse rules use, so ``exp``'s partial is its value.
+
+A function becomes one node if it has a forward rule when the trace runs: an entry
+in `DERIVATIVES` (the NumPy ufuncs, np.where, and whatever `db.defderivative`
+registers: a ``scipy.special`` ufunc, a NumPy function, a `db.primitive`), or no
+derivative at all (`ZERO_DERIVATIVE`, the predicates).  A `db.primitive` without
+an entry is traced through: its body runs on the symbols.
 """
 
 import contextvars
@@ -16,10 +22,9 @@ import numpy as np
 from .derivatives import DERIVATIVES, ZERO_DERIVATIVE
 from .errors import KernelError
 from .numpy_facts import PREDICATES, qualified_name
-from .registry import RULES
 
-ELEMENTWISE = set(DERIVATIVES) | set(ZERO_DERIVATIVE) | set(PREDICATES)
 LITERAL_TYPES = (int, float, bool, np.number, np.bool_)
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 TRACING = contextvars.ContextVar("dualbroadcast_tracing", default=None)  # the graph of the trace running
 _NOT_ELEMENTWISE = (
     "{name} is not elementwise, so it cannot run inside a broadcast kernel "
@@ -41,20 +46,40 @@ def _cut(x):
     return x
 
 
+def _has_forward_rule(func):
+    """Whether a kernel knows ``func``'s partial derivatives now: an entry in the table (`db.defderivative`
+    adds one), or a function whose derivative is zero."""
+    return func in DERIVATIVES or func in ZERO_DERIVATIVE or func in PREDICATES
+
+
 def _no_rule_message(func):
-    """Why ``func`` cannot run inside a kernel, and what works today instead."""
+    """Why ``func`` cannot run inside a kernel, and the two ways that work: register its partial
+    derivatives, or compute it outside f."""
     name = qualified_name(func)
     if _has_axis(func):
         return _NOT_ELEMENTWISE.format(name=name)
-    where = "reverse mode has a rule for it" if func in RULES else (
-        f"reverse mode differentiates it once it has a rule: db.defvjp({name}, lambda ans, x: lambda g: ...)"
-    )
+    arguments = _argument_names(func)
+    formula = f"lambda ans, {', '.join(arguments)}: ..."
     return (
-        f"{name} has no forward-mode (kernel) rule, so it cannot run inside db.sum/db.broadcast, whose "
-        "kernels know the NumPy ufuncs with a derivative rule (np.exp, np.maximum, ...), np.where, np.clip "
-        f"and np.round. Compute {name} outside f ({where}) and pass its result to db.sum/db.broadcast as "
-        "an argument."
+        f"{name} has no forward-mode (kernel) rule, so it cannot run inside db.sum/db.broadcast. If it is "
+        "elementwise, register its partial derivatives, one formula per argument written with NumPy functions "
+        f"of the result ans and the arguments: db.defderivative({name}, {', '.join([formula] * len(arguments))}) "
+        f"(reverse mode and prepared gradients use them too). Or compute {name} outside f and pass its result "
+        "to db.sum/db.broadcast as an argument."
     )
+
+
+def _argument_names(func):
+    """Names for ``func``'s arguments in a message: its parameters without a default, or x, y, ... for a ufunc."""
+    count = getattr(func, "nin", None)
+    if count is None:
+        try:
+            parameters = inspect.signature(func).parameters.values()
+        except (TypeError, ValueError):
+            return ["x"]
+        return [p.name for p in parameters if p.kind in _POSITIONAL and p.default is p.empty] or ["x"]
+    return ["x", "y", "z"][:count] if count <= 3 else [f"x{k}" for k in range(count)]
+
 
 
 def _has_axis(func):
@@ -132,13 +157,11 @@ class Sym(UfuncOperators):
         return self.graph.apply(ufunc, inputs)
 
     def __array_function__(self, func, types, args, kwargs):
-        if func is np.where and not kwargs:
-            return self.graph.apply(np.where, args)
         if func is np.clip:
             return _clip(self.graph, *args, **kwargs)
-        if func is np.round:
-            return self.graph.apply(np.rint, args[:1])
-        raise KernelError(_no_rule_message(func))
+        if func is np.round and len(args) == 1 and not kwargs:
+            return self.graph.apply(np.rint, args)  # a ufunc, which blocked kernels write in place
+        return self.graph.call(func, args, kwargs)  # np.where, or a function given a rule by db.defderivative
 
     def __matmul__(self, other):
         raise KernelError(_NOT_ELEMENTWISE.format(name="@ (np.matmul)"))
@@ -227,7 +250,7 @@ class Graph:
 
     def apply(self, op, args):
         """The node ``op(*args)``, simplified; literals fold to literals."""
-        if op not in ELEMENTWISE:
+        if not _has_forward_rule(op):
             if getattr(op, "signature", None):
                 raise KernelError(_NOT_ELEMENTWISE.format(name=qualified_name(op)))
             raise KernelError(_no_rule_message(op))
@@ -247,6 +270,23 @@ class Graph:
         if simple is not NotImplemented:
             return simple
         return self.node(op, args)
+
+    def call(self, func, args, kwargs):
+        """The node ``func(*args)`` of a function with a forward rule; its partials are per positional
+        argument, so keyword arguments cannot be placed."""
+        if kwargs and _has_forward_rule(func):
+            raise KernelError(
+                f"{qualified_name(func)} inside db.sum/db.broadcast takes its arguments by position, as its "
+                f"partial derivatives do: pass {', '.join(sorted(kwargs))} positionally"
+            )
+        return self.apply(func, args)
+
+    def primitive(self, func, body, args, kwargs):
+        """A `db.primitive` ``func`` called on symbols: one node if it has partial derivatives
+        (`db.defderivative`), its ``body`` then running on whole arrays or blocks; else ``body`` traced."""
+        if func in DERIVATIVES:
+            return self.call(func, args, kwargs)
+        return body(*args, **kwargs)
 
     def cut(self, x):
         """``db.cut(x)`` of a node: the same value, a constant of the kernel (no tangent flows through it).

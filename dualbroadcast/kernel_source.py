@@ -108,18 +108,20 @@ def _operand_refs(kernel, node, ref, dtype_of, namespace):
     """The arguments of an operation as source: a node by ``ref(node)``; a literal as a 0-d array where that
     computes the same (a ufunc takes a 0-d array ~250 ns faster than a Python or NumPy scalar).
 
-    A NumPy scalar literal keeps its dtype.  A Python int or float is weak: NumPy casts it to the dtype of
-    the other operands, so it is cast here once, when every other operand is a float array of one dtype
-    (``dtype_of(node)``: its dtype if it is such an array, else None).  ``dtype_of`` None: no literal typed.
+    Only a ufunc's literals are typed (``np.round(x, 2)`` wants an integer).  A NumPy scalar literal keeps
+    its dtype.  A Python int or float is weak: NumPy casts it to the dtype of the other operands, so it is
+    cast here once, when every other operand is a float array of one dtype (``dtype_of(node)``: its dtype
+    if it is such an array, else None).  ``dtype_of`` None: no literal typed.
     """
-    operands = {dtype_of(a) for a in node.args if type(a) is Sym} if dtype_of else ()
+    typing = dtype_of is not None and isinstance(node.op, np.ufunc)
+    operands = {dtype_of(a) for a in node.args if type(a) is Sym} if typing else ()
     refs = []
     for a in node.args:
         if type(a) is Sym:
             refs.append(ref(a))
             continue
         name = _ref(kernel.names, a)
-        typed = None if dtype_of is None or node.op is np.where else _typed_literal(a, operands)
+        typed = _typed_literal(a, operands) if typing else None
         if typed is not None:
             name = f"{name}_{typed.dtype.char}"
             namespace[name] = typed
