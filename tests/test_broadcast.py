@@ -254,6 +254,11 @@ def test_set_backend_rejects_unknown_names():
         db.set_backend("cuda")
 
 
+def test_per_call_backend_rejects_unknown_names():
+    with pytest.raises(ValueError, match="unknown backend 'cuda'"):
+        db.sum(transcendental, uniform((10,)), backend="cuda")
+
+
 def test_per_call_backend_overrides_global_one():
     r = uniform((70000,), seed=7)
     try:
@@ -752,6 +757,21 @@ def test_elementwise_with_backend_keyword():
 def test_sum_inside_a_kernel_is_an_error():
     with pytest.raises(db.KernelError, match=r"db\.sum"):
         db.broadcast(lambda x: db.sum(np.sin, x), np.ones(3))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kernel", [
+    lambda r: 7.0 % r + 2.0 // r,
+    lambda r: 2.0 ** r - 1.5 / r + (3.0 - r) * (0.5 + r),
+    lambda r: np.round(r, 2) * r + np.round(r) * r,
+], ids=["reflected % and //", "reflected arithmetic", "round"])
+def test_operators_with_the_array_second_and_round(kernel, backend):
+    """Python's reflected operators (``7.0 % r``) and np.round with and without decimals, as NumPy computes them."""
+    r = uniform((70000,), low=0.3, high=2.0, seed=8)
+    close(db.broadcast(kernel, r, backend=backend), kernel(r))
+    weights = uniform((70000,), seed=9)
+    close(db.gradient(lambda a: np.sum(db.broadcast(kernel, a, backend=backend) * weights), r),
+          db.gradient(lambda a: np.sum(kernel(a) * weights), r))
 
 
 # =====================================================================================
