@@ -213,7 +213,8 @@ def _block_code(kernel, kinds, full, stored):
     hoisted_lines, operations = [], []
     for node in kernel.order:
         if node.index in hoisted:  # depends on no full-size input: computed once, as Python would
-            hoisted_lines.append(f"{names[node.index]} = {_call_source(kernel, node.op, [_ref(names, a) for a in node.args])}")
+            refs = [_ref(names, a) for a in node.args]
+            hoisted_lines.append(f"{names[node.index]} = {_call_source(kernel, node.op, refs)}")
         else:
             refs = _operand_refs(kernel, node, ref, dtype_of, namespace)
             operations.append(_in_place_source(kernel, node.op, refs, buffers[node.index][0]))
@@ -243,8 +244,9 @@ def blocked_kernel(kernel, kinds, full, stored):
     block_inputs = [name for name, is_full in zip(kernel.input_names, full) if is_full]
     block_outputs = [f"o{k}" for k, keep in enumerate(stored) if keep]
     scratch = [name for name, _ in code.scratch]
-    parameters = [f"{name}_all" if name in block_inputs else name for name in kernel.input_names]
-    lines = [f"def kernel({', '.join(['start', 'stop', 'B', *parameters, *(f'{o}_all' for o in block_outputs + scratch)])}):"]
+    inputs = [f"{name}_all" if name in block_inputs else name for name in kernel.input_names]
+    parameters = ["start", "stop", "B", *inputs, *(f"{name}_all" for name in block_outputs + scratch)]
+    lines = [f"def kernel({', '.join(parameters)}):"]
     lines += [f"    s{k} = z{k}" for k in code.sums]
     lines += ["    " + line for line in code.hoisted]
     lines += ["    for lo in range(start, stop, B):", "        hi = min(lo + B, stop)", "        SHAPE = (hi - lo,)"]

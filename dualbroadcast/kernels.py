@@ -79,7 +79,7 @@ class Kernel:
         self.outputs = outputs  # [value, ∂value/∂active_0, ...]: Syms or literals
         self.reduce = reduce
         self.name = name
-        self.order = needed_nodes(graph, outputs)
+        self.order = needed_nodes(graph, outputs)  # the operations, and below the names generated code gives them
         self.names, self.constants, self.functions = kernel_names(inputs, self.order, outputs)
         self.input_names = [self.names[x.index] for x in inputs]
         self.fresh = _fresh_partials(outputs, reduce)
@@ -224,7 +224,7 @@ class _Blocked:
             scratch = [[np.empty(block, d) for _, d in scratch_dtypes] for _ in range(len(chunks) - 1)]
 
             def execute(*values):
-                args = [np.ravel(v) if f else (v if type(v) is float else np.reshape(v, ())) for v, f in zip(values, full)]
+                args = [np.ravel(v) if f else v if type(v) is float else np.reshape(v, ()) for v, f in zip(values, full)]
                 sums = iter(_in_threads(run, chunks, block, args + flat_outs, scratch))
                 stores = iter(outs)
                 results = [next(stores) if keep else np.reshape(next(sums), s) for s, keep in zip(shapes, stored)]
