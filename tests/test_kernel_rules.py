@@ -82,12 +82,12 @@ def test_rule_case_in_kernels_on_every_backend(case, dtype, data):
         shape = np.broadcast_shapes(*[np.shape(a) for a in args])
         weights = np.random.default_rng(len(args)).standard_normal(shape).astype(dtype)
         one_element = [np.size(a) == 1 for a in args]
-        losses = {  # reduce -> (the kernel's loss, the same loss on the tape)
+        losses = {  # db.sum and db.broadcast: (the kernel's loss on a backend, the same loss on the tape)
             True: (lambda backend: lambda *a: db.sum(fn, *a, backend=backend), lambda *a: np.sum(fn(*a))),
             False: (lambda backend: lambda *a: np.sum(db.broadcast(fn, *a, backend=backend) * weights),
                     lambda *a: np.sum(fn(*a) * weights)),
         }
-        for reduce, (kernel_loss, tape_loss) in losses.items():
+        for kernel_loss, tape_loss in losses.values():
             want_value, want = db.value_and_gradient(tape_loss, *args)
             for backend in BACKENDS:
                 ran = "numpy" if backend == "numexpr" and case.func in NUMEXPR_LACKS else backend
@@ -189,7 +189,7 @@ def test_numpy_function_without_kernel_rule_and_the_advice_works(defderivative):
 
     defderivative(np.sinc, dsinc)  # as the message says
     for backend in BACKENDS:
-        got = db.gradient(lambda a: db.sum(lambda r: r * np.sinc(r), a, backend=backend), x)
+        got = db.gradient(lambda a, backend=backend: db.sum(lambda r: r * np.sinc(r), a, backend=backend), x)
         np.testing.assert_allclose(got, np.sinc(x) + x * dsinc(None, x), rtol=1e-12)
     db.check_gradient(lambda a: db.sum(lambda r: r * np.sinc(r), a), x)
 
@@ -218,18 +218,25 @@ def softplus_body(x):
 @pytest.mark.parametrize("reduce", [True, False])
 def test_primitive_with_registered_derivative_is_one_kernel_operation(backend, reduce, defderivative):
     softplus = db.primitive(softplus_body)
-    kernel = lambda a, b: softplus(a) * b  # noqa: E731
+
+    def kernel(a, b):
+        return softplus(a) * b
+
     with pytest.raises(db.KernelError, match="np.any is not elementwise"):
         db.sum(kernel, X, 2.0)  # without derivatives its body is traced
     defderivative(softplus, lambda ans, x: 1 / (1 + np.exp(-x)))
     sigmoid = 1 / (1 + np.exp(-X))
     weights = np.linspace(-1.0, 1.0, X.size)
     if reduce:
-        loss = lambda x, b: db.sum(kernel, x, b, backend=backend)  # noqa: E731
         want = (2.5 * sigmoid, np.sum(softplus_body(X)))
     else:
-        loss = lambda x, b: np.sum(db.broadcast(kernel, x, b, backend=backend) * weights)  # noqa: E731
         want = (2.5 * sigmoid * weights, np.sum(softplus_body(X) * weights))
+
+    def loss(x, b):
+        if reduce:
+            return db.sum(kernel, x, b, backend=backend)
+        return np.sum(db.broadcast(kernel, x, b, backend=backend) * weights)
+
     with db.kernel_log() as calls:
         gx, gb = db.gradient(loss, X, 2.5)
     assert [c.backend for c in calls] == ["numpy" if backend == "numexpr" else backend]
