@@ -85,7 +85,7 @@ class Kernel:
         self.fresh = _fresh_partials(outputs, reduce)
         self.dtypes = {}  # input kinds -> dtype of the value
         self.backends = {"numpy": _WholeArrays(self), "blocked": _Blocked(self), "numexpr": _Numexpr(self)}
-        self.choice = BackendChoice(self.backends)
+        self.choice = BackendChoice(self)
 
     def __call__(self, values, active_shapes, backend=None):
         """Return ``(value, partials, backend, size)``; partials reduced to ``active_shapes`` if reducing."""
@@ -94,8 +94,12 @@ class Kernel:
         size = math.prod(shape)
         backend = self.choice.pick(backend or FORCED_BACKEND.get(), values, size)
         if backend is None:
-            return self.choice.measure(self.run, values, shape, size, active_shapes) + (size,)
+            return self.choice.measure(values, shape, size, active_shapes) + (size,)
         return self.run(backend, values, shape, size, active_shapes) + (backend, size)
+
+    def _candidates(self, values, size):
+        """The backends that can run a call on ``values``: numpy always, the others from their sizes."""
+        return [name for name, backend in self.backends.items() if backend.eligible(values, size)]
 
     def run(self, backend, values, shape, size, active_shapes):
         """``(value, partials)`` on a given backend, for inputs whose broadcast shape is known.
@@ -134,8 +138,8 @@ class BackendChoice:
     """Which backend a kernel runs a call on: the one asked for if eligible, else the fastest eligible
     one for the call's size bucket (the bit length of its size), timed on the first call of that bucket."""
 
-    def __init__(self, backends):
-        self.backends = backends
+    def __init__(self, kernel):
+        self.kernel = kernel
         self.fastest = {}  # size bucket -> backend measured fastest
 
     def pick(self, requested, values, size):
@@ -144,25 +148,22 @@ class BackendChoice:
             _check_backend(requested)
         backend = requested or self.fastest.get(size.bit_length())
         if backend is None:
-            if len(self.candidates(values, size)) > 1:
+            if len(self.kernel._candidates(values, size)) > 1:
                 return None
             backend = self.fastest[size.bit_length()] = "numpy"
-        elif backend != "numpy" and not self.backends[backend].eligible(values, size):
+        elif backend != "numpy" and backend not in self.kernel._candidates(values, size):
             backend = "numpy"  # not eligible for these shapes (or numexpr lacks an operation)
         return backend
 
-    def candidates(self, values, size):
-        return [name for name, backend in self.backends.items() if backend.eligible(values, size)]
-
-    def measure(self, run, values, shape, size, active_shapes):
+    def measure(self, values, shape, size, active_shapes):
         """Time each candidate on this call's data (best of three: one slow run must not decide), keep
         the fastest for this size, and return its ``(value, partials, backend)``."""
         timings = {}
-        for backend in self.candidates(values, size):
+        for backend in self.kernel._candidates(values, size):
             best = math.inf
             for _ in range(3):
                 start = time.perf_counter()
-                result = run(backend, values, shape, size, active_shapes)
+                result = self.kernel.run(backend, values, shape, size, active_shapes)
                 best = min(best, time.perf_counter() - start)
             timings[backend] = (best, result)
         winner = min(timings, key=lambda b: timings[b][0])
