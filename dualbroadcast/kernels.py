@@ -225,7 +225,8 @@ class _Blocked:
             scratch = [[np.empty(block, d) for _, d in scratch_dtypes] for _ in range(len(chunks) - 1)]
 
             def execute(*values):
-                args = [np.ravel(v) if f else v if type(v) is float else np.reshape(v, ()) for v, f in zip(values, full)]
+                args = [np.ravel(v) if f else v if type(v) is float else np.reshape(v, ())
+                        for v, f in zip(values, full)]
                 sums = iter(_in_threads(run, chunks, block, args + flat_outs, scratch))
                 stores = iter(outs)
                 results = [next(stores) if keep else np.reshape(next(sums), s) for s, keep in zip(shapes, stored)]

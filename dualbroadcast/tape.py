@@ -929,7 +929,7 @@ def primitive(f: Callable[..., Any]) -> Callable[..., Any]:
     `db.defderivative` (an elementwise function): inside a db.sum/db.broadcast kernel it is then one
     operation, else its body is traced there like the rest of the kernel.
     """
-    from .expr import Sym  # noqa: PLC0415 - the kernels' symbol type, the one name tape takes from expr
+    from .expr import Sym  # the kernels' symbol type, the one name tape takes from expr
 
     @functools.wraps(f)
     def wrapper(*args, **kwargs):

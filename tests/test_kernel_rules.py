@@ -222,7 +222,7 @@ def test_primitive_with_registered_derivative_is_one_kernel_operation(backend, r
     def kernel(a, b):
         return softplus(a) * b
 
-    with pytest.raises(db.KernelError, match="np.any is not elementwise"):
+    with pytest.raises(db.KernelError, match=r"np\.any is not elementwise"):
         db.sum(kernel, X, 2.0)  # without derivatives its body is traced
     defderivative(softplus, lambda ans, x: 1 / (1 + np.exp(-x)))
     sigmoid = 1 / (1 + np.exp(-X))
@@ -287,7 +287,7 @@ def test_keyword_arguments_of_a_registered_function_in_a_kernel_are_an_error(def
         return k * x
 
     defderivative(scaled, lambda ans, x, k: k, lambda ans, x, k: x)
-    with pytest.raises(db.KernelError, match="by position.*pass k positionally"):
+    with pytest.raises(db.KernelError, match=r"by position.*pass k positionally"):
         db.sum(lambda r: scaled(r, k=2.0), X[:10])
     np.testing.assert_allclose(db.gradient(lambda a: db.sum(lambda r: scaled(r, 2.0), a), X[:10]), 2.0)
 
