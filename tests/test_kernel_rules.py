@@ -22,6 +22,7 @@ import dualbroadcast as db
 from dualbroadcast import kernels
 from dualbroadcast.derivatives import DERIVATIVES
 from dualbroadcast.registry import RULES
+from dualbroadcast.rules import BUILTIN_RULES
 
 from .cases import elementwise, reset_streams
 
@@ -55,7 +56,7 @@ def sweep_sizes():
 
 def test_every_derivative_has_a_kernel_case():
     covered = {case.func for case in elementwise.CASES}
-    missing = [f.__name__ for f in DERIVATIVES if f not in covered]
+    missing = [f.__name__ for f in DERIVATIVES if f in BUILTIN_RULES and f not in covered]  # not a user's entry
     assert not missing, f"functions in DERIVATIVES without an elementwise case: {missing}"
 
 
