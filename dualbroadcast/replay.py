@@ -23,7 +23,8 @@ import numpy as np
 
 from .derivatives import DERIVATIVES
 from .expr import UfuncOperators
-from .kernels import _infer_dtypes, _kind, _out_dtypes
+from .kernel_source import _infer_dtypes, _out_dtypes
+from .kernels import _kind
 from .numpy_facts import as_dtype, getitem, source_of
 from .program import Const, Guard, KernelStep, Pack, Step, unpacked
 from .pullbacks import IndexPullback, apply, kernel_pullback_source, table_pullback, table_pullback_source, unbroadcast

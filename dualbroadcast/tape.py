@@ -25,6 +25,7 @@ from .errors import (
     StaleValueError,
     UnsupportedFunctionError,
 )
+from .expr import Sym
 from .guards import RECORDER, Guarded
 from .numpy_facts import FLOAT_SCALARS, INFIX, REAL_FLOATS, astype, getitem, qualified_name
 from .pullbacks import FACTORS, IndexPullback, add_at, own_buffer, scalar_pullback
@@ -929,8 +930,6 @@ def primitive(f: Callable[..., Any]) -> Callable[..., Any]:
     `db.defderivative` (an elementwise function): inside a db.sum/db.broadcast kernel it is then one
     operation, else its body is traced there like the rest of the kernel.
     """
-    from .expr import Sym  # the kernels' symbol type, the one name tape takes from expr
-
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
         for a in args:  # a loop, not any(...): no generator per call (a plain call 0.7 -> 0.3 us)

@@ -293,8 +293,6 @@ def test_keyword_arguments_of_a_registered_function_in_a_kernel_are_an_error(def
     np.testing.assert_allclose(db.gradient(lambda a: db.sum(lambda r: scaled(r, 2.0), a), X[:10]), 2.0)
 
 
-@pytest.mark.xfail(strict=True, reason="db.defderivative keeps the kernels traced with an earlier entry: "
-                   "rules/elementwise.defderivative should call broadcast.clear_cache()")
 def test_a_corrected_derivative_is_not_served_a_kernel_traced_with_the_old_one(defderivative):
     special = pytest.importorskip("scipy.special")
     defderivative(special.erf, lambda ans, x: 3.0 * x)  # wrong

@@ -59,6 +59,8 @@ def defderivative(func: Callable[..., Any], *partials: Callable[..., Any] | floa
     Each partial is ``d(ans, *args)`` (``ans`` the result), a number for a constant partial, or None for
     an argument that is not differentiable.  Write formulas with NumPy functions and operators only, so
     that kernels can trace them.  ``func`` is a ufunc (``scipy.special.erf``) or a `db.primitive`.
+    Kernels traced before are dropped; a `db.prepare_gradient` made before keeps the formulas it was
+    recorded with: prepare it again.
 
     >>> @db.primitive
     ... def softplus(x):
@@ -81,6 +83,9 @@ def defderivative(func: Callable[..., Any], *partials: Callable[..., Any] | floa
             )
     DERIVATIVES[func] = tuple(partials)
     _register(func, DERIVATIVES[func])
+    from ..broadcast import clear_cache  # kernels traced with an earlier entry must not be served again
+
+    clear_cache()
 
 
 def _register(func, partials):
