@@ -20,11 +20,11 @@ from .errors import (
 )
 from .expr import TRACING, Sym
 from .guards import RECORDER
-from .numpy_facts import FLOAT_SCALARS
+from .numpy_facts import FLOAT_LEAVES, FLOAT_SCALARS
 from .pytree import Cut, Uncut
 from .tape import ACTIVE_TAPE, Tape, Tracked, backward, settle, thaw, value_of
 
-_FLOAT_TYPES = (np.ndarray, float, np.float64, np.float32)
+_FLOAT_TYPES = tuple(FLOAT_LEAVES)  # for isinstance
 _PYTHON_FLOAT = {float}
 
 

@@ -30,12 +30,12 @@ from .errors import KernelError
 from .expr import Sym, derivatives, trace, without_cuts
 from .guards import RECORDER
 from .kernels import FORCED_BACKEND, Kernel
-from .numpy_facts import REAL_FLOATS
+from .numpy_facts import FLOAT_LEAVES, REAL_FLOATS
 from .pullbacks import kernel_pullback
 from .tape import Tracked, _edge, _edges, tape_of
 
 CACHE_SIZE = 512
-_PLAIN = {np.ndarray, float, np.float64, np.float32, Tracked}
+_PLAIN = FLOAT_LEAVES | {Tracked}
 _cache = collections.OrderedDict()
 _plans = {}  # (id of the code, reduce) -> the `_Plan` of its latest call (hashing a code object is slow)
 _names = {}  # id of a code object -> (the code, the names it reads: `_names_read`)

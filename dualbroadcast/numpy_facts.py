@@ -30,6 +30,8 @@ OPERATOR_FUNCTIONS = {
 
 FLOAT_SCALARS = frozenset((np.float64, np.float32, np.float16, np.longdouble))  # NumPy's real float scalar types
 REAL_FLOATS = FLOAT_SCALARS | {float}
+# The leaf types the fast paths take whole, without walking a tree: arrays and the usual float scalars.
+FLOAT_LEAVES = frozenset((np.ndarray, float, np.float64, np.float32))
 
 
 def source_of(op, args):

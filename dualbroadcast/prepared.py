@@ -27,7 +27,7 @@ from . import pytree
 from .api import _Argument, _call_on_tape, _gradients, _prepare, _scalar_seed, value_and_gradient
 from .errors import UnsupportedFunctionError
 from .guards import RECORDER, NotReplayableError
-from .numpy_facts import qualified_name
+from .numpy_facts import FLOAT_LEAVES, qualified_name
 from .program import Const, Guard, KernelStep, Pack, Step, unpacked
 from .registry import OUTPUTS
 from .replay import _same, compile_program
@@ -368,7 +368,6 @@ def _called_with(arguments, flat):
             for arg, (leaves, treedef) in zip(arguments, flat)]
 
 
-_ARRAYS = (np.ndarray, np.float64, np.float32)
 _SEQUENCES = (tuple, list)
 
 
@@ -384,7 +383,7 @@ def _plain(args):
         if kind is float:
             key.append(float)
             leaves.append(a)
-        elif kind in _ARRAYS:
+        elif kind in FLOAT_LEAVES:  # an array or a NumPy scalar (a Python float is taken above)
             key.append((a.shape, a.dtype))
             leaves.append(a)
         elif kind in _SEQUENCES and a and list(map(type, a)).count(float) == len(a):
