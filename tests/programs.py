@@ -1166,6 +1166,29 @@ def check_prepared(program, replays=2):
                 fail(f"prepared gradient of {x.name} (call {position + 1}) against db.gradient: {problem}", script)
 
 
+# --- check 3b: a pullback called again -------------------------------------------------------------------
+PULLBACK_COTANGENTS = (2.0, -0.5, 2.0)
+
+
+def check_pullback(program, grads):
+    """``db.pullback`` of the program, its pullback called three times: each call gives the gradient times its
+    cotangent.  A pullback that changed what it keeps (a partial scaled in place, as the cached plan of a
+    large ``db.sum`` once did) would make a later call wrong, which one ``db.gradient`` never shows."""
+    values = build_inputs(program)
+    f = compile_program(program)
+    calls = ", ".join(f"back({c})" for c in PULLBACK_COTANGENTS)
+    script = snippet(program, [f"y, back = db.pullback(f, {arguments(program)})", f"print({calls})"])
+    _, back = attempt(lambda: db.pullback(f, *wrap(program, values)), "db.pullback", script)
+    scale = gradient_scale(grads)
+    for k, c in enumerate(PULLBACK_COTANGENTS):
+        got = as_tuple(attempt(lambda c=c: back(c), f"back({c})", script), len(values))
+        for x, g, w in zip(program.inputs, got, grads):
+            want = None if w is None else np.multiply(w, c)
+            problem = difference(g, want, rtol=1e-12, atol=1e-14 * scale, same_type=False)
+            if problem:
+                fail(f"pullback call {k + 1} (cotangent {c}) of {x.name} against {c} x the gradient: {problem}", script)
+
+
 def outcome(call):
     """``(call(), None)``, or ``(None, the exception it raised)``."""
     try:

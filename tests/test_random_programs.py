@@ -50,6 +50,7 @@ def check_program(data, jax_share):
     if HAVE_JAX and data.draw(st.integers(0, jax_share - 1), label="not compared with JAX") == 0:
         programs.check_jax(program, grads)
     programs.check_prepared(program, replays=data.draw(st.integers(2, 3), label="replays"))
+    programs.check_pullback(program, grads)
     programs.check_kernels(program)
     programs.check_float32(program, grads)
 
@@ -93,6 +94,19 @@ def test_each_check_rejects_a_wrong_gradient(monkeypatch):
     monkeypatch.setattr(programs.db, "prepare_gradient", lambda f, *example: lambda *a: gradient(f, *a) * 1.01)
     with pytest.raises(AssertionError, match=r"against db\.gradient"):
         programs.check_prepared(program)
+    programs.check_pullback(program, right)
+    with pytest.raises(AssertionError, match="pullback call 1"):
+        programs.check_pullback(program, wrong)
+    pullback = programs.db.pullback
+
+    def scaling_pullback(f, *args):  # the bug class the check guards: a later call sees a changed partial
+        value, back = pullback(f, *args)
+        calls = []
+        return value, lambda g: calls.append(g) or back(g) * len(calls)
+
+    monkeypatch.setattr(programs.db, "pullback", scaling_pullback)
+    with pytest.raises(AssertionError, match="pullback call 2"):
+        programs.check_pullback(program, right)
 
 
 def test_jax_is_compared_when_installed():
