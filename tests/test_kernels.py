@@ -5,6 +5,7 @@ import pytest
 
 import dualbroadcast as db
 from dualbroadcast import kernels
+from dualbroadcast.program import KernelStep
 
 BACKENDS = ["numpy", "blocked", "numexpr"]
 N = 70_000  # large enough that every backend is eligible
@@ -52,7 +53,7 @@ def test_pullback_called_twice_gives_the_same_cotangent(backend):
 def _kernel_step(f, *args):
     """The kernel step a prepared program recorded for ``f``."""
     (program,) = [p for programs in db.prepare_gradient(f, *args).variants.values() for p in programs]
-    return next(s for s in program.steps if type(s).__name__ == "KernelStep")
+    return next(s for s in program.steps if type(s) is KernelStep)
 
 
 KERNELS = {  # name -> (loss of a kernel, extra arguments): literals, copies, where, hoisting, sums
