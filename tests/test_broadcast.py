@@ -1011,3 +1011,14 @@ def test_power_zero_keeps_dtype(dtype):
     out = db.broadcast(lambda t: t**0, x)
     assert out.dtype == dtype
     np.testing.assert_array_equal(out, np.ones(4, dtype))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "blocked", "numexpr"])
+def test_a_sum_counts_the_broadcast_of_an_argument_its_value_does_not_read(backend):
+    """``db.sum(f, x, y)`` sums over the broadcast of every argument, also one f's value ignores: a value of
+    shape (4,) summed over the call's (3, 4) counts each element three times (a shape check that compared
+    the shapes by order instead of equality would sum it once)."""
+    x, y = np.arange(4.0), np.ones((3, 1))
+    assert db.sum(lambda x, y: 2 * x, x, y, backend=backend) == 3 * np.sum(2 * x)
+    np.testing.assert_array_equal(db.gradient(lambda x: db.sum(lambda x, y: 2 * x, x, y, backend=backend), x),
+                                  np.full(4, 6.0))

@@ -337,3 +337,22 @@ def test_last_product_with_a_cotangent_of_another_dtype_than_recorded_for_the_va
     out = np.empty_like(x)
     np.testing.assert_array_equal(prog(x, out=out), expected)
     np.testing.assert_array_equal(prog(x), expected)
+
+
+def test_value_and_gradient_of_plain_arguments_with_out_returns_the_value():
+    """Plain array arguments, two gradients written into ``out=``: the value returned is f's, and replaying
+    records nothing again."""
+    def f(x, y):
+        return np.sum(x * y + np.sin(x))
+
+    x, y = np.linspace(0.1, 1.0, 5), np.linspace(-1.0, 1.0, 5)
+    prog = db.prepare_gradient(f, x, y)
+    for scale in (1.0, 2.0, 3.0):
+        out = (np.empty(5), np.empty(5))
+        value, written = prog.value_and_gradient(x * scale, y, out=out)
+        assert written is out
+        np.testing.assert_allclose(value, f(x * scale, y), rtol=1e-14)
+        want = db.gradient(f, x * scale, y)
+        np.testing.assert_allclose(out[0], want[0], rtol=1e-14)
+        np.testing.assert_allclose(out[1], want[1], rtol=1e-14)
+    assert prog.recordings == 1

@@ -101,3 +101,21 @@ def test_constant_table_partials_are_held_without_a_closure(d):
     """A constant partial of a same-shaped argument is applied by the sweep itself (None, neg or a factor)."""
     back = table_pullback(d, (3,), (3,))
     assert back is None or not hasattr(back, "__closure__") or back.__closure__ is None
+
+
+@pytest.mark.parametrize("constant", [-2, 3.0, -0.5])
+def test_a_constant_partial_other_than_one_is_a_factor(constant):
+    """A user's constant partial (``db.defderivative(f, -2)``) scales the cotangent; only 1 and -1 are the
+    identity and negation."""
+    @db.primitive
+    def scaled(x):
+        return constant * x
+
+    db.defderivative(scaled, constant)
+    try:
+        x = np.array([0.5, 1.5])
+        np.testing.assert_array_equal(db.gradient(lambda x: np.sum(scaled(x) * np.array([1.0, 2.0])), x),
+                                      constant * np.array([1.0, 2.0]))
+        assert db.gradient(lambda x: scaled(x), 0.5) == constant
+    finally:
+        del db.registry.RULES[scaled], db.derivatives.DERIVATIVES[scaled]

@@ -247,3 +247,16 @@ def test_a_product_of_views_as_the_result_and_as_an_explained_operation():
     np.testing.assert_allclose(db.gradient(lambda X: np.dot(X[:, 0], X[:, 2]), X), want, rtol=1e-14)
     report = db.explain(lambda X: np.dot(X[:, 0], X[:, 2]) + np.dot(X[0], X[1]), X)
     assert [(op.name, op.active) for op in report.operations] == [("np.dot", 2), ("np.dot", 2), ("np.add", 2)]
+
+
+def test_scatter_add_sums_repeated_positions():
+    """The batched add of view products: rows at repeated positions (a loop visiting a column twice) are all
+    added, as np.add.at would."""
+    from dualbroadcast.tape import scatter_add
+
+    rows = np.arange(10.0).reshape(5, 2)
+    for positions in ([2, 0, 2, 2, 1], [3, 3, 0, 0, 3], [1, -3, 0, 1, 1]):
+        got, want = np.zeros((4, 2)), np.zeros((4, 2))
+        scatter_add(got, positions, rows)
+        np.add.at(want, np.array(positions) % 4, rows)
+        np.testing.assert_array_equal(got, want)
