@@ -31,7 +31,7 @@ from .expr import Sym, derivatives, trace, without_cuts
 from .guards import RECORDER
 from .kernels import FORCED_BACKEND, Kernel
 from .numpy_facts import FLOAT_LEAVES, REAL_FLOATS
-from .pullbacks import kernel_pullback
+from .pullbacks import fitting_kernel_pullback, kernel_pullback
 from .tape import Tracked, _edge, _edges, tape_of
 
 CACHE_SIZE = 512
@@ -237,11 +237,11 @@ class _Plan:
             tape = tape_of(parents)  # a clear error for a stale or mixed value
         if len(parents) == 1:  # the usual case, one differentiated array
             x = parents[0]
-            back = kernel_pullback(results[1], shape, shape, tape.single_sweep)
+            back = fitting_kernel_pullback(results[1], tape.single_sweep)  # a plan's partials have x's shape
             if x.view is not None:
                 back = _edge(x, back)  # first: settling a view moves its index
             return tape.record(value, ((x.index, back),), self.call)
-        backs = [kernel_pullback(p, shape, shape, tape.single_sweep) for p in results[1:]]
+        backs = [fitting_kernel_pullback(p, tape.single_sweep) for p in results[1:]]
         return tape.record(value, _edges(parents, backs), self.call)
 
 

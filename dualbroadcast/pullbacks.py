@@ -96,12 +96,17 @@ def kernel_pullback(partial, shape, out_shape, in_place):
     the cotangent in place instead of allocating another array of its size.
     """
     if _kernel_partial_fits(getattr(partial, "shape", ()), shape, out_shape):
-        if in_place and type(partial) is np.ndarray and partial.base is None and partial.ndim:
-            return partial.__imul__  # a C call: no frame, no allocation
-        # Not ``partial.__mul__``: the bound method alone holding a large array, NumPy takes it for a
-        # temporary and multiplies in place, so a pullback called twice would scale it twice.
-        return functools.partial(np.multiply, partial)
+        return fitting_kernel_pullback(partial, in_place)
     return lambda g: unbroadcast(np.broadcast_to(g * partial, out_shape), shape)
+
+
+def fitting_kernel_pullback(partial, in_place):
+    """`kernel_pullback` of a partial known to have its argument's shape (a cached plan's, every call)."""
+    if in_place and type(partial) is np.ndarray and partial.base is None and partial.ndim:
+        return partial.__imul__  # a C call: no frame, no allocation
+    # Not ``partial.__mul__``: the bound method alone holding a large array, NumPy takes it for a
+    # temporary and multiplies in place, so a pullback called twice would scale it twice.
+    return functools.partial(np.multiply, partial)
 
 
 def kernel_pullback_source(g, partial, shape, out_shape):
