@@ -72,8 +72,13 @@ DERIVATIVES = {
     np.logaddexp: (lambda ans, x, y: np.exp(x - ans), lambda ans, x, y: np.exp(y - ans)),
     np.logaddexp2: (lambda ans, x, y: np.exp2(x - ans), lambda ans, x, y: np.exp2(y - ans)),
     np.absolute: (lambda ans, x: np.sign(x),),  # 0 at x = 0
+    np.fabs: (lambda ans, x: np.sign(x),),  # 0 at x = 0
+    # |x| with y's sign: ∂/∂x is x's sign times y's (0 at x = 0); piecewise constant in y.
+    np.copysign: (lambda ans, x, y: np.sign(x) * np.copysign(1, y), 0),
     np.deg2rad: (math.pi / 180,),
     np.rad2deg: (180 / math.pi,),
+    np.radians: (math.pi / 180,),
+    np.degrees: (180 / math.pi,),
     # x - ⌊x/y⌋ y and x - trunc(x/y) y: exact for every sign of x and y, except where x/y is an
     # integer (there the function jumps).
     np.remainder: (1, lambda ans, x, y: -np.floor(x / y)),
@@ -95,5 +100,7 @@ DERIVATIVES = {
     ),
 }
 
-# Piecewise-constant functions: their derivative is zero, so their result is a constant.
-ZERO_DERIVATIVE = (np.sign, np.floor, np.ceil, np.round, np.rint, np.trunc, np.floor_divide, np.heaviside)
+# Piecewise-constant functions: their derivative is zero, so their result is a constant.  The next float
+# (spacing, nextafter) is a constant too, as in JAX.
+ZERO_DERIVATIVE = (np.sign, np.floor, np.ceil, np.round, np.rint, np.trunc, np.floor_divide, np.heaviside,
+                   np.spacing, np.nextafter)

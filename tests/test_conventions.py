@@ -258,6 +258,14 @@ def absolute(r):
     return np.abs(r)
 
 
+def fabs(r):
+    return np.fabs(r)
+
+
+def copysign_negative(r):
+    return np.copysign(r, -1.0)
+
+
 POINTS = np.array([0.0, -2.0, 3.0, 1.5])
 
 
@@ -273,8 +281,10 @@ POINTS = np.array([0.0, -2.0, 3.0, 1.5])
     (clip_between_0_and_3, [1.0, 0.0, 1.0, 1.0]),
     (clip_above, [1.0, 1.0, 1.0, 1.0]),
     (clip_below, [1.0, 0.0, 1.0, 1.0]),
-    # abs at 0: sign(0) = 0
+    # abs and fabs at 0: sign(0) = 0; copysign(x, -1) = -|x|: 0 at 0 too
     (absolute, [0.0, -1.0, 1.0, 1.0]),
+    (fabs, [0.0, -1.0, 1.0, 1.0]),
+    (copysign_negative, [0.0, 1.0, -1.0, -1.0]),
 ], ids=lambda v: getattr(v, "__name__", ""))
 def test_selection_conventions(f, expected, mode):
     assert_gradients(mode, f, (POINTS,), (expected,))

@@ -32,7 +32,8 @@ BLOCK = 128  # kernels.BLOCK during the sweep: blocks of a chunk, chunks on two 
 NUMEXPR_BLOCK = 500  # kernels.NUMEXPR_BLOCK during the sweep: numexpr's blocked sums over several blocks
 # Kernels with an operation numexpr lacks, in the function or its derivative: numexpr is no candidate.
 NUMEXPR_LACKS = {np.positive, np.reciprocal, np.square, np.cbrt, np.exp2, np.logaddexp, np.logaddexp2,
-                 np.deg2rad, np.rad2deg, np.remainder, np.fmax, np.fmin}
+                 np.deg2rad, np.rad2deg, np.remainder, np.fmax, np.fmin, np.fabs, np.copysign, np.radians,
+                 np.degrees}
 JUMPS = {np.remainder, np.fmod}  # a finite difference may straddle their jumps (x / y an integer)
 TOLERANCE = {np.float64: 1e-12, np.float32: 2e-5}
 

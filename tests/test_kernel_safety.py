@@ -466,8 +466,8 @@ def test_negative_integer_power_at_zero_as_in_reverse_mode(k):
 # =====================================================================================
 def test_missing_kernel_rule_message_gives_one_formula_per_argument():
     with pytest.raises(db.KernelError) as info:
-        db.sum(lambda r: np.copysign(r, -1.0), uniform(3))
-    assert "db.defderivative(np.copysign, lambda ans, x, y: ..., lambda ans, x, y: ...)" in str(info.value)
+        db.sum(lambda r: np.float_power(r, 2.0), uniform(3))
+    assert "db.defderivative(np.float_power, lambda ans, x, y: ..., lambda ans, x, y: ...)" in str(info.value)
 
 
 def test_ufunc_without_kernel_rule_is_named_by_its_module():

@@ -16,19 +16,20 @@ DOMAINS = {
 ARITY = {
     np.add: 2, np.subtract: 2, np.multiply: 2, np.divide: 2, np.power: 2, np.arctan2: 2,
     np.hypot: 2, np.logaddexp: 2, np.logaddexp2: 2, np.maximum: 2, np.minimum: 2,
-    np.fmax: 2, np.fmin: 2, np.remainder: 2, np.fmod: 2,
+    np.fmax: 2, np.fmin: 2, np.remainder: 2, np.fmod: 2, np.copysign: 2,
 }
 UNARY = [
     np.negative, np.positive, np.reciprocal, np.square, np.sqrt, np.cbrt, np.exp, np.exp2,
     np.expm1, np.log, np.log2, np.log10, np.log1p, np.sin, np.cos, np.tan, np.arcsin,
     np.arccos, np.arctan, np.sinh, np.cosh, np.tanh, np.arcsinh, np.arccosh, np.arctanh,
-    np.absolute, np.deg2rad, np.rad2deg,
+    np.absolute, np.fabs, np.deg2rad, np.rad2deg, np.radians, np.degrees,
 ]
 
 
 # Functions with a kink where arguments tie (or x is 0): their arguments are drawn on
 # interleaved grids, half a grid step apart.
-KINKED = {np.maximum, np.minimum, np.fmax, np.fmin, np.absolute}
+KINKED = {np.maximum, np.minimum, np.fmax, np.fmin, np.absolute, np.fabs, np.copysign}
+AWAY_FROM_ZERO = {np.absolute, np.fabs, np.copysign}  # every argument half a grid step off 0: a sign never flips
 
 
 def ufunc_case(func):
@@ -39,7 +40,7 @@ def ufunc_case(func):
         shapes = broadcast_shapes(draw, arity)
         args = [uniform(draw, s, dtype, *d) for s, d in zip(shapes, domains)]
         if func in KINKED:
-            args = [on_grid(a, (k + 1) % 2 / 128 if func is np.absolute else k / 128) for k, a in enumerate(args)]
+            args = [on_grid(a, 1 / 128 if func in AWAY_FROM_ZERO else k / 128) for k, a in enumerate(args)]
         return func, args
 
     return Case(func, build)
