@@ -157,24 +157,27 @@ def weights(k, shape):
 
 
 # --- running a program ---------------------------------------------------------------------------
-class PlainDB:
-    """``db`` for plain evaluation (values, finite differences): cut is the identity, kernels are NumPy."""
+def db_stand_in(xp, cut):
+    """A ``db`` stand-in on the array module ``xp`` (NumPy, jax.numpy): kernels broadcast f with it, and ``cut``."""
 
-    @staticmethod
-    def cut(x):
-        return x
+    class StandIn:
+        @staticmethod
+        def broadcast(f, *args, backend=None):
+            return xp.broadcast_to(f(*args), xp.broadcast_shapes(*map(xp.shape, args)))
 
-    @staticmethod
-    def broadcast(f, *args, backend=None):
-        return np.broadcast_to(f(*args), np.broadcast_shapes(*map(np.shape, args)))
+        @staticmethod
+        def sum(f, *args, backend=None):
+            return xp.sum(StandIn.broadcast(f, *args))
 
-    @staticmethod
-    def sum(f, *args, backend=None):
-        return np.sum(PlainDB.broadcast(f, *args))
+        @staticmethod
+        def elementwise(f):
+            return lambda *args: StandIn.broadcast(f, *args)
 
-    @staticmethod
-    def elementwise(f):
-        return lambda *args: PlainDB.broadcast(f, *args)
+    StandIn.cut = staticmethod(cut)
+    return StandIn
+
+
+PlainDB = db_stand_in(np, lambda x: x)  # plain evaluation (values, finite differences): cut is the identity
 
 
 class FrozenCuts(PlainDB):
@@ -1094,22 +1097,7 @@ def jax_modules():
         def tril(x, k=0):
             return jnp.tril(jnp.broadcast_to(x, (x.shape[-1],) * 2) if jnp.ndim(x) < 2 else x, k)
 
-    class JaxDB:
-        cut = staticmethod(jax.lax.stop_gradient)
-
-        @staticmethod
-        def broadcast(f, *args, backend=None):
-            return jnp.broadcast_to(f(*args), jnp.broadcast_shapes(*map(jnp.shape, args)))
-
-        @staticmethod
-        def sum(f, *args, backend=None):
-            return jnp.sum(JaxDB.broadcast(f, *args))
-
-        @staticmethod
-        def elementwise(f):
-            return lambda *args: JaxDB.broadcast(f, *args)
-
-    return JaxNumpy(), JaxDB
+    return JaxNumpy(), db_stand_in(jnp, jax.lax.stop_gradient)
 
 
 def check_jax(program, grads):

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..broadcast import clear_cache
 from ..derivatives import DERIVATIVES
 from ..errors import UnsupportedFunctionError
 from ..numpy_facts import OPERATOR_FUNCTIONS, as_dtype, qualified_name
@@ -83,9 +84,7 @@ def defderivative(func: Callable[..., Any], *partials: Callable[..., Any] | floa
             )
     DERIVATIVES[func] = tuple(partials)
     _register(func, DERIVATIVES[func])
-    from ..broadcast import clear_cache  # kernels traced with an earlier entry must not be served again
-
-    clear_cache()
+    clear_cache()  # kernels traced with an earlier entry must not be served again
 
 
 def _register(func, partials):
