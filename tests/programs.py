@@ -390,7 +390,9 @@ UNARY = [
     ("np.sinh({0})", None), ("np.cosh({0})", None), ("np.tanh({0})", None), ("np.arcsinh({0})", None),
     ("np.arccosh({0} * {0} + 1.25)", None), ("np.arctanh(0.9 * np.tanh({0}))", None), ("np.deg2rad({0})", None),
     ("np.rad2deg({0})", None), ("np.abs({0})", nearest), ("abs({0})", nearest), ("np.absolute({0})", nearest),
-    ("{0} ** 2", None), ("{0} ** 3", None), ("{0} ** 2.0", None), ("{0} ** 0.0", None), ("{0} ** 1", None),
+    ("{0} ** 2", None), ("{0} ** 3", None), ("{0} ** 2.0", None), ("{0} ** 1", None),
+    ("{0} ** 0.0", nearest),  # at 0 the derivative is 0 here (tests/test_conventions.py), nan in JAX (0 * 0 ** -1)
+    ("np.fabs({0})", nearest), ("np.radians({0})", None), ("np.degrees({0})", None),
     ("{0} ** -2", nearest), ("np.power({0}, 3)", None), ("({0} * {0} + 0.5) ** 0.75", None),
     ("({0} * {0} + 0.5) ** -1.5", None), ("2.0 ** {0}", None), ("np.floor({0})", to_integer),
     ("np.ceil({0})", to_integer), ("np.trunc({0})", to_integer), ("np.rint({0})", to_half_integer),
@@ -414,6 +416,7 @@ BINARY = [
     ("np.hypot({0}, {1})", lambda a, b: nearest(np.hypot(a, b))), ("np.logaddexp({0}, {1})", None),
     ("np.logaddexp2({0}, {1})", None), ("np.maximum({0}, {1})", gap), ("np.minimum({0}, {1})", gap),
     ("np.fmax({0}, {1})", gap), ("np.fmin({0}, {1})", gap),
+    ("np.copysign({0}, {1})", lambda a, b: min(nearest(a), nearest(b))),
     ("np.remainder({0}, {1} * {1} + 0.5)", lambda a, b: to_integer(a / (b * b + 0.5))),
     ("{0} % ({1} * {1} + 0.5)", lambda a, b: to_integer(a / (b * b + 0.5))),
     ("np.fmod({0}, {1} * {1} + 0.5)", lambda a, b: to_integer(a / (b * b + 0.5))),
