@@ -951,8 +951,10 @@ def difference(got, want, rtol=0.0, atol=0.0, same_type=True, values=True):
 
 
 def gradient_scale(grads):
-    """The largest gradient element (at least 1): the scale of absolute tolerances."""
-    return max([1.0] + [float(np.max(np.abs(g), initial=0)) for g in grads if g is not None])
+    """The largest finite gradient element (at least 1): the scale of absolute tolerances.  An infinite one
+    would make the tolerance infinite and every comparison pass; it is compared exactly instead."""
+    finite = [np.abs(g)[np.isfinite(g)] for g in map(np.asarray, grads) if g.dtype != object]
+    return max([1.0] + [float(np.max(a, initial=0)) for a in finite])
 
 
 # --- check 1: db.gradient against plain NumPy values and finite differences ---------------------------
