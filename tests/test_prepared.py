@@ -1,6 +1,5 @@
 """Prepared gradients: the replayed program gives what db.gradient gives, on new arguments too."""
 
-import importlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,13 +10,9 @@ from hypothesis import strategies as st
 import dualbroadcast as db
 from benchmarks.models import COEFFICIENTS, eam_dualbroadcast, eam_hand_gradient, eam_numpy, poly9_one_uncut
 
-from .cases import reset_streams
+from .cases import all_cases, reset_streams
 
-CASES = [
-    case
-    for name in ("elementwise", "reductions", "linalg", "shape")
-    for case in importlib.import_module(f".cases.{name}", __package__).CASES
-]
+CASES = all_cases()
 
 
 def _close(a, b, dtype):

@@ -1,8 +1,6 @@
 """Every rule in the rule tables against finite differences, float64 and float32, each case drawn in the
 calling forms NumPy accepts (positional, keyword, mixed, defaults written out: `cases.call`)."""
 
-import importlib
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,11 +9,9 @@ from hypothesis import strategies as st
 import dualbroadcast as db
 from dualbroadcast.rules import BUILTIN_RULES
 
-from .cases import reset_streams
+from .cases import all_cases, reset_streams
 
-FAMILIES = [importlib.import_module(f".cases.{name}", __package__)
-            for name in ("elementwise", "reductions", "linalg", "shape")]
-CASES = [case for family in FAMILIES for case in family.CASES]
+CASES = all_cases()
 
 
 def projection(out, seed):

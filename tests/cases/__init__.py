@@ -7,8 +7,10 @@ differences in float64 and float32, and fails if a registered rule has no case.
 A case calls its function through `call`, which draws the calling form too.
 """
 
+import importlib
 import inspect
 import itertools
+import pkgutil
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +28,12 @@ class Case:
 
     def __str__(self):
         return self.name or getattr(self.func, "__name__", repr(self.func))
+
+
+def all_cases():
+    """Every case of every family module in this package (a new family is a new module here)."""
+    modules = [importlib.import_module(f"{__name__}.{m.name}") for m in pkgutil.iter_modules(__path__)]
+    return [case for module in modules for case in module.CASES]
 
 
 _STREAMS = itertools.count()
