@@ -86,7 +86,7 @@ class Rule:
 
 
 RULES = {}
-NONDIFFERENTIABLE = set()
+NONDIFFERENTIABLE = {}  # function -> why its results carry no gradient
 _users_rules = False  # True once the library's own rules are registered: later ones are checked (`_checked`)
 
 
@@ -167,9 +167,9 @@ def _checked(func, maker, argument):
     return checked_maker
 
 
-def nondifferentiable(*funcs: Callable[..., Any]) -> None:
-    """Declare functions whose results carry no gradient (indices, booleans, shapes)."""
-    NONDIFFERENTIABLE.update(funcs)
+def nondifferentiable(*funcs: Callable[..., Any], reason: str = "declared nondifferentiable") -> None:
+    """Declare functions whose results carry no gradient (indices, booleans, shapes), and why."""
+    NONDIFFERENTIABLE.update(dict.fromkeys(funcs, reason))
 
 
 def _implementation(func):
