@@ -2,7 +2,7 @@
 
     python docs/function_table.py            # print the table
     python docs/function_table.py --write    # write it into README.md between its markers
-    python docs/function_table.py --missing  # what jax.numpy / jax.scipy.special differentiate and we do not
+    python docs/function_table.py --missing  # what JAX or autograd differentiate and we do not (needs both)
 
 A function's family is the rules module that registers it; the nondifferentiable functions are listed
 with the reason their results carry no gradient.  ``tests/test_docs.py`` checks the README holds the
@@ -108,25 +108,38 @@ def written(readme):
 
 
 def missing():
-    """Names JAX differentiates (``jax.numpy``, ``jax.numpy.linalg``, ``jax.numpy.fft``, ``jax.scipy.special``) whose
-    NumPy or SciPy function of the same name has neither a rule nor a nondifferentiable declaration."""
+    """``{name: peers}``: functions JAX (``jax.numpy``, its ``linalg`` and ``fft``, ``jax.scipy.special``) or autograd
+    differentiate whose NumPy or SciPy function has neither a rule here nor a nondifferentiable declaration."""
+    known = set(RULES) | set(NONDIFFERENTIABLE)
+    found = {}
+    for func, peer in [*jax_functions(), *autograd_functions()]:
+        if func not in known and callable(func) and not isinstance(func, (type, types.ModuleType)):
+            found.setdefault(public_names(func)[0], set()).add(peer)
+    return {name: sorted(peers) for name, peers in sorted(found.items())}
+
+
+def jax_functions():
+    """``(NumPy or SciPy function, "jax")`` for every public JAX name that NumPy or SciPy also defines."""
     import jax.numpy as jnp
     import jax.scipy.special as jsp
 
-    pairs = [(jnp, np, "np"), (jnp.linalg, np.linalg, "np.linalg"), (jnp.fft, np.fft, "np.fft")]
+    pairs = [(jnp, np), (jnp.linalg, np.linalg), (jnp.fft, np.fft)]
     special = scipy_namespaces().get("scipy.special")
     if special is not None:
-        pairs.append((jsp, special, "scipy.special"))
-    known = set(RULES) | set(NONDIFFERENTIABLE)
-    found = []
-    for jax_module, module, prefix in pairs:
-        for name in sorted(dir(jax_module)):
-            func = getattr(module, name, None)
-            if name.startswith("_") or not callable(func) or isinstance(func, (type, types.ModuleType)):
-                continue
-            if func not in known:
-                found.append(f"{prefix}.{name}")
-    return found
+        pairs.append((jsp, special))
+    return [(getattr(module, name), "jax") for jax_module, module in pairs
+            for name in dir(jax_module) if not name.startswith("_") and hasattr(module, name)]
+
+
+def autograd_functions():
+    """``(NumPy or SciPy function, "autograd")`` for every function autograd has a vjp for."""
+    import autograd.numpy.fft  # each import registers autograd's vjps of its module
+    import autograd.numpy.linalg
+    import autograd.scipy.special  # noqa: F401
+    from autograd.core import primitive_vjps
+
+    return [(p.fun, "autograd") for p in primitive_vjps
+            if (getattr(p.fun, "__module__", None) or "ufunc").startswith(("numpy", "ufunc", "scipy.special"))]
 
 
 def main(argv):
@@ -135,7 +148,7 @@ def main(argv):
     parser.add_argument("--missing", action="store_true", help="list what JAX differentiates and we do not")
     options = parser.parse_args(argv)
     if options.missing:
-        print("\n".join(missing()))
+        print("\n".join(f"{name}  ({', '.join(peers)})" for name, peers in missing().items()))
     elif options.write:
         README.write_text(written(README.read_text()))
     else:
