@@ -690,6 +690,12 @@ def constant_result(func, ans):
     shapes); an error for anything else (complex, object, text), whose gradient would be lost."""
     dtype = getattr(ans, "dtype", None)
     if dtype.kind in _CONSTANT_KINDS if dtype is not None else type(ans) in _CONSTANT_TYPES:
+        if isinstance(ans, tuple) and any(_holds_float(a) for a in ans):
+            raise UnsupportedFunctionError(
+                f"{qualified_name(func)} returned several results from tracked values, but its rule is for one "
+                "result, so their gradients would be lost; register it with db.defvjp_outputs (one pullback "
+                "per result), or apply it to db.cut(x) if you do not need its gradient"
+            )
         return ans
     if getattr(ans, "kernel_symbol", False):
         raise KernelError(
@@ -703,6 +709,13 @@ def constant_result(func, ans):
         "(complex numbers are not supported yet): its gradient would be lost. Keep the computation "
         "in real floating point, or apply it to db.cut(x) if you do not need its gradient."
     )
+
+
+def _holds_float(a):
+    """Whether ``a`` is, or a tuple or list of it holds, a real or complex floating-point value."""
+    if type(a) in (tuple, list):
+        return any(map(_holds_float, a))
+    return isinstance(a, (float, complex)) or getattr(getattr(a, "dtype", None), "kind", None) in ("f", "c")
 
 
 def _strip(args):

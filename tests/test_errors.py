@@ -336,3 +336,14 @@ def test_a_tracked_value_as_a_non_differentiable_argument_names_the_function(eva
         evaluate(lambda x: np.sum(_scaled(x, x[0])), np.ones(3))
     got = evaluate(lambda x: np.sum(_scaled(x, db.cut(x)[0] * 2.0)), np.ones(3))
     np.testing.assert_array_equal(got, np.full(3, 2.0))
+
+
+def test_a_rule_for_one_result_of_a_function_returning_several_is_an_error():
+    """A tuple of float results under a one-result rule was taken for a constant (a shape): gradient 0."""
+    @db.primitive
+    def twice_and_thrice(x):
+        return 2 * x, 3 * x
+
+    db.defvjp(twice_and_thrice, lambda ans, x: lambda g: g)
+    with pytest.raises(db.UnsupportedFunctionError, match="defvjp_outputs"):
+        db.gradient(lambda x: np.sum(twice_and_thrice(x)[0]), np.ones(3))
