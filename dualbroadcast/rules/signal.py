@@ -13,7 +13,7 @@ transpose of a linear map, written with NumPy operations on the cotangent ``g``:
   j ≡ c mod 5: no row meets two ones), so every spacing, coordinate array and edge order is
   NumPy's own computation, and ``Dᵀ g`` is five shifted products (`transpose_band`);
 * a convolution's transpose is a convolution with the other argument reversed, of ``g``
-  placed where the 'same' or 'valid' result sits in the 'full' one (`in_full`);
+  placed where the 'same' or 'valid' result sits in the 'full' one (`convolution_vjp`);
 * ``np.interp`` is linear in ``fp`` with two weights per point, ``1 - t`` and ``t``;
   ``linspace`` is ``start (1 - t) + stop t`` with ``t = linspace(0, 1)``.
 
@@ -29,6 +29,12 @@ Conventions (each pinned by tests/test_signal.py):
 * ``np.linspace(..., retstep=True)`` of a tracked endpoint is an error (a tuple of results of
   two differentiated arguments, which the tape does not carry); a tracked spacing of
   ``np.gradient`` too (it is differentiable in ``f`` only).
+
+NumPy hands a function to the library only for its array arguments (``__array_function__``
+dispatches np.interp on x, xp and fp, np.trapezoid on y and x, np.logspace on start and stop):
+a tracked ``left``/``right`` of np.interp alone is NumPy's ``float()`` of it, a clear error; a
+tracked ``dx`` or ``base`` alone goes through NumPy's own arithmetic, recorded operation by
+operation.  Beside a tracked array argument they take these rules.
 """
 
 import math
@@ -38,16 +44,12 @@ import numpy as np
 from ..errors import UnsupportedFunctionError
 from ..pullbacks import unbroadcast
 from ..registry import RULES, defvjp, defvjp_outputs
+from .shape import _along
 
 
 def _cast(cotangent, x):
     """``cotangent`` in the dtype of the argument ``x`` (a float32 argument gets float32)."""
     return np.asarray(cotangent).astype(np.result_type(x), copy=False)
-
-
-def _along(axis, index):
-    """The index that applies ``index`` to ``axis`` and keeps every axis before it whole."""
-    return (slice(None),) * axis + (index,)
 
 
 # --- differences -------------------------------------------------------------------------------
@@ -364,8 +366,8 @@ def logspace_vjp(argnum):
         samples = np.moveaxis(ans, axis, 0)  # the sample axis first: base and the endpoints broadcast against one
         if argnum == 4:
             exponents = np.linspace(start, stop, num, endpoint)
-            return lambda g: _cast(_over_samples(np.ones(num), np.moveaxis(g, axis, 0) * samples * exponents, base)
-                                   / base, base)
+            return lambda g: _cast(unbroadcast(np.sum(np.moveaxis(g, axis, 0) * samples * exponents, axis=0),
+                                               np.shape(base)) / base, base)
         t = _fractions(num, endpoint)
         weights, x = ((1 - t, start), (t, stop))[argnum]
         return lambda g: _cast(_over_samples(weights, np.moveaxis(g, axis, 0) * samples * np.log(base), x), x)
