@@ -248,14 +248,15 @@ def _interpolation(x, xp, fp, period):
         source = np.concatenate((order[-1:], order, order[:1]))
         xp = np.concatenate((xp[order[-1:]] - period, xp[order], xp[order[:1]] + period))
     fp, m = fp[source], len(xp)
+    widths = np.diff(xp) if m > 1 else np.zeros(1)  # of the intervals (one empty interval for one knot)
+    wide = widths > 0
+    widths = np.where(wide, widths, 1.0)
+    slopes = np.where(wide, (np.diff(fp) if m > 1 else 0.0) / widths, 0.0)
     lo = np.clip(np.searchsorted(xp, x, side="right") - 1, 0, max(m - 2, 0))
     hi = np.minimum(lo + 1, m - 1)
-    width = xp[hi] - xp[lo]
-    wide = width > 0
-    width = np.where(wide, width, 1.0)
-    t = np.where(wide, np.clip((x - xp[lo]) / width, 0.0, 1.0), x >= xp[lo])  # a double knot: the later one
+    t = np.where(wide[lo], np.clip((x - xp[lo]) / widths[lo], 0.0, 1.0), x >= xp[lo])  # a double knot: the later
     below, above = x < xp[0], x > xp[-1]
-    slope = np.where(wide & ~below & ~above, (fp[hi] - fp[lo]) / width, 0.0)
+    slope = np.where(below | above, 0.0, slopes[lo])
     return source[lo], source[hi], t, slope, below, above
 
 
