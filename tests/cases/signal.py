@@ -21,7 +21,7 @@ def knots(draw, n, low=-2.0, gap=0.3):
 
 # --- differences ------------------------------------------------------------------------------------------
 def build_diff(draw, dtype):
-    s = array_shape(draw, 1, 3)
+    s = array_shape(draw, 1, 3, min_side=0)
     n, axis = draw(st.integers(0, 5)), axis_of(draw, len(s))
     return call(draw, np.diff, X, n, axis=axis), [uniform(draw, s, dtype)]
 
@@ -55,7 +55,7 @@ def build_diff_prepend_append(draw, dtype):
 
 
 def build_ediff1d(draw, dtype):
-    s = array_shape(draw, 0, 3)
+    s = array_shape(draw, 0, 3, min_side=0)
     ends = [draw(st.sampled_from([None, "scalar", "array"])) for _ in range(2)]
     values = [uniform(draw, s, dtype)]
     args = [X]
@@ -109,7 +109,7 @@ def build_gradient_1d(draw, dtype):
 # --- np.trapezoid -----------------------------------------------------------------------------------------
 def build_trapezoid(draw, dtype):
     """y tracked; x absent or constant coordinates, dx absent or a constant."""
-    s = array_shape(draw, 1, 3)
+    s = array_shape(draw, 1, 3, min_side=0)
     axis = axis_of(draw, len(s))
     spacing = draw(st.sampled_from([{}, {"dx": dtype(0.5)}, {"x": knots(draw, s[axis]).astype(dtype)}]))
     return call(draw, np.trapezoid, X, axis=axis, **spacing), [uniform(draw, s, dtype)]
