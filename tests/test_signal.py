@@ -194,3 +194,20 @@ def test_gradient_of_a_tracked_spacing_is_a_clear_error():
 def test_a_tracked_prepend_by_keyword_is_a_clear_error():
     with pytest.raises(db.UnsupportedFunctionError, match="positionally"):
         db.gradient(lambda a, p: np.sum(np.diff(a, prepend=p)), V, 0.5)
+
+
+def test_constant_coordinates_stay_writable_once_recorded():
+    """np.gradient reads its spacing when it is recorded, np.diff only prepend's shape: neither is kept."""
+    coordinates, prepend = COORDINATES.copy(), np.zeros((4, 1))
+
+    def loss(a):
+        value = np.sum(np.gradient(a, coordinates, axis=-1) ** 2) + np.sum(np.diff(a, 1, -1, prepend) ** 2)
+        coordinates[0] -= 1.0  # the user's arrays, changed after use: no gradient reads them again
+        prepend[0] = 1.0
+        return value
+
+    g = db.gradient(loss, A)
+    coordinates[0], prepend[0] = COORDINATES[0], 0.0
+    expected = db.gradient(lambda a: np.sum(np.gradient(a, COORDINATES, axis=-1) ** 2)
+                           + np.sum(np.diff(a, 1, -1, np.zeros((4, 1))) ** 2), A)
+    np.testing.assert_allclose(g, expected, rtol=1e-13)

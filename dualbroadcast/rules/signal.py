@@ -415,6 +415,8 @@ def _register():
     defvjp(np.ediff1d, ediff1d_vjp(0), ediff1d_vjp(1), ediff1d_vjp(2))
     defvjp_outputs(np.gradient, gradient_vjp)
     RULES[np.gradient].impl = RULES[np.gradient].plain = gradient_outputs
+    for func in (np.diff, np.ediff1d, np.gradient):  # their pullbacks keep no constant argument (only shapes,
+        RULES[func].keeps_arguments = False  # and the band read off the spacing when recorded)
     defvjp(np.trapezoid, trapezoid_y, trapezoid_x, trapezoid_dx)
     defvjp(np.interp, *map(interp_vjp, range(5)))
     defvjp(np.convolve, convolution_vjp(0, False), convolution_vjp(1, False))
