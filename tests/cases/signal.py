@@ -51,7 +51,7 @@ def build_diff_prepend_append(draw, dtype):
     if parts.get("append") is Z and "prepend" not in parts:
         parts["prepend"] = dtype(0.25)  # np.diff(x, n, axis, prepend, append) written positionally
     diff = call(draw, np.diff, X, n, axis, **parts)
-    return (lambda x, p, a: diff(x, p, a)), values
+    return diff, values
 
 
 def build_ediff1d(draw, dtype):
@@ -67,7 +67,7 @@ def build_ediff1d(draw, dtype):
             args.append(arg)
             values.append(uniform(draw, () if end == "scalar" else array_shape(draw, 1, 2), dtype))
     ediff1d = call(draw, np.ediff1d, *args)
-    return (lambda x, e, b: ediff1d(x, e, b)), values
+    return ediff1d, values
 
 
 def build_ediff1d_constant_ends(draw, dtype):
@@ -159,7 +159,7 @@ def build_interp_knots(draw, dtype):
     xp = knots(draw, draw(st.integers(2, 6)))
     x = away_from(draw, xp, array_shape(draw, 1, 2), np.float64)
     interp = call(draw, np.interp, X, Y, Z, -0.5, 1.5)
-    return cast_to(lambda x, xp, fp: interp(x, xp, fp)), [x.astype(dtype), xp.astype(dtype),
+    return cast_to(interp), [x.astype(dtype), xp.astype(dtype),
                                                                 uniform(draw, xp.shape, dtype)]
 
 
