@@ -29,6 +29,7 @@ UFUNC_KEYWORDS = {"out", "where", "casting", "order", "dtype", "subok", "signatu
 ABSENT = {
     "keepdims": False, "initial": None, "where": True, "mean": None, "correction": None,
     "a_min": None, "a_max": None, "min": None, "max": None,
+    "prepend": None, "append": None,  # np.diff: nothing added
 }
 
 
