@@ -48,6 +48,8 @@ def logsumexp_of(a, axis, b, keepdims, return_sign):
 @primitive
 def logsumexp_sign(a, axis, b, keepdims):
     """The sign of ``Σ b·exp(a)`` over ``axis`` (SciPy's second result with ``return_sign=True``)."""
+    if type(axis) is list:  # a tuple of axes, which the tape passes on to a function without a rule as a list
+        axis = tuple(axis)
     return scipy.special.logsumexp(a, axis=axis, b=b, keepdims=keepdims, return_sign=True)[1]
 
 

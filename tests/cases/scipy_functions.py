@@ -59,6 +59,7 @@ def special_cases():
           for weighted in (False, True)),
         logsumexp_case("int", False, True, return_sign=True),
         logsumexp_case("none", True, True, return_sign=True),
+        logsumexp_case("tuple", False, True, return_sign=True),
         *(softmax_case(f, kind) for f in (special.softmax, special.log_softmax) for kind in AXIS_KINDS),
     ]
 
