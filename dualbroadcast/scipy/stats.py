@@ -70,48 +70,48 @@ class LocationScale:
     """``dist`` with shape parameters named ``shapes``: score ``s(z, *θ)`` and ``∂ log f₀/∂θ``."""
 
     def __init__(self, dist, shapes, score, shape_scores):
-        self.dist = dist
-        self.score = score
-        self.shape_scores = shape_scores
-        self.names = ("x", *shapes, "loc", "scale")
+        self._dist = dist
+        self._score = score
+        self._shape_scores = shape_scores
+        self._names = ("x", *shapes, "loc", "scale")
         for method in ("logpdf", "pdf", "cdf", "logcdf"):
-            impl = scipy_method(dist.name, method, self.call)
-            makers = [self.maker(method, i) for i in range(len(self.names))]
+            impl = scipy_method(dist.name, method, self._call)
+            makers = [self._maker(method, i) for i in range(len(self._names))]
             defvjp(impl, *makers)
             setattr(self, f"_{method}", impl)
 
     @staticmethod
-    def call(bound, x, *params):
+    def _call(bound, x, *params):
         *shapes, loc, scale = params
         return bound(x, *shapes, loc=loc, scale=scale)
 
-    def maker(self, method, i):
+    def _maker(self, method, i):
         def make(ans, x, *params):
-            return times(self.partial(method, i, ans, x, params), (x, *params)[i])
+            return times(self._partial(method, i, ans, x, params), (x, *params)[i])
 
         return make
 
-    def partial(self, method, i, ans, x, params):
+    def _partial(self, method, i, ans, x, params):
         """∂ method / ∂ argument ``i`` (x, the shape parameters, loc, scale)."""
         *shapes, loc, scale = params
         z = (x - loc) / scale
         if method in ("logpdf", "pdf"):
             logpdf = ans if method == "logpdf" else np.log(ans)
             if 0 < i <= len(shapes):
-                d = self.shape_scores[i - 1](z, *shapes)
+                d = self._shape_scores[i - 1](z, *shapes)
             else:
-                s = self.score(z, *shapes)
-                d = s / scale if i == 0 else -s / scale if self.names[i] == "loc" else -(s * z + 1) / scale
+                s = self._score(z, *shapes)
+                d = s / scale if i == 0 else -s / scale if self._names[i] == "loc" else -(s * z + 1) / scale
             return in_support(d * ans if method == "pdf" else d, logpdf > -np.inf)
         if 0 < i <= len(shapes):
             raise UnsupportedFunctionError(
-                f"scipy.stats.{self.dist.name}.{method} is differentiable in x, loc and scale, not in its shape "
-                f"parameter {self.names[i]!r}: its derivative is that of an incomplete beta or gamma function in "
-                f"its parameter, which SciPy does not provide; pass {self.names[i]} as a constant (db.cut)"
+                f"scipy.stats.{self._dist.name}.{method} is differentiable in x, loc and scale, not in its shape "
+                f"parameter {self._names[i]!r}: its derivative is that of an incomplete beta or gamma function in "
+                f"its parameter, which SciPy does not provide; pass {self._names[i]} as a constant (db.cut)"
             )
-        logpdf = self.dist.logpdf(x, *shapes, loc=loc, scale=scale)
+        logpdf = self._dist.logpdf(x, *shapes, loc=loc, scale=scale)
         density = np.exp(logpdf) if method == "cdf" else np.exp(logpdf - ans)
-        dz = 1.0 if i == 0 else -1.0 if self.names[i] == "loc" else -z
+        dz = 1.0 if i == 0 else -1.0 if self._names[i] == "loc" else -z
         return in_support(density * dz, logpdf > -np.inf)
 
 
@@ -207,11 +207,11 @@ class poisson_gen:
     def __init__(self):
         for method in ("logpmf", "pmf", "cdf", "logcdf"):
             impl = scipy_method("poisson", method, lambda bound, k, mu, loc: bound(k, mu, loc=loc))
-            defvjp(impl, self.count_maker(method, "k"), self.mu_maker(method), self.count_maker(method, "loc"))
+            defvjp(impl, self._count_maker(method, "k"), self._mu_maker(method), self._count_maker(method, "loc"))
             setattr(self, f"_{method}", impl)
 
     @staticmethod
-    def count_maker(method, name):
+    def _count_maker(method, name):
         def make(ans, k, mu, loc):
             raise UnsupportedFunctionError(
                 f"scipy.stats.poisson.{method} is differentiable in mu only; {name} is a count (the "
@@ -221,7 +221,7 @@ class poisson_gen:
         return make
 
     @staticmethod
-    def mu_maker(method):
+    def _mu_maker(method):
         def make(ans, k, mu, loc):
             n = np.asarray(k) - loc
             if method in ("logpmf", "pmf"):
@@ -310,7 +310,7 @@ class multivariate_normal_gen:
                                 lambda bound, x, mean, cov, allow_singular: bound(x, mean, cov, allow_singular))
             defvjp(impl, mvn_x(method), mvn_mean(method), mvn_cov(method), None)
             setattr(self, f"_{method}", impl)
-        self.dist = scipy.stats.multivariate_normal
+        self._dist = scipy.stats.multivariate_normal
 
     def logpdf(self, x, mean=None, cov=1, allow_singular=False):
         return self._logpdf(x, mean, cov, allow_singular)
@@ -321,13 +321,13 @@ class multivariate_normal_gen:
     def cdf(self, x, mean=None, cov=1, allow_singular=False, maxpts=None, abseps=1e-05, releps=1e-05, *,
             lower_limit=None, rng=None):
         """``scipy.stats.multivariate_normal.cdf`` on plain values (not differentiable: numerical integration)."""
-        return self.dist.cdf(*plain("cdf", x, mean, cov), allow_singular, maxpts, abseps, releps,
+        return self._dist.cdf(*plain("cdf", x, mean, cov), allow_singular, maxpts, abseps, releps,
                              lower_limit=lower_limit, rng=rng)
 
     def logcdf(self, x, mean=None, cov=1, allow_singular=False, maxpts=None, abseps=1e-05, releps=1e-05, *,
                lower_limit=None, rng=None):
         """``scipy.stats.multivariate_normal.logcdf`` on plain values (not differentiable)."""
-        return self.dist.logcdf(*plain("logcdf", x, mean, cov), allow_singular, maxpts, abseps, releps,
+        return self._dist.logcdf(*plain("logcdf", x, mean, cov), allow_singular, maxpts, abseps, releps,
                                 lower_limit=lower_limit, rng=rng)
 
 
