@@ -265,3 +265,23 @@ def test_importing_dualbroadcast_does_not_import_scipy_and_the_mirror_names_it()
 def test_the_mirror_is_one_tape_operation():
     report = str(db.explain(lambda x: np.sum(stats.norm.logpdf(x, 0.2, 1.5)), X))
     assert "scipy.stats.norm.logpdf" in report and "2 operations" in report  # and np.sum
+
+
+@pytest.mark.parametrize(("name", "params", "method"), [
+    ("norm", ((), {"loc": 0.2, "scale": 1.5}), "logpdf"), ("norm", ((), {"loc": 0.2, "scale": 1.5}), "logcdf"),
+    ("t", ((3.0,), {"scale": 1.2}), "logpdf"), ("gamma", ((2.0, 0.1), {}), "pdf"), ("beta", ((2.0, 1.5), {}), "logpdf"),
+    ("poisson", ((2.5,), {}), "pmf"),
+    ("multivariate_normal", ((X[0, :3], SPD), {}), "logpdf"), ("dirichlet", ((np.array([1.5, 2.0, 0.7]),), {}), "pdf"),
+])
+def test_a_frozen_distribution_is_scipys_and_differentiates_its_parameters(name, params, method):
+    args, kwargs = params
+    x = {"poisson": np.array([0.0, 2.0, 3.0]), "multivariate_normal": X[:, :3], "dirichlet": X[:2] / 4}.get(name, X)
+    mirror, original = getattr(stats, name), getattr(scipy.stats, name)
+    assert_identical(getattr(mirror(*args, **kwargs), method)(x), getattr(original(*args, **kwargs), method)(x))
+    first = args[0] if args else kwargs["loc"]
+    frozen = db.gradient(lambda p: np.sum(getattr(mirror(p, *args[1:], **kwargs), method)(x)), first) if args \
+        else db.gradient(lambda p: np.sum(getattr(mirror(loc=p, scale=kwargs["scale"]), method)(x)), first)
+    direct = db.gradient(lambda p: np.sum(getattr(mirror, method)(x, p, *args[1:], **kwargs)), first) if args \
+        else db.gradient(lambda p: np.sum(getattr(mirror, method)(x, loc=p, scale=kwargs["scale"])), first)
+    np.testing.assert_array_equal(frozen, direct)
+    assert np.all(frozen != 0)

@@ -31,7 +31,8 @@ a 1-d ``cov`` (the diagonal) gets that matrix's diagonal, a scalar its trace; wi
 integration) are not differentiable.  ``dirichlet`` (components along the first axis of ``x``):
 ``∂x = (alpha - 1)/x``, ``∂alpha = log x - ψ(alpha) + ψ(Σalpha)``; given K-1 components, the last is ``1 - Σx``.
 
-Outside the support (a density of 0) every gradient is 0.
+Outside the support (a density of 0) every gradient is 0.  Calling a distribution freezes it, as in
+SciPy: ``stats.norm(mu, sigma).logpdf(x)``.
 """
 
 import numpy as np
@@ -65,8 +66,40 @@ def in_support(d, support):
     return np.where(support, d, 0.0)
 
 
+class Frozen:
+    """``dist(*args, **kwds)``, as SciPy's frozen distributions: each method takes ``x`` (or ``k``) alone and
+    the parameters given here (tracked ones are differentiated)."""
+
+    def __init__(self, dist, *args, **kwds):
+        self.dist, self.args, self.kwds = dist, args, kwds
+
+    def logpdf(self, x):
+        return self.dist.logpdf(x, *self.args, **self.kwds)
+
+    def pdf(self, x):
+        return self.dist.pdf(x, *self.args, **self.kwds)
+
+    def cdf(self, x):
+        return self.dist.cdf(x, *self.args, **self.kwds)
+
+    def logcdf(self, x):
+        return self.dist.logcdf(x, *self.args, **self.kwds)
+
+    def logpmf(self, k):
+        return self.dist.logpmf(k, *self.args, **self.kwds)
+
+    def pmf(self, k):
+        return self.dist.pmf(k, *self.args, **self.kwds)
+
+
+class Freezable:
+    def __call__(self, *args, **kwds):
+        """The frozen distribution: ``stats.norm(loc, scale).logpdf(x)``."""
+        return Frozen(self, *args, **kwds)
+
+
 # --- location-scale families ------------------------------------------------------------------------
-class LocationScale:
+class LocationScale(Freezable):
     """``dist`` with shape parameters named ``shapes``: score ``s(z, *θ)`` and ``∂ log f₀/∂θ``."""
 
     def __init__(self, dist, shapes, score, shape_scores):
@@ -87,7 +120,9 @@ class LocationScale:
 
     def _maker(self, method, i):
         def make(ans, x, *params):
-            return times(self._partial(method, i, ans, x, params), (x, *params)[i])
+            with np.errstate(divide="ignore", invalid="ignore"):  # outside the support: masked by in_support
+                d = self._partial(method, i, ans, x, params)
+            return times(d, (x, *params)[i])
 
         return make
 
@@ -96,13 +131,13 @@ class LocationScale:
         *shapes, loc, scale = params
         z = (x - loc) / scale
         if method in ("logpdf", "pdf"):
-            logpdf = ans if method == "logpdf" else np.log(ans)
+            support = ans > -np.inf if method == "logpdf" else ans > 0
             if 0 < i <= len(shapes):
                 d = self._shape_scores[i - 1](z, *shapes)
             else:
                 s = self._score(z, *shapes)
                 d = s / scale if i == 0 else -s / scale if self._names[i] == "loc" else -(s * z + 1) / scale
-            return in_support(d * ans if method == "pdf" else d, logpdf > -np.inf)
+            return in_support(d * ans if method == "pdf" else d, support)
         if 0 < i <= len(shapes):
             raise UnsupportedFunctionError(
                 f"scipy.stats.{self._dist.name}.{method} is differentiable in x, loc and scale, not in its shape "
@@ -201,7 +236,7 @@ beta = beta_gen(scipy.stats.beta, ("a", "b"), lambda z, a, b: (a - 1) / z - (b -
 
 
 # --- poisson -------------------------------------------------------------------------------------------
-class poisson_gen:
+class poisson_gen(Freezable):
     """``scipy.stats.poisson``: differentiable in mu (k and loc are counts)."""
 
     def __init__(self):
@@ -223,14 +258,16 @@ class poisson_gen:
     @staticmethod
     def _mu_maker(method):
         def make(ans, k, mu, loc):
-            n = np.asarray(k) - loc
+            with np.errstate(divide="ignore", invalid="ignore"):  # outside the support: masked by in_support
+                return times(partial(ans, np.asarray(k) - loc, mu), mu)
+
+        def partial(ans, n, mu):
             if method in ("logpmf", "pmf"):
-                logpmf = ans if method == "logpmf" else np.log(ans)
-                d = n / mu - 1 if method == "logpmf" else ans * (n / mu - 1)
-                return times(in_support(d, logpmf > -np.inf), mu)
+                support = ans > -np.inf if method == "logpmf" else ans > 0
+                return in_support(n / mu - 1 if method == "logpmf" else ans * (n / mu - 1), support)
             logpmf = scipy.stats.poisson.logpmf(np.floor(n), mu)
             density = np.exp(logpmf) if method == "cdf" else np.exp(logpmf - ans)
-            return times(in_support(-density, logpmf > -np.inf), mu)
+            return in_support(-density, logpmf > -np.inf)
 
         return make
 
@@ -301,7 +338,7 @@ def mvn_cov(method):
     return make
 
 
-class multivariate_normal_gen:
+class multivariate_normal_gen(Freezable):
     """``scipy.stats.multivariate_normal``: logpdf and pdf differentiable in x, mean and cov."""
 
     def __init__(self):
@@ -380,7 +417,7 @@ def dirichlet_alpha(method):
     return make
 
 
-class dirichlet_gen:
+class dirichlet_gen(Freezable):
     """``scipy.stats.dirichlet``: logpdf and pdf differentiable in x and alpha."""
 
     def __init__(self):
