@@ -12,6 +12,12 @@ here with SciPy's own signatures::
     stats.norm.logpdf(x, loc=mu, scale=s)  # was scipy.stats.norm.logpdf(...)
     signal.convolve(x, k, mode="same")     # was scipy.signal.convolve(...)
 
+>>> from dualbroadcast.scipy import special, stats
+>>> db.gradient(lambda mu: stats.norm.logpdf(1.0, loc=mu), 0.25)
+0.75
+>>> db.gradient(lambda x: special.logsumexp(x), np.zeros(2))
+array([0.5, 0.5])
+
 Each mirror function is one tape operation (a `primitive` with its own reverse rule): on tracked
 values it calls the SciPy function on the plain values, so the value is SciPy's to the last bit, and
 records one pullback whose formula is written in ``special.py``, ``stats.py`` and ``signal.py``

@@ -102,8 +102,9 @@ class Freezable:
 class LocationScale(Freezable):
     """``dist`` with shape parameters named ``shapes``: score ``s(z, *θ)`` and ``∂ log f₀/∂θ``."""
 
-    def __init__(self, dist, shapes, score, shape_scores):
+    def __init__(self, dist, shapes, score, shape_scores, cdf_function=None):
         self._dist = dist
+        self._cdf_function = cdf_function
         self._score = score
         self._shape_scores = shape_scores
         self._names = ("x", *shapes, "loc", "scale")
@@ -141,8 +142,8 @@ class LocationScale(Freezable):
         if 0 < i <= len(shapes):
             raise UnsupportedFunctionError(
                 f"scipy.stats.{self._dist.name}.{method} is differentiable in x, loc and scale, not in its shape "
-                f"parameter {self._names[i]!r}: its derivative is that of an incomplete beta or gamma function in "
-                f"its parameter, which SciPy does not provide; pass {self._names[i]} as a constant (db.cut)"
+                f"parameter {self._names[i]!r}: it needs the derivative of the {self._cdf_function} in its "
+                f"parameters, which SciPy does not provide; pass {self._names[i]} as a constant (db.cut)"
             )
         logpdf = self._dist.logpdf(x, *shapes, loc=loc, scale=scale)
         density = np.exp(logpdf) if method == "cdf" else np.exp(logpdf - ans)
@@ -229,10 +230,12 @@ def beta_b_score(z, a, b):
 
 
 norm = norm_gen(scipy.stats.norm, (), lambda z: -z, ())
-t = t_gen(scipy.stats.t, ("df",), lambda z, df: -(df + 1) * z / (df + z * z), (t_df_score,))
-gamma = gamma_gen(scipy.stats.gamma, ("a",), lambda z, a: (a - 1) / z - 1, (lambda z, a: np.log(z) - digamma(a),))
+t = t_gen(scipy.stats.t, ("df",), lambda z, df: -(df + 1) * z / (df + z * z), (t_df_score,),
+          "regularized incomplete beta function (scipy.special.betainc)")
+gamma = gamma_gen(scipy.stats.gamma, ("a",), lambda z, a: (a - 1) / z - 1, (lambda z, a: np.log(z) - digamma(a),),
+                  "regularized incomplete gamma function (scipy.special.gammainc)")
 beta = beta_gen(scipy.stats.beta, ("a", "b"), lambda z, a, b: (a - 1) / z - (b - 1) / (1 - z),
-                (beta_a_score, beta_b_score))
+                (beta_a_score, beta_b_score), "regularized incomplete beta function (scipy.special.betainc)")
 
 
 # --- poisson -------------------------------------------------------------------------------------------
