@@ -362,13 +362,18 @@ class multivariate_normal_gen(Freezable):
             lower_limit=None, rng=None):
         """``scipy.stats.multivariate_normal.cdf`` on plain values (not differentiable: numerical integration)."""
         return self._dist.cdf(*plain("cdf", x, mean, cov), allow_singular, maxpts, abseps, releps,
-                             lower_limit=lower_limit, rng=rng)
+                             **given(lower_limit=lower_limit, rng=rng))
 
     def logcdf(self, x, mean=None, cov=1, allow_singular=False, maxpts=None, abseps=1e-05, releps=1e-05, *,
                lower_limit=None, rng=None):
         """``scipy.stats.multivariate_normal.logcdf`` on plain values (not differentiable)."""
         return self._dist.logcdf(*plain("logcdf", x, mean, cov), allow_singular, maxpts, abseps, releps,
-                                lower_limit=lower_limit, rng=rng)
+                                **given(lower_limit=lower_limit, rng=rng))
+
+
+def given(**keywords):
+    """The keywords not left at None (an older SciPy has no ``rng=``)."""
+    return {k: v for k, v in keywords.items() if v is not None}
 
 
 def plain(method, *args):
