@@ -719,9 +719,9 @@ def _holds_float(a):
 
 
 def _strip(args):
-    return [
-        [value_of(a) for a in x] if type(x) in (list, tuple) else value_of(x) for x in args
-    ]
+    """The plain values of ``args`` and of the lists and tuples among them (each keeps its type: an ``axis``
+    tuple must stay a tuple)."""
+    return [type(x)(map(value_of, x)) if type(x) in (list, tuple) else value_of(x) for x in args]
 
 
 def _strip_dict(kwargs):

@@ -347,3 +347,9 @@ def test_a_rule_for_one_result_of_a_function_returning_several_is_an_error():
     db.defvjp(twice_and_thrice, lambda ans, x: lambda g: g)
     with pytest.raises(db.UnsupportedFunctionError, match="defvjp_outputs"):
         db.gradient(lambda x: np.sum(twice_and_thrice(x)[0]), np.ones(3))
+
+
+def test_a_function_without_a_rule_gets_its_tuple_arguments_as_tuples():
+    """The tape unwrapped a tuple ``axis`` into a list before calling a nondifferentiable function."""
+    counts = lambda x: np.count_nonzero(x, (0, 1))
+    assert db.gradient(lambda x: counts(x) * 1.0 + np.sum(x), np.ones((2, 2))).tolist() == [[1.0, 1.0], [1.0, 1.0]]
