@@ -10,6 +10,7 @@ table this prints.
 """
 
 import argparse
+import contextlib
 import pathlib
 import sys
 import types
@@ -19,7 +20,10 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout: the package beside this folder
 
-import dualbroadcast  # noqa: E402, F401  (registers every rule)
+import dualbroadcast  # noqa: E402  (registers every rule)
+
+with contextlib.suppress(ImportError):  # without SciPy there are no mirrors
+    import dualbroadcast.scipy  # noqa: F401  (registers the SciPy mirrors' rules)
 from dualbroadcast.numpy_facts import qualified_name  # noqa: E402
 from dualbroadcast.registry import NONDIFFERENTIABLE, RULES  # noqa: E402
 
@@ -75,6 +79,19 @@ def counts(families):
     return dict(sorted(namespaces.items()))
 
 
+def mirrored():
+    """The SciPy functions `dualbroadcast.scipy` mirrors with a rule (none without SciPy): its special and signal
+    functions, and each distribution method registered under its SciPy name (``scipy.stats.norm.logpdf``)."""
+    try:
+        from dualbroadcast.scipy import signal, special
+    except ImportError:
+        return []
+    names = [f"scipy.{module.__name__.rsplit('.', 1)[-1]}.{original.__name__}"
+             for module in (special, signal) for original in module.MIRRORS]
+    names += [qualified_name(func) for func in RULES if qualified_name(func).startswith("scipy.stats.")]
+    return sorted(names)
+
+
 def not_differentiable():
     """``{reason: [names]}`` of the functions declared nondifferentiable."""
     reasons = {}
@@ -92,6 +109,12 @@ def table():
              "that holds them:", "", "| family | count | functions |", "|---|---|---|"]
     lines += [f"| `{kind}` | {len(names)} | {', '.join(' / '.join(f'`{n}`' for n in aliases) for aliases in names)} |"
               for kind, names in families.items()]
+    scipy_functions = mirrored()
+    if scipy_functions:
+        lines += ["", f"**{len(scipy_functions)} SciPy functions mirrored** by `dualbroadcast.scipy` (SciPy's "
+                  "signatures and values, a rule each; see [SciPy functions]"
+                  "(#scipy-functions-that-are-not-ufuncs-dualbroadcastscipy)): "
+                  + ", ".join(f"`{name}`" for name in scipy_functions)]
     reasons = not_differentiable()
     lines += ["", f"**{sum(map(len, reasons.values()))} functions deliberately without a gradient** (their results "
               "are constants; they run on tracked values and return plain ones):", "",
