@@ -10,6 +10,21 @@ Where the result is a piece of the argument (indexing, ``np.take``, the parts of
 sweep adds ``g`` at that index into the argument's one gradient buffer, so no
 dense zero array is built per operation.  Closures keep only shapes, dtypes and
 indices, never the arrays.
+
+A function that only moves, copies or drops elements (``np.insert``, ``np.delete``,
+``np.resize``, ``np.take_along_axis``) is applied to x's flat positions (`_positions`):
+its result says where each element came from, and g is summed there (``np.pad`` too,
+but in its modes linear_ramp, mean and odd reflections, which pull back through one
+matrix per axis, NumPy's padding of the identity).
+
+Convention: ``np.pad`` in the modes maximum and minimum gives a padded element's
+cotangent to one element of its stretch, the last of equal maxima and the first of
+equal minima (pinned in ``tests/test_shape_rules.py``).
+
+Calls the tape cannot record are errors naming what to write instead: ``np.atleast_1d``
+of several arrays (a tuple of results), ``np.put_along_axis`` (writes in place),
+``np.select`` of tracked choices and ``np.block`` of nested lists (arrays inside lists
+are not seen), ``np.piecewise`` with functions (it calls them on plain values).
 """
 
 import numpy as np
@@ -422,20 +437,29 @@ def diagflat_vjp(ans, v, k=0):
     return lambda g: np.diagonal(g, k).reshape(shape)
 
 
-# --- padding: the transpose of a linear map, one matrix per axis ---------------------------------------------
-# np.pad pads one axis after another, each fibre along it by the same map: for the modes below that map
-# is linear in x (constant_values and end_values only add a constant), so pad(x) is x with each
-# axis i multiplied by Mᵢ = np.pad(np.eye(nᵢ), widths along axis 0): the pullback contracts g with each Mᵢ.
-_LINEAR_PADS = ("constant", "edge", "linear_ramp", "mean", "reflect", "symmetric", "wrap")
+# --- padding ------------------------------------------------------------------------------------------------
+# Most modes copy elements of x into the padding: np.pad of x's flat positions says which (constant_values
+# -1 marks the constants).  The others are linear in x too (end_values only adds a constant): np.pad pads
+# one axis after another, each fibre along it by the same map, so pad(x) is x with each axis i multiplied
+# by Mᵢ = np.pad(np.eye(nᵢ), widths along axis 0) and the pullback contracts g with each Mᵢ (nᵢ² numbers:
+# these modes are for the axes of images, not of long signals).
+_COPYING_PADS = ("constant", "edge", "reflect", "symmetric", "wrap", "maximum", "minimum")
+_LINEAR_PADS = ("linear_ramp", "mean", "reflect", "symmetric")  # reflect_type="odd": 2 x_edge - x_mirror
 
 
 def pad_vjp(ans, array, pad_width, mode="constant", *, stat_length=None, constant_values=0, end_values=0,
             reflect_type="even"):
-    """x̄ = g with each axis i contracted with Mᵢ, that axis's padding of the identity."""
+    """g summed into the elements each padded element copies, or x̄ = g with each axis i contracted with Mᵢ."""
+    if mode in ("maximum", "minimum"):
+        return _pad_selection(array, pad_width, mode, stat_length)
+    if mode in _COPYING_PADS and reflect_type != "odd":
+        marks = {"constant_values": -1} if mode == "constant" else {}
+        return _into_labelled(array, np.pad(_positions(array), pad_width, mode, **marks))
     if callable(mode) or mode not in _LINEAR_PADS:
         raise UnsupportedFunctionError(
-            f"np.pad with mode={mode!r} has no derivative rule (the modes with one: {', '.join(_LINEAR_PADS)}); "
-            "pad with one of those, or build the padding with np.concatenate of the pieces you need"
+            f"np.pad with mode={mode!r} has no derivative rule (the modes with one: "
+            f"{', '.join(sorted(set(_COPYING_PADS + _LINEAR_PADS)))}); pad with one of those, or build the "
+            "padding with np.concatenate of the pieces you need"
         )
     ndim, dtype = np.ndim(array), array.dtype
     widths = _pad_widths(pad_width, ndim)
@@ -452,6 +476,15 @@ def pad_vjp(ans, array, pad_width, mode="constant", *, stat_length=None, constan
         return np.asarray(g, dtype=dtype)
 
     return pullback
+
+
+def _pad_selection(array, pad_width, mode, stat_length):
+    """Each element of the result is the element of x the maxima (minima) chose: np.pad of x with its flat
+    positions as imaginary parts chooses the same ones (NumPy orders complex numbers by their real parts
+    first) and says which, the last of equal values for maximum, the first for minimum."""
+    positions = _positions(array)
+    chosen = np.pad(array + 1j * positions, pad_width, mode, stat_length=stat_length).imag
+    return _into_flat(array, np.rint(chosen).astype(np.intp))
 
 
 def _pad_widths(pad_width, ndim):

@@ -560,11 +560,11 @@ def build_pad(mode, min_side=1):
         if mode == "constant" and draw(st.booleans()):
             s = ()  # np.pad leaves a 0-d array as it is
         width = pad_width(draw, len(s)) if s else draw(st.sampled_from([0, 2]))
+        stat = {"stat_length": draw(st.sampled_from([None, 1, (2, 3), tuple((1, draw(st.integers(1, 6))) for _ in s)]))}
         keywords = {
             "constant": {"constant_values": draw(st.sampled_from([0, 1.5, ((1, 2),) * len(s) or 2]))},
             "linear_ramp": {"end_values": draw(st.sampled_from([0, (1, -2), 3]))},
-            "mean": {"stat_length": draw(st.sampled_from([None, 1, (2, 3), tuple((1, draw(st.integers(1, 6)))
-                                                                                 for _ in s)]))},
+            "mean": stat, "maximum": stat, "minimum": stat,
             "reflect": {"reflect_type": draw(st.sampled_from(["even", "odd"]))},
             "symmetric": {"reflect_type": draw(st.sampled_from(["even", "odd"]))},
         }.get(mode, {})
@@ -665,7 +665,7 @@ CASES = [
     Case(np.dsplit, build_split_like(np.dsplit, lambda ndim: 2), name="dsplit"),
     Case(np.diagflat, one_array(build_diagflat, 0, 2), name="diagflat"),
     *(Case(np.pad, build_pad(mode, 0 if mode == "constant" else 1), name=f"pad_{mode}")
-      for mode in ("constant", "edge", "linear_ramp", "mean", "reflect", "symmetric", "wrap")),
+      for mode in ("constant", "edge", "linear_ramp", "mean", "reflect", "symmetric", "wrap", "maximum", "minimum")),
     Case(np.select, one_array(build_select), name="select_as_where"),
     Case(np.piecewise, one_array(build_piecewise, 0), name="piecewise_constants"),
 ]
