@@ -108,11 +108,19 @@ def test_select_of_tracked_choices_names_the_where_that_works():
     np.testing.assert_allclose(g, np.select(conditions, [np.ones(5), 2 * V], 0.0))
 
 
-def test_block_of_nested_lists_names_the_concatenations_that_work():
-    with pytest.raises(db.UnsupportedFunctionError, match=r"np\.concatenate"):
-        db.gradient(lambda x: np.sum(np.block([[x, x], [x, x]])), A)
-    rows = db.gradient(lambda x: np.sum(np.concatenate([np.concatenate([x, x], axis=-1)] * 2, axis=-2)), A)
-    np.testing.assert_allclose(rows, np.full_like(A, 4.0))
+@pytest.mark.parametrize("blocks", [lambda x: [[x, x], [x, 2 * x]], lambda x: [x, x]], ids=["nested", "flat"])
+def test_block_of_a_list_names_the_concatenations_that_work(blocks):
+    with pytest.raises(db.UnsupportedFunctionError, match=r"np\.concatenate\(\[x, y\], axis=-1\)"):
+        db.gradient(lambda x: np.sum(np.block(blocks(x))), A)
+    rows = db.gradient(lambda x: np.sum(np.concatenate([np.concatenate([x, x], axis=-1),
+                                                        np.concatenate([x, 2 * x], axis=-1)], axis=-2)), A)
+    np.testing.assert_allclose(rows, np.full_like(A, 5.0))
+
+
+def test_block_of_one_tracked_array_is_that_array_not_its_rows_joined():
+    y, back = db.pullback(lambda x: np.block(x), A)
+    np.testing.assert_array_equal(y, A)
+    np.testing.assert_array_equal(back(A), A)
 
 
 def test_piecewise_with_functions_names_where():

@@ -23,8 +23,8 @@ equal minima (pinned in ``tests/test_shape_rules.py``).
 
 Calls the tape cannot record are errors naming what to write instead: ``np.atleast_1d``
 of several arrays (a tuple of results), ``np.put_along_axis`` (writes in place),
-``np.select`` of tracked choices and ``np.block`` of nested lists (arrays inside lists
-are not seen), ``np.piecewise`` with functions (it calls them on plain values).
+``np.select`` of tracked choices and ``np.block`` of a list (arrays inside lists are
+not seen), ``np.piecewise`` with functions (it calls them on plain values).
 """
 
 import numpy as np
@@ -348,12 +348,6 @@ def dstack_vjp(k, ans, tup):
     return _part(k, [np.shape(a)[2] if np.ndim(a) > 2 else 1 for a in tup], 2, tup[k])
 
 
-def block_vjp(k, ans, arrays):
-    """np.block of a flat list: the parts, promoted to the result's ndim, joined along the last axis."""
-    ndim = np.ndim(ans)
-    return _part(k, [_padded(np.shape(a), ndim)[-1] for a in arrays], ndim - 1, arrays[k])
-
-
 def append_vjp(k):
     """np.append(arr, values, axis) is np.concatenate((arr, values), axis), raveled first for axis None."""
     def maker(ans, arr, values, axis=None):
@@ -583,9 +577,11 @@ def _register():
     defvjp_sequence(np.concat, concatenate_vjp)
     defvjp_sequence(np.column_stack, column_stack_vjp)
     defvjp_sequence(np.dstack, dstack_vjp)
-    defvjp_sequence(np.block, block_vjp)
-    _unseen_in_lists(np.block, "nested lists of tracked arrays has no derivative rule; join each row with "
-                     "np.concatenate([...], axis=-1), then the rows with np.concatenate([...], axis=-2)")
+    # Not a sequence rule: the tape would read np.block(x) as the list of x's rows, but NumPy returns x.
+    defvjp(np.block, lambda ans, arrays: lambda g: g)
+    _unseen_in_lists(np.block, "lists of tracked arrays has no derivative rule; join the blocks of each row "
+                     "with np.concatenate([x, y], axis=-1), then the rows with np.concatenate([row1, row2], "
+                     "axis=-2) (np.atleast_1d/2d a block of fewer axes first)")
     defvjp(np.append, append_vjp(0), append_vjp(1))
     defvjp(np.insert, insert_arr_vjp, None, insert_values_vjp)
     defvjp(np.delete, delete_vjp)
