@@ -130,7 +130,7 @@ def test_piecewise_with_functions_names_where():
 
 def test_put_along_axis_says_how_to_build_the_array():
     where = np.array([[1], [0], [3]])
-    with pytest.raises(db.InPlaceMutationError, match=r"np\.where\(mask, spread, arr\)"):
+    with pytest.raises(db.InPlaceMutationError, match=r"np\.where\(mask, np\.take_along_axis\("):
         db.gradient(lambda x: np.sum(np.put_along_axis(x, where, 1.0, 1)), A)
     with pytest.raises(db.InPlaceMutationError, match="in place"):  # a constant array and tracked values
         db.gradient(lambda x: np.sum(np.put_along_axis(np.zeros((3, 4)), where, x[:3, None], 1)), V)

@@ -397,9 +397,10 @@ def take_along_axis_vjp(ans, arr, indices, axis=-1):
 def _put_along_axis(arr, indices, values, axis):
     raise InPlaceMutationError(
         "np.put_along_axis writes into its first argument in place, which would drop the gradient; build the "
-        "new array instead: with a constant mask = np.zeros(arr.shape, bool) and np.put_along_axis(mask, "
-        "indices, True, axis), write np.where(mask, spread, arr), where spread has arr's shape and holds "
-        "the values at their positions (np.broadcast_to(values, arr.shape) when they are the same along axis)"
+        "new array instead: np.where(mask, np.take_along_axis(np.broadcast_to(values, indices.shape), source, "
+        "axis), arr), where the constants mask and source are np.put_along_axis of True and of "
+        "np.indices(indices.shape)[axis] (each index's position) into np.zeros(arr.shape, bool) and "
+        "np.zeros(arr.shape, int)"
     )
 
 

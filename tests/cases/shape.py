@@ -211,20 +211,20 @@ def build_diag_vector(draw, s):
 
 
 def build_diag_matrix(draw, s):
-    k = draw(st.integers(1 - s[0], s[1] - 1))
+    k = draw(st.integers(-s[0], s[1]))  # ±the side: an empty diagonal
     return call(draw, np.diag, X, k)
 
 
 def build_diagonal(draw, dtype):
     s = array_shape(draw, 2, 3, min_side=2)
     a, b = draw(st.permutations(range(-len(s), 0)))[:2]
-    offset = draw(st.integers(-1, 1))
+    offset = draw(st.integers(-5, 5))  # beyond the array: an empty diagonal
     return call(draw, np.diagonal, X, offset, a, b), [uniform(draw, s, dtype)]
 
 
 def build_triangle(func):
     def build(draw, s):
-        k = draw(st.integers(-2, 2))
+        k = draw(st.integers(-5, 5))
         return call(draw, func, X, k)
 
     return build
@@ -494,17 +494,28 @@ def build_take_along_axis(draw, s):
     return call(draw, np.take_along_axis, X, where, axis)
 
 
-def build_put_along_axis(draw, s):
-    """np.put_along_axis writes in place, an error that names this spelling, checked here:
-    np.where(mask, spread, arr) with the mask and the spread values made with np.put_along_axis on constants."""
+def build_put_along_axis(draw, dtype):
+    """np.put_along_axis writes in place: an error naming the spelling checked here, np.where of the values
+    taken along axis from where each index put them (repeated indices: the last write wins, as in NumPy)."""
+    s = array_shape(draw, 1, 3)
     axis = axis_of(draw, len(s))
     shape = list(s)
-    shape[axis] = 1
-    where = np.array(draw(st.lists(st.integers(0, s[axis] - 1), min_size=int(np.prod(shape)),
-                                   max_size=int(np.prod(shape))))).reshape(shape)
-    mask = np.zeros(s, bool)
-    np.put_along_axis(mask, where, True, axis)
-    return lambda x: np.where(mask, np.broadcast_to(np.sum(x, axis, keepdims=True), s), x)
+    shape[axis] = draw(st.integers(1, 3))
+    indices = np.array(draw(st.lists(st.integers(0, s[axis] - 1), min_size=int(np.prod(shape)),
+                                     max_size=int(np.prod(shape))))).reshape(shape)
+    mask, source = np.zeros(s, bool), np.zeros(s, int)
+    np.put_along_axis(mask, indices, True, axis)
+    np.put_along_axis(source, indices, np.indices(indices.shape)[axis], axis)
+    value_shape = draw(st.sampled_from([tuple(shape), ()]))
+
+    def put(arr, values):
+        return np.where(mask, np.take_along_axis(np.broadcast_to(values, indices.shape), source, axis), arr)
+
+    expected = uniform(draw, s, np.float64), uniform(draw, value_shape, np.float64)
+    written = expected[0].copy()
+    np.put_along_axis(written, indices, expected[1], axis)
+    np.testing.assert_array_equal(put(*expected), written)  # the spelling means what np.put_along_axis does
+    return put, [uniform(draw, s, dtype), uniform(draw, value_shape, dtype)]
 
 
 def build_unstack(draw, s):
@@ -616,8 +627,8 @@ CASES = [
     Case(np.diag, one_array(build_diag_vector, 1, 1), name="diag_vector"),
     Case(np.diag, one_array(build_diag_matrix, 2, 2), name="diag_matrix"),
     Case(np.diagonal, build_diagonal, name="diagonal"),
-    Case(np.triu, one_array(build_triangle(np.triu), 1), name="triu"),  # 1-D: NumPy stacks it into rows
-    Case(np.tril, one_array(build_triangle(np.tril), 1), name="tril"),
+    Case(np.triu, one_array(build_triangle(np.triu), 1, min_side=0), name="triu"),  # 1-D: stacked into rows
+    Case(np.tril, one_array(build_triangle(np.tril), 1, min_side=0), name="tril"),
     Case(np.take, one_array(build_take), name="take"),
     Case(np.take, one_array(build_take_mode), name="take_modes"),
     Case(getitem, one_array(build_getitem_basic, 2), name="getitem_basic"),
@@ -651,7 +662,7 @@ CASES = [
     Case(np.delete, one_array(build_delete, 0), name="delete"),
     Case(np.resize, one_array(build_resize, 0, min_side=0), name="resize"),
     Case(np.take_along_axis, one_array(build_take_along_axis), name="take_along_axis"),
-    Case(np.put_along_axis, one_array(build_put_along_axis), name="put_along_axis_as_where"),
+    Case(np.put_along_axis, build_put_along_axis, name="put_along_axis_as_where"),
     Case(np.unstack, one_array(build_unstack, 1, min_side=0), name="unstack"),
     Case(np.array_split, one_array(build_array_split), name="array_split"),
     Case(np.hsplit, build_split_like(np.hsplit, lambda ndim: 1 if ndim > 1 else 0), name="hsplit"),
