@@ -303,14 +303,20 @@ def tril_vjp(ans, m, k=0):
     return lambda g: np.tril(g, k)
 
 
-# --- promotions, rotations and permutations that NumPy writes with the functions above ---------------------
+def diagflat_vjp(ans, v, k=0):
+    """v raveled onto diagonal k: that diagonal of g in v's shape."""
+    shape = np.shape(v)
+    return lambda g: np.diagonal(g, k).reshape(shape)
+
+
+# --- promotions, rotations and permutations -------------------------------------------------------------
 def atleast_vjp(argnum, ans, *arys):
     """np.atleast_1d/2d/3d only add axes of length 1: reshape g back."""
     return _regroup_back(arys[argnum])
 
 
 def _one_array(func):
-    """``np.atleast_1d(x, y)`` returns a tuple of arrays of several arguments, which the tape cannot record."""
+    """``np.atleast_1d(x, y)`` of several arrays returns a tuple of them, which the tape cannot record."""
     name = qualified_name(func)
 
     def check(*arys):
@@ -335,9 +341,11 @@ def rollaxis_vjp(ans, a, axis, start=0):
 
 
 def permute_dims_vjp(ans, a, axes=None):
+    """np.permute_dims is np.transpose."""
     return transpose_vjp(ans, a, axes)
 
 
+# --- more joining and splitting ---------------------------------------------------------------------------
 def column_stack_vjp(k, ans, tup):
     """Part k's columns: a 0-d or 1-d part is one column, others are joined along axis 1."""
     return _part(k, [np.shape(a)[1] if np.ndim(a) > 1 else 1 for a in tup], 1, tup[k])
@@ -359,6 +367,29 @@ def append_vjp(k):
     return maker
 
 
+def unstack_vjp(j, ans, x, /, *, axis=0):
+    """Output j is x's slice j along axis."""
+    return _into(x, _along(axis % np.ndim(x), j))
+
+
+def array_split_vjp(j, ans, ary, indices_or_sections, axis=0):
+    return split_vjp(j, ans, ary, indices_or_sections, axis)
+
+
+def hsplit_vjp(j, ans, ary, indices_or_sections):
+    """np.hsplit splits along axis 1, or 0 for a 1-d ary."""
+    return split_vjp(j, ans, ary, indices_or_sections, 1 if np.ndim(ary) > 1 else 0)
+
+
+def vsplit_vjp(j, ans, ary, indices_or_sections):
+    return split_vjp(j, ans, ary, indices_or_sections, 0)
+
+
+def dsplit_vjp(j, ans, ary, indices_or_sections):
+    return split_vjp(j, ans, ary, indices_or_sections, 2)
+
+
+# --- elements moved, copied or dropped: where each came from is the function applied to `_positions` -----
 def insert_arr_vjp(ans, arr, obj, values, axis=None):
     """arr's elements, wherever np.insert moved them."""
     return _into_labelled(arr, _inserted(arr, obj, values, axis))
@@ -402,34 +433,6 @@ def _put_along_axis(arr, indices, values, axis):
         "np.indices(indices.shape)[axis] (each index's position) into np.zeros(arr.shape, bool) and "
         "np.zeros(arr.shape, int)"
     )
-
-
-def unstack_vjp(j, ans, x, /, *, axis=0):
-    """Output j is x's slice j along axis."""
-    return _into(x, _along(axis % np.ndim(x), j))
-
-
-def array_split_vjp(j, ans, ary, indices_or_sections, axis=0):
-    return split_vjp(j, ans, ary, indices_or_sections, axis)
-
-
-def hsplit_vjp(j, ans, ary, indices_or_sections):
-    """np.hsplit splits along axis 1, or 0 for a 1-d ary."""
-    return split_vjp(j, ans, ary, indices_or_sections, 1 if np.ndim(ary) > 1 else 0)
-
-
-def vsplit_vjp(j, ans, ary, indices_or_sections):
-    return split_vjp(j, ans, ary, indices_or_sections, 0)
-
-
-def dsplit_vjp(j, ans, ary, indices_or_sections):
-    return split_vjp(j, ans, ary, indices_or_sections, 2)
-
-
-def diagflat_vjp(ans, v, k=0):
-    """v raveled onto diagonal k: that diagonal of g in v's shape."""
-    shape = np.shape(v)
-    return lambda g: np.diagonal(g, k).reshape(shape)
 
 
 # --- padding ------------------------------------------------------------------------------------------------
