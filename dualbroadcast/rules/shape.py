@@ -14,8 +14,8 @@ indices, never the arrays.
 A function that only moves, copies or drops elements (``np.insert``, ``np.delete``,
 ``np.resize``, ``np.take_along_axis``) is applied to x's flat positions (`_positions`):
 its result says where each element came from, and g is summed there (``np.pad`` too,
-but in its modes linear_ramp, mean and odd reflections, which pull back through one
-matrix per axis, NumPy's padding of the identity).
+but in its mode mean and odd reflections, which pull back through one matrix per
+axis, NumPy's padding of the identity).
 
 Convention: ``np.pad`` in the modes maximum and minimum gives a padded element's
 cotangent to one element of its stretch, the last of equal maxima and the first of
@@ -65,15 +65,22 @@ def _positions(x):
     return np.arange(np.size(x)).reshape(np.shape(x))
 
 
-def _into_labelled(x, labels):
-    """Pullback of a result whose element at i is ``x.flat[labels[i]]``, or not from x where ``labels[i] < 0``:
-    g summed into the positions its elements came from."""
+def _into_labelled(x, labels, weights=None):
+    """Pullback of a result whose element at i is ``x.flat[labels[i]]`` (times ``weights[i]``), or not from x
+    where ``labels[i] < 0``: g (times the weights) summed into the positions its elements came from."""
     taken = labels >= 0
     shape, dtype = np.shape(x), x.dtype
+    if weights is None:
+        def transform(g):
+            return g[taken]
+    else:
+        weights = weights[taken]
+
+        def transform(g):
+            return g[taken] * weights
     if not shape:
-        return lambda g: np.sum(g[taken], dtype=dtype)
-    return IndexPullback(np.unravel_index(labels[taken], shape), shape, dtype, repeats=True,
-                         transform=lambda g: g[taken])
+        return lambda g: np.sum(transform(g), dtype=dtype)
+    return IndexPullback(np.unravel_index(labels[taken], shape), shape, dtype, repeats=True, transform=transform)
 
 
 def _checked_first(func, check):
@@ -437,12 +444,12 @@ def _put_along_axis(arr, indices, values, axis):
 
 # --- padding ------------------------------------------------------------------------------------------------
 # Most modes copy elements of x into the padding: np.pad of x's flat positions says which (constant_values
-# -1 marks the constants).  The others are linear in x too (end_values only adds a constant): np.pad pads
-# one axis after another, each fibre along it by the same map, so pad(x) is x with each axis i multiplied
-# by Mᵢ = np.pad(np.eye(nᵢ), widths along axis 0) and the pullback contracts g with each Mᵢ (nᵢ² numbers:
-# these modes are for the axes of images, not of long signals).
-_COPYING_PADS = ("constant", "edge", "reflect", "symmetric", "wrap", "maximum", "minimum")
-_LINEAR_PADS = ("linear_ramp", "mean", "reflect", "symmetric")  # reflect_type="odd": 2 x_edge - x_mirror
+# -1 marks the constants).  linear_ramp scales the edge's copies: by np.pad of ones in that mode (end_values
+# only add a constant).  The others are linear in x too: np.pad pads one axis after another, each fibre along
+# it by the same map, so pad(x) is x with each axis i multiplied by Mᵢ = np.pad(np.eye(nᵢ), widths along
+# axis 0) and the pullback contracts g with each Mᵢ (nᵢ² numbers: for the axes of images, not of signals).
+_COPYING_PADS = ("constant", "edge", "reflect", "symmetric", "wrap")
+_LINEAR_PADS = ("mean", "reflect", "symmetric")  # reflect_type="odd": 2 x_edge - x_mirror
 
 
 def pad_vjp(ans, array, pad_width, mode="constant", *, stat_length=None, constant_values=0, end_values=0,
@@ -453,18 +460,21 @@ def pad_vjp(ans, array, pad_width, mode="constant", *, stat_length=None, constan
     if mode in _COPYING_PADS and reflect_type != "odd":
         marks = {"constant_values": -1} if mode == "constant" else {}
         return _into_labelled(array, np.pad(_positions(array), pad_width, mode, **marks))
+    if mode == "linear_ramp":
+        ramps = np.pad(np.ones(np.shape(array), array.dtype), pad_width, mode)  # the edge's share, 1 inside
+        return _into_labelled(array, np.pad(_positions(array), pad_width, "edge"), ramps)
     if callable(mode) or mode not in _LINEAR_PADS:
+        modes = sorted({*_COPYING_PADS, *_LINEAR_PADS, "linear_ramp", "maximum", "minimum"})
         raise UnsupportedFunctionError(
-            f"np.pad with mode={mode!r} has no derivative rule (the modes with one: "
-            f"{', '.join(sorted(set(_COPYING_PADS + _LINEAR_PADS)))}); pad with one of those, or build the "
-            "padding with np.concatenate of the pieces you need"
+            f"np.pad with mode={mode!r} has no derivative rule (the modes with one: {', '.join(modes)}); pad "
+            "with one of those, or build the padding with np.concatenate of the pieces you need"
         )
     ndim, dtype = np.ndim(array), array.dtype
     widths = _pad_widths(pad_width, ndim)
     lengths = _pad_widths(stat_length, ndim) if stat_length is not None else None
     keywords = {"mean": lambda i: {"stat_length": None if lengths is None else tuple(lengths[i])},
                 "reflect": lambda i: {"reflect_type": reflect_type},
-                "symmetric": lambda i: {"reflect_type": reflect_type}}.get(mode, lambda i: {})
+                "symmetric": lambda i: {"reflect_type": reflect_type}}[mode]
     matrices = [np.pad(np.eye(n, dtype=dtype), (tuple(widths[i]), (0, 0)), mode, **keywords(i))
                 for i, n in enumerate(np.shape(array))]
 
