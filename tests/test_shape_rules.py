@@ -32,6 +32,7 @@ PADS = [
     ("reflect", {}), ("reflect", {"reflect_type": "odd"}), ("symmetric", {}), ("symmetric", {"reflect_type": "odd"}),
     ("mean", {}), ("mean", {"stat_length": ((1, 2), (3, 1))}),
     ("maximum", {}), ("maximum", {"stat_length": 2}), ("minimum", {}), ("minimum", {"stat_length": (1, 3)}),
+    ("median", {}), ("median", {"stat_length": 2}), ("median", {"stat_length": ((1, 2), (3, 4))}),
 ]
 
 
@@ -93,18 +94,24 @@ def test_insert_gradient_is_that_of_the_same_array_joined(name):
                                db.gradient(lambda x: np.sum(joined(x) * weights), A), rtol=1e-13, atol=1e-13)
 
 
-# --- np.pad's maximum and minimum at ties ----------------------------------------------------------------
+# --- np.pad's maximum, minimum and median at ties ---------------------------------------------------------
 TIES = np.array([1.0, 3.0, -2.0, 3.0, -2.0])
 
 
-@pytest.mark.parametrize("mode, chosen", [("maximum", 3), ("minimum", 2)])
-def test_pad_maximum_and_minimum_take_one_of_tied_elements(mode, chosen):
-    """Equal maxima: the last one gets the pad's cotangent; equal minima: the first (rules/shape.py)."""
+@pytest.mark.parametrize("mode, stat_length, shares", [
+    ("maximum", None, {3: 1.0}), ("minimum", None, {2: 1.0}),
+    ("median", 3, {0: 1.0}),  # 1, 3, -2: the middle one is 1
+    ("median", 4, {0: 0.5, 1: 0.5}),  # 1, 3, -2, 3: the middle two are 1 and the first 3
+])
+def test_pad_statistics_take_which_of_tied_elements(mode, stat_length, shares):
+    """Equal maxima: the last one gets the pad's cotangent; equal minima: the first; a median: its one or two
+    middle elements, sorted by value, then by position (rules/shape.py)."""
     def f(x):
-        return np.sum(np.pad(x, (2, 0), mode))
+        return np.sum(np.pad(x, (2, 0), mode, stat_length=stat_length))
 
     expected = np.ones(5)
-    expected[chosen] += 2
+    for position, share in shares.items():
+        expected[position] += 2 * share  # two padded elements
     np.testing.assert_array_equal(db.gradient(f, TIES), expected)
     np.testing.assert_array_equal(db.prepare_gradient(f, TIES)(TIES), expected)
 
@@ -159,7 +166,7 @@ def pad_with_ones(vector, widths, axis, keywords):  # np.pad's form of a mode gi
     vector[len(vector) - widths[1]:] = 1.0
 
 
-@pytest.mark.parametrize("mode", ["median", "empty", pad_with_ones], ids=["median", "empty", "function"])
+@pytest.mark.parametrize("mode", ["empty", pad_with_ones], ids=["empty", "function"])
 def test_pad_modes_without_a_rule_are_an_error_naming_those_with_one(mode):
     with pytest.raises(db.UnsupportedFunctionError, match="linear_ramp"):
         db.gradient(lambda x: np.sum(np.pad(x, 1, mode)), A)

@@ -15,11 +15,12 @@ A function that only moves, copies or drops elements (``np.insert``, ``np.delete
 ``np.resize``, ``np.take_along_axis``) is applied to x's flat positions (`_positions`):
 its result says where each element came from, and g is summed there (``np.pad`` too,
 but in its mode mean and odd reflections, which pull back through one matrix per
-axis, NumPy's padding of the identity).
+axis, NumPy's padding of the identity, and median, see `_pad_medians`).
 
 Convention: ``np.pad`` in the modes maximum and minimum gives a padded element's
 cotangent to one element of its stretch, the last of equal maxima and the first of
-equal minima (pinned in ``tests/test_shape_rules.py``).
+equal minima (pinned in ``tests/test_shape_rules.py``); median to the one or two
+middle elements of the stretch sorted by value, then by position.
 
 Calls the tape cannot record are errors naming what to write instead: ``np.atleast_1d``
 of several arrays (a tuple of results), ``np.put_along_axis`` (writes in place),
@@ -457,6 +458,8 @@ def pad_vjp(ans, array, pad_width, mode="constant", *, stat_length=None, constan
     """g summed into the elements each padded element copies, or x̄ = g with each axis i contracted with Mᵢ."""
     if mode in ("maximum", "minimum"):
         return _pad_selection(array, pad_width, mode, stat_length)
+    if mode == "median":
+        return _pad_medians(ans, array, pad_width, stat_length)
     if mode in _COPYING_PADS and reflect_type != "odd":
         marks = {"constant_values": -1} if mode == "constant" else {}
         return _into_labelled(array, np.pad(_positions(array), pad_width, mode, **marks))
@@ -464,7 +467,7 @@ def pad_vjp(ans, array, pad_width, mode="constant", *, stat_length=None, constan
         ramps = np.pad(np.ones(np.shape(array), array.dtype), pad_width, mode)  # the edge's share, 1 inside
         return _into_labelled(array, np.pad(_positions(array), pad_width, "edge"), ramps)
     if callable(mode) or mode not in _LINEAR_PADS:
-        modes = sorted({*_COPYING_PADS, *_LINEAR_PADS, "linear_ramp", "maximum", "minimum"})
+        modes = sorted({*_COPYING_PADS, *_LINEAR_PADS, "linear_ramp", "maximum", "minimum", "median"})
         raise UnsupportedFunctionError(
             f"np.pad with mode={mode!r} has no derivative rule (the modes with one: {', '.join(modes)}); pad "
             "with one of those, or build the padding with np.concatenate of the pieces you need"
@@ -493,6 +496,35 @@ def _pad_selection(array, pad_width, mode, stat_length):
     positions = _positions(array)
     chosen = np.pad(array + 1j * positions, pad_width, mode, stat_length=stat_length).imag
     return _into_flat(array, np.rint(chosen).astype(np.intp))
+
+
+def _pad_medians(ans, array, pad_width, stat_length):
+    """np.pad pads one axis after another; along one axis a padded element is the median of a stretch of its
+    fibre, one element pₐ of it or the mean of two, pₐ and p_b.  np.pad of the array with its positions p as
+    imaginary parts gives their mean m = (pₐ + p_b)/2, with p² the mean of their squares q, so
+    pₐ, p_b = m ∓ sqrt(q - m²) (one position twice for one element), and each gets half of g."""
+    if np.size(ans) > 2**26:  # positions squared must be exact floats
+        raise UnsupportedFunctionError("np.pad with mode='median' to more than 2**26 elements has no derivative "
+                                       "rule; pad with mode='mean' or build the padding with np.concatenate")
+    steps, padded = [], array
+    for axis, width in enumerate(_pad_widths(pad_width, np.ndim(array))):
+        widths = [(0, 0)] * np.ndim(array)
+        widths[axis] = tuple(width)
+        positions = _positions(padded).astype(float)
+        mean = np.pad(padded + 1j * positions, widths, "median", stat_length=stat_length).imag
+        square = np.pad(padded + 1j * positions**2, widths, "median", stat_length=stat_length).imag
+        spread = np.sqrt(np.maximum(square - mean**2, 0))
+        steps.append((np.shape(padded), np.rint(mean - spread).astype(np.intp), np.rint(mean + spread).astype(np.intp)))
+        padded = np.pad(padded, widths, "median", stat_length=stat_length)
+    dtype = array.dtype
+
+    def pullback(g):
+        for shape, first, second in reversed(steps):
+            half, size = g.ravel() / 2, int(np.prod(shape))
+            g = (np.bincount(first.ravel(), half, size) + np.bincount(second.ravel(), half, size)).reshape(shape)
+        return g.astype(dtype, copy=False)
+
+    return pullback
 
 
 def _pad_widths(pad_width, ndim):

@@ -569,7 +569,7 @@ def build_pad(mode, min_side=1):
         keywords = {
             "constant": {"constant_values": draw(st.sampled_from([0, 1.5, ((1, 2),) * len(s) or 2]))},
             "linear_ramp": {"end_values": draw(st.sampled_from([0, (1, -2), 3]))},
-            "mean": stat, "maximum": stat, "minimum": stat,
+            "mean": stat, "maximum": stat, "minimum": stat, "median": stat,
             "reflect": {"reflect_type": draw(st.sampled_from(["even", "odd"]))},
             "symmetric": {"reflect_type": draw(st.sampled_from(["even", "odd"]))},
         }.get(mode, {})
@@ -670,7 +670,8 @@ CASES = [
     Case(np.dsplit, build_split_like(np.dsplit, lambda ndim: 2), name="dsplit"),
     Case(np.diagflat, one_array(build_diagflat, 0, 2), name="diagflat"),
     *(Case(np.pad, build_pad(mode, 0 if mode == "constant" else 1), name=f"pad_{mode}")
-      for mode in ("constant", "edge", "linear_ramp", "mean", "reflect", "symmetric", "wrap", "maximum", "minimum")),
+      for mode in ("constant", "edge", "linear_ramp", "mean", "reflect", "symmetric", "wrap", "maximum", "minimum",
+                   "median")),
     Case(np.select, one_array(build_select), name="select_as_where"),
     Case(np.piecewise, one_array(build_piecewise, 0), name="piecewise_constants"),
 ]
