@@ -29,7 +29,7 @@ from .expr import Sym
 from .guards import RECORDER, Guarded
 from .numpy_facts import FLOAT_SCALARS, INFIX, REAL_FLOATS, astype, getitem, qualified_name
 from .pullbacks import FACTORS, IndexPullback, add_at, own_buffer, scalar_pullback
-from .registry import NONDIFFERENTIABLE, OUTPUTS, PER_ARGUMENT, RULES, SEQUENCE
+from .registry import COMPOSITION, NONDIFFERENTIABLE, OUTPUTS, PER_ARGUMENT, RULES, SEQUENCE
 
 # The tape of the gradient being evaluated in this thread/context, if any.
 ACTIVE_TAPE = contextvars.ContextVar("dualbroadcast_active_tape", default=None)
@@ -421,6 +421,8 @@ def record_operation(func, args, kwargs):
             keep_constants(tape, rest)
         back = _edge(x, rule.makers[0](ans, x.value, *rest))  # first: settling a view moves its index
         return tape.record(ans, ((x.index, back),), func)
+    if kind == COMPOSITION:  # its NumPy calls are recorded one by one
+        return rule.makers(*args, **kwargs)
     if kind == SEQUENCE and not args:
         args, kwargs = _sequence_by_position(func, kwargs)
     sequence, rest = (args[0], args[1:]) if kind == SEQUENCE else (args, ())

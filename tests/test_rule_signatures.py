@@ -15,7 +15,7 @@ import pytest
 
 import dualbroadcast as db
 from dualbroadcast.numpy_facts import qualified_name
-from dualbroadcast.registry import PER_ARGUMENT, RULES
+from dualbroadcast.registry import COMPOSITION, PER_ARGUMENT, RULES
 from dualbroadcast.rules import BUILTIN_RULES
 from dualbroadcast.tape import Tracked
 
@@ -35,9 +35,11 @@ ABSENT = {
 
 def makers_of(rule):
     """The vjp makers of ``rule``, each with the number of arguments it takes before NumPy's (ans; or the
-    argument, part or output number and ans)."""
+    argument, part or output number and ans; none for a composition)."""
     if rule.kind == PER_ARGUMENT:
         return [(m, 1) for m in rule.makers if m is not None]
+    if rule.kind == COMPOSITION:  # the function written with NumPy calls: NumPy's own signature
+        return [(rule.makers, 0)]
     return [(rule.makers, 2)]
 
 

@@ -116,30 +116,46 @@ def test_pad_statistics_take_which_of_tied_elements(mode, stat_length, shares):
     np.testing.assert_array_equal(db.prepare_gradient(f, TIES)(TIES), expected)
 
 
-# --- errors that say what to write -----------------------------------------------------------------------
+# --- compositions: tracked arrays inside lists, one result per argument ----------------------------------
 @pytest.mark.parametrize("func", [np.atleast_1d, np.atleast_2d, np.atleast_3d])
-def test_atleast_nd_of_several_arrays_says_call_it_once_per_array(func):
-    with pytest.raises(db.UnsupportedFunctionError, match="once per array"):
-        db.gradient(lambda x: np.sum(func(x, 2 * x)[0]), V)
-    once = db.gradient(lambda x: np.sum(func(x) * func(2 * x)), V)
-    np.testing.assert_allclose(once, 4 * V)
+def test_atleast_nd_of_several_arrays_gives_each_its_gradient(func):
+    ys, back = db.pullback(lambda x, s: func(x, s * x[0], 2 * x), V, 3.0)
+    assert [y.shape for y in ys] == [y.shape for y in func(V, 3.0 * V[0], 2 * V)]
+    gx, gs = back(tuple(np.ones_like(y) for y in ys))
+    np.testing.assert_allclose(gx, np.ones(5) * 3 + np.eye(5)[0] * 3.0)
+    assert gs == V[0]
 
 
-def test_select_of_tracked_choices_names_the_where_that_works():
-    conditions = [V > 0, V < -1]
-    with pytest.raises(db.UnsupportedFunctionError, match=r"np\.where\(c1, x1, np\.where\(c2, x2, default\)\)"):
-        db.gradient(lambda x: np.sum(np.select(conditions, [x, x**2], 0.5)), V)
-    g = db.gradient(lambda x: np.sum(np.where(conditions[0], x, np.where(conditions[1], x**2, 0.5))), V)
+def test_select_chooses_the_first_true_condition_and_checks_its_arguments():
+    conditions = [V > 0, V < 1]  # both hold on [0, 1): the first chooses
+    g = db.gradient(lambda x: np.sum(np.select(conditions, [x, x**2], 0.5)), V)
     np.testing.assert_allclose(g, np.select(conditions, [np.ones(5), 2 * V], 0.0))
+    for conditions, choices, error in [([V > 0], [V, V], ValueError), ([], [], ValueError), ([V], [V], TypeError)]:
+        with pytest.raises(error):
+            np.select(conditions, choices)  # NumPy's error ...
+        with pytest.raises(error):
+            db.gradient(lambda x: np.sum(np.select(conditions, [x] * len(choices))), V)  # ... and ours
 
 
-@pytest.mark.parametrize("blocks", [lambda x: [[x, x], [x, 2 * x]], lambda x: [x, x]], ids=["nested", "flat"])
-def test_block_of_a_list_names_the_concatenations_that_work(blocks):
-    with pytest.raises(db.UnsupportedFunctionError, match=r"np\.concatenate\(\[x, y\], axis=-1\)"):
-        db.gradient(lambda x: np.sum(np.block(blocks(x))), A)
-    rows = db.gradient(lambda x: np.sum(np.concatenate([np.concatenate([x, x], axis=-1),
-                                                        np.concatenate([x, 2 * x], axis=-1)], axis=-2)), A)
-    np.testing.assert_allclose(rows, np.full_like(A, 5.0))
+@pytest.mark.parametrize("blocks", [lambda x: [[x, x], [x, 2 * x]], lambda x: [x, x], lambda x: [[x[0]], [x]]],
+                         ids=["nested", "flat", "promoted"])
+def test_block_of_lists_is_its_concatenations(blocks):
+    y, _ = db.pullback(lambda x: np.block(blocks(x)), A)
+    np.testing.assert_array_equal(y, np.block(blocks(A)))
+    g = db.gradient(lambda x: np.sum(np.block(blocks(x)) * np.block(blocks(A))), A)
+    np.testing.assert_allclose(g, _block_gradient(blocks))
+    with pytest.raises(ValueError):
+        db.gradient(lambda x: np.sum(np.block([[x], x])), A)  # mismatched depths: NumPy's error
+
+
+def _block_gradient(blocks):
+    """d/dA of sum(block(A) * block(A0)), a linear function of A, by its value at each unit matrix."""
+    flat = np.zeros(A.size)
+    for k in range(A.size):
+        e = np.zeros(A.size)
+        e[k] = 1.0
+        flat[k] = np.sum(np.block(blocks(e.reshape(A.shape))) * np.block(blocks(A)))
+    return flat.reshape(A.shape)
 
 
 def test_block_of_one_tracked_array_is_that_array_not_its_rows_joined():

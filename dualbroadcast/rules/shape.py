@@ -22,18 +22,20 @@ cotangent to one element of its stretch, the last of equal maxima and the first 
 equal minima (pinned in ``tests/test_shape_rules.py``); median to the one or two
 middle elements of the stretch sorted by value, then by position.
 
-Calls the tape cannot record are errors naming what to write instead: ``np.atleast_1d``
-of several arrays (a tuple of results), ``np.put_along_axis`` (writes in place),
-``np.select`` of tracked choices and ``np.block`` of a list (arrays inside lists are
-not seen), ``np.piecewise`` with functions (it calls them on plain values).
+``np.atleast_1d`` (several arrays: a tuple of results), ``np.select`` and ``np.block``
+(tracked arrays inside lists) are compositions: NumPy calls on the arguments, each recorded
+with its own rule (a reshape, nested ``np.where``, ``np.concatenate`` s).
+
+Calls the tape cannot record are errors naming what to write instead: ``np.put_along_axis``
+(writes in place), ``np.piecewise`` with functions (it calls them on plain values).
 """
 
 import numpy as np
 
-from ..errors import InPlaceMutationError, UnsupportedFunctionError, ValueConversionError
-from ..numpy_facts import astype, getitem, qualified_name
+from ..errors import InPlaceMutationError, UnsupportedFunctionError
+from ..numpy_facts import astype, getitem
 from ..pullbacks import IndexPullback, unbroadcast
-from ..registry import RULES, defvjp, defvjp_argnum, defvjp_outputs, defvjp_sequence
+from ..registry import RULES, defcomposition, defvjp, defvjp_outputs, defvjp_sequence
 
 
 # --- helpers ------------------------------------------------------------------
@@ -95,23 +97,6 @@ def _checked_first(func, check):
         return implementation(*args, **kwargs)
 
     rule.impl = rule.plain = checked
-
-
-def _unseen_in_lists(func, message):
-    """Tracked arrays inside ``func``'s (nested) lists reach NumPy unseen by the tape, whose conversion to a
-    plain array then fails: that error, for ``func``, says ``message`` (what to write instead)."""
-    rule = RULES[func]
-    implementation = rule.impl
-
-    def converting(*args, **kwargs):
-        try:
-            return implementation(*args, **kwargs)
-        except ValueConversionError as error:
-            if type(error) is not ValueConversionError:  # a prepared gradient's NotReplayableError: its own
-                raise
-            raise UnsupportedFunctionError(f"{qualified_name(func)} of {message}") from error
-
-    rule.impl = rule.plain = converting
 
 
 def _may_repeat(index):
@@ -318,25 +303,6 @@ def diagflat_vjp(ans, v, k=0):
 
 
 # --- promotions, rotations and permutations -------------------------------------------------------------
-def atleast_vjp(argnum, ans, *arys):
-    """np.atleast_1d/2d/3d only add axes of length 1: reshape g back."""
-    return _regroup_back(arys[argnum])
-
-
-def _one_array(func):
-    """``np.atleast_1d(x, y)`` of several arrays returns a tuple of them, which the tape cannot record."""
-    name = qualified_name(func)
-
-    def check(*arys):
-        if len(arys) != 1:
-            raise UnsupportedFunctionError(
-                f"{name} of several arrays returns a tuple, which has no derivative rule; call it once per "
-                f"array: x, y = {name}(x), {name}(y)"
-            )
-
-    return check
-
-
 def rot90_vjp(ans, m, k=1, axes=(0, 1)):
     """Rotating back: np.rot90(g, -k, axes)."""
     return lambda g: np.rot90(g, -k, axes)
@@ -582,6 +548,55 @@ def _frozen(index):
     return np.array(index) if isinstance(index, (np.ndarray, list)) else index
 
 
+# --- compositions: NumPy calls the tape records one by one (`registry.defcomposition`) ----------------
+def atleast_written(func):
+    """``func`` (np.atleast_1d/2d/3d) as the reshape that adds its axes of length 1, one result per array."""
+
+    def written(*arys):
+        shapes = [np.shape(func(np.broadcast_to(False, np.shape(a)))) for a in arys]  # NumPy's promotion
+        results = [np.reshape(a, shape) for a, shape in zip(arys, shapes)]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    return written
+
+
+def select_written(condlist, choicelist, default=0):
+    """np.select as nested np.where, the first condition outermost: the first true condition chooses."""
+    if len(condlist) != len(choicelist):  # NumPy's errors, as it words them
+        raise ValueError("list of cases must be same length as list of conditions")
+    if not condlist:
+        raise ValueError("select with an empty condition list is not possible")
+    if any(np.result_type(c).kind != "b" for c in condlist):
+        raise TypeError("invalid entry 0 in condlist: should be boolean ndarray")
+    result = default
+    for condition, choice in zip(reversed(condlist), reversed(choicelist)):
+        result = np.where(condition, choice, result)
+    return result
+
+
+def block_written(arrays):
+    """np.block as np.concatenate of its nested lists, the innermost along the last axis, each block first
+    given the result's number of axes (leading 1s), as NumPy does (which also checks the layout here)."""
+    ndim = np.ndim(np.block(_nested(arrays, lambda a: np.broadcast_to(False, np.shape(a)))))
+
+    def joined(item, depth):
+        if type(item) is list:
+            return np.concatenate([joined(part, depth - 1) for part in item], axis=-depth)
+        return np.reshape(item, (1,) * (ndim - np.ndim(item)) + np.shape(item))
+
+    return joined(arrays, _depth(arrays))
+
+
+def _nested(item, f):
+    """``item``'s nested lists with ``f`` applied to each element."""
+    return [_nested(part, f) for part in item] if type(item) is list else f(item)
+
+
+def _depth(item):
+    """How many lists deep ``item``'s first element sits (np.block has checked they all do)."""
+    return 1 + _depth(item[0]) if type(item) is list else 0
+
+
 def _register():
     defvjp(np.reshape, reshape_vjp)
     defvjp(np.ravel, ravel_vjp)
@@ -611,8 +626,7 @@ def _register():
     defvjp(np.copy, lambda ans, a, order="K", subok=False: lambda g: g)
     defvjp(np.full_like, full_like_template_vjp, full_like_vjp)
     for func in (np.atleast_1d, np.atleast_2d, np.atleast_3d):
-        defvjp_argnum(func, atleast_vjp)
-        _checked_first(func, _one_array(func))
+        defcomposition(func, atleast_written(func))
     defvjp(np.fliplr, lambda ans, m: np.fliplr)
     defvjp(np.flipud, lambda ans, m: np.flipud)
     defvjp(np.rot90, rot90_vjp)
@@ -623,11 +637,7 @@ def _register():
     defvjp_sequence(np.concat, concatenate_vjp)
     defvjp_sequence(np.column_stack, column_stack_vjp)
     defvjp_sequence(np.dstack, dstack_vjp)
-    # Not a sequence rule: the tape would read np.block(x) as the list of x's rows, but NumPy returns x.
-    defvjp(np.block, lambda ans, arrays: lambda g: g)
-    _unseen_in_lists(np.block, "lists of tracked arrays has no derivative rule; join the blocks of each row "
-                     "with np.concatenate([x, y], axis=-1), then the rows with np.concatenate([row1, row2], "
-                     "axis=-2) (np.atleast_1d/2d a block of fewer axes first)")
+    defcomposition(np.block, block_written)
     defvjp(np.append, append_vjp(0), append_vjp(1))
     defvjp(np.insert, insert_arr_vjp, None, insert_values_vjp)
     defvjp(np.delete, delete_vjp)
@@ -642,10 +652,7 @@ def _register():
     defvjp_outputs(np.dsplit, dsplit_vjp)
     defvjp(np.diagflat, diagflat_vjp)
     defvjp(np.pad, pad_vjp)
-    defvjp(np.select, None, None, None)  # NumPy dispatches on the choices only, which the tape does not see
-    _unseen_in_lists(np.select, "tracked choices has no derivative rule (the tape does not see arrays inside "
-                     "its list of choices); write it with np.where, the first condition outermost: "
-                     "np.where(c1, x1, np.where(c2, x2, default))")
+    defcomposition(np.select, select_written)
     defvjp(np.piecewise, piecewise_vjp)
     _checked_first(np.piecewise, _constant_pieces)
 

@@ -419,8 +419,18 @@ def build_row_stack(draw, dtype):
 
 
 def build_block(draw, s):
-    """One array, not a list: np.block returns it (a list is an error naming np.concatenate)."""
+    """One array, not a list: np.block returns it."""
     return call(draw, np.block, X)
+
+
+def build_block_nested(draw, dtype):
+    """[[x, c], [y]]: a row of x beside a constant block c of fewer axes (promoted), over a row y."""
+    rows, left, right = (draw(st.integers(1, 3)) for _ in range(3))
+    constant = uniform(draw, (right,) if rows == 1 else (rows, right), dtype)
+    x = uniform(draw, (rows, left), dtype)
+    if not draw(st.booleans()):  # the flat [x, y] form: one row, joined along the last axis
+        return (lambda x, y: np.block([x, y])), [x, uniform(draw, (rows, right), dtype)]
+    return (lambda x, y: np.block([[x, constant], [y]])), [x, uniform(draw, (2, left + right), dtype)]
 
 
 def tracked_pair(draw, f, x, y):
@@ -581,10 +591,26 @@ def build_pad(mode, min_side=1):
 
 
 # --- choosing ---------------------------------------------------------------------------------------------------------
-def build_select(draw, s):
-    """np.select of tracked choices is an error that names this spelling, checked here: nested np.where."""
-    first, second = mask(draw, s), mask(draw, s)
-    return lambda x: np.where(first, x * 2, np.where(second, np.sin(x), 0.5))
+def build_select(draw, dtype):
+    """np.select of tracked choices and a tracked or constant default, over broadcasting shapes: where both
+    conditions hold the first chooses."""
+    x_shape, y_shape, c_shape = broadcast_shapes(draw, 3)
+    first, second = mask(draw, c_shape), mask(draw, c_shape)
+    if draw(st.booleans()):
+        return (lambda x, y: np.select([first, second], [x * 2, np.sin(y)], y)), [
+            uniform(draw, x_shape, dtype), uniform(draw, y_shape, dtype)]
+    choices = [uniform(draw, x_shape, dtype), uniform(draw, y_shape, dtype)]
+    return call(draw, np.select, [first, second], [X, Y], 0.5), choices
+
+
+def build_atleast_several(func):
+    """``func(x, y)`` of two arrays: a tuple, one result each."""
+
+    def build(draw, dtype):
+        return call(draw, func, X, Y), [uniform(draw, array_shape(draw, 0, 3, 0), dtype),
+                                        uniform(draw, array_shape(draw, 0, 3, 1), dtype)]
+
+    return build
 
 
 def build_piecewise(draw, s):
@@ -644,6 +670,8 @@ CASES = [
     Case(np.atleast_1d, one_array(build_atleast(np.atleast_1d), 0, 2, min_side=0), name="atleast_1d"),
     Case(np.atleast_2d, one_array(build_atleast(np.atleast_2d), 0, 3, min_side=0), name="atleast_2d"),
     Case(np.atleast_3d, one_array(build_atleast(np.atleast_3d), 0, 4, min_side=0), name="atleast_3d"),
+    *[Case(f, build_atleast_several(f), name=f"{f.__name__}_of_two")
+      for f in (np.atleast_1d, np.atleast_2d, np.atleast_3d)],
     Case(np.fliplr, one_array(build_fliplr, 2, min_side=0), name="fliplr"),
     Case(np.flipud, one_array(build_flipud, 1, min_side=0), name="flipud"),
     Case(np.rot90, one_array(build_rot90, 2), name="rot90"),
@@ -657,6 +685,7 @@ CASES = [
     Case(np.dstack, build_dstack, name="dstack"),
     Case(np.vstack, build_row_stack, name="row_stack"),
     Case(np.block, one_array(build_block, 0), name="block_of_one_array"),
+    Case(np.block, build_block_nested, name="block_nested"),
     Case(np.append, build_append, name="append"),
     Case(np.insert, build_insert, name="insert"),
     Case(np.delete, one_array(build_delete, 0), name="delete"),
@@ -672,6 +701,6 @@ CASES = [
     *(Case(np.pad, build_pad(mode, 0 if mode == "constant" else 1), name=f"pad_{mode}")
       for mode in ("constant", "edge", "linear_ramp", "mean", "reflect", "symmetric", "wrap", "maximum", "minimum",
                    "median")),
-    Case(np.select, one_array(build_select), name="select_as_where"),
+    Case(np.select, build_select, name="select"),
     Case(np.piecewise, one_array(build_piecewise, 0), name="piecewise_constants"),
 ]
