@@ -51,9 +51,12 @@ def public_names(func):
 
 
 def family(rule):
-    """The rules module (``shape``, ``linalg``...) that registered ``rule``: where its makers were written."""
+    """The rules module (``shape``, ``linalg``...) that registered ``rule``: where its makers were written;
+    None for a rule without any (every argument refused: a call that is an error saying what to write)."""
     makers = rule.makers if isinstance(rule.makers, tuple) else (rule.makers,)
     modules = {getattr(m, "__module__", "") for m in makers if m is not None}
+    if not modules:
+        return None
     modules = {m.rsplit(".", 1)[-1] for m in modules if m.startswith("dualbroadcast.rules.")}
     return min(modules) if modules else "user"
 
@@ -63,7 +66,7 @@ def differentiated():
     families = {}
     for func, rule in RULES.items():
         kind = family(rule)
-        if kind != "user":
+        if kind not in ("user", None):
             families.setdefault(kind, []).append(public_names(func))
     return {kind: sorted(names) for kind, names in sorted(families.items())}
 
@@ -93,9 +96,11 @@ def mirrored():
 
 
 def not_differentiable():
-    """``{reason: [names]}`` of the functions declared nondifferentiable."""
+    """``{reason: [names]}`` of the functions declared nondifferentiable, and of those refused with an error."""
+    refused = {func: "an error that says what to write instead (it writes into its argument in place)"
+               for func, rule in RULES.items() if family(rule) is None}
     reasons = {}
-    for func, reason in NONDIFFERENTIABLE.items():
+    for func, reason in {**NONDIFFERENTIABLE, **refused}.items():
         reasons.setdefault(reason, []).append(f"`{qualified_name(func)}`")
     return {reason: sorted(names) for reason, names in sorted(reasons.items())}
 
