@@ -293,3 +293,8 @@ def test_a_frozen_distribution_is_scipys_and_differentiates_its_parameters(name,
         else db.gradient(lambda p: np.sum(getattr(mirror, method)(x, loc=p, scale=kwargs["scale"])), first)
     np.testing.assert_array_equal(frozen, direct)
     assert np.all(frozen != 0)
+
+
+def test_scipys_own_function_on_a_tracked_value_names_the_mirror():
+    with pytest.raises(db.ValueConversionError, match=r"dualbroadcast\.scipy"):
+        db.gradient(lambda m: scipy.stats.norm.logpdf(1.0, loc=m), np.float64(0.2))
