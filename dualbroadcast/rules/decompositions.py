@@ -1,0 +1,244 @@
+"""Reverse rules of the matrix decompositions: svd, svdvals, eigh, eigvalsh, eig, eigvals, cholesky, qr.
+
+(The other np.linalg functions, inv, solve, det, pinv, lstsq, matrix_power, cond..., are in linalg.py.)
+
+Notation: ``Xᵀ`` transposes the last two axes, and every formula is batched over leading axes as
+NumPy's functions are; ``Ā`` is the cotangent of the input, ``Ū``, ``s̄``, ... those of the outputs.
+Each output has its own pullback (the formulas are linear in the output cotangents).  The formulas
+are Giles 2008 ("An extended collection of matrix derivative results") for eig, eigh and svd (with
+Townsend's notes for non-square svd), Murray 2016 for Cholesky and Walter & Lehmann 2018 for QR;
+``tests/test_decompositions.py`` checks each against finite differences and ``jax.vjp``.
+
+Conventions:
+
+* One triangle.  eigh and eigvalsh (``UPLO``), cholesky (``upper=``) and svd with ``hermitian=True``
+  read one triangle of A (the other never changes NumPy's result), so the gradient lands in that
+  triangle: ``Ā = tril(G + Gᵀ, -1) + diag(G)`` for the lower one, G the gradient on symmetric
+  matrices.  For a symmetric A built from other variables the chain rule gives the same gradient
+  as JAX's (which symmetrises A first and spreads G over both triangles); on a non-symmetric A
+  finite differences agree with this one.
+* Signs.  Singular vectors and eigenvectors are unique up to sign: the gradient is that of the
+  vectors NumPy returned, exact for any loss that does not depend on their signs (u uᵀ, U diag(s) Vᵀ).
+* Repeated values.  Where two singular values (eigh: two eigenvalues) are exactly equal, the factor
+  1/(sⱼ² - sᵢ²) (1/(wⱼ - wᵢ)) of the vectors' cotangents is 0 (JAX gives inf or nan): exact for a
+  loss that depends on a repeated value's subspace, not on the basis LAPACK chose in it.  A zero
+  singular value of a non-square matrix gets 1/s = 0 in its complement term, as in JAX.  eig's
+  eigenvectors at a repeated eigenvalue are an error; eig and eigvals with complex eigenvalues are an
+  error (complex results are not supported yet).
+* Completing columns.  svd(full_matrices=True) of a non-square matrix and qr(mode='complete') of a
+  tall one add orthonormal columns completing a basis, which are not unique: their cotangent must
+  be zero (use only ``u[..., :k]``), else an error (JAX refuses these derivatives altogether).
+  Rows of R that are zero by construction have no gradient.
+* qr needs a full-rank leading square block (R invertible, else LinAlgError); cholesky a positive
+  definite A (as NumPy itself).
+"""
+
+import numpy as np
+
+from ..errors import UnsupportedFunctionError
+from ..registry import defvjp, defvjp_outputs
+from .linalg import matrix_transpose as T
+
+
+def diagonal_matrix(v):
+    """diag(v) for a stack of vectors: (..., k) -> (..., k, k)."""
+    return v[..., :, None] * np.eye(np.shape(v)[-1], dtype=v.dtype)
+
+
+def inverse_gaps(values):
+    """F with Fᵢⱼ = 1 / (vⱼ - vᵢ), and 0 on the diagonal and where vᵢ = vⱼ (see Conventions)."""
+    gaps = values[..., None, :] - values[..., :, None]
+    return np.divide(1, gaps, out=np.zeros_like(gaps), where=gaps != 0)
+
+
+def reciprocal(s):
+    """1/s, and 0 where s = 0."""
+    return np.divide(1, s, out=np.zeros_like(s), where=s != 0)
+
+
+def one_triangle(g, lower):
+    """Ā for a function reading only one triangle of A, from its gradient G on symmetric matrices:
+    ``tril(G + Gᵀ, -1) + diag(G)`` (``triu`` for the upper triangle)."""
+    both = g + T(g)
+    off = np.tril(both, -1) if lower else np.triu(both, 1)
+    return off + g * np.eye(np.shape(g)[-1], dtype=g.dtype)
+
+
+def leading(g, k, axis, what):
+    """The first ``k`` columns (axis -1) or rows (axis -2) of the cotangent ``g``: the others belong to
+    columns completing an orthonormal basis, which are not unique, and must have a zero cotangent."""
+    g = np.moveaxis(g, axis, -1)
+    if np.any(g[..., k:]):
+        raise UnsupportedFunctionError(
+            f"{what} has no unique gradient: its columns past the first min(m, n) = {k} complete an "
+            "orthonormal basis, any basis; use full_matrices=False (qr: mode='reduced'), or only "
+            "the leading columns (u[..., :k])"
+        )
+    return np.moveaxis(g[..., :k], -1, axis)
+
+
+# --- svd ------------------------------------------------------------------------------------------------
+def singular_values_adjoint(u, vt, g):
+    """A = U diag(s) Vᵀ: Ā = U diag(s̄) Vᵀ."""
+    return (u * g[..., None, :]) @ vt
+
+
+def left_vectors_adjoint(u, s, vt, g):
+    """Ā = U [F∘(UᵀŪ - ŪᵀU)] S Vᵀ + (I - UUᵀ) Ū S⁻¹ Vᵀ, Fᵢⱼ = 1/(sⱼ² - sᵢ²); the second term for tall A."""
+    x = T(u) @ g
+    a = u @ (inverse_gaps(s * s) * (x - T(x)) * s[..., None, :]) @ vt
+    if u.shape[-2] > u.shape[-1]:
+        a = a + ((g - u @ x) * reciprocal(s)[..., None, :]) @ vt
+    return a
+
+
+def right_vectors_adjoint(u, s, vt, g):
+    """With V̄ = gᵀ: Ā = U S [F∘(VᵀV̄ - V̄ᵀV)] Vᵀ + U S⁻¹ V̄ᵀ (I - VVᵀ); the second term for wide A."""
+    x = vt @ T(g)
+    a = u @ (s[..., :, None] * inverse_gaps(s * s) * (x - T(x))) @ vt
+    if vt.shape[-1] > vt.shape[-2]:
+        a = a + (u * reciprocal(s)[..., None, :]) @ (g - T(x) @ vt)
+    return a
+
+
+def read_by(pullback, hermitian):
+    """``pullback`` as the cotangent of A itself: with ``hermitian``, NumPy reads A's lower triangle only."""
+    return (lambda g: one_triangle(pullback(g), lower=True)) if hermitian else pullback
+
+
+def svd_vjp(j, ans, a, full_matrices=True, compute_uv=True, hermitian=False):
+    """(U, s, Vᵀ) = svd(A); with compute_uv=False the result is s alone (output 0)."""
+    if not compute_uv:
+        u, _, vt = np.linalg.svd(a, full_matrices=False, hermitian=hermitian)
+        return read_by(lambda g: singular_values_adjoint(u, vt, g), hermitian)
+    u, s, vt = ans
+    k = s.shape[-1]
+    u, vt = u[..., :, :k], vt[..., :k, :]
+    backs = (
+        lambda g: left_vectors_adjoint(u, s, vt, leading(g, k, -1, "U of svd(full_matrices=True)")),
+        lambda g: singular_values_adjoint(u, vt, g),
+        lambda g: right_vectors_adjoint(u, s, vt, leading(g, k, -2, "Vᵀ of svd(full_matrices=True)")),
+    )
+    return read_by(backs[j], hermitian)
+
+
+def svdvals_vjp(ans, x, /):
+    """s = svdvals(A): Ā = U diag(s̄) Vᵀ."""
+    u, _, vt = np.linalg.svd(x, full_matrices=False)
+    return lambda g: singular_values_adjoint(u, vt, g)
+
+
+# --- eigh, eigvalsh, eig, eigvals -----------------------------------------------------------------------
+def eigh_vjp(j, ans, a, UPLO="L"):
+    """(w, V) = eigh(A): G = V diag(w̄) Vᵀ, or G = V [F∘(VᵀV̄)] Vᵀ with Fᵢⱼ = 1/(wⱼ - wᵢ), into UPLO's triangle."""
+    w, v = ans
+    lower = UPLO.upper() == "L"
+    if j == 0:
+        return lambda g: one_triangle((v * g[..., None, :]) @ T(v), lower)
+    gaps = inverse_gaps(w)
+    return lambda g: one_triangle(v @ (gaps * (T(v) @ g)) @ T(v), lower)
+
+
+def eigvalsh_vjp(ans, a, UPLO="L"):
+    """w = eigvalsh(A): G = V diag(w̄) Vᵀ, into UPLO's triangle."""
+    return eigh_vjp(0, np.linalg.eigh(a, UPLO), a, UPLO)
+
+
+def real_eigenvalues(w, name):
+    """A clear error for the complex eigenvalues of a real matrix (NumPy then returns complex arrays)."""
+    if np.iscomplexobj(w):
+        raise UnsupportedFunctionError(
+            f"np.linalg.{name} of a matrix with complex eigenvalues returns complex arrays, and complex "
+            "results are not supported yet; for a symmetric matrix use np.linalg.eigh / eigvalsh"
+        )
+
+
+def eigenvector_basis_adjoint(v, d):
+    """A = V diag(w) V⁻¹: Ā = V⁻ᵀ D̄ Vᵀ for the cotangent D̄ of V⁻¹ dA V."""
+    vt = T(v)
+    return np.linalg.solve(vt, d @ vt)
+
+
+def eig_vjp(j, ans, a):
+    """(w, V) = eig(A), V's columns of unit norm: Ā = V⁻ᵀ diag(w̄) Vᵀ, or Ā = V⁻ᵀ [F∘(Vᵀ V̄')] Vᵀ with
+    V̄' = V̄ - V diag(VᵀV̄) (the normalisation) and Fᵢⱼ = 1/(wⱼ - wᵢ)."""
+    w, v = ans
+    real_eigenvalues(w, "eig")
+    if j == 0:
+        return lambda g: eigenvector_basis_adjoint(v, diagonal_matrix(g))
+    if np.any(np.diff(np.sort(w, axis=-1), axis=-1) == 0):
+        raise UnsupportedFunctionError(
+            "the eigenvectors of np.linalg.eig have no derivative at a repeated eigenvalue; differentiate "
+            "the eigenvalues only, or use np.linalg.eigh for a symmetric matrix"
+        )
+    gaps = inverse_gaps(w)
+
+    def pullback(g):
+        g = g - v * np.sum(v * g, axis=-2, keepdims=True)
+        return eigenvector_basis_adjoint(v, gaps * (T(v) @ g))
+
+    return pullback
+
+
+def eigvals_vjp(ans, a):
+    """w = eigvals(A): Ā = V⁻ᵀ diag(w̄) Vᵀ."""
+    real_eigenvalues(ans, "eigvals")
+    return eig_vjp(0, np.linalg.eig(a), a)
+
+
+# --- cholesky -------------------------------------------------------------------------------------------
+def half_diagonal_lower(x):
+    """Φ(X): the lower triangle of X with its diagonal halved."""
+    return np.tril(x) - 0.5 * x * np.eye(np.shape(x)[-1], dtype=x.dtype)
+
+
+def cholesky_vjp(ans, a, /, *, upper=False):
+    """A = L Lᵀ: G = L⁻ᵀ Φ(Lᵀ L̄) L⁻¹ into the lower triangle; upper=True: L = Rᵀ, L̄ = R̄ᵀ, the upper one."""
+    lower = T(ans) if upper else ans
+    inverse = np.linalg.inv(lower)
+
+    def pullback(g):
+        g = T(g) if upper else g
+        return one_triangle(T(inverse) @ half_diagonal_lower(T(lower) @ g) @ inverse, lower=not upper)
+
+    return pullback
+
+
+# --- qr ---------------------------------------------------------------------------------------------------
+def qr_adjoint(q, r, q_bar, r_bar):
+    """A = QR, Q (m, k), R (k, n), k = min(m, n).  m >= n: Ā = (Q̄ + Q copyltu(M)) R⁻ᵀ with
+    M = R̄Rᵀ - QᵀQ̄ and copyltu(M) = triu(M) + triu(M, 1)ᵀ.  m < n, A = [A₁ A₂], R = [R₁ R₂]:
+    Ā₂ = Q R̄₂, and Ā₁ the square case with Q̄ + A₂ R̄₂ᵀ."""
+    m, n = q.shape[-2], r.shape[-1]
+    if m < n:
+        r1, r2, r1_bar, r2_bar = r[..., :m], r[..., m:], r_bar[..., :m], r_bar[..., m:]
+        a1_bar = qr_adjoint(q, r1, q_bar + (q @ r2) @ T(r2_bar), r1_bar)
+        return np.concatenate([a1_bar, q @ r2_bar], axis=-1)
+    inner = r_bar @ T(r) - T(q) @ q_bar
+    x = q_bar + q @ (np.triu(inner) + T(np.triu(inner, 1)))
+    return T(np.linalg.solve(r, T(x)))
+
+
+def qr_vjp(j, ans, a, mode="reduced"):
+    """(Q, R) = qr(A) (mode 'reduced' or 'complete'), or R alone (mode 'r', output 0)."""
+    if mode not in ("reduced", "complete", "r"):
+        raise UnsupportedFunctionError(
+            f"np.linalg.qr(a, mode={mode!r}) has no derivative rule (Householder reflectors); "
+            "use mode='reduced', 'complete' or 'r'"
+        )
+    q, r = (np.linalg.qr(a)[0], ans) if mode == "r" else ans
+    k = min(np.shape(a)[-2:])
+    q, r = q[..., :, :k], r[..., :k, :]  # complete, tall: R's last rows are zero by construction
+    if j == 0 and mode != "r":
+        return lambda g: qr_adjoint(q, r, leading(g, k, -1, "Q of qr(mode='complete')"), np.zeros_like(r))
+    return lambda g: qr_adjoint(q, r, np.zeros_like(q), g[..., :k, :])
+
+
+defvjp_outputs(np.linalg.svd, svd_vjp)
+defvjp(np.linalg.svdvals, svdvals_vjp)
+defvjp_outputs(np.linalg.eigh, eigh_vjp)
+defvjp(np.linalg.eigvalsh, eigvalsh_vjp)
+defvjp_outputs(np.linalg.eig, eig_vjp)
+defvjp(np.linalg.eigvals, eigvals_vjp)
+defvjp(np.linalg.cholesky, cholesky_vjp)
+defvjp_outputs(np.linalg.qr, qr_vjp)
