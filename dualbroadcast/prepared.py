@@ -89,7 +89,7 @@ class Recorder:
             else:
                 outs.append(None)
         kind = rule.kind if rule is not None else None
-        if kind == OUTPUTS and not isinstance(ans, tuple):
+        if kind == OUTPUTS and not isinstance(ans, (tuple, list)):
             kind = BY_ARGNUM  # one array (svd without u, v): its maker is called as maker(0, ans, ...)
         if kind == OUTPUTS:
             expected = {j: r for j, (r, o) in enumerate(zip(results, outs)) if o is None}

@@ -1,6 +1,8 @@
-"""Reverse rules of the matrix decompositions: svd, svdvals, eigh, eigvalsh, eig, eigvals, cholesky, qr.
+"""Reverse rules of the matrix decompositions, svd, svdvals, eigh, eigvalsh, eig, eigvals, cholesky, qr,
+and of the functions NumPy computes through the SVD: pinv, lstsq, cond.
 
-(The other np.linalg functions, inv, solve, det, pinv, lstsq, matrix_power, cond..., are in linalg.py.)
+(The other np.linalg functions, inv, solve, det, matrix_power, tensorsolve, the products..., are in
+linalg.py; np.linalg.norm is in reductions.py.)
 
 Notation: ``Xᵀ`` transposes the last two axes, and every formula is batched over leading axes as
 NumPy's functions are; ``Ā`` is the cotangent of the input, ``Ū``, ``s̄``, ... those of the outputs.
@@ -30,14 +32,17 @@ Conventions:
   be zero (use only ``u[..., :k]``), else an error (JAX refuses these derivatives altogether).
   Rows of R that are zero by construction have no gradient.
 * qr needs a full-rank leading square block (R invertible, else LinAlgError); cholesky a positive
-  definite A (as NumPy itself).
+  definite A (as NumPy itself).  pinv and lstsq's solution and residuals need a matrix of full rank
+  (no singular value cut by rcond/rtol): at a rank change they are not differentiable, an error.
 """
 
 import numpy as np
 
 from ..errors import UnsupportedFunctionError
 from ..registry import defvjp, defvjp_outputs
+from .linalg import inv_vjp
 from .linalg import matrix_transpose as T
+from .reductions import norm_vjp
 
 
 def diagonal_matrix(v):
@@ -234,6 +239,78 @@ def qr_vjp(j, ans, a, mode="reduced"):
     return lambda g: qr_adjoint(q, r, np.zeros_like(q), g[..., :k, :])
 
 
+# --- pinv, lstsq, cond: through the SVD -----------------------------------------------------------------------
+def full_rank(a, rcond, hermitian, rtol, name):
+    """A clear error when NumPy's cutoff (rcond or rtol times the largest singular value) drops a singular value."""
+    if rcond is None:
+        rcond = 1e-15 if rtol is np._NoValue else max(np.shape(a)[-2:]) * np.finfo(a.dtype).eps if rtol is None \
+            else rtol
+    s = np.linalg.svd(a, compute_uv=False, hermitian=hermitian)
+    if not np.all(s > np.asarray(rcond)[..., None] * np.max(s, axis=-1, keepdims=True)):
+        raise UnsupportedFunctionError(
+            f"{name} of a rank-deficient matrix (a singular value at or below the rcond/rtol cutoff) is not "
+            "differentiable: its rank changes under perturbation; regularise the matrix (A + εI, ridge) or "
+            "remove the dependent rows/columns"
+        )
+
+
+def pseudo_inverse_adjoint(a, x, g):
+    """X = A⁺, A of full rank: Ā = -Xᵀ G Xᵀ + (I - A X) Gᵀ X Xᵀ + Xᵀ X Gᵀ (I - X A) (Golub & Pereyra 1973)."""
+    xt, gt = T(x), T(g)
+    return -xt @ g @ xt + (gt - a @ (x @ gt)) @ (x @ xt) + (xt @ x) @ (gt - (gt @ x) @ a)
+
+
+def lower_symmetric(a):
+    """The symmetric matrix of A's lower triangle, what NumPy reads with hermitian=True."""
+    lower = np.tril(a)
+    return lower + T(np.tril(a, -1))
+
+
+def pinv_vjp(ans, a, rcond=None, hermitian=False, *, rtol=np._NoValue):
+    """X = A⁺ (`pseudo_inverse_adjoint`); hermitian=True reads A's lower triangle."""
+    full_rank(a, rcond, hermitian, rtol, "np.linalg.pinv")
+    a = lower_symmetric(a) if hermitian else a
+    return read_by(lambda g: pseudo_inverse_adjoint(a, ans, g), hermitian)
+
+
+def lstsq_vjp(j, ans, a, b, rcond=None):
+    """(x, residuals, rank, s) = lstsq(A, b), A of full rank: x = A⁺ b, so Ā is A⁺'s adjoint for
+    Ḡ = x̄ bᵀ; residuals ‖b - A x‖² at the optimum: Ā = -2 r diag(ḡ) xᵀ, r = b - A x; s as svdvals."""
+    if j == 3:
+        return svdvals_vjp(ans[3], a)
+    x, residuals, rank, _ = ans
+    if j == 1 and np.size(residuals) == 0:  # NumPy returns none (rank-deficient, square or wide A)
+        return lambda g: np.zeros_like(a)
+    if rank < min(np.shape(a)):
+        raise UnsupportedFunctionError(
+            "np.linalg.lstsq of a rank-deficient matrix has no derivative (the solution is not "
+            "differentiable where the rank changes); regularise the problem (ridge) or remove dependent columns"
+        )
+    b, x = (b[:, None], x[:, None]) if np.ndim(b) == 1 else (b, x)
+    if j == 1:
+        r = b - a @ x
+        return lambda g: -2 * (r * g) @ x.T
+    inverse = np.linalg.pinv(a)
+    return lambda g: pseudo_inverse_adjoint(a, inverse, np.reshape(g, x.shape) @ b.T)
+
+
+def cond_vjp(ans, x, p=None):
+    """p None/2/-2: c = s₁/sₙ (-2: sₙ/s₁), so Ā = U diag(s̄) Vᵀ with s̄ from the quotient rule; any other p:
+    c = ‖A‖ ‖A⁻¹‖ through the norm rule (reductions.py) and inv's."""
+    if p is None or p in (2, -2):
+        u, s, vt = np.linalg.svd(x, full_matrices=False)
+        top, bottom = (0, -1) if p != -2 else (-1, 0)
+        weights = np.zeros_like(s)
+        weights[..., bottom] -= s[..., top] / s[..., bottom] ** 2
+        weights[..., top] += 1 / s[..., bottom]  # added last: a 1 x 1 matrix gets 1/s - s/s² = 0
+        return lambda g: singular_values_adjoint(u, vt, np.expand_dims(g, -1) * weights)
+    inverse = np.linalg.inv(x)
+    norms = [np.linalg.norm(m, p, axis=(-2, -1)) for m in (x, inverse)]
+    x_back, inverse_back = (norm_vjp(n, m, p, (-2, -1)) for n, m in zip(norms, (x, inverse)))
+    inverse_adjoint = inv_vjp(inverse, x)
+    return lambda g: x_back(g * norms[1]) + inverse_adjoint(inverse_back(g * norms[0]))
+
+
 defvjp_outputs(np.linalg.svd, svd_vjp)
 defvjp(np.linalg.svdvals, svdvals_vjp)
 defvjp_outputs(np.linalg.eigh, eigh_vjp)
@@ -242,3 +319,6 @@ defvjp_outputs(np.linalg.eig, eig_vjp)
 defvjp(np.linalg.eigvals, eigvals_vjp)
 defvjp(np.linalg.cholesky, cholesky_vjp)
 defvjp_outputs(np.linalg.qr, qr_vjp)
+defvjp(np.linalg.pinv, pinv_vjp)
+defvjp_outputs(np.linalg.lstsq, lstsq_vjp)
+defvjp(np.linalg.cond, cond_vjp)

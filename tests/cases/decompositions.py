@@ -206,3 +206,52 @@ CASES = [
     Case(np.linalg.qr, build_qr("complete", "wide"), name="qr_complete_wide"),
     Case(np.linalg.qr, build_qr("complete", "tall"), name="qr_complete_tall_leading_columns"),
 ]
+
+
+# --- pinv, lstsq, cond ---------------------------------------------------------------------------------------------
+def build_pinv(draw, dtype):
+    """Square, tall and wide, batched; the cutoff by rcond or rtol (no singular value cut), or hermitian."""
+    batch = batch_shape(draw)
+    if draw(st.booleans()):
+        n = side(draw)
+        signs = np.where(uniform(draw, batch + (n,), np.float64) > 0, 1.0, -1.0)
+        a = symmetric_with_noise(draw, dtype, batch, n, signs * spaced(draw, batch, n))
+        return call(draw, np.linalg.pinv, X, hermitian=True), [a]
+    a = with_singular_values(draw, dtype, batch, side(draw), side(draw))
+    cutoff = draw(st.sampled_from([{}, {"rcond": 1e-3}, {"rtol": 1e-3}, {"rtol": None}]))
+    return call(draw, np.linalg.pinv, X, **cutoff), [a]
+
+
+def build_lstsq(draw, dtype):
+    """x, residuals (tall A: ‖b - Ax‖² per column) and s; b a vector or k columns (a constant: lstsq is
+    differentiable in its first argument only)."""
+    n = side(draw)
+    m = n + draw(st.integers(-min(n - 1, 2), 2))
+    a = with_singular_values(draw, dtype, (), m, n)
+    b = uniform(draw, (m,) if draw(st.booleans()) else (m, side(draw)), dtype)
+    lstsq = call(draw, np.linalg.lstsq, X, b, rcond=None)
+
+    def fn(a):
+        x, residuals, _, s = lstsq(a)
+        return x, residuals, s
+
+    return fn, [a]
+
+
+def build_cond(p):
+    def build(draw, dtype):
+        n = side(draw)
+        m = n if p not in (None, 2, -2) else side(draw)
+        a = with_singular_values(draw, dtype, batch_shape(draw), m, n)
+        return (call(draw, np.linalg.cond, X) if p is None else call(draw, np.linalg.cond, X, p)), [a]
+
+    return build
+
+
+COND_ORDS = (None, 2, -2, "fro", "nuc", 1, -1, np.inf, -np.inf)
+
+CASES += [
+    Case(np.linalg.pinv, build_pinv, name="pinv"),
+    Case(np.linalg.lstsq, build_lstsq, name="lstsq"),
+    *[Case(np.linalg.cond, build_cond(p), name=f"cond_p_{p}") for p in COND_ORDS],
+]
