@@ -21,19 +21,23 @@ Conventions:
   finite differences agree with this one.
 * Signs.  Singular vectors and eigenvectors are unique up to sign: the gradient is that of the
   vectors NumPy returned, exact for any loss that does not depend on their signs (u uᵀ, U diag(s) Vᵀ).
-* Repeated values.  Where two singular values (eigh: two eigenvalues) are exactly equal, the factor
-  1/(sⱼ² - sᵢ²) (1/(wⱼ - wᵢ)) of the vectors' cotangents is 0 (JAX gives inf or nan): exact for a
-  loss that depends on a repeated value's subspace, not on the basis LAPACK chose in it.  A zero
-  singular value of a non-square matrix gets 1/s = 0 in its complement term, as in JAX.  eig's
-  eigenvectors at a repeated eigenvalue are an error; eig and eigvals with complex eigenvalues are an
-  error (complex results are not supported yet).
+* Repeated values.  Two eigenvalues or singular values equal within rounding (8 n ε max|v|) are a tie,
+  where JAX gives inf or nan.  eigh: the factor 1/(wⱼ - wᵢ) of the eigenvectors' cotangent is 0 at a
+  tie, exact for a loss of the repeated eigenvalue's eigenspace (its projector), whatever basis LAPACK
+  chose in it.  svd: the vectors' factors are written 1/(sⱼ - sᵢ) ± 1/(sⱼ + sᵢ) and the first is 0 at a
+  tie, exact for a loss invariant under U → UQ, V → VQ within a repeated value's singular subspaces
+  (U Vᵀ, U diag(s) Vᵀ, projectors).  A zero singular value of a non-square matrix gets 1/s = 0 in
+  its complement term, as in JAX.  eig's eigenvectors at a repeated eigenvalue are an error (when their
+  gradient is needed); eig and eigvals with complex eigenvalues are an error (complex results are not
+  supported yet).
 * Completing columns.  svd(full_matrices=True) of a non-square matrix and qr(mode='complete') of a
   tall one add orthonormal columns completing a basis, which are not unique: their cotangent must
   be zero (use only ``u[..., :k]``), else an error (JAX refuses these derivatives altogether).
   Rows of R that are zero by construction have no gradient.
 * qr needs a full-rank leading square block (R invertible, else LinAlgError); cholesky a positive
   definite A (as NumPy itself).  pinv and lstsq's solution and residuals need a matrix of full rank
-  (no singular value cut by rcond/rtol): at a rank change they are not differentiable, an error.
+  (no singular value cut by rcond/rtol): at a rank change they are not differentiable, an error
+  (for lstsq, when their gradient is needed: its singular values are differentiable).
 """
 
 import numpy as np
@@ -51,9 +55,12 @@ def diagonal_matrix(v):
 
 
 def inverse_gaps(values):
-    """F with Fᵢⱼ = 1 / (vⱼ - vᵢ), and 0 on the diagonal and where vᵢ = vⱼ (see Conventions)."""
+    """F with Fᵢⱼ = 1 / (vⱼ - vᵢ), 0 on the diagonal and at ties: |vⱼ - vᵢ| within rounding, 8 n ε max|v|
+    (LAPACK returns a repeated value with gaps of a few ε; see Conventions)."""
     gaps = values[..., None, :] - values[..., :, None]
-    return np.divide(1, gaps, out=np.zeros_like(gaps), where=gaps != 0)
+    eps = np.finfo(values.dtype).eps
+    tie = 8 * values.shape[-1] * eps * np.max(np.abs(values), axis=-1, initial=0)[..., None, None]
+    return np.divide(1, gaps, out=np.zeros_like(gaps), where=np.abs(gaps) > tie)
 
 
 def reciprocal(s):
@@ -88,19 +95,28 @@ def singular_values_adjoint(u, vt, g):
     return (u * g[..., None, :]) @ vt
 
 
+def rotation_factors(s, sign):
+    """1/(sⱼ - sᵢ) ± 1/(sⱼ + sᵢ): the factors of the antisymmetric parts of UᵀŪ (+) and VᵀV̄ (-), the first
+    0 at a tie, the second at sᵢ = sⱼ = 0.  Written apart, the ``1/(sᵢ + sⱼ)`` part of a repeated
+    value survives (that of U Vᵀ: see Conventions); together they are 2sⱼ/(sⱼ² - sᵢ²) and 2sᵢ/(sⱼ² - sᵢ²)."""
+    return inverse_gaps(s) + sign * reciprocal(s[..., None, :] + s[..., :, None])
+
+
 def left_vectors_adjoint(u, s, vt, g):
-    """Ā = U [F∘(UᵀŪ - ŪᵀU)] S Vᵀ + (I - UUᵀ) Ū S⁻¹ Vᵀ, Fᵢⱼ = 1/(sⱼ² - sᵢ²); the second term for tall A."""
+    """Ā = U [F₊∘(X - Xᵀ)/2] Vᵀ + (I - UUᵀ) Ū S⁻¹ Vᵀ, X = UᵀŪ, F₊ = `rotation_factors` (+); the
+    second term for tall A."""
     x = T(u) @ g
-    a = u @ (inverse_gaps(s * s) * (x - T(x)) * s[..., None, :]) @ vt
+    a = u @ (rotation_factors(s, 1) * (x - T(x)) / 2) @ vt
     if u.shape[-2] > u.shape[-1]:
         a = a + ((g - u @ x) * reciprocal(s)[..., None, :]) @ vt
     return a
 
 
 def right_vectors_adjoint(u, s, vt, g):
-    """With V̄ = gᵀ: Ā = U S [F∘(VᵀV̄ - V̄ᵀV)] Vᵀ + U S⁻¹ V̄ᵀ (I - VVᵀ); the second term for wide A."""
+    """With V̄ = gᵀ: Ā = U [F₋∘(X - Xᵀ)/2] Vᵀ + U S⁻¹ V̄ᵀ (I - VVᵀ), X = VᵀV̄, F₋ = `rotation_factors` (-);
+    the second term for wide A."""
     x = vt @ T(g)
-    a = u @ (s[..., :, None] * inverse_gaps(s * s) * (x - T(x))) @ vt
+    a = u @ (rotation_factors(s, -1) * (x - T(x)) / 2) @ vt
     if vt.shape[-1] > vt.shape[-2]:
         a = a + (u * reciprocal(s)[..., None, :]) @ (g - T(x) @ vt)
     return a
@@ -171,14 +187,15 @@ def eig_vjp(j, ans, a):
     real_eigenvalues(w, "eig")
     if j == 0:
         return lambda g: eigenvector_basis_adjoint(v, diagonal_matrix(g))
-    if np.any(np.diff(np.sort(w, axis=-1), axis=-1) == 0):
-        raise UnsupportedFunctionError(
-            "the eigenvectors of np.linalg.eig have no derivative at a repeated eigenvalue; differentiate "
-            "the eigenvalues only, or use np.linalg.eigh for a symmetric matrix"
-        )
     gaps = inverse_gaps(w)
+    repeated = np.any(np.sum(gaps == 0, axis=-1) > 1)
 
     def pullback(g):
+        if repeated:
+            raise UnsupportedFunctionError(
+                "the eigenvectors of np.linalg.eig have no derivative at a repeated eigenvalue; differentiate "
+                "the eigenvalues only, or use np.linalg.eigh for a symmetric matrix"
+            )
         g = g - v * np.sum(v * g, axis=-2, keepdims=True)
         return eigenvector_basis_adjoint(v, gaps * (T(v) @ g))
 
@@ -282,16 +299,21 @@ def lstsq_vjp(j, ans, a, b, rcond=None):
     if j == 1 and np.size(residuals) == 0:  # NumPy returns none (rank-deficient, square or wide A)
         return lambda g: np.zeros_like(a)
     if rank < min(np.shape(a)):
-        raise UnsupportedFunctionError(
-            "np.linalg.lstsq of a rank-deficient matrix has no derivative (the solution is not "
-            "differentiable where the rank changes); regularise the problem (ridge) or remove dependent columns"
-        )
+        return rank_deficient_lstsq
     b, x = (b[:, None], x[:, None]) if np.ndim(b) == 1 else (b, x)
     if j == 1:
         r = b - a @ x
         return lambda g: -2 * (r * g) @ x.T
     inverse = np.linalg.pinv(a)
     return lambda g: pseudo_inverse_adjoint(a, inverse, np.reshape(g, x.shape) @ b.T)
+
+
+def rank_deficient_lstsq(g):
+    """The pullback of lstsq's solution for a rank-deficient matrix: an error once its gradient is needed."""
+    raise UnsupportedFunctionError(
+        "np.linalg.lstsq of a rank-deficient matrix has no derivative (the solution is not "
+        "differentiable where the rank changes); regularise the problem (ridge) or remove dependent columns"
+    )
 
 
 def cond_vjp(ans, x, p=None):
