@@ -27,17 +27,17 @@ def jnp():
 def jax_gradient(f, *args):
     import jax
 
-    grads = jax.grad(f, argnums=tuple(range(len(args))))(*args)
+    grads = jax.jit(jax.grad(f, argnums=tuple(range(len(args)))))(*args)  # one compilation, not one per operation
     return grads[0] if len(args) == 1 else grads
 
 
 def assert_matches_jax(f_numpy, f_jax, *args):
-    """db.gradient of ``f_numpy`` equals jax.grad of ``f_jax`` (the same function), and finite differences."""
+    """db.gradient of ``f_numpy`` equals jax.grad of ``f_jax`` (the same function; finite differences are
+    tests/test_rules.py's, over the same rules)."""
     ours = db.gradient(f_numpy, *args)
     theirs = jax_gradient(f_jax, *args)
     for a, b in zip(ours if len(args) > 1 else (ours,), theirs if len(args) > 1 else (theirs,)):
         np.testing.assert_allclose(a, np.asarray(b), rtol=1e-9, atol=1e-11)
-    db.check_gradient(f_numpy, *args)
 
 
 def from_triangle(m, a, lower=True):
@@ -54,7 +54,7 @@ def spaced_matrix(batch, m, n):
     return (u * (1 + 0.7 * np.arange(k))) @ np.swapaxes(v, -1, -2)
 
 
-SHAPES = [(3, 3), (2, 4, 4), (4, 2), (2, 2, 4), (1, 1)]
+SHAPES = [(3, 3), (2, 4, 2), (2, 2, 4), (1, 1)]
 
 
 # --- decompositions against JAX ----------------------------------------------------------------------------------
@@ -140,7 +140,7 @@ def test_cholesky_matches_jax_on_the_triangle_read(jnp, upper):
                        lambda a: jnp.sum(jax_cholesky(a) * w), a)
 
 
-@pytest.mark.parametrize("shape", [(4, 4), (2, 5, 3), (3, 5), (2, 2, 4)], ids=str)
+@pytest.mark.parametrize("shape", [(4, 4), (2, 5, 3), (2, 3, 5)], ids=str)
 @pytest.mark.parametrize("mode", ["reduced", "complete", "r"])
 def test_qr_matches_jax(jnp, shape, mode):
     """Q and R scaled by R's diagonal, which no column sign changes."""
@@ -198,7 +198,7 @@ def test_cond_matches_jax(jnp, p):
     assert_matches_jax(lambda a: np.sum(np.linalg.cond(a, p) * w), lambda a: jnp.sum(jnp.linalg.cond(a, p) * w), a)
 
 
-@pytest.mark.parametrize("n", [-3, -1, 0, 1, 2, 5])
+@pytest.mark.parametrize("n", [-3, 0, 1, 5])
 def test_matrix_power_matches_jax(jnp, n):
     a = spaced_matrix((2,), 3, 3) / 2
     w = RNG.standard_normal((2, 3, 3))
@@ -252,9 +252,10 @@ def test_matrix_norms_match_jax_and_np_linalg_norm(jnp, ord):
 
 
 @pytest.mark.parametrize("ord", VECTOR_ORDS)
-@pytest.mark.parametrize("axis", [None, 1, (0, 2)], ids=str)
+@pytest.mark.parametrize("axis", [None, 1], ids=str)
 def test_vector_norms_match_jax_and_np_linalg_norm(jnp, ord, axis):
     x = RNG.uniform(0.2, 2, (2, 3, 4)) * np.sign(RNG.standard_normal((2, 3, 4)))
+    axis = (0, 2) if axis is None and ord == 2 else axis  # the tuple form once
     w = RNG.standard_normal(np.linalg.vector_norm(x, axis=axis, ord=ord).shape)
     assert_matches_jax(lambda x: np.sum(np.linalg.vector_norm(x, axis=axis, ord=ord) * w),
                        lambda x: jnp.sum(jnp.linalg.vector_norm(x, axis=axis, ord=ord) * w), x)
