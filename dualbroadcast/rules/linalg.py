@@ -2,7 +2,8 @@
 
 dot, matmul, inner, outer, vdot, tensordot, einsum (subscripts and sublist forms), multi_dot, kron,
 cross, trace, inv, solve, det, slogdet, matrix_power, tensorsolve, tensorinv, and NumPy 2's
-np.linalg.matmul/outer/trace/diagonal/vecdot/cross/matrix_transpose/vector_norm/matrix_norm and the
+np.linalg.matmul/outer/trace/diagonal/vecdot/cross/tensordot/matrix_transpose/vector_norm/matrix_norm
+(and np.matrix_transpose) and the
 gufuncs np.vecdot, np.matvec, np.vecmat (which reach the tape through ``__array_ufunc__``, as
 np.matmul does).  The decompositions (svd, eigh, eig, cholesky, qr) and the functions NumPy computes
 through the SVD (pinv, lstsq, cond) are in decompositions.py; np.linalg.norm is in reductions.py.
@@ -444,6 +445,12 @@ def linalg_diagonal_vjp(ans, x, /, *, offset=0):
     return diagonal_vjp(ans, x, offset, -2, -1)
 
 
+def linalg_tensordot_vjp(k):
+    """np.linalg.tensordot: np.tensordot with ``axes`` keyword-only."""
+    maker = tensordot_vjp(k)
+    return lambda ans, x1, x2, /, *, axes=2: maker(ans, x1, x2, axes)
+
+
 def matrix_transpose_vjp(ans, x, /):
     """Ā = Gᵀ."""
     return matrix_transpose
@@ -529,6 +536,8 @@ defvjp(np.linalg.outer, outer_a, outer_b)
 defvjp(np.linalg.trace, linalg_trace_vjp)
 defvjp(np.linalg.diagonal, linalg_diagonal_vjp)
 defvjp(np.linalg.matrix_transpose, matrix_transpose_vjp)
+defvjp(np.matrix_transpose, matrix_transpose_vjp)
+defvjp(np.linalg.tensordot, linalg_tensordot_vjp(0), linalg_tensordot_vjp(1))
 defvjp(np.linalg.vecdot, vecdot_vjp(0), vecdot_vjp(1))
 defvjp(np.vecdot, vecdot_vjp(0), vecdot_vjp(1))
 defvjp(np.matvec, matvec_matrix, matvec_vector)

@@ -353,8 +353,19 @@ def build_linalg_trace_or_diagonal(func):
     return build
 
 
-def build_matrix_transpose(draw, dtype):
-    return np.linalg.matrix_transpose, [uniform(draw, array_shape(draw, 2, 4), dtype)]
+def build_matrix_transpose(func):
+    return lambda draw, dtype: (func, [uniform(draw, array_shape(draw, 2, 4), dtype)])
+
+
+def build_linalg_tensordot(draw, dtype):
+    """axes an int (the last N of x1 with the first N of x2) or a pair of axis lists."""
+    n = draw(st.integers(0, 2))
+    shared = array_shape(draw, n, n) if n else ()
+    a, b = array_shape(draw, 0, 2) + shared, shared + array_shape(draw, 0, 2)
+    axes = n
+    if n and draw(st.booleans()):
+        axes = (list(range(len(a) - n, len(a))), list(range(n)))
+    return call(draw, np.linalg.tensordot, X, Y, axes=axes), operands(draw, dtype, a, b)
 
 
 def build_vecdot(func):
@@ -430,7 +441,9 @@ CASES += [
     Case(np.linalg.outer, build_linalg_outer, name="linalg_outer"),
     Case(np.linalg.trace, build_linalg_trace_or_diagonal(np.linalg.trace), name="linalg_trace"),
     Case(np.linalg.diagonal, build_linalg_trace_or_diagonal(np.linalg.diagonal), name="linalg_diagonal"),
-    Case(np.linalg.matrix_transpose, build_matrix_transpose, name="linalg_matrix_transpose"),
+    *[Case(f, build_matrix_transpose(f), name=n) for f, n in [(np.linalg.matrix_transpose, "linalg_matrix_transpose"),
+                                                                (np.matrix_transpose, "matrix_transpose")]],
+    Case(np.linalg.tensordot, build_linalg_tensordot, name="linalg_tensordot"),
     Case(np.linalg.vecdot, build_vecdot(np.linalg.vecdot), name="linalg_vecdot"),
     Case(np.vecdot, build_vecdot(np.vecdot), name="vecdot"),
     Case(np.matvec, build_matvec(np.matvec), name="matvec"),
