@@ -7,9 +7,11 @@ linalg.py; np.linalg.norm is in reductions.py.)
 Notation: ``Xᵀ`` transposes the last two axes, and every formula is batched over leading axes as
 NumPy's functions are; ``Ā`` is the cotangent of the input, ``Ū``, ``s̄``, ... those of the outputs.
 Each output has its own pullback (the formulas are linear in the output cotangents).  The formulas
-are Giles 2008 ("An extended collection of matrix derivative results") for eig, eigh and svd (with
-Townsend's notes for non-square svd), Murray 2016 for Cholesky and Walter & Lehmann 2018 for QR;
-``tests/test_decompositions.py`` checks each against finite differences and ``jax.vjp``.
+are those of Giles 2008 ("An extended collection of matrix derivative results") for eig, eigh and
+svd, Townsend 2016 for the complement terms of a non-square svd, Murray 2016 for Cholesky, Walter &
+Lehmann 2010 (arXiv:1001.1654) for a tall or square QR (a wide one splits A = [A₁ A₂], R₂ = QᵀA₂),
+Golub & Pereyra 1973 for pinv; ``tests/test_decompositions.py`` checks each against ``jax.vjp`` and
+``tests/test_rules.py`` against finite differences.
 
 Conventions:
 
@@ -32,12 +34,15 @@ Conventions:
   supported yet).
 * Completing columns.  svd(full_matrices=True) of a non-square matrix and qr(mode='complete') of a
   tall one add orthonormal columns completing a basis, which are not unique: their cotangent must
-  be zero (use only ``u[..., :k]``), else an error (JAX refuses these derivatives altogether).
+  be zero (use only ``u[..., :k]``), else an error.  JAX refuses svd's; for qr it differentiates the
+  completion its Householder reflectors make (Papanicolopulos 2024), which NumPy does not promise.
   Rows of R that are zero by construction have no gradient.
 * qr needs a full-rank leading square block (R invertible, else LinAlgError); cholesky a positive
   definite A (as NumPy itself).  pinv and lstsq's solution and residuals need a matrix of full rank
   (no singular value cut by rcond/rtol): at a rank change they are not differentiable, an error
   (for lstsq, when their gradient is needed: its singular values are differentiable).
+* lstsq is differentiable in ``a`` only (the tape differentiates a tuple-valued function in its first
+  argument; a tracked ``b`` is an error saying so): for ``b``, write ``np.linalg.pinv(a) @ b``.
 """
 
 import numpy as np
