@@ -127,7 +127,8 @@ def defvjp_sequence(func: Callable[..., Any], maker: Callable[..., Callable[[Any
 def defvjp_outputs(func: Callable[..., Any], maker: Callable[..., Callable[[Any], Any] | None]) -> None:
     """Register ``maker(j, ans, x, *rest, **kw)`` for output ``j`` of a tuple-valued ``func``.
 
-    A maker returning None declares output ``j`` a constant (it is not recorded).
+    A maker returning None declares output ``j`` a constant (it is not recorded).  A call returning
+    one array instead of a tuple (``np.linalg.svd(a, compute_uv=False)``) is output 0.
     """
     if _users_rules:
         maker = _checked(func, maker, lambda j, ans, x, *rest, **kw: (0, x))

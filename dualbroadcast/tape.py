@@ -458,7 +458,7 @@ def record_operation(func, args, kwargs):
     if kept and (rest or kwargs):
         keep_constants(tape, [*rest, *kwargs.values()])
     parents = [sequence[i] for i in active]
-    if kind == OUTPUTS:
+    if kind == OUTPUTS and isinstance(ans, (tuple, list)):  # else one array (svd without u, v): output 0
         if active not in ([0], []):
             raise UnsupportedFunctionError(
                 f"{qualified_name(func)} is differentiable only in its first argument; "
