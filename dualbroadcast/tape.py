@@ -458,12 +458,12 @@ def record_operation(func, args, kwargs):
     if kept and (rest or kwargs):
         keep_constants(tape, [*rest, *kwargs.values()])
     parents = [sequence[i] for i in active]
+    if kind == OUTPUTS and active not in ([0], []):
+        raise UnsupportedFunctionError(
+            f"{qualified_name(func)} is differentiable only in its first argument; "
+            "pass the others as constants (db.cut)"
+        )
     if kind == OUTPUTS and isinstance(ans, (tuple, list)):  # else one array (svd without u, v): output 0
-        if active not in ([0], []):
-            raise UnsupportedFunctionError(
-                f"{qualified_name(func)} is differentiable only in its first argument; "
-                "pass the others as constants (db.cut)"
-            )
         results = [_record_result(tape, func, rule, j, a, ans, call_values, kwargs, parents, recorder)
                    for j, a in enumerate(ans)]
         outcome = type(ans)(results) if type(ans) in (list, tuple) else type(ans)(*results)  # a named tuple: fields

@@ -148,26 +148,6 @@ def gradient_vjp(k, ans, f, *varargs, axis=None, edge_order=1):
     return lambda g: _cast(transpose_band(band, g, axes[k]), f)
 
 
-class _OneOutput(tuple):
-    """np.gradient's one array (one axis), carried as the one output of a tuple-valued rule.
-
-    The tape gives the user a tuple type other than ``tuple`` and ``list`` rebuilt from its outputs
-    as ``type(ans)(*outputs)`` (a named tuple's fields); this one rebuilds as the output itself, so
-    a tracked f gets the array NumPy gives.
-    """
-
-    __slots__ = ()
-
-    def __new__(cls, *outputs):
-        return outputs[0]
-
-
-def gradient_outputs(f, *varargs, axis=None, edge_order=1):
-    """``np.gradient`` as the tape runs it: a tuple of outputs, one axis's array as a `_OneOutput`."""
-    ans = np.gradient(f, *varargs, axis=axis, edge_order=edge_order)
-    return ans if isinstance(ans, tuple) else tuple.__new__(_OneOutput, (ans,))
-
-
 # --- np.trapezoid: Σ d_i (y_i + y_{i+1}) / 2 ------------------------------------------------------------
 def _widths(y, x, dx, axis):
     """The widths d NumPy multiplies the mean heights by: dx, or np.diff(x) along ``axis`` (a 1-d x laid
@@ -414,7 +394,6 @@ def _register():
     defvjp(np.diff, diff_vjp(1), None, None, diff_vjp(0), diff_vjp(2))
     defvjp(np.ediff1d, ediff1d_vjp(0), ediff1d_vjp(1), ediff1d_vjp(2))
     defvjp_outputs(np.gradient, gradient_vjp)
-    RULES[np.gradient].impl = RULES[np.gradient].plain = gradient_outputs
     for func in (np.diff, np.ediff1d, np.gradient):  # their pullbacks keep no constant argument (only shapes,
         RULES[func].keeps_arguments = False  # and the band read off the spacing when recorded)
     defvjp(np.trapezoid, trapezoid_y, trapezoid_x, trapezoid_dx)
