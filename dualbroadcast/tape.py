@@ -773,6 +773,8 @@ def _ufunc_method(ufunc, method, inputs, kwargs):
     if method == "outer" and ufunc.signature is None:
         a, b = inputs
         return ufunc(np.reshape(a, np.shape(a) + (1,) * np.ndim(b)), b, **kwargs)
+    if method == "reduceat" and len(inputs) == 2:
+        kwargs.pop("indices", None)  # NumPy passes ``indices=`` both by name and in ``inputs``
     func = getattr(ufunc, method)
     if func not in RULES:
         raise UnsupportedFunctionError(
