@@ -618,6 +618,15 @@ QUARTILE_TIES = [5.0, 1.0, 1.0, 3.0, 1.0]  # sorts to [1, 1, 1, 3, 5]
     (np.maximum.reduce, [3.0, 1.0, 3.0], [1 / 2, 0, 1 / 2]),
     (np.minimum.reduce, [1.0, 1.0, 3.0], [1 / 2, 1 / 2, 0]),
     (np.fmax.reduce, [3.0, NAN, 3.0], [1 / 2, 0, 1 / 2]),
+    # the running max [3, 3, 3, 3, 4, 4, 4] with cotangents 1..7: at k = 2 and 3 the two 3s share,
+    # at k = 5 and 6 the two 4s: x0 = 1 + 2 + 3/2 + 4/2, x2 = 3/2 + 4/2, x4 = 5 + 6/2 + 7/2, x5 = 6/2 + 7/2
+    (lambda x: np.maximum.accumulate(x) * np.arange(1.0, 8.0), [3.0, 1.0, 3.0, 2.0, 4.0, 4.0, 0.0],
+     [6.5, 0, 3.5, 0, 11.5, 6.5, 0]),
+    (lambda x: np.minimum.accumulate(-x) * np.arange(1.0, 8.0), [3.0, 1.0, 3.0, 2.0, 4.0, 4.0, 0.0],
+     [-6.5, 0, -3.5, 0, -11.5, -6.5, 0]),
+    # past a NaN the running max is NaN: no gradient; fmax leaves the NaN out
+    (np.maximum.accumulate, [1.0, NAN, 2.0], [1, 0, 0]),
+    (np.fmax.accumulate, [NAN, 1.0, 2.0], [0, 1, 1]),
 ], ids=str)
 def test_order_statistic_and_nan_conventions(f, x, expected, mode):
     g = reduction_gradient(mode, lambda v: np.sum(f(v)), np.array(x))

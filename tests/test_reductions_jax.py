@@ -64,6 +64,8 @@ CASES = {
     "logaddexp.reduce": (lambda n, x: n.logaddexp.reduce(x, axis=-1), [A]),
     "add.accumulate": (lambda n, x: n.add.accumulate(x, axis=1), [A]),
     "multiply.accumulate": (lambda n, x: n.multiply.accumulate(x), [POSITIVE]),
+    "maximum.accumulate": (lambda n, x: n.maximum.accumulate(x, axis=2), [A]),
+    "minimum.accumulate": (lambda n, x: n.minimum.accumulate(x), [A]),
     "add.outer": (lambda n, x, y: n.add.outer(x, y), [M, Y]),
     "multiply.outer": (lambda n, x, y: n.multiply.outer(x, y), [M[0], Y]),
 }

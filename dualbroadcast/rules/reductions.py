@@ -1,10 +1,26 @@
-"""Reverse rules of the reductions: sum, mean, prod, max/min, var/std, cumsum/cumprod, norm.
+"""Reverse rules of the reductions: sum, mean, prod, max/min, var/std, cumsum/cumprod, norm; their nan
+versions, ptp, average, cov, corrcoef, cumulative_sum/prod; the order statistics (sort, partition, median,
+percentile, quantile); and the ufunc methods that are reductions (``np.add.reduce`` ...).
 
 Every reduction over ``axis`` (None, an int, a negative int or a tuple) with or
 without ``keepdims`` pulls back by broadcasting the cotangent over the reduced
 axes (`expand`) and multiplying by the partial derivative of the reduced value
 with respect to each element.  ``where=`` masks (sum, mean, prod, max, min,
-var, std) give masked-out elements a zero cotangent.
+var, std) give masked-out elements a zero cotangent.  A nan function is its
+plain reduction with the NaN elements masked out.
+
+The order statistics pull back through the sorting permutation: each slice
+along the reduced axes is laid out as one row (`as_rows`), sorted, the
+cotangent placed at sorted positions, shared among ties, and unsorted.
+
+The ufunc methods have rules keyed by the bound method (``np.add.reduce`` is
+a dict key equal to itself), each the NumPy function's rule called with the
+method's defaults (``axis=0``): ``add.reduce`` is np.sum's, ``multiply.reduce``
+np.prod's, ``maximum``/``minimum.reduce`` np.max's, ``fmax``/``fmin.reduce``
+np.nanmax's, ``add``/``multiply.accumulate`` np.cumsum's and np.cumprod's.
+``ufunc.outer(a, b)`` is recorded by the tape as ``ufunc(a reshaped, b)``, the
+derivative table's rule.  ``np.average(..., returned=True)`` on a tracked value
+is an error (a rule differentiable in two arguments has one result).
 
 Conventions (each pinned by tests/test_conventions.py):
 
@@ -648,6 +664,36 @@ def ufunc_accumulate_maker(function_vjp):
     return maker
 
 
+def running_extreme_vjp(ans, array, axis=0, dtype=None, out=None):
+    """``np.maximum.accumulate`` (and minimum, fmax, fmin): x̄ᵢ = Σₖ ḡₖ / cₖ over the k ≥ i whose running
+    extreme yₖ is xᵢ, cₖ being how many of x₀..xₖ tie for it (max's rule at every k).
+
+    The k with one y form a run; its elements equal to y (the hits) share it, counted by a cumulative sum
+    restarted at each run, and x̄ at a hit is the sum of ḡₖ / cₖ from it to the end of its run.
+    """
+    axis = along(array, axis)
+    x, y = np.moveaxis(array, axis, -1), np.moveaxis(ans, axis, -1)
+    n = x.shape[-1]
+    index = np.arange(n)
+    starts = np.ones(y.shape, bool)
+    starts[..., 1:] = y[..., 1:] != y[..., :-1]
+    hits = x == y  # a NaN extreme has none (and passes on no gradient)
+    up_to = np.cumsum(hits, axis=-1)
+    run_start = np.maximum.accumulate(np.where(starts, index, 0), axis=-1)
+    count = up_to - np.take_along_axis(up_to - hits, run_start, axis=-1)
+    share = np.where(np.isnan(y), 0, 1 / np.maximum(count, 1)).astype(y.dtype)
+    run_end = np.minimum.accumulate(np.where(starts, index, n)[..., ::-1], axis=-1)[..., ::-1]  # next start ≥ i
+    run_end = np.concatenate([run_end[..., 1:], np.full(y.shape[:-1] + (1,), n)], axis=-1)  # > i
+
+    def pullback(g):
+        to_end = reverse_cumsum(np.moveaxis(g, axis, -1) * share, -1)
+        to_end = np.concatenate([to_end, np.zeros_like(to_end[..., :1])], axis=-1)
+        gx = np.where(hits, to_end[..., :n] - np.take_along_axis(to_end, run_end, axis=-1), 0)
+        return np.moveaxis(gx, -1, axis)
+
+    return pullback
+
+
 def add_reduceat_vjp(ans, array, indices, axis=0, dtype=None, out=None):
     """x̄ⱼ = Σ ḡᵢ over the sums i that hold xⱼ: x[indices[i]:indices[i+1]], or x[indices[i]] alone where
     indices[i+1] <= indices[i], the last one to the end.  For increasing indices: ḡ repeated."""
@@ -715,3 +761,5 @@ defvjp(np.logaddexp2.reduce, ufunc_reduce_maker(log_sum_exp_vjp(2.0)))
 defvjp(np.add.accumulate, ufunc_accumulate_maker(cumsum_vjp))
 defvjp(np.multiply.accumulate, ufunc_accumulate_maker(cumprod_vjp))
 defvjp(np.add.reduceat, add_reduceat_vjp)
+for _ufunc in (np.maximum, np.minimum, np.fmax, np.fmin):
+    defvjp(_ufunc.accumulate, running_extreme_vjp)
