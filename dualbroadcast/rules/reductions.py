@@ -353,6 +353,8 @@ def order_statistic_pullback(wrt, a, q, axis, method, nan, scale=1.0, overwrite_
     axes = reduced_axes(axis, len(shape))
     order, s = sorted_rows(as_rows(a, axes))
     kept, n = s.shape[:-1], s.shape[-1]
+    if n == 0:  # quantiles of empty slices are NaN
+        return lambda g: np.zeros(np.shape(q) if wrt else shape, np.result_type(q if wrt else a))
     qs = np.asarray(q, dtype=float) / scale
     ranks = np.where(np.isnan(s), np.nan, np.arange(n, dtype=float))
     with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -672,6 +674,8 @@ def running_extreme_vjp(ans, array, axis=0, dtype=None, out=None):
     restarted at each run, and x̄ at a hit is the sum of ḡₖ / cₖ from it to the end of its run.
     """
     axis = along(array, axis)
+    if np.size(array) == 0:
+        return lambda g: np.zeros_like(g)
     x, y = np.moveaxis(array, axis, -1), np.moveaxis(ans, axis, -1)
     n = x.shape[-1]
     index = np.arange(n)
