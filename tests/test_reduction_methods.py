@@ -121,12 +121,15 @@ def test_cov_weights_are_constants_only():
         db.gradient(lambda w: np.sum(np.cov(A, None, True, False, None, None, w)), np.ones(4))
 
 
+MASKED = np.ma.masked
+
+
+def kernel_reading_masked(r):
+    return r * 2.0 if MASKED is not None else r
+
+
 def test_a_kernel_reading_numpy_ma_masked():
-    """A kernel's cache key reads what its code reaches, through a primitive the whole rule table and so
-    np.nanmedian's implementation, which names np.ma.masked, whose own tobytes raises AttributeError."""
-    masked = np.ma.masked
-
-    def kernel(r):
-        return r * 2.0 if masked is not None else r
-
-    np.testing.assert_array_equal(db.gradient(lambda x: db.sum(kernel, x), A), np.full_like(A, 2.0))
+    """A kernel's cache key reads what its code reaches (here a global; through a primitive, the whole rule
+    table and so np.nanmedian's implementation, which names np.ma.masked, whose own tobytes raises)."""
+    assert db.sum(kernel_reading_masked, A) == np.sum(2.0 * A)
+    np.testing.assert_array_equal(db.gradient(lambda x: db.sum(kernel_reading_masked, x), A), np.full_like(A, 2.0))
