@@ -311,16 +311,17 @@ def sort_vjp(ans, a, axis=-1, kind=None, order=None, *, stable=None):
     """x̄ᵢ = ḡ at the position xᵢ is sorted to, averaged over the positions of the elements tied with xᵢ."""
     shape = np.shape(a)
     x, axes = sort_axes(a, axis)
-    order, s = sorted_rows(as_rows(x, axes))
-    return lambda g: from_rows(unsort(tie_group_mean(s, as_rows(g, axes)), order), x.shape, axes).reshape(shape)
+    permutation, s = sorted_rows(as_rows(x, axes))
+    return lambda g: from_rows(unsort(tie_group_mean(s, as_rows(g, axes)), permutation), x.shape, axes).reshape(shape)
 
 
 def partition_vjp(ans, a, kth, axis=-1, kind="introselect", order=None):
     """x̄ᵢ = ḡ at the position np.argpartition puts xᵢ."""
     shape = np.shape(a)
     x, axes = sort_axes(a, axis)
-    at = np.argpartition(as_rows(x, axes), kth, axis=-1, kind=kind)
-    if not np.array_equal(np.take_along_axis(as_rows(x, axes), at, axis=-1), as_rows(ans, axes), equal_nan=True):
+    rows = as_rows(x, axes)
+    at = np.argpartition(rows, kth, axis=-1, kind=kind)
+    if not np.array_equal(np.take_along_axis(rows, at, axis=-1), as_rows(ans, axes), equal_nan=True):
         raise UnsupportedFunctionError(  # never seen: np.partition and np.argpartition share their algorithm
             "np.argpartition placed the elements otherwise than np.partition here, so the gradient of "
             "np.partition is unknown; use np.sort (its gradient is defined) or np.take_along_axis(x, idx)"
