@@ -116,6 +116,18 @@ def test_keywords_without_a_derivative_are_clear_errors(f, match):
         db.gradient(lambda x: np.sum(f(x)), A)
 
 
+def test_nanquantile_of_a_2d_q_over_several_axes_is_an_error():
+    """NumPy lays this result out with q's first axis last (its shape is not q.shape + the kept shape),
+    so a gradient placed by the documented layout would be silently wrong."""
+    x = RNG.uniform(-2, 2, (4, 2, 3))
+    q = np.array([[0.2, 0.5, 0.7], [0.1, 0.3, 0.9]])
+    assert np.nanquantile(x, q, axis=(0, 1)).shape != np.quantile(x, q, axis=(0, 1)).shape  # NumPy's quirk
+    with pytest.raises(db.UnsupportedFunctionError, match="flattened"):
+        db.gradient(lambda v: np.sum(np.nanquantile(v, q, axis=(0, 1))), x)
+    g = db.gradient(lambda v: np.sum(np.nanquantile(v, q.ravel(), axis=(0, 1))), x)  # the way around
+    np.testing.assert_allclose(g, db.gradient(lambda v: np.sum(np.quantile(v, q, axis=(0, 1))), x), rtol=1e-14)
+
+
 def test_cov_weights_are_constants_only():
     with pytest.raises(db.UnsupportedFunctionError, match="not differentiable"):
         db.gradient(lambda w: np.sum(np.cov(A, None, True, False, None, None, w)), np.ones(4))

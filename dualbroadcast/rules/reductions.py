@@ -330,7 +330,8 @@ def partition_vjp(ans, a, kth, axis=-1, kind="introselect", order=None):
 
 
 # --- median, percentile, quantile: two order statistics ------------------------------
-def order_statistic_pullback(wrt, a, q, axis, method, nan, scale=1.0, overwrite_input=False, weights=None):
+def order_statistic_pullback(wrt, ans, a, q, axis, method, keepdims, nan, scale=1.0, overwrite_input=False,
+                             weights=None):
     """The pullback of ``quantile(a, q / scale)`` for ``a`` (wrt 0) or ``q`` (wrt 1).
 
     Every method is ``(1 - t) s[i] + t s[i+1]`` of the sorted slice ``s``, with ``i`` and ``t``
@@ -350,13 +351,23 @@ def order_statistic_pullback(wrt, a, q, axis, method, nan, scale=1.0, overwrite_
         raise UnsupportedFunctionError(
             f"a quantile with method={method!r} is piecewise constant or not differentiable in q; "
             "use method='linear' for a gradient in q, or pass q as a constant (db.cut(q))")
+    if nan and np.ndim(q) > 1 and isinstance(axis, tuple) and len(axis) > 1:
+        raise UnsupportedFunctionError(
+            "NumPy's nanquantile/nanpercentile over several axes lays out a q of two or more dimensions "
+            "otherwise than documented (one of q's axes comes last), so its gradient cannot be placed; "
+            "pass q flattened (np.ravel(q)) and reshape the result, or reduce over one axis")
     shape = np.shape(a)
     axes = reduced_axes(axis, len(shape))
     order, s = sorted_rows(as_rows(a, axes))
     kept, n = s.shape[:-1], s.shape[-1]
+    qs = np.asarray(q, dtype=float) / scale
+    expected = qs.shape + (tuple(1 if i in axes else k for i, k in enumerate(shape)) if keepdims else kept)
+    if np.shape(ans) != expected:  # never seen but for the case refused above
+        raise UnsupportedFunctionError(
+            f"this quantile has shape {np.shape(ans)} where NumPy documents {expected}, so its gradient cannot "
+            "be placed; pass q flattened (np.ravel(q)) and reshape the result, or reduce over one axis")
     if n == 0:  # quantiles of empty slices are NaN
         return lambda g: np.zeros(np.shape(q) if wrt else shape, np.result_type(q if wrt else a))
-    qs = np.asarray(q, dtype=float) / scale
     ranks = np.where(np.isnan(s), np.nan, np.arange(n, dtype=float))
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices: the value is NaN already
@@ -402,19 +413,20 @@ def quantile_maker(wrt, scale=1.0, nan=False):
     argument ``wrt``."""
     def maker(ans, a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *,
               weights=None):
-        return order_statistic_pullback(wrt, a, q, axis, method, nan, scale, overwrite_input, weights)
+        return order_statistic_pullback(wrt, ans, a, q, axis, method, keepdims, nan, scale, overwrite_input,
+                                        weights)
 
     return maker
 
 
 def median_vjp(ans, a, axis=None, out=None, overwrite_input=False, keepdims=False):
     """The median is the 0.5 quantile (method 'linear': the mean of the two middle elements of an even n)."""
-    return order_statistic_pullback(0, a, 0.5, axis, "linear", False, 1.0, overwrite_input)
+    return order_statistic_pullback(0, ans, a, 0.5, axis, "linear", keepdims, False, 1.0, overwrite_input)
 
 
 def nanmedian_vjp(ans, a, axis=None, out=None, overwrite_input=False, keepdims=False):
     """np.nanmedian is the 0.5 nanquantile."""
-    return order_statistic_pullback(0, a, 0.5, axis, "linear", True, 1.0, overwrite_input)
+    return order_statistic_pullback(0, ans, a, 0.5, axis, "linear", keepdims, True, 1.0, overwrite_input)
 
 
 # --- the nan functions: NaN elements are left out ----------------------------------
