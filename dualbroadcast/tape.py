@@ -773,6 +773,32 @@ def _check_ufunc_keywords(ufunc, kwargs):
         )
 
 
+def _ufunc_method(ufunc, method, inputs, kwargs):
+    """``ufunc.method(*inputs, **kwargs)`` on tracked values: ``outer`` as the ufunc of ``A`` reshaped
+    against ``B`` (so its derivative-table rule applies), the other methods by the rule registered on
+    the bound method (``np.add.reduce``: np.sum's, see rules/reductions.py), else a clear error."""
+    name = f"np.{ufunc.__name__}.{method}"
+    if kwargs.get("out") is not None:
+        raise InPlaceMutationError(_OUT.format(name=name, example=f"{name}(...)"))
+    if method == "at":
+        raise InPlaceMutationError(
+            f"{name} mutates an array in place and would drop its gradient; "
+            "build the result functionally (np.where, np.bincount on a constant index)"
+        )
+    if method == "outer" and ufunc.signature is None:
+        a, b = inputs
+        return ufunc(np.reshape(a, np.shape(a) + (1,) * np.ndim(b)), b, **kwargs)
+    if method == "reduceat" and len(inputs) == 2:
+        kwargs.pop("indices", None)  # NumPy passes ``indices=`` both by name and in ``inputs``
+    func = getattr(ufunc, method)
+    if func not in RULES:
+        raise UnsupportedFunctionError(
+            f"{name} has no derivative rule; use the NumPy function (np.sum, np.cumsum, np.max, ...) "
+            f"or register a rule with db.defvjp({name}, ...)"
+        )
+    return record_operation(func, inputs, kwargs)
+
+
 class Tracked(Guarded):
     """A value derived from a differentiated input: NumPy operations on it are recorded.
 
@@ -793,18 +819,10 @@ class Tracked(Guarded):
 
     # --- NumPy protocols -------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__":
+            return _ufunc_method(ufunc, method, inputs, kwargs)
         if kwargs:
             _check_ufunc_keywords(ufunc, kwargs)
-        if method != "__call__":
-            if method == "at":
-                raise InPlaceMutationError(
-                    f"np.{ufunc.__name__}.at mutates an array in place and would drop its gradient; "
-                    "build the result functionally (np.where, np.bincount on a constant index)"
-                )
-            raise UnsupportedFunctionError(
-                f"np.{ufunc.__name__}.{method} has no derivative rule; use the NumPy function "
-                f"(np.sum, np.cumsum, np.max, ...) or register a rule with db.defvjp"
-            )
         return _dispatch(ufunc, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
