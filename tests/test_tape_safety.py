@@ -278,7 +278,7 @@ def test_a_user_rule_returning_the_wrong_shape_names_the_rule_and_the_shapes():
     "f",
     [
         lambda x: np.sum(np.where(x > 0, x, 0) ** 2),  # f'' jumps at 0: the central difference is off by h/2
-        lambda x: np.sum(np.maximum(x, 0)),  # relu at 0: the gradient is the right side (ties go to x)
+        lambda x: np.sum(np.maximum(x, 0)),  # relu at 0: ½, the tie split (the central difference)
         lambda x: np.sum(np.minimum(x, 0)) + np.sum(np.abs(x)),
         lambda x: np.sum(np.clip(x, 0.0, 1.0)),
     ],
