@@ -92,6 +92,24 @@ DERIVATIVES = {
     np.fabs: (lambda ans, x: np.sign(x),),  # 0 at x = 0
     # |x| with y's sign: ∂/∂x is x's sign times y's (0 at x = 0); piecewise constant in y.
     np.copysign: (lambda ans, x, y: np.sign(x) * np.copysign(1, y), 0),
+    # sinc(x) = sin(πx)/(πx): (cos(πx) - sinc(x))/x, 0 at x = 0 (sinc is even and smooth there).
+    np.sinc: (lambda ans, x: np.where(x == 0, 0, (np.cos(math.pi * x) - ans) / np.where(x == 0, 1, x)),),
+    # Finite elements pass through (1), the replaced ones are the replacement values (nan, posinf, neginf).
+    np.nan_to_num: (
+        lambda ans, x, copy=True, nan=0.0, posinf=None, neginf=None: np.isfinite(x),
+        None,
+        lambda ans, x, copy=True, nan=0.0, posinf=None, neginf=None: np.isnan(x),
+        lambda ans, x, copy=True, nan=0.0, posinf=None, neginf=None: x == math.inf,
+        lambda ans, x, copy=True, nan=0.0, posinf=None, neginf=None: x == -math.inf,
+    ),
+    # x · 2**i: the integer exponent i is not differentiable; ans ** 0 is a one of the result's dtype.
+    np.ldexp: (lambda ans, x, i: np.ldexp(ans ** 0, i), None),
+    # x ** y computed in float64 (a float32 argument gives a float64 result): power's formulas and
+    # conventions, in float64 (np.float_power(x, 1) is x as a float64).
+    np.float_power: (
+        lambda ans, x, y: y * np.float_power(x, y - (y != 0)),
+        lambda ans, x, y: np.where(x == 0, 0, ans * np.log(np.float_power(np.where(x == 0, 1, x), 1))),
+    ),
     np.deg2rad: (math.pi / 180,),
     np.rad2deg: (180 / math.pi,),
     np.radians: (math.pi / 180,),
@@ -122,5 +140,5 @@ DERIVATIVES = {
 
 # Piecewise-constant functions: their derivative is zero, so their result is a constant.  The next float
 # (spacing, nextafter) is a constant too, as in JAX.
-ZERO_DERIVATIVE = (np.sign, np.floor, np.ceil, np.round, np.rint, np.trunc, np.floor_divide, np.heaviside,
-                   np.spacing, np.nextafter)
+ZERO_DERIVATIVE = (np.sign, np.floor, np.ceil, np.round, np.around, np.rint, np.trunc, np.fix, np.floor_divide,
+                   np.heaviside, np.spacing, np.nextafter)
