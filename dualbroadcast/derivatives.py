@@ -102,8 +102,9 @@ DERIVATIVES = {
         lambda ans, x, copy=True, nan=0.0, posinf=None, neginf=None: x == math.inf,
         lambda ans, x, copy=True, nan=0.0, posinf=None, neginf=None: x == -math.inf,
     ),
-    # x · 2**i: the integer exponent i is not differentiable; ans ** 0 is a one of the result's dtype.
-    np.ldexp: (lambda ans, x, i: np.ldexp(ans ** 0, i), None),
+    # x · 2**i: the integer exponent i is not differentiable.  2 * ans ** 0 is a two of the result's dtype
+    # (its powers are exact), and i may reach the formula as a float (a Python int made a typed number).
+    np.ldexp: (lambda ans, x, i: (2 * ans ** 0) ** i, None),
     # x ** y computed in float64 (a float32 argument gives a float64 result): power's formulas and
     # conventions, in float64 (np.float_power(x, 1) is x as a float64).
     np.float_power: (

@@ -570,3 +570,39 @@ def test_norm_conventions_at_kinks(x, ord, axis, expected, mode):
     x = np.array(x)
     g = reduction_gradient(mode, lambda v: np.sum(np.linalg.norm(v, ord, axis)), x)
     np.testing.assert_allclose(g, expected, rtol=1e-15, atol=0)
+
+
+# --- issue 15: the new elementwise functions at their special points, in every mode ----------------
+def sinc(r):
+    return np.sinc(r)
+
+
+def nan_to_num(r):
+    return np.nan_to_num(r)
+
+
+def float_power_cubed(r):
+    return np.float_power(r, 3.0)
+
+
+def float_power_of_zero(x, y):
+    return np.float_power(x, y)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("f, points, expected", [
+    # sinc is even and smooth at 0: derivative 0 there (not the 0/0 of its quotient formula)
+    (sinc, [0.0, 1.0, -1.0], [0.0, -1.0, 1.0]),
+    # finite elements pass through (1); NaN and ±inf are replaced by constants (0)
+    (nan_to_num, [NAN, np.inf, -np.inf, 2.0], [0.0, 0.0, 0.0, 1.0]),
+    (float_power_cubed, [0.0, 2.0, -1.0], [0.0, 12.0, 3.0]),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_new_elementwise_conventions(f, points, expected, mode):
+    assert_gradients(mode, f, (np.array(points),), (expected,))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_float_power_keeps_power_conventions(mode):
+    # ∂/∂x is 0 at y = 0 (also at x = 0); ∂/∂y is 0 at x = 0, as for x ** y
+    x, y = np.array([0.0, 0.0, 2.0]), np.array([0.0, 2.0, 0.0])
+    assert_gradients(mode, float_power_of_zero, (x, y), ([0.0, 0.0, 0.0], [0.0, 0.0, np.log(2.0)]))

@@ -69,6 +69,8 @@ def build_ldexp(draw, dtype):
     """x · 2**i: the integer exponent is a constant of the function (kernels bake it in)."""
     xs, es = broadcast_shapes(draw, 2)
     exponent = np.asarray(uniform(draw, es, np.float64, -4, 4)).round().astype(np.int64)[()]
+    if not es and draw(st.booleans()):
+        exponent = int(exponent)  # a Python int: it must stay an integer wherever a formula receives it
     return (lambda x: np.ldexp(x, exponent)), [uniform(draw, xs, dtype)]
 
 
