@@ -73,9 +73,9 @@ def compare(ours, theirs, spec, seed=0):
     got = got if len(args) > 1 else (got,)
     for g, v in zip(got, want):
         v = np.asarray(v)
-        if not np.all(np.isfinite(v)):
-            pytest.skip("JAX's gradient is not finite here")
-        np.testing.assert_allclose(g, v, rtol=1e-9, atol=1e-12)
+        finite = np.isfinite(v)  # JAX's spence has a NaN gradient for z > 1: compared where JAX has a number
+        assert finite.sum() >= N // 2, f"JAX's gradient is not finite at {np.flatnonzero(~finite)}"
+        np.testing.assert_allclose(np.asarray(g)[finite], v[finite], rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("func, spec", SPECIAL, ids=lambda v: jax_name(v) if isinstance(v, np.ufunc) else "")
