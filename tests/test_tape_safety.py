@@ -207,17 +207,17 @@ db.gradient(lambda x: (_stale.append(x * 2), np.sum(x))[1], X)
 
 def test_functions_are_named_by_the_module_users_import_them_from():
     special = pytest.importorskip("scipy.special")
-    with pytest.raises(db.UnsupportedFunctionError, match=r"db.defvjp\(scipy.special.erf,") as error:
-        db.gradient(lambda x: np.sum(special.erf(x)), X)
-    assert "np.erf" not in str(error.value)
+    with pytest.raises(db.UnsupportedFunctionError, match=r"db.defvjp\(scipy.special.ber,") as error:
+        db.gradient(lambda x: np.sum(special.ber(x)), X)
+    assert "np.ber" not in str(error.value)
 
 
 def test_the_advice_for_a_missing_rule_works_when_followed():
     special = pytest.importorskip("scipy.special")
     saved = dict(db.registry.RULES)
     try:
-        db.defvjp(special.erf, lambda ans, x: lambda g: g * 2 / np.sqrt(np.pi) * np.exp(-x * x))
-        db.check_gradient(lambda x: np.sum(special.erf(x)), X)
+        db.defvjp(special.ber, lambda ans, x: lambda g: g * special.berp(x))
+        db.check_gradient(lambda x: np.sum(special.ber(x)), X)
     finally:
         db.registry.RULES.clear()
         db.registry.RULES.update(saved)
