@@ -1,7 +1,16 @@
 """Reverse rules, one module per family; importing this package registers them all."""
 
 from ..registry import NONDIFFERENTIABLE, RULES, users_rules_from_now
-from . import decompositions, elementwise, linalg, nondifferentiable, reductions, shape, signal  # noqa: F401
+from . import (  # noqa: F401  (each module registers its family's rules on import)
+    decompositions,
+    elementwise,
+    linalg,
+    nondifferentiable,
+    reductions,
+    scipy_special,
+    shape,
+    signal,
+)
 
 # The rules the library itself declares (tests check each has test inputs).
 BUILTIN_RULES = frozenset(RULES)
