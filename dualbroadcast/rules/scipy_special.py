@@ -230,4 +230,4 @@ if sc is not None:
         _register(_func, _partials)
     for _func, _partials in special_outputs().items():
         defvjp_outputs(_func, one_output_vjp(_partials))
-    nondifferentiable(sc.round, sc.gammasgn)
+    nondifferentiable(sc.round, sc.gammasgn, reason="piecewise constant: derivative 0 wherever it exists")
