@@ -46,10 +46,14 @@ def reset_streams():
 
 
 def uniform(draw, shape, dtype, low=-2.0, high=2.0):
-    """A random array of ``shape`` in (low, high): smooth values, no ties, no kinks hit."""
+    """A random array of ``shape`` in (low, high): smooth values, no ties, no kinks hit.  For a complex
+    ``dtype``, real and imaginary parts both in (low, high)."""
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng([seed, next(_STREAMS)])  # equal seeds still give distinct arrays
-    value = rng.uniform(low, high, size=shape).astype(dtype)
+    value = rng.uniform(low, high, size=shape)
+    if np.dtype(dtype).kind == "c":
+        value = value + 1j * rng.uniform(low, high, size=shape)
+    value = value.astype(dtype)
     return value if shape else dtype(value)
 
 
