@@ -7,15 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dualbroadcast as db
-from dualbroadcast.registry import complex_rule
 from dualbroadcast.rules import BUILTIN_RULES
 
-from .cases import all_cases, reset_streams
+from .cases import all_cases, complex_cases, reset_streams
 
 CASES = all_cases()
-# The cases of functions with a rule for complex values, swept in complex128 too, but for these (case: why).
-REAL_ONLY_CASES = {"concatenate_dtype": "it casts to a real dtype, which NumPy refuses for complex values"}
-COMPLEX_CASES = [case for case in CASES if complex_rule(case.func) is not None and str(case) not in REAL_ONLY_CASES]
+COMPLEX_CASES = complex_cases(CASES)
 
 
 def projection(out, seed):

@@ -36,6 +36,17 @@ def all_cases():
     return [case for module in modules for case in module.CASES]
 
 
+# Cases of functions with a rule for complex values that cannot take complex arguments (case: why).
+REAL_ONLY_CASES = {"concatenate_dtype": "it casts to a real dtype, which NumPy refuses for complex values"}
+
+
+def complex_cases(cases):
+    """The ``cases`` of functions with a rule for complex values: the sweeps run them in complex128 too."""
+    from dualbroadcast.registry import complex_rule
+
+    return [case for case in cases if complex_rule(case.func) is not None and str(case) not in REAL_ONLY_CASES]
+
+
 _STREAMS = itertools.count()
 
 
