@@ -10,6 +10,7 @@ table this prints.
 """
 
 import argparse
+import contextlib
 import pathlib
 import sys
 import types
@@ -19,7 +20,10 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout: the package beside this folder
 
-import dualbroadcast  # noqa: E402, F401  (registers every rule)
+import dualbroadcast  # noqa: E402  (registers every rule)
+
+with contextlib.suppress(ImportError):  # without SciPy there are no mirrors
+    import dualbroadcast.scipy  # noqa: F401  (registers the SciPy mirrors' rules)
 from dualbroadcast.numpy_facts import qualified_name  # noqa: E402
 from dualbroadcast.registry import NONDIFFERENTIABLE, RULES, complex_rule  # noqa: E402
 
@@ -47,9 +51,12 @@ def public_names(func):
 
 
 def family(rule):
-    """The rules module (``shape``, ``linalg``...) that registered ``rule``: where its makers were written."""
+    """The rules module (``shape``, ``linalg``...) that registered ``rule``: where its makers were written;
+    None for a rule without any (every argument refused: a call that is an error saying what to write)."""
     makers = rule.makers if isinstance(rule.makers, tuple) else (rule.makers,)
     modules = {getattr(m, "__module__", "") for m in makers if m is not None}
+    if not modules:
+        return None
     modules = {m.rsplit(".", 1)[-1] for m in modules if m.startswith("dualbroadcast.rules.")}
     return min(modules) if modules else "user"
 
@@ -59,7 +66,7 @@ def differentiated():
     families = {}
     for func, rule in RULES.items():
         kind = family(rule)
-        if kind != "user":
+        if kind not in ("user", None):
             families.setdefault(kind, []).append(public_names(func))
     return {kind: sorted(names) for kind, names in sorted(families.items())}
 
@@ -84,10 +91,25 @@ def counts(families):
     return dict(sorted(namespaces.items()))
 
 
+def mirrored():
+    """The SciPy functions `dualbroadcast.scipy` mirrors with a rule (none without SciPy): its special and signal
+    functions, and each distribution method registered under its SciPy name (``scipy.stats.norm.logpdf``)."""
+    try:
+        from dualbroadcast.scipy import signal, special
+    except ImportError:
+        return []
+    names = [f"scipy.{module.__name__.rsplit('.', 1)[-1]}.{original.__name__}"
+             for module in (special, signal) for original in module.MIRRORS]
+    names += [qualified_name(func) for func in RULES if qualified_name(func).startswith("scipy.stats.")]
+    return sorted(names)
+
+
 def not_differentiable():
-    """``{reason: [names]}`` of the functions declared nondifferentiable."""
+    """``{reason: [names]}`` of the functions declared nondifferentiable, and of those refused with an error."""
+    refused = {func: "an error that says what to write instead (it writes into its argument in place)"
+               for func, rule in RULES.items() if family(rule) is None}
     reasons = {}
-    for func, reason in NONDIFFERENTIABLE.items():
+    for func, reason in {**NONDIFFERENTIABLE, **refused}.items():
         reasons.setdefault(reason, []).append(f"`{qualified_name(func)}`")
     return {reason: sorted(names) for reason, names in sorted(reasons.items())}
 
@@ -104,6 +126,12 @@ def table():
     lines += [f"| `{kind}` | {len(names)} | {complex_ones.get(kind, 0)} | "
               f"{', '.join(' / '.join(f'`{n}`' for n in aliases) for aliases in names)} |"
               for kind, names in families.items()]
+    scipy_functions = mirrored()
+    if scipy_functions:
+        lines += ["", f"**{len(scipy_functions)} SciPy functions mirrored** by `dualbroadcast.scipy` (SciPy's "
+                  "signatures and values, a rule each; see [SciPy functions]"
+                  "(#scipy-functions-that-are-not-ufuncs-dualbroadcastscipy)): "
+                  + ", ".join(f"`{name}`" for name in scipy_functions)]
     reasons = not_differentiable()
     lines += ["", f"**{sum(map(len, reasons.values()))} functions deliberately without a gradient** (their results "
               "are constants; they run on tracked values and return plain ones):", "",

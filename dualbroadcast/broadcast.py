@@ -447,7 +447,9 @@ class _Reads:
         """An object that can change in place, by its contents (a plan cannot pin it); C code by identity."""
         kind = type(value)
         if isinstance(value, (np.ndarray, np.void)):
-            content = tuple(self.key(v, names) for v in value.flat) if value.dtype.hasobject else value.tobytes()
+            # the data as a plain array: a MaskedArray's tobytes fills it, which np.ma.masked refuses
+            content = tuple(self.key(v, names) for v in value.flat) if value.dtype.hasobject \
+                else np.asarray(value).tobytes()
             state = (value.dtype, value.shape, content)
         elif _is_data(value):
             state = (self.key(kind, names + ("__call__",)), self.attributes(value, names))

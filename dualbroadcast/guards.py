@@ -25,8 +25,11 @@ _CONVERSION = (
 
 _TO_ARRAY = (
     "a tracked value (shape {shape}) was turned into a plain NumPy array, which would drop its "
-    "gradient: this happens with np.asarray/np.array, assignment into a NumPy array (a[i] = x) "
-    "and code outside NumPy. Build arrays with np.stack/np.concatenate/np.where instead, or use "
+    "gradient: this happens with np.asarray/np.array, np.r_/np.c_, assignment into a NumPy array "
+    "(a[i] = x) and code outside NumPy. Build arrays with NumPy functions instead: np.stack([x, y]) "
+    "for np.array([x, y]), np.concatenate([x, y]) (np.hstack([x, y]) with 0-d pieces) for np.r_[x, y], "
+    "np.column_stack([x, y]) for np.c_[x, y], np.where(mask, v, a) for a[mask] = v; the mirrors in "
+    "dualbroadcast.scipy for scipy.special.logsumexp/softmax, scipy.stats and scipy.signal; or use "
     "db.cut(x) for the value without its gradient."
 )
 

@@ -29,7 +29,7 @@ from .errors import UnsupportedFunctionError
 from .guards import RECORDER, NotReplayableError
 from .numpy_facts import FLOAT_LEAVES, qualified_name
 from .program import Const, Guard, KernelStep, Pack, Step, unpacked
-from .registry import OUTPUTS
+from .registry import BY_ARGNUM, OUTPUTS
 from .replay import _same, compile_program
 from .tape import (
     Tape,
@@ -88,13 +88,15 @@ class Recorder:
                 outs.append(r.index)
             else:
                 outs.append(None)
-        if rule is not None and rule.kind == OUTPUTS:
+        kind = rule.kind if rule is not None else None
+        if kind == OUTPUTS and not isinstance(ans, (tuple, list)):
+            kind = BY_ARGNUM  # one array (svd without u, v): its maker is called as maker(0, ans, ...)
+        if kind == OUTPUTS:
             expected = {j: r for j, (r, o) in enumerate(zip(results, outs)) if o is None}
         else:
             expected = ans if outs == [None] else None
         impl = rule.impl if rule is not None else func
         makers = rule.makers if rule is not None else None
-        kind = rule.kind if rule is not None else None
         self.steps.append(Step(func, impl, kind, refs, rest, kwargs, outs, active, makers, expected))
 
     def reference(self, func, a):

@@ -27,6 +27,7 @@ PER_ARGUMENT = 0  # makers[i](ans, *args, **kw) for argument i
 BY_ARGNUM = 1  # maker(i, ans, *args, **kw): variadic functions (einsum, ...)
 SEQUENCE = 2  # maker(k, ans, seq, *rest, **kw): element k of the sequence args[0]
 OUTPUTS = 3  # maker(j, ans, *args, **kw): output j of a tuple result, argument 0 only
+COMPOSITION = 4  # makers(*args, **kw) computes the function with NumPy calls, each recorded by its own rule
 
 
 class Rule:
@@ -158,12 +159,21 @@ def defvjp_sequence(func: Callable[..., Any], maker: Callable[..., Callable[[Any
 def defvjp_outputs(func: Callable[..., Any], maker: Callable[..., Callable[[Any], Any] | None]) -> None:
     """Register ``maker(j, ans, x, *rest, **kw)`` for output ``j`` of a tuple-valued ``func``.
 
-    A maker returning None declares output ``j`` a constant (it is not recorded).
+    A maker returning None declares output ``j`` a constant (it is not recorded).  A call returning
+    one array instead of a tuple (``np.linalg.svd(a, compute_uv=False)``) is output 0.
     """
     if _users_rules:
         maker = _checked(func, maker, lambda j, ans, x, *rest, **kw: (0, x))
     RULES[func] = Rule(_implementation(func), OUTPUTS, maker)
     _users_rule(func)
+
+
+def defcomposition(func: Callable[..., Any], written: Callable[..., Any]) -> None:
+    """Differentiate ``func`` as ``written``, which computes it with NumPy calls on its arguments, each
+    recorded with its own rule: for functions whose tracked arguments sit in lists the tape does not open
+    (``np.select``'s choices, ``np.block``'s blocks) or that return one result per argument
+    (``np.atleast_1d(x, y)``).  ``written`` takes NumPy's signature."""
+    RULES[func] = Rule(_implementation(func), COMPOSITION, written)
 
 
 def users_rules_from_now():

@@ -29,7 +29,7 @@ from .expr import Sym
 from .guards import RECORDER, Guarded, NotReplayableError
 from .numpy_facts import FLOAT_SCALARS, INFIX, REAL_FLOATS, astype, getitem, qualified_name
 from .pullbacks import FACTORS, IndexPullback, RealPart, add_at, own_buffer, scalar_pullback
-from .registry import NONDIFFERENTIABLE, OUTPUTS, PER_ARGUMENT, RULES, SEQUENCE, complex_rule
+from .registry import COMPOSITION, NONDIFFERENTIABLE, OUTPUTS, PER_ARGUMENT, RULES, SEQUENCE, complex_rule
 
 # The tape of the gradient being evaluated in this thread/context, if any.
 ACTIVE_TAPE = contextvars.ContextVar("dualbroadcast_active_tape", default=None)
@@ -424,6 +424,8 @@ def record_operation(func, args, kwargs):
             keep_constants(tape, rest)
         back = _edge(x, rule.makers[0](ans, x.value, *rest))  # first: settling a view moves its index
         return tape.record(ans, ((x.index, back),), func)
+    if kind == COMPOSITION:  # its NumPy calls are recorded one by one
+        return rule.makers(*args, **kwargs)
     if kind == SEQUENCE and not args:
         args, kwargs = _sequence_by_position(func, kwargs)
     sequence, rest = (args[0], args[1:]) if kind == SEQUENCE else (args, ())
@@ -463,12 +465,12 @@ def record_operation(func, args, kwargs):
     if kept and (rest or kwargs):
         keep_constants(tape, [*rest, *kwargs.values()])
     parents = [sequence[i] for i in active]
-    if kind == OUTPUTS:
-        if active not in ([0], []):
-            raise UnsupportedFunctionError(
-                f"{qualified_name(func)} is differentiable only in its first argument; "
-                "pass the others as constants (db.cut)"
-            )
+    if kind == OUTPUTS and active not in ([0], []):
+        raise UnsupportedFunctionError(
+            f"{qualified_name(func)} is differentiable only in its first argument; "
+            "pass the others as constants (db.cut)"
+        )
+    if kind == OUTPUTS and isinstance(ans, (tuple, list)):  # else one array (svd without u, v): output 0
         results = [_record_result(tape, func, rule, j, a, ans, call_values, kwargs, parents, recorder)
                    for j, a in enumerate(ans)]
         outcome = type(ans)(results) if type(ans) in (list, tuple) else type(ans)(*results)  # a named tuple: fields
@@ -767,6 +769,12 @@ def constant_result(func, ans):
     shapes); an error for anything else (object, text), whose gradient would be lost."""
     dtype = getattr(ans, "dtype", None)
     if dtype.kind in _CONSTANT_KINDS if dtype is not None else type(ans) in _CONSTANT_TYPES:
+        if isinstance(ans, tuple) and any(_holds_float(a) for a in ans):
+            raise UnsupportedFunctionError(
+                f"{qualified_name(func)} returned several results from tracked values, but its rule is for one "
+                "result, so their gradients would be lost; register it with db.defvjp_outputs (one pullback "
+                "per result), or apply it to db.cut(x) if you do not need its gradient"
+            )
         return ans
     if getattr(ans, "kernel_symbol", False):
         raise KernelError(
@@ -782,10 +790,17 @@ def constant_result(func, ans):
     )
 
 
+def _holds_float(a):
+    """Whether ``a`` is, or a tuple or list of it holds, a real or complex floating-point value."""
+    if type(a) in (tuple, list):
+        return any(map(_holds_float, a))
+    return isinstance(a, (float, complex)) or getattr(getattr(a, "dtype", None), "kind", None) in ("f", "c")
+
+
 def _strip(args):
-    return [
-        [value_of(a) for a in x] if type(x) in (list, tuple) else value_of(x) for x in args
-    ]
+    """The plain values of ``args`` and of the lists and tuples among them (each keeps its type: an ``axis``
+    tuple must stay a tuple)."""
+    return [type(x)(map(value_of, x)) if type(x) in (list, tuple) else value_of(x) for x in args]
 
 
 def _strip_dict(kwargs):
@@ -835,6 +850,32 @@ def _check_ufunc_keywords(ufunc, kwargs):
         )
 
 
+def _ufunc_method(ufunc, method, inputs, kwargs):
+    """``ufunc.method(*inputs, **kwargs)`` on tracked values: ``outer`` as the ufunc of ``A`` reshaped
+    against ``B`` (so its derivative-table rule applies), the other methods by the rule registered on
+    the bound method (``np.add.reduce``: np.sum's, see rules/reductions.py), else a clear error."""
+    name = f"np.{ufunc.__name__}.{method}"
+    if kwargs.get("out") is not None:
+        raise InPlaceMutationError(_OUT.format(name=name, example=f"{name}(...)"))
+    if method == "at":
+        raise InPlaceMutationError(
+            f"{name} mutates an array in place and would drop its gradient; "
+            "build the result functionally (np.where, np.bincount on a constant index)"
+        )
+    if method == "outer" and ufunc.signature is None:
+        a, b = inputs
+        return ufunc(np.reshape(a, np.shape(a) + (1,) * np.ndim(b)), b, **kwargs)
+    if method == "reduceat" and len(inputs) == 2:
+        kwargs.pop("indices", None)  # NumPy passes ``indices=`` both by name and in ``inputs``
+    func = getattr(ufunc, method)
+    if func not in RULES:
+        raise UnsupportedFunctionError(
+            f"{name} has no derivative rule; use the NumPy function (np.sum, np.cumsum, np.max, ...) "
+            f"or register a rule with db.defvjp({name}, ...)"
+        )
+    return record_operation(func, inputs, kwargs)
+
+
 class Tracked(Guarded):
     """A value derived from a differentiated input: NumPy operations on it are recorded.
 
@@ -855,18 +896,10 @@ class Tracked(Guarded):
 
     # --- NumPy protocols -------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__":
+            return _ufunc_method(ufunc, method, inputs, kwargs)
         if kwargs:
             _check_ufunc_keywords(ufunc, kwargs)
-        if method != "__call__":
-            if method == "at":
-                raise InPlaceMutationError(
-                    f"np.{ufunc.__name__}.at mutates an array in place and would drop its gradient; "
-                    "build the result functionally (np.where, np.bincount on a constant index)"
-                )
-            raise UnsupportedFunctionError(
-                f"np.{ufunc.__name__}.{method} has no derivative rule; use the NumPy function "
-                f"(np.sum, np.cumsum, np.max, ...) or register a rule with db.defvjp"
-            )
         return _dispatch(ufunc, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):

@@ -565,3 +565,83 @@ def test_norm_conventions_at_kinks(x, ord, axis, expected, mode):
     x = np.array(x)
     g = reduction_gradient(mode, lambda v: np.sum(np.linalg.norm(v, ord, axis)), x)
     np.testing.assert_allclose(g, expected, rtol=1e-15, atol=0)
+
+
+# === Order statistics, ptp and the nan functions: ties share, NaN gets 0 (rules/reductions.py) ===========
+# Each expected gradient is computed by hand from the stated convention: tied elements share equally the
+# cotangents of the sorted positions they occupy; a quantile (1 - t) s[i] + t s[i+1] sends (1 - t) and t to
+# positions i and i+1; NaN elements of the nan functions, and a result that is NaN, get 0.
+POSITION_WEIGHTS = np.array([1.0, 2.0, 3.0, 4.0, 5.0])  # the cotangent of each sorted position
+TIES = [3.0, 1.0, 3.0, 2.0, 1.0]  # sorts to [1, 1, 2, 3, 3]
+QUARTILE_TIES = [5.0, 1.0, 1.0, 3.0, 1.0]  # sorts to [1, 1, 1, 3, 5]
+
+
+@pytest.mark.parametrize("mode", REDUCTION_MODES)
+@pytest.mark.parametrize("f, x, expected", [
+    # the 1s share positions 0 and 1: (1 + 2) / 2; the 2 takes position 2; the 3s share (4 + 5) / 2
+    (lambda x: np.sum(np.sort(x) * POSITION_WEIGHTS), TIES, [4.5, 1.5, 4.5, 3, 1.5]),
+    (lambda x: np.sum(np.sort(x, axis=None) * POSITION_WEIGHTS), TIES, [4.5, 1.5, 4.5, 3, 1.5]),
+    (lambda x: np.sum(np.sort(x, axis=0) * [[1.0], [2.0]]), [[2.0, 0.0], [2.0, 1.0]], [[1.5, 1], [1.5, 2]]),
+    # partition: the element np.argpartition puts at each position (no sharing)
+    (lambda x: np.sum(np.partition(x, 2) * POSITION_WEIGHTS), [4.0, 0.0, 2.0, 3.0, 1.0],
+     [POSITION_WEIGHTS[list(np.argpartition([4.0, 0.0, 2.0, 3.0, 1.0], 2)).index(i)] for i in range(5)]),
+    # median of an odd count: position 1 (a 2) tied with position 2: each 2 gets 1/2
+    (np.median, [2.0, 1.0, 2.0], [1 / 2, 0, 1 / 2]),
+    # median of an even count: (s[1] + s[2]) / 2 over three tied 2s at positions 0, 1, 2: (0 + 1/2 + 1/2) / 3
+    (np.median, [2.0, 2.0, 2.0, 5.0], [1 / 3, 1 / 3, 1 / 3, 0]),
+    # (s[1] + s[2]) / 2 with s = [1, 1, 3, 4]: the 1s share (0 + 1/2) / 2, the 3 takes 1/2
+    (np.median, [1.0, 3.0, 1.0, 4.0], [1 / 4, 1 / 2, 1 / 4, 0]),
+    # the quartile of 5 elements is s[1], tied with s[0] and s[2]: 1/3 each
+    (lambda x: np.quantile(x, 0.25), QUARTILE_TIES, [0, 1 / 3, 1 / 3, 0, 1 / 3]),
+    # the 60th percentile is 0.6 s[2] + 0.4 s[3]: the three 1s share 0.6, the 3 takes 0.4
+    (lambda x: np.percentile(x, 60.0), QUARTILE_TIES, [0, 0.2, 0.2, 0.4, 0.2]),
+    # the 'lower' method at 0.6 is s[2]; 'midpoint' (s[2] + s[3]) / 2
+    (lambda x: np.quantile(x, 0.6, method="lower"), QUARTILE_TIES, [0, 1 / 3, 1 / 3, 0, 1 / 3]),
+    (lambda x: np.quantile(x, 0.6, method="midpoint"), QUARTILE_TIES, [0, 1 / 6, 1 / 6, 1 / 2, 1 / 6]),
+    # a median whose value is NaN has gradient 0; nanmedian leaves the NaN out: [1, 2, 2] has median s[1]
+    (np.median, [1.0, NAN, 3.0], [0, 0, 0]),
+    (np.nanmedian, [NAN, 2.0, 1.0, 2.0], [0, 1 / 2, 0, 1 / 2]),
+    (lambda x: np.nanquantile(x, 0.5), [NAN, NAN], [0, 0]),
+    # ptp = max - min, each with its tie rule; a constant slice: 0
+    (np.ptp, TIES, [1 / 2, -1 / 2, 1 / 2, 0, -1 / 2]),
+    (np.ptp, [2.0, 2.0], [0, 0]),
+    # the nan reductions: NaN elements 0, the others as the plain reduction of the rest
+    (np.nansum, [1.0, NAN, 2.0], [1, 0, 1]),
+    (np.nanmean, [1.0, NAN, 2.0], [1 / 2, 0, 1 / 2]),
+    (np.nanmax, [3.0, NAN, 3.0], [1 / 2, 0, 1 / 2]),
+    (np.nanmin, [NAN, NAN], [0, 0]),
+    (np.nanprod, [2.0, NAN, 3.0], [3, 0, 2]),
+    (np.nanvar, [1.0, NAN, 3.0], [-1, 0, 1]),  # 2 (x - mean) / n
+    (lambda x: np.sum(np.nancumsum(x)), [1.0, NAN, 2.0], [3, 0, 1]),
+    (lambda x: np.sum(np.nancumprod(x)), [2.0, NAN, 3.0], [1 + 1 + 3, 0, 2]),  # [x0, x0, x0 x2]
+    # the ufunc reductions are max's and nanmax's
+    (np.maximum.reduce, [3.0, 1.0, 3.0], [1 / 2, 0, 1 / 2]),
+    (np.minimum.reduce, [1.0, 1.0, 3.0], [1 / 2, 1 / 2, 0]),
+    (np.fmax.reduce, [3.0, NAN, 3.0], [1 / 2, 0, 1 / 2]),
+    # the running max [3, 3, 3, 3, 4, 4, 4] with cotangents 1..7: at k = 2 and 3 the two 3s share,
+    # at k = 5 and 6 the two 4s: x0 = 1 + 2 + 3/2 + 4/2, x2 = 3/2 + 4/2, x4 = 5 + 6/2 + 7/2, x5 = 6/2 + 7/2
+    (lambda x: np.maximum.accumulate(x) * np.arange(1.0, 8.0), [3.0, 1.0, 3.0, 2.0, 4.0, 4.0, 0.0],
+     [6.5, 0, 3.5, 0, 11.5, 6.5, 0]),
+    (lambda x: np.minimum.accumulate(-x) * np.arange(1.0, 8.0), [3.0, 1.0, 3.0, 2.0, 4.0, 4.0, 0.0],
+     [-6.5, 0, -3.5, 0, -11.5, -6.5, 0]),
+    # past a NaN the running max is NaN: no gradient; fmax leaves the NaN out
+    (np.maximum.accumulate, [1.0, NAN, 2.0], [1, 0, 0]),
+    (np.fmax.accumulate, [NAN, 1.0, 2.0], [0, 1, 1]),
+], ids=str)
+def test_order_statistic_and_nan_conventions(f, x, expected, mode):
+    g = reduction_gradient(mode, lambda v: np.sum(f(v)), np.array(x))
+    np.testing.assert_allclose(g, expected, rtol=1e-15, atol=1e-15)
+
+
+def test_jax_gives_a_tie_to_one_element_where_we_share():
+    """JAX's sort pulls each position's cotangent back to one element (its stable order), so its median
+    of [2, 1, 2] has gradient [1, 0, 0]; ours shares [1/2, 0, 1/2].  Both are subgradients (they sum to
+    the same), and away from ties the two agree."""
+    jax = pytest.importorskip("jax")
+    with jax.enable_x64(True):
+        tied = np.array([2.0, 1.0, 2.0])
+        np.testing.assert_array_equal(np.asarray(jax.grad(jax.numpy.median)(tied)), [1, 0, 0])
+        np.testing.assert_array_equal(db.gradient(np.median, tied), [1 / 2, 0, 1 / 2])
+        distinct = np.array([2.0, 1.0, 2.5, 0.5])
+        theirs = np.asarray(jax.grad(jax.numpy.median)(distinct))
+        np.testing.assert_array_equal(db.gradient(np.median, distinct), theirs)

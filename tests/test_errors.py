@@ -90,7 +90,7 @@ UNSUPPORTED = [
     ("np.i0", lambda x: np.sum(np.i0(x))),
     ("np.sinc", lambda x: np.sum(np.sinc(x))),
     ("np.unwrap", lambda x: np.sum(np.unwrap(x))),
-    ("np.sort", lambda x: np.sum(np.sort(x))),
+    ("np.poly", lambda x: np.sum(np.poly(x))),
 ]
 
 
@@ -108,10 +108,10 @@ def test_unsupported_function(name, f):
 
 
 def test_unsupported_ufunc_method():
-    with pytest.raises(db.UnsupportedFunctionError, match=r"np\.add\.reduce has no derivative rule.*db\.defvjp"):
-        grad(lambda x: np.add.reduce(x))
-    with pytest.raises(db.UnsupportedFunctionError, match=r"np\.multiply\.outer.*db\.defvjp"):
-        grad(lambda x: np.sum(np.multiply.outer(x, x)))
+    with pytest.raises(db.UnsupportedFunctionError, match=r"np\.subtract\.reduce has no derivative rule.*db\.defvjp"):
+        grad(lambda x: np.subtract.reduce(x))
+    with pytest.raises(db.UnsupportedFunctionError, match=r"np\.divide\.accumulate.*db\.defvjp"):
+        grad(lambda x: np.sum(np.divide.accumulate(x)))
 
 
 def test_tracked_keyword_argument():
@@ -333,3 +333,20 @@ def test_a_tracked_value_as_a_non_differentiable_argument_names_the_function(eva
         evaluate(lambda x: np.sum(_scaled(x, x[0])), np.ones(3))
     got = evaluate(lambda x: np.sum(_scaled(x, db.cut(x)[0] * 2.0)), np.ones(3))
     np.testing.assert_array_equal(got, np.full(3, 2.0))
+
+
+def test_a_rule_for_one_result_of_a_function_returning_several_is_an_error():
+    """A tuple of float results under a one-result rule was taken for a constant (a shape): gradient 0."""
+    @db.primitive
+    def twice_and_thrice(x):
+        return 2 * x, 3 * x
+
+    db.defvjp(twice_and_thrice, lambda ans, x: lambda g: g)
+    with pytest.raises(db.UnsupportedFunctionError, match="defvjp_outputs"):
+        db.gradient(lambda x: np.sum(twice_and_thrice(x)[0]), np.ones(3))
+
+
+def test_a_function_without_a_rule_gets_its_tuple_arguments_as_tuples():
+    """The tape unwrapped a tuple ``axis`` into a list before calling a nondifferentiable function."""
+    counts = lambda x: np.count_nonzero(x, (0, 1))
+    assert db.gradient(lambda x: counts(x) * 1.0 + np.sum(x), np.ones((2, 2))).tolist() == [[1.0, 1.0], [1.0, 1.0]]

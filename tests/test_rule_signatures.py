@@ -15,7 +15,7 @@ import pytest
 
 import dualbroadcast as db
 from dualbroadcast.numpy_facts import qualified_name
-from dualbroadcast.registry import COMPLEX_RULES, PER_ARGUMENT, RULES, SAME_RULE
+from dualbroadcast.registry import COMPLEX_RULES, COMPOSITION, PER_ARGUMENT, RULES, SAME_RULE
 from dualbroadcast.rules import BUILTIN_RULES
 from dualbroadcast.tape import Tracked
 
@@ -29,14 +29,17 @@ UFUNC_KEYWORDS = {"out", "where", "casting", "order", "dtype", "subok", "signatu
 ABSENT = {
     "keepdims": False, "initial": None, "where": True, "mean": None, "correction": None,
     "a_min": None, "a_max": None, "min": None, "max": None,
+    "prepend": None, "append": None,  # np.diff: nothing added
 }
 
 
 def makers_of(rule):
     """The vjp makers of ``rule``, each with the number of arguments it takes before NumPy's (ans; or the
-    argument, part or output number and ans)."""
+    argument, part or output number and ans; none for a composition)."""
     if rule.kind == PER_ARGUMENT:
         return [(m, 1) for m in rule.makers if m is not None]
+    if rule.kind == COMPOSITION:  # the function written with NumPy calls: NumPy's own signature
+        return [(rule.makers, 0)]
     return [(rule.makers, 2)]
 
 
@@ -77,7 +80,8 @@ def signature_mismatches(func, maker, leading):
         if p.kind is P.KEYWORD_ONLY and (mine is None or mine.kind is not P.KEYWORD_ONLY):
             problems.append(f"keyword-only {p.name!r} is not taken by that name, keyword-only")
         if p.kind in (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY) and mine is not None and p.default is not P.empty:
-            expected = ABSENT.get(p.name, "?") if p.default is np._NoValue else p.default
+            expected = p.default if mine.default is np._NoValue else ABSENT.get(p.name, "?") \
+                if p.default is np._NoValue else p.default  # a maker may take NumPy's own np._NoValue
             if mine.default is P.empty or type(mine.default) is not type(expected) or mine.default != expected:
                 problems.append(f"{p.name}'s default is {mine.default!r}, NumPy's means {expected!r}")
     if any(p.kind is P.VAR_KEYWORD for p in ours) and not takes_only_vetted_keywords(func):
@@ -207,6 +211,8 @@ UFUNCS = sorted((f for f in BUILTIN_RULES if isinstance(f, np.ufunc)), key=rule_
 def ufunc_inputs(ufunc):
     """Arrays inside ``ufunc``'s domain (2 x 2 matrices for matmul)."""
     rng = np.random.default_rng(0)
+    if ufunc in (np.matvec, np.vecmat):  # a matrix and a vector
+        return [rng.uniform(-2, 2, size=s) for s in ([(2, 3), (3,)] if ufunc is np.matvec else [(2,), (2, 3)])]
     shape = (2, 2) if ufunc is np.matmul else (3,)
     domains = DOMAINS.get(ufunc, [(-2, 2)] * ufunc.nin)
     return [rng.uniform(low, high, size=shape) for low, high in domains]
@@ -230,7 +236,8 @@ def test_a_ufunc_keyword_gives_the_same_gradient_or_a_clear_error(ufunc):
             got = db.gradient(sum_of(ufunc, **{name: default}), *inputs)
         except db.DifferentiationError:
             continue
-        np.testing.assert_array_equal(got, expected, err_msg=f"{qualified_name(ufunc)}(..., {name}={default!r})")
+        for g, e in zip(got, expected):  # one gradient per input, of its own shape
+            np.testing.assert_array_equal(g, e, err_msg=f"{qualified_name(ufunc)}(..., {name}={default!r})")
 
 
 @pytest.mark.parametrize("ufunc", [f for f in UFUNCS if f.signature is None], ids=rule_id)  # gufuncs take no where=

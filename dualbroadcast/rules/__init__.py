@@ -1,7 +1,16 @@
 """Reverse rules, one module per family; importing this package registers them all."""
 
 from ..registry import NONDIFFERENTIABLE, RULES, users_rules_from_now
-from . import complex, elementwise, linalg, nondifferentiable, reductions, shape  # noqa: F401
+from . import (  # noqa: F401
+    complex,
+    decompositions,
+    elementwise,
+    linalg,
+    nondifferentiable,
+    reductions,
+    shape,
+    signal,
+)
 
 # The rules the library itself declares (tests check each has test inputs).
 BUILTIN_RULES = frozenset(RULES)

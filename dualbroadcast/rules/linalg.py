@@ -1,4 +1,12 @@
-"""Reverse rules of linear algebra: dot, matmul, inner, outer, vdot, tensordot, einsum, trace, inv, solve, det, slogdet.
+"""Reverse rules of linear algebra: products, contractions and the matrix functions.
+
+dot, matmul, inner, outer, vdot, tensordot, einsum (subscripts and sublist forms), multi_dot, kron,
+cross, trace, inv, solve, det, slogdet, matrix_power, tensorsolve, tensorinv, and NumPy 2's
+np.linalg.matmul/outer/trace/diagonal/vecdot/cross/tensordot/matrix_transpose/vector_norm/matrix_norm
+(and np.matrix_transpose) and the
+gufuncs np.vecdot, np.matvec, np.vecmat (which reach the tape through ``__array_ufunc__``, as
+np.matmul does).  The decompositions (svd, eigh, eig, cholesky, qr) and the functions NumPy computes
+through the SVD (pinv, lstsq, cond) are in decompositions.py; np.linalg.norm is in reductions.py.
 
 The contractions (einsum, and dot/inner/tensordot written as einsum subscripts)
 share one rule: the cotangent of an operand is the einsum of ``g`` with the
@@ -8,15 +16,16 @@ axes are summed back with `unbroadcast`.  The matrix functions use the
 classical formulas (Ā = -A⁻ᵀ G A⁻ᵀ for inv, det · A⁻ᵀ for det, ...), so they
 need invertible matrices.
 """
-
 import functools
+import math
 import string
 
 import numpy as np
 
-from ..errors import UnsupportedFunctionError
 from ..pullbacks import unbroadcast
-from ..registry import RULES, defvjp, defvjp_argnum, defvjp_outputs
+from ..registry import RULES, defvjp, defvjp_argnum, defvjp_outputs, defvjp_sequence
+from .reductions import norm_vjp
+from .shape import diagonal_vjp
 
 
 def matrix_transpose(x):
@@ -78,17 +87,27 @@ def einsum_pullback(k, subscripts, operands):
     return lambda g: unbroadcast(np.einsum(spec, g, *rest, optimize=True), shape)
 
 
+def sublist_subscripts(args):
+    """The subscripts string and operands of ``np.einsum(op0, sublist0, op1, sublist1, ..., [output])``."""
+    def term(sublist):
+        return "".join("..." if i is Ellipsis else string.ascii_letters[i] for i in sublist)
+
+    n = len(args) // 2
+    terms = [term(sublist) for sublist in args[1 : 2 * n : 2]]
+    output = "->" + term(args[-1]) if len(args) % 2 else ""
+    return ",".join(terms) + output, args[0 : 2 * n : 2]
+
+
 def einsum_vjp(argnum, ans, subscripts, /, *operands, out=None, optimize=False, dtype=None, order="K", casting="safe"):
-    """np.einsum in the subscripts-string form; argument ``argnum`` is operand ``argnum - 1``.
+    """np.einsum: in the subscripts-string form argument ``argnum`` is operand ``argnum - 1``; in the
+    sublist form (``np.einsum(a, [0, 1], b, [1, 2], [0, 2])``) operand ``argnum // 2``.
 
     The keywords change no derivative (the tape keeps each cotangent in its value's dtype).
     """
-    if not isinstance(subscripts, str):
-        raise UnsupportedFunctionError(
-            "the gradient of np.einsum needs the subscripts-string form, "
-            "np.einsum('ij,jk->ik', a, b), not the sublist form"
-        )
-    return einsum_pullback(argnum - 1, subscripts, operands)
+    if isinstance(subscripts, str):
+        return einsum_pullback(argnum - 1, subscripts, operands)
+    spec, arrays = sublist_subscripts((subscripts, *operands))
+    return einsum_pullback(argnum // 2, spec, arrays)
 
 
 def contraction_subscripts(ndim_a, ndim_b, axes_a, axes_b):
@@ -286,6 +305,212 @@ def slogdet_vjp(j, ans, a):
     return lambda g: per_matrix(g) * matrix_transpose(np.linalg.inv(a))
 
 
+def matrix_power_vjp(ans, a, n):
+    """Aⁿ: Ā = Σₖ (Aᵀ)ᵏ G (Aᵀ)ⁿ⁻¹⁻ᵏ; n < 0 as (A⁻¹)⁻ⁿ through inv's rule; n = 0 (I) has gradient 0."""
+    base = np.linalg.inv(a) if n < 0 else np.asarray(a)
+    powers = [np.broadcast_to(np.eye(base.shape[-1], dtype=base.dtype), base.shape)]
+    for _ in range(abs(n) - 1):
+        powers.append(powers[-1] @ matrix_transpose(base))
+
+    def pullback(g):
+        b_bar = sum((powers[k] @ g @ powers[-1 - k] for k in range(abs(n))), np.zeros_like(base))
+        return inv_vjp(base, a)(b_bar) if n < 0 else b_bar
+
+    return pullback
+
+
+# --- tensorsolve, tensorinv: solve and inv of the tensors as matrices ---------------------------------------
+def tensorsolve_matrix(a, b, axes):
+    """NumPy's view of tensorsolve: ``a`` with ``axes`` moved to the end (the permutation), as a square
+    matrix of b.size rows."""
+    order = list(range(np.ndim(a)))
+    for k in axes or ():
+        order.remove(k)
+        order.append(k)
+    moved = np.transpose(a, order)
+    return order, moved.shape, moved.reshape(np.size(b), -1)
+
+
+def tensorsolve_a(ans, a, b, axes=None):
+    """x = M⁻¹ b over the flattened tensors: M̄ = -b̄ xᵀ, back in a's axes."""
+    order, moved_shape, matrix = tensorsolve_matrix(a, b, axes)
+    x = np.ravel(ans)
+    return lambda g: np.transpose(
+        -np.outer(np.linalg.solve(matrix.T, np.ravel(g)), x).reshape(moved_shape), np.argsort(order))
+
+
+def tensorsolve_b(ans, a, b, axes=None):
+    """x = M⁻¹ b over the flattened tensors: b̄ = M⁻ᵀ x̄."""
+    _, _, matrix = tensorsolve_matrix(a, b, axes)
+    shape = np.shape(b)
+    return lambda g: np.linalg.solve(matrix.T, np.ravel(g)).reshape(shape)
+
+
+def tensorinv_vjp(ans, a, ind=2):
+    """Y = inv(A as a matrix of prod(shape[:ind]) rows): Ā = -Yᵀ Ȳ Yᵀ, Y and Ȳ as matrices."""
+    shape = np.shape(a)
+    inverse_t = np.reshape(ans, (-1, math.prod(shape[:ind]))).T
+    return lambda g: (-inverse_t @ np.reshape(g, inverse_t.shape[::-1]) @ inverse_t).reshape(shape)
+
+
+# --- multi_dot, kron, cross ---------------------------------------------------------------------------------
+def multi_dot_vjp(k, ans, arrays, *, out=None):
+    """A₁ ⋯ Aₙ: Āₖ = Lᵀ G Rᵀ, L and R the products before and after Aₖ (a 1-d first array is a row, a
+    1-d last array a column, as NumPy treats them)."""
+    n = len(arrays)
+    matrices = [as_matrix(arrays[0], 0), *arrays[1:-1], as_matrix(arrays[-1], 1)]
+    left = functools.reduce(np.matmul, matrices[:k]) if k else None
+    right = functools.reduce(np.matmul, matrices[k + 1:]) if k < n - 1 else None
+    result_shape = (np.shape(matrices[0])[0], np.shape(matrices[-1])[1])
+    shape = np.shape(arrays[k])
+
+    def pullback(g):
+        g = np.reshape(g, result_shape)
+        g = g if left is None else matrix_transpose(left) @ g
+        g = g if right is None else g @ matrix_transpose(right)
+        return g.reshape(shape)
+
+    return pullback
+
+
+def kron_vjp(k):
+    """C = kron(A, B), C[i·B.shape + j] = A[i] B[j] (shapes padded with leading 1s to one rank): the cotangent
+    of one factor contracts G, seen with axes (i₀, j₀, i₁, j₁, ...), with the other factor."""
+
+    def vjp(ans, a, b):
+        ndim = max(np.ndim(a), np.ndim(b))
+        shapes = [(1,) * (ndim - np.ndim(x)) + np.shape(x) for x in (a, b)]
+        interleaved = [d for pair in zip(*shapes) for d in pair]
+        letters = [string.ascii_letters[:ndim], string.ascii_letters[ndim:2 * ndim]]
+        g_term = "".join(i + j for i, j in zip(*letters))
+        other = np.reshape(b if k == 0 else a, shapes[1 - k])
+        spec = f"{g_term},{letters[1 - k]}->{letters[k]}"
+        shape = np.shape(a if k == 0 else b)
+        return lambda g: np.einsum(spec, np.reshape(g, interleaved), other).reshape(shape)
+
+    return vjp
+
+
+def axis_moved_last(shape, axis):
+    """``shape`` with ``axis`` moved last, as np.moveaxis(x, axis, -1) would give."""
+    shape = list(shape)
+    shape.append(shape.pop(axis))
+    return tuple(shape)
+
+
+def as_3_vectors(v):
+    """Vectors along the last axis with z = 0 appended to 2-vectors."""
+    return np.concatenate([v, np.zeros_like(v[..., :1])], axis=-1) if np.shape(v)[-1] == 2 else v
+
+
+def cross_vjp(k):
+    """c = cross(a, b) (a 2-vector has z = 0; two 2-vectors give c's z alone): ā = cross(b, c̄) and
+    b̄ = cross(c̄, a), each summed over broadcast axes and cut to the argument's own 2 or 3 components."""
+
+    def vjp(ans, a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
+        if axis is not None:
+            axisa = axisb = axisc = axis
+        x, x_axis = (a, axisa) if k == 0 else (b, axisb)
+        other = as_3_vectors(np.moveaxis(b, axisb, -1) if k == 0 else np.moveaxis(a, axisa, -1))
+        moved_shape = axis_moved_last(np.shape(x), x_axis)
+        planar = np.shape(a)[axisa] == 2 and np.shape(b)[axisb] == 2
+
+        def pullback(g):
+            if planar:
+                g = np.stack([np.zeros_like(g), np.zeros_like(g), g], axis=-1)
+            else:
+                g = np.moveaxis(g, axisc, -1)
+            c = np.cross(other, g) if k == 0 else np.cross(g, other)
+            return np.moveaxis(unbroadcast(c[..., : moved_shape[-1]], moved_shape), -1, x_axis)
+
+        return pullback
+
+    return vjp
+
+
+def linalg_cross_vjp(k):
+    """np.linalg.cross: np.cross of 3-vectors along ``axis``."""
+    maker = cross_vjp(k)
+    return lambda ans, x1, x2, /, *, axis=-1: maker(ans, x1, x2, axis=axis)
+
+
+# --- NumPy 2's np.linalg names and the vector gufuncs ----------------------------------------------------------
+def linalg_trace_vjp(ans, x, /, *, offset=0, dtype=None):
+    """np.linalg.trace: np.trace over the last two axes."""
+    return trace_vjp(ans, x, offset, -2, -1)
+
+
+def linalg_diagonal_vjp(ans, x, /, *, offset=0):
+    """np.linalg.diagonal: np.diagonal over the last two axes."""
+    return diagonal_vjp(ans, x, offset, -2, -1)
+
+
+def linalg_tensordot_vjp(k):
+    """np.linalg.tensordot: np.tensordot with ``axes`` keyword-only."""
+    maker = tensordot_vjp(k)
+    return lambda ans, x1, x2, /, *, axes=2: maker(ans, x1, x2, axes)
+
+
+def matrix_transpose_vjp(ans, x, /):
+    """Ā = Gᵀ."""
+    return matrix_transpose
+
+
+def vecdot_vjp(k):
+    """c = Σ x₁ x₂ along ``axis`` of each operand (broadcast): x̄₁ = c̄ x₂, x̄₂ = c̄ x₁.
+
+    Also the maker of the gufunc np.vecdot, whose ufunc keywords (casting, ...) change no derivative.
+    """
+
+    def vjp(ans, x1, x2, /, *, axis=-1, casting="same_kind", order="K", subok=True):
+        x, other = (x1, x2) if k == 0 else (x2, x1)
+        moved_shape = axis_moved_last(np.shape(x), axis)
+        other = np.moveaxis(other, axis, -1)
+        return lambda g: np.moveaxis(unbroadcast(np.expand_dims(g, -1) * other, moved_shape), -1, axis)
+
+    return vjp
+
+
+def matvec_matrix(ans, x1, x2, /, *, casting="same_kind", order="K", subok=True):
+    """y = A x (np.matvec): Ā = ȳ xᵀ, summed over broadcast axes."""
+    shape = np.shape(x1)
+    return lambda g: unbroadcast(g[..., :, None] * x2[..., None, :], shape)
+
+
+def matvec_vector(ans, x1, x2, /, *, casting="same_kind", order="K", subok=True):
+    """y = A x (np.matvec): x̄ = Aᵀ ȳ."""
+    shape = np.shape(x2)
+    return lambda g: unbroadcast(np.matvec(matrix_transpose(x1), g), shape)
+
+
+def vecmat_vector(ans, x1, x2, /, *, casting="same_kind", order="K", subok=True):
+    """y = xᵀ A (np.vecmat): x̄ = A ȳ."""
+    shape = np.shape(x1)
+    return lambda g: unbroadcast(np.matvec(x2, g), shape)
+
+
+def vecmat_matrix(ans, x1, x2, /, *, casting="same_kind", order="K", subok=True):
+    """y = xᵀ A (np.vecmat): Ā = x ȳᵀ."""
+    shape = np.shape(x2)
+    return lambda g: unbroadcast(x1[..., :, None] * g[..., None, :], shape)
+
+
+def vector_norm_vjp(ans, x, /, *, axis=None, keepdims=False, ord=2):
+    """np.linalg.vector_norm: np.linalg.norm's vector norm of the ``axis`` axes (all when None) as one axis."""
+    ndim = np.ndim(x)
+    axes = tuple(range(ndim)) if axis is None else tuple(i % ndim for i in as_axis_list(axis))
+    last = tuple(range(ndim - len(axes), ndim))
+    moved = np.moveaxis(x, axes, last)
+    kept = moved.shape[: ndim - len(axes)]
+    back = norm_vjp(np.reshape(ans, kept), moved.reshape(kept + (-1,)), ord, -1)
+    return lambda g: np.moveaxis(back(np.reshape(g, kept)).reshape(moved.shape), last, axes)
+
+
+def matrix_norm_vjp(ans, x, /, *, keepdims=False, ord="fro"):
+    """np.linalg.matrix_norm: np.linalg.norm over the last two axes."""
+    return norm_vjp(ans, x, ord, (-2, -1), keepdims)
+
+
 defvjp(np.dot, dot_vjp(0), dot_vjp(1))
 RULES[np.dot].bilinear = True  # a scalar dot (vectors or scalars): each argument's partial is the other
 defvjp(np.inner, contraction_vjp(0, inner_subscripts), contraction_vjp(1, inner_subscripts))
@@ -299,3 +524,23 @@ defvjp(np.linalg.inv, inv_vjp)
 defvjp(np.linalg.solve, solve_a, solve_b)
 defvjp(np.linalg.det, det_vjp)
 defvjp_outputs(np.linalg.slogdet, slogdet_vjp)
+defvjp(np.linalg.matrix_power, matrix_power_vjp)
+defvjp(np.linalg.tensorsolve, tensorsolve_a, tensorsolve_b)
+defvjp(np.linalg.tensorinv, tensorinv_vjp)
+defvjp_sequence(np.linalg.multi_dot, multi_dot_vjp)
+defvjp(np.kron, kron_vjp(0), kron_vjp(1))
+defvjp(np.cross, cross_vjp(0), cross_vjp(1))
+defvjp(np.linalg.cross, linalg_cross_vjp(0), linalg_cross_vjp(1))
+defvjp(np.linalg.matmul, matmul_vjp(0), matmul_vjp(1))
+defvjp(np.linalg.outer, outer_a, outer_b)
+defvjp(np.linalg.trace, linalg_trace_vjp)
+defvjp(np.linalg.diagonal, linalg_diagonal_vjp)
+defvjp(np.linalg.matrix_transpose, matrix_transpose_vjp)
+defvjp(np.matrix_transpose, matrix_transpose_vjp)
+defvjp(np.linalg.tensordot, linalg_tensordot_vjp(0), linalg_tensordot_vjp(1))
+defvjp(np.linalg.vecdot, vecdot_vjp(0), vecdot_vjp(1))
+defvjp(np.vecdot, vecdot_vjp(0), vecdot_vjp(1))
+defvjp(np.matvec, matvec_matrix, matvec_vector)
+defvjp(np.vecmat, vecmat_vector, vecmat_matrix)
+defvjp(np.linalg.vector_norm, vector_norm_vjp)
+defvjp(np.linalg.matrix_norm, matrix_norm_vjp)

@@ -27,3 +27,4 @@ nondifferentiable(
     np.zeros_like, np.ones_like, np.empty_like,
     reason="shapes, dtypes and new arrays of a given shape: they read no value",
 )
+nondifferentiable(np.linalg.matrix_rank, reason="a rank: an integer")

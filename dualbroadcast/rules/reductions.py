@@ -1,10 +1,26 @@
-"""Reverse rules of the reductions: sum, mean, prod, max/min, var/std, cumsum/cumprod, norm.
+"""Reverse rules of the reductions: sum, mean, prod, max/min, var/std, cumsum/cumprod, norm; their nan
+versions, ptp, average, cov, corrcoef, cumulative_sum/prod; the order statistics (sort, partition, median,
+percentile, quantile); and the ufunc methods that are reductions (``np.add.reduce`` ...).
 
 Every reduction over ``axis`` (None, an int, a negative int or a tuple) with or
 without ``keepdims`` pulls back by broadcasting the cotangent over the reduced
 axes (`expand`) and multiplying by the partial derivative of the reduced value
 with respect to each element.  ``where=`` masks (sum, mean, prod, max, min,
-var, std) give masked-out elements a zero cotangent.
+var, std) give masked-out elements a zero cotangent.  A nan function is its
+plain reduction with the NaN elements masked out.
+
+The order statistics pull back through the sorting permutation: each slice
+along the reduced axes is laid out as one row (`as_rows`), sorted, the
+cotangent placed at sorted positions, shared among ties, and unsorted.
+
+The ufunc methods have rules keyed by the bound method (``np.add.reduce`` is
+a dict key equal to itself), each the NumPy function's rule called with the
+method's defaults (``axis=0``): ``add.reduce`` is np.sum's, ``multiply.reduce``
+np.prod's, ``maximum``/``minimum.reduce`` np.max's, ``fmax``/``fmin.reduce``
+np.nanmax's, ``add``/``multiply.accumulate`` np.cumsum's and np.cumprod's.
+``ufunc.outer(a, b)`` is recorded by the tape as ``ufunc(a reshaped, b)``, the
+derivative table's rule.  ``np.average(..., returned=True)`` on a tracked value
+is an error (a rule differentiable in two arguments has one result).
 
 Conventions (each pinned by tests/test_conventions.py):
 
@@ -24,13 +40,33 @@ Conventions (each pinned by tests/test_conventions.py):
   does a zero element in a p-norm with p < 1.  The 2/-2 matrix norms at a
   repeated singular value and the nuclear norm of a rank-deficient matrix use
   the singular vectors LAPACK returns (one subgradient of many).
+* sort, median, percentile, quantile (and their nan versions): tied elements
+  share equally the cotangents of the sorted positions they occupy (each gets
+  the mean of ``g`` over its tie group), so a median or quantile at a tied order
+  statistic is split equally among the tied elements, as max is.  JAX's sort
+  instead gives each position's cotangent to one element (the stable sort's),
+  so its median of [2, 1, 2] has gradient [1, 0, 0] where ours is [½, 0, ½].
+  partition gives each position's cotangent to the element np.argpartition
+  puts there (no sharing: only the kth positions are order statistics).
+* ptp is max - min with their tie rule (0 for a constant slice); the running
+  max/min of ``np.maximum.accumulate``/``minimum.accumulate`` share as max does.
+* The nan functions give NaN elements a zero gradient (an all-NaN slice: all 0);
+  a quantile or median whose value is NaN (NaN data) has gradient 0, as max's.
+* quantile/percentile of every method are linear in the sorted data (NumPy
+  picks two order statistics and a weight from ``n`` and ``q`` alone), so every
+  method is differentiable in ``a``; in ``q`` only ``'linear'`` is (the others
+  are piecewise constant in q or not supported), with ∂/∂q = (n-1)(s[i+1]-s[i])
+  the slope to the right of q (0 at q = 1).
 """
 
 import math
+import warnings
 
 import numpy as np
 
-from ..registry import defvjp
+from ..errors import UnsupportedFunctionError
+from ..pullbacks import unbroadcast
+from ..registry import RULES, defvjp
 
 
 def expand(g, shape, axis, keepdims):
@@ -226,6 +262,474 @@ def norm_vjp(ans, x, ord=None, axis=None, keepdims=False):
     return lambda g: expand(g, shape, axes, keepdims) * partial
 
 
+# --- sort, partition: permutations ------------------------------------------------
+def as_rows(x, axes):
+    """``x`` with ``axes`` moved last and merged into one: shape (kept..., n)."""
+    x = np.asarray(x)
+    moved = np.moveaxis(x, axes, range(x.ndim - len(axes), x.ndim))
+    kept = moved.shape[: x.ndim - len(axes)]
+    return moved.reshape(kept + (math.prod(moved.shape[len(kept) :]),))
+
+
+def from_rows(rows, shape, axes):
+    """An array of ``shape`` from its `as_rows` layout over ``axes``."""
+    moved = tuple(n for i, n in enumerate(shape) if i not in axes) + tuple(shape[a] for a in axes)
+    return np.moveaxis(rows.reshape(moved), range(len(shape) - len(axes), len(shape)), axes)
+
+
+def sorted_rows(rows):
+    """The stable sorting permutation of each row and the sorted rows."""
+    order = np.argsort(rows, axis=-1, kind="stable")
+    return order, np.take_along_axis(rows, order, axis=-1)
+
+
+def unsort(g, order):
+    """x̄ with x̄[order[k]] = ḡ[k] along the last axis: the transpose of taking ``order``."""
+    out = np.empty_like(g)
+    np.put_along_axis(out, order, g, axis=-1)
+    return out
+
+
+def tie_group_mean(s, g):
+    """``g`` averaged over each run of equal values of the sorted rows ``s`` (tied elements share)."""
+    starts = np.ones(s.shape, bool)
+    starts[..., 1:] = s[..., 1:] != s[..., :-1]  # NaN != NaN: NaNs never tie
+    if starts.all():
+        return g
+    first = np.flatnonzero(starts)
+    sizes = np.diff(first, append=starts.size)
+    means = (np.add.reduceat(g.ravel(), first) / sizes).astype(g.dtype, copy=False)
+    return np.repeat(means, sizes).reshape(g.shape)
+
+
+def sort_axes(a, axis):
+    """The array a sort along ``axis`` sees (flattened for None) and its sorted axes."""
+    return (np.ravel(a), (0,)) if axis is None else (a, reduced_axes(axis, np.ndim(a)))
+
+
+def sort_vjp(ans, a, axis=-1, kind=None, order=None, *, stable=None):
+    """x̄ᵢ = ḡ at the position xᵢ is sorted to, averaged over the positions of the elements tied with xᵢ."""
+    shape = np.shape(a)
+    x, axes = sort_axes(a, axis)
+    permutation, s = sorted_rows(as_rows(x, axes))
+    return lambda g: from_rows(unsort(tie_group_mean(s, as_rows(g, axes)), permutation), x.shape, axes).reshape(shape)
+
+
+def partition_vjp(ans, a, kth, axis=-1, kind="introselect", order=None):
+    """x̄ᵢ = ḡ at the position np.argpartition puts xᵢ."""
+    shape = np.shape(a)
+    x, axes = sort_axes(a, axis)
+    rows = as_rows(x, axes)
+    at = np.argpartition(rows, kth, axis=-1, kind=kind)
+    if not np.array_equal(np.take_along_axis(rows, at, axis=-1), as_rows(ans, axes), equal_nan=True):
+        raise UnsupportedFunctionError(  # never seen: np.partition and np.argpartition share their algorithm
+            "np.argpartition placed the elements otherwise than np.partition here, so the gradient of "
+            "np.partition is unknown; use np.sort (its gradient is defined) or np.take_along_axis(x, idx)"
+        )
+    return lambda g: from_rows(unsort(as_rows(g, axes), at), x.shape, axes).reshape(shape)
+
+
+# --- median, percentile, quantile: two order statistics ------------------------------
+def order_statistic_pullback(wrt, ans, a, q, axis, method, keepdims, nan, scale=1.0, overwrite_input=False,
+                             weights=None):
+    """The pullback of ``quantile(a, q / scale)`` for ``a`` (wrt 0) or ``q`` (wrt 1).
+
+    Every method is ``(1 - t) s[i] + t s[i+1]`` of the sorted slice ``s``, with ``i`` and ``t``
+    depending on ``n`` and ``q`` alone: NumPy's own quantile of the ranks 0..n-1 gives ``i + t``.
+    So ā puts (1 - t) ḡ at sorted position i and t ḡ at i+1 (then `tie_group_mean`, then unsorted),
+    and for 'linear', where i + t = q (n - 1), q̄ = Σ ḡ (n - 1)(s[i+1] - s[i]).
+    """
+    if overwrite_input:
+        raise UnsupportedFunctionError(
+            "overwrite_input=True lets NumPy reorder a tracked value in place, which would misplace its "
+            "gradient; drop overwrite_input")
+    if weights is not None:
+        raise UnsupportedFunctionError(
+            "quantiles with weights= have no derivative rule; sort the data and interpolate the cumulative "
+            "weights yourself (np.sort, np.cumsum, np.interp), or pass db.cut(a)")
+    if wrt == 1 and method != "linear":
+        raise UnsupportedFunctionError(
+            f"a quantile with method={method!r} is piecewise constant or not differentiable in q; "
+            "use method='linear' for a gradient in q, or pass q as a constant (db.cut(q))")
+    if nan and np.ndim(q) > 1 and isinstance(axis, tuple) and len(axis) > 1:
+        raise UnsupportedFunctionError(
+            "NumPy's nanquantile/nanpercentile over several axes lays out a q of two or more dimensions "
+            "otherwise than documented (one of q's axes comes last), so its gradient cannot be placed; "
+            "pass q flattened (np.ravel(q)) and reshape the result, or reduce over one axis")
+    shape = np.shape(a)
+    axes = reduced_axes(axis, len(shape))
+    order, s = sorted_rows(as_rows(a, axes))
+    kept, n = s.shape[:-1], s.shape[-1]
+    qs = np.asarray(q, dtype=float) / scale
+    expected = qs.shape + (tuple(1 if i in axes else k for i, k in enumerate(shape)) if keepdims else kept)
+    if np.shape(ans) != expected:  # never seen but for the case refused above
+        raise UnsupportedFunctionError(
+            f"this quantile has shape {np.shape(ans)} where NumPy documents {expected}, so its gradient cannot "
+            "be placed; pass q flattened (np.ravel(q)) and reshape the result, or reduce over one axis")
+    if n == 0:  # quantiles of empty slices are NaN
+        return lambda g: np.zeros(np.shape(q) if wrt else shape, np.result_type(q if wrt else a))
+    ranks = np.where(np.isnan(s), np.nan, np.arange(n, dtype=float))
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices: the value is NaN already
+        position = (np.nanquantile if nan else np.quantile)(ranks, qs, axis=-1, method=method)
+    position = q_axes_last(position, qs.shape, kept)  # (kept..., m)
+    counted = ~np.isnan(position)  # a NaN result (NaN data, an all-NaN slice) has gradient 0, as np.max's
+    position = np.where(counted, position, 0)
+    valid = n - np.sum(np.isnan(s), axis=-1, keepdims=True)  # non-NaN elements per slice
+    lower = np.floor(position).astype(np.intp)
+    upper = np.clip(lower + 1, 0, np.maximum(valid - 1, 0))
+    gamma = position - lower
+
+    def rows_of(g):
+        return q_axes_last(np.reshape(g, qs.shape + kept), qs.shape, kept)
+
+    if wrt == 1:
+        slope = (valid - 1) * (np.take_along_axis(s, upper, -1) - np.take_along_axis(s, lower, -1)) / scale
+        slope = np.where(counted, slope, 0)
+        q_dtype = np.result_type(q)
+        return lambda g: np.sum(rows_of(g) * slope, axis=tuple(range(len(kept)))).reshape(qs.shape).astype(q_dtype)
+
+    start = (np.arange(math.prod(kept)) * n).reshape(kept + (1,))
+
+    def pullback(g):
+        g = np.where(counted, rows_of(g), 0)
+        at_sorted = np.bincount((start + lower).ravel(), ((1 - gamma) * g).ravel(), minlength=s.size) \
+            + np.bincount((start + upper).ravel(), (gamma * g).ravel(), minlength=s.size)
+        at_sorted = at_sorted.reshape(s.shape).astype(s.dtype)
+        return from_rows(unsort(tie_group_mean(s, at_sorted), order), shape, axes)
+
+    return pullback
+
+
+def q_axes_last(values, q_shape, kept):
+    """Quantile results of shape q_shape + kept as (kept..., m): one row of m quantiles per slice."""
+    values = np.reshape(values, q_shape + kept)
+    moved = np.moveaxis(values, range(len(q_shape)), range(len(kept), len(kept) + len(q_shape)))
+    return moved.reshape(kept + (math.prod(q_shape),))
+
+
+def quantile_maker(wrt, scale=1.0, nan=False):
+    """The vjp maker of np.quantile (scale 1) or np.percentile (scale 100), or their nan versions, for
+    argument ``wrt``."""
+    def maker(ans, a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *,
+              weights=None):
+        return order_statistic_pullback(wrt, ans, a, q, axis, method, keepdims, nan, scale, overwrite_input,
+                                        weights)
+
+    return maker
+
+
+def median_vjp(ans, a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    """The median is the 0.5 quantile (method 'linear': the mean of the two middle elements of an even n)."""
+    return order_statistic_pullback(0, ans, a, 0.5, axis, "linear", keepdims, False, 1.0, overwrite_input)
+
+
+def nanmedian_vjp(ans, a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    """np.nanmedian is the 0.5 nanquantile."""
+    return order_statistic_pullback(0, ans, a, 0.5, axis, "linear", keepdims, True, 1.0, overwrite_input)
+
+
+# --- the nan functions: NaN elements are left out ----------------------------------
+def present(a, where=True):
+    """The elements a nan function combines: not NaN (and selected by ``where``)."""
+    return ~np.isnan(a) & where
+
+
+def nansum_vjp(ans, a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+    """np.sum over the elements that are not NaN."""
+    return sum_vjp(ans, a, axis, dtype, out, keepdims, initial, present(a, where))
+
+
+def nanmean_vjp(ans, a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
+    """np.mean over the elements that are not NaN."""
+    with np.errstate(divide="ignore", invalid="ignore"):  # an all-NaN slice: its elements get 0 anyway
+        return mean_vjp(ans, a, axis, dtype, out, keepdims, where=present(a, where))
+
+
+def nanprod_vjp(ans, a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+    """np.prod over the elements that are not NaN."""
+    return prod_vjp(ans, a, axis, dtype, out, keepdims, initial, present(a, where))
+
+
+def nanextreme_vjp(ans, a, axis=None, out=None, keepdims=False, initial=None, where=True):
+    """np.max / np.min over the elements that are not NaN (an all-NaN slice: 0)."""
+    return extreme_vjp(ans, a, axis, out, keepdims, initial, present(a, where))
+
+
+def nanvar_vjp(ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=None,
+               correction=None):
+    """np.var over the elements that are not NaN."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return var_vjp(ans, a, axis, dtype, out, ddof, keepdims, where=present(a, where), mean=mean,
+                       correction=correction)
+
+
+def nanstd_vjp(ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=None,
+               correction=None):
+    """np.std over the elements that are not NaN."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return std_vjp(ans, a, axis, dtype, out, ddof, keepdims, where=present(a, where), mean=mean,
+                       correction=correction)
+
+
+def nancumsum_vjp(ans, a, axis=None, dtype=None, out=None):
+    """np.cumsum with NaN read as 0."""
+    back, mask = cumsum_vjp(ans, a, axis, dtype), present(a)
+    return lambda g: masked(back(g), mask)
+
+
+def nancumprod_vjp(ans, a, axis=None, dtype=None, out=None):
+    """np.cumprod with NaN read as 1."""
+    mask = present(a)
+    back = cumprod_vjp(ans, np.where(mask, a, 1), axis, dtype)
+    return lambda g: masked(back(g), mask)
+
+
+# --- ptp, average ----------------------------------------------------------------
+def ptp_vjp(ans, a, axis=None, out=None, keepdims=False):
+    """np.ptp = max - min, each with its tie rule."""
+    top = extreme_vjp(np.max(a, axis, keepdims=keepdims), a, axis, keepdims=keepdims)
+    bottom = extreme_vjp(np.min(a, axis, keepdims=keepdims), a, axis, keepdims=keepdims)
+    return lambda g: top(g) - bottom(g)
+
+
+def weights_along(w, shape, axes):
+    """The weights of np.average laid along ``axes`` of an array of ``shape``, as NumPy lays them
+    (unchanged when they have its shape)."""
+    if np.shape(w) == shape:
+        return w
+    return np.reshape(np.transpose(w, np.argsort(axes)), [n if i in axes else 1 for i, n in enumerate(shape)])
+
+
+def average_maker(wrt):
+    """The vjp maker of np.average for ``a`` (wrt 0) or ``weights`` (wrt 1):
+    ā = ḡ w / Σw, w̄ = Σ ḡ (a - avg) / Σw over the axes the weights were broadcast along."""
+    def maker(ans, a, axis=None, weights=None, returned=False, *, keepdims=False):
+        if weights is None:
+            return mean_vjp(ans, a, axis, keepdims=keepdims)
+        shape = np.shape(a)
+        axes = reduced_axes(axis, len(shape))
+        w = weights_along(weights, shape, axes)
+        total = np.sum(w, axis=axes, keepdims=True)
+        if wrt == 0:
+            share, dtype = np.broadcast_to(w / total, shape), np.result_type(a)
+            return lambda g: (expand(g, shape, axis, keepdims) * share).astype(dtype, copy=False)
+        deviation = (a - expand(ans, shape, axis, keepdims)) / total
+        w_shape, dtype = np.shape(weights), np.result_type(weights)
+
+        def pullback(g):
+            along = unbroadcast(expand(g, shape, axis, keepdims) * deviation, np.shape(w)).astype(dtype, copy=False)
+            if w_shape == shape:
+                return along
+            return np.transpose(along.reshape(np.array(w_shape)[np.argsort(axes)]), np.argsort(np.argsort(axes)))
+
+        return pullback
+
+    return maker
+
+
+def average_without_returned(a, axis=None, weights=None, returned=False, *, keepdims=np._NoValue):
+    """np.average; ``returned=True`` on a tracked value is an error (the tape records one result per rule
+    differentiable in two arguments, so the pair would lose its gradient)."""
+    if returned:
+        raise UnsupportedFunctionError(
+            "np.average(..., returned=True) on a tracked value has no derivative rule; call "
+            "np.average(a, axis, weights) and compute the sum of weights with np.sum(weights, ...) yourself")
+    return np.average(a, axis, weights, keepdims=keepdims)
+
+
+# --- cov, corrcoef --------------------------------------------------------------------
+def variables(m, y, rowvar):
+    """The observations matrix np.cov builds (one row per variable), and the function that turns its
+    cotangent into the cotangents of ``m`` and ``y``."""
+    rows = [np.atleast_2d(m) if rowvar or np.ndim(m) == 1 else np.atleast_2d(m).T]
+    if y is not None:
+        y2 = np.atleast_2d(y)
+        rows.append(y2 if rowvar or y2.shape[0] == 1 else y2.T)
+    split = rows[0].shape[0]
+
+    def parts(gx):
+        gm, gy = gx[:split], gx[split:]
+        if not rowvar and np.ndim(m) != 1:
+            gm = gm.T
+        if y is not None and not rowvar and np.atleast_2d(y).shape[0] != 1:
+            gy = gy.T
+        return gm.reshape(np.shape(m)), (None if y is None else gy.reshape(np.shape(y)))
+
+    return np.concatenate(rows, axis=0), parts
+
+
+def cov_pullback(m, y, rowvar, bias, ddof, fweights, aweights):
+    """g -> (m̄, ȳ) for C = X_c diag(w) X_cᵀ / f: X̄ = (Ḡ + Ḡᵀ) X_c diag(w) / f.
+
+    The centering adds nothing, as Σₖ wₖ X_c[:, k] = 0.  ``w`` and ``f`` are NumPy's:
+    w = fweights · aweights, f = Σw - ddof Σ(w · aweights) / Σw (N - ddof without weights).
+    """
+    x, parts = variables(m, y, rowvar)
+    ddof = (0 if bias else 1) if ddof is None else ddof
+    w = np.ones(x.shape[1])
+    for given in (fweights, aweights):
+        if given is not None:
+            w = w * np.asarray(given, dtype=float)
+    total = np.sum(w)
+    if aweights is None:
+        f = total - ddof
+    else:
+        f = total - ddof * np.sum(w * np.asarray(aweights, dtype=float)) / total
+    weighted = (x - np.average(x, axis=1, weights=w)[:, None]) * w / max(f, 0.0)
+    n = x.shape[0]
+
+    def pullback(g):
+        g = np.reshape(g, (n, n))
+        return parts((g + g.T) @ weighted)
+
+    return pullback
+
+
+def cov_maker(wrt):
+    """The vjp maker of np.cov for ``m`` (wrt 0) or ``y`` (wrt 1)."""
+    def maker(ans, m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None, *, dtype=None):
+        back = cov_pullback(m, y, rowvar, bias, ddof, fweights, aweights)
+        argument_dtype = np.result_type(m if wrt == 0 else y)
+        return lambda g: back(g)[wrt].astype(argument_dtype, copy=False)
+
+    return maker
+
+
+def corrcoef_maker(wrt):
+    """The vjp maker of np.corrcoef: R = C / (σᵢ σⱼ), C̄ᵢⱼ = R̄ᵢⱼ / (σᵢ σⱼ) - δᵢⱼ Σₖ (R̄ᵢₖ Rᵢₖ + R̄ₖᵢ Rₖᵢ) / (2 Cᵢᵢ)
+    (a single variable's R = 1: gradient 0)."""
+    def maker(ans, x, y=None, rowvar=True, *, dtype=None):
+        argument = x if wrt == 0 else y
+        if np.ndim(ans) == 0:
+            return lambda g: np.zeros(np.shape(argument), np.result_type(argument))
+        back = cov_maker(wrt)(None, x, y, rowvar)
+        c = np.cov(x, y, rowvar)
+        variance = np.diag(c)
+        sigma = np.sqrt(variance)
+
+        def pullback(g):
+            diagonal = np.sum(g * ans + (g * ans).T, axis=1) / (2 * variance)
+            return back(g / np.outer(sigma, sigma) - np.diag(diagonal))
+
+        return pullback
+
+    return maker
+
+
+# --- cumulative_sum, cumulative_prod --------------------------------------------------
+def without_initial(g, axis, include_initial):
+    """The cotangent of the cumulative values, without the one of the initial 0 or 1."""
+    return np.delete(g, 0, axis) if include_initial else g
+
+
+def cumulative_sum_vjp(ans, x, /, *, axis=None, dtype=None, out=None, include_initial=False):
+    """np.cumsum along ``axis`` (the only one of a 1-d array), after an initial 0 when asked."""
+    along = 0 if axis is None else axis
+    back = cumsum_vjp(None, x, along)
+    return lambda g: back(without_initial(g, along, include_initial))
+
+
+def cumulative_prod_vjp(ans, x, /, *, axis=None, dtype=None, out=None, include_initial=False):
+    """np.cumprod along ``axis`` (the only one of a 1-d array), after an initial 1 when asked."""
+    along = 0 if axis is None else axis
+    back = cumprod_vjp(without_initial(ans, along, include_initial), x, along)
+    return lambda g: back(without_initial(g, along, include_initial))
+
+
+# --- ufunc methods: np.add.reduce is np.sum along axis 0, ... -------------------------
+def along(array, axis):
+    """A ufunc method's ``axis`` as the NumPy function's: a 0-d array has none to reduce (NumPy returns it)."""
+    return None if np.ndim(array) == 0 else axis
+
+
+def ufunc_reduce_maker(function_vjp):
+    """The vjp maker of ``ufunc.reduce`` from the maker of the NumPy function it is (axis 0 by default)."""
+    def maker(ans, array, axis=0, dtype=None, out=None, keepdims=False, initial=None, where=True):
+        return function_vjp(ans, array, along(array, axis), dtype, out, keepdims, initial, where)
+
+    return maker
+
+
+def extreme_of_reduce(ans, a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+    """`extreme_vjp` called as a ufunc reduction is (with a dtype)."""
+    return extreme_vjp(ans, a, axis, out, keepdims, initial, where)
+
+
+def nanextreme_of_reduce(ans, a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+    """`nanextreme_vjp` called as a ufunc reduction is: fmax and fmin leave NaN out."""
+    return nanextreme_vjp(ans, a, axis, out, keepdims, initial, where)
+
+
+def log_sum_exp_vjp(base):
+    """The vjp of ``logaddexp.reduce`` (base e) or ``logaddexp2.reduce`` (base 2): x̄ = ḡ base^(x - ans)."""
+    def vjp(ans, a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
+        shape = np.shape(a)
+        partial = masked(np.power(base, a - expand(ans, shape, axis, keepdims)), where)
+        return lambda g: expand(g, shape, axis, keepdims) * partial
+
+    return vjp
+
+
+def ufunc_accumulate_maker(function_vjp):
+    """The vjp maker of ``ufunc.accumulate`` from the maker of np.cumsum or np.cumprod (axis 0 by default)."""
+    def maker(ans, array, axis=0, dtype=None, out=None):
+        return function_vjp(ans, array, along(array, axis), dtype)
+
+    return maker
+
+
+def running_extreme_vjp(ans, array, axis=0, dtype=None, out=None):
+    """``np.maximum.accumulate`` (and minimum, fmax, fmin): x̄ᵢ = Σₖ ḡₖ / cₖ over the k ≥ i whose running
+    extreme yₖ is xᵢ, cₖ being how many of x₀..xₖ tie for it (max's rule at every k).
+
+    The k with one y form a run; its elements equal to y (the hits) share it, counted by a cumulative sum
+    restarted at each run, and x̄ at a hit is the sum of ḡₖ / cₖ from it to the end of its run.
+    """
+    axis = along(array, axis)
+    if np.size(array) == 0:
+        return lambda g: np.zeros_like(g)
+    x, y = np.moveaxis(array, axis, -1), np.moveaxis(ans, axis, -1)
+    n = x.shape[-1]
+    index = np.arange(n)
+    starts = np.ones(y.shape, bool)
+    starts[..., 1:] = y[..., 1:] != y[..., :-1]
+    hits = x == y  # a NaN extreme has none (and passes on no gradient)
+    up_to = np.cumsum(hits, axis=-1)
+    run_start = np.maximum.accumulate(np.where(starts, index, 0), axis=-1)
+    count = up_to - np.take_along_axis(up_to - hits, run_start, axis=-1)
+    share = np.where(np.isnan(y), 0, 1 / np.maximum(count, 1)).astype(y.dtype)
+    run_end = np.minimum.accumulate(np.where(starts, index, n)[..., ::-1], axis=-1)[..., ::-1]  # next start ≥ i
+    run_end = np.concatenate([run_end[..., 1:], np.full(y.shape[:-1] + (1,), n)], axis=-1)  # > i
+
+    def pullback(g):
+        to_end = reverse_cumsum(np.moveaxis(g, axis, -1) * share, -1)
+        to_end = np.concatenate([to_end, np.zeros_like(to_end[..., :1])], axis=-1)
+        gx = np.where(hits, to_end[..., :n] - np.take_along_axis(to_end, run_end, axis=-1), 0)
+        return np.moveaxis(gx, -1, axis)
+
+    return pullback
+
+
+def add_reduceat_vjp(ans, array, indices, axis=0, dtype=None, out=None):
+    """x̄ⱼ = Σ ḡᵢ over the sums i that hold xⱼ: x[indices[i]:indices[i+1]], or x[indices[i]] alone where
+    indices[i+1] <= indices[i], the last one to the end.  For increasing indices: ḡ repeated."""
+    n = np.shape(array)[axis]
+    starts = np.asarray(indices) % n
+    ends = np.append(starts[1:], n)
+    lengths = np.where(ends > starts, ends, starts + 1) - starts
+    summed_by = np.repeat(np.arange(len(starts)), lengths)  # which sum each (sum, element) pair is in
+    elements = starts[summed_by] + np.arange(len(summed_by)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+
+    def pullback(g):
+        g = np.moveaxis(g, axis, 0)
+        gx = np.zeros((n,) + g.shape[1:], g.dtype)
+        np.add.at(gx, elements, g[summed_by])
+        return np.moveaxis(gx, 0, axis)
+
+    return pullback
+
+
 defvjp(np.sum, sum_vjp)
 defvjp(np.mean, mean_vjp)
 defvjp(np.prod, prod_vjp)
@@ -236,3 +740,43 @@ defvjp(np.std, std_vjp)
 defvjp(np.cumsum, cumsum_vjp)
 defvjp(np.cumprod, cumprod_vjp)
 defvjp(np.linalg.norm, norm_vjp)
+
+defvjp(np.sort, sort_vjp)
+defvjp(np.partition, partition_vjp)
+defvjp(np.median, median_vjp)
+defvjp(np.nanmedian, nanmedian_vjp)
+defvjp(np.quantile, quantile_maker(0), quantile_maker(1))
+defvjp(np.percentile, quantile_maker(0, 100.0), quantile_maker(1, 100.0))
+defvjp(np.nanquantile, quantile_maker(0, nan=True), quantile_maker(1, nan=True))
+defvjp(np.nanpercentile, quantile_maker(0, 100.0, nan=True), quantile_maker(1, 100.0, nan=True))
+defvjp(np.nansum, nansum_vjp)
+defvjp(np.nanmean, nanmean_vjp)
+defvjp(np.nanprod, nanprod_vjp)
+defvjp(np.nanmax, nanextreme_vjp)
+defvjp(np.nanmin, nanextreme_vjp)
+defvjp(np.nanvar, nanvar_vjp)
+defvjp(np.nanstd, nanstd_vjp)
+defvjp(np.nancumsum, nancumsum_vjp)
+defvjp(np.nancumprod, nancumprod_vjp)
+defvjp(np.ptp, ptp_vjp)
+defvjp(np.average, average_maker(0), None, average_maker(1))
+RULES[np.average].impl = RULES[np.average].plain = average_without_returned
+defvjp(np.cov, cov_maker(0), cov_maker(1))
+defvjp(np.corrcoef, corrcoef_maker(0), corrcoef_maker(1))
+defvjp(np.cumulative_sum, cumulative_sum_vjp)
+defvjp(np.cumulative_prod, cumulative_prod_vjp)
+
+# ufunc methods on tracked values: rules keyed by the bound method (np.add.reduce == np.add.reduce)
+defvjp(np.add.reduce, ufunc_reduce_maker(sum_vjp))
+defvjp(np.multiply.reduce, ufunc_reduce_maker(prod_vjp))
+for _ufunc in (np.maximum, np.minimum):
+    defvjp(_ufunc.reduce, ufunc_reduce_maker(extreme_of_reduce))
+for _ufunc in (np.fmax, np.fmin):
+    defvjp(_ufunc.reduce, ufunc_reduce_maker(nanextreme_of_reduce))
+defvjp(np.logaddexp.reduce, ufunc_reduce_maker(log_sum_exp_vjp(np.e)))
+defvjp(np.logaddexp2.reduce, ufunc_reduce_maker(log_sum_exp_vjp(2.0)))
+defvjp(np.add.accumulate, ufunc_accumulate_maker(cumsum_vjp))
+defvjp(np.multiply.accumulate, ufunc_accumulate_maker(cumprod_vjp))
+defvjp(np.add.reduceat, add_reduceat_vjp)
+for _ufunc in (np.maximum, np.minimum, np.fmax, np.fmin):
+    defvjp(_ufunc.accumulate, running_extreme_vjp)

@@ -10,14 +10,32 @@ Where the result is a piece of the argument (indexing, ``np.take``, the parts of
 sweep adds ``g`` at that index into the argument's one gradient buffer, so no
 dense zero array is built per operation.  Closures keep only shapes, dtypes and
 indices, never the arrays.
+
+A function that only moves, copies or drops elements (``np.insert``, ``np.delete``,
+``np.resize``, ``np.take_along_axis``) is applied to x's flat positions (`_positions`):
+its result says where each element came from, and g is summed there (``np.pad`` too,
+but in its mode mean and odd reflections, which pull back through one matrix per
+axis, NumPy's padding of the identity, and median, see `_pad_medians`).
+
+Convention: ``np.pad`` in the modes maximum and minimum gives a padded element's
+cotangent to one element of its stretch, the last of equal maxima and the first of
+equal minima (pinned in ``tests/test_shape_rules.py``); median to the one or two
+middle elements of the stretch sorted by value, then by position.
+
+``np.atleast_1d`` (several arrays: a tuple of results), ``np.select`` and ``np.block``
+(tracked arrays inside lists) are compositions: NumPy calls on the arguments, each recorded
+with its own rule (a reshape, nested ``np.where``, ``np.concatenate`` s).
+
+Calls the tape cannot record are errors naming what to write instead: ``np.put_along_axis``
+(writes in place), ``np.piecewise`` with functions (it calls them on plain values).
 """
 
 import numpy as np
 
-from ..errors import UnsupportedFunctionError
+from ..errors import InPlaceMutationError, UnsupportedFunctionError
 from ..numpy_facts import astype, getitem
 from ..pullbacks import IndexPullback, unbroadcast
-from ..registry import RULES, defvjp, defvjp_outputs, defvjp_sequence
+from ..registry import RULES, defcomposition, defvjp, defvjp_outputs, defvjp_sequence
 
 
 # --- helpers ------------------------------------------------------------------
@@ -42,6 +60,43 @@ def _into_flat(x, positions):
     if not shape:  # every position of a 0-d x is its one element
         return lambda g: np.sum(g, dtype=dtype)
     return _into(x, np.unravel_index(positions, shape), repeats=np.ndim(positions) > 0)
+
+
+def _positions(x):
+    """x's flat positions in x's shape: a function that only moves, copies or drops elements, applied to
+    them, tells where each element of its result comes from (``np.resize(_positions(x), s)``)."""
+    return np.arange(np.size(x)).reshape(np.shape(x))
+
+
+def _into_labelled(x, labels, weights=None):
+    """Pullback of a result whose element at i is ``x.flat[labels[i]]`` (times ``weights[i]``), or not from x
+    where ``labels[i] < 0``: g (times the weights) summed into the positions its elements came from."""
+    taken = labels >= 0
+    shape, dtype = np.shape(x), x.dtype
+    if weights is None:
+        def transform(g):
+            return g[taken]
+    else:
+        weights = weights[taken]
+
+        def transform(g):
+            return g[taken] * weights
+    if not shape:
+        return lambda g: np.sum(transform(g), dtype=dtype)
+    return IndexPullback(np.unravel_index(labels[taken], shape), shape, dtype, repeats=True, transform=transform)
+
+
+def _checked_first(func, check):
+    """``func``'s rule runs ``check(*args, **kwargs)`` before NumPy: it raises a clear error for a call the
+    tape cannot differentiate (a tuple of results of several arrays, an array written in place)."""
+    rule = RULES[func]
+    implementation = rule.impl
+
+    def checked(*args, **kwargs):
+        check(*args, **kwargs)
+        return implementation(*args, **kwargs)
+
+    rule.impl = rule.plain = checked
 
 
 def _may_repeat(index):
@@ -241,6 +296,230 @@ def tril_vjp(ans, m, k=0):
     return lambda g: np.tril(g, k)
 
 
+def diagflat_vjp(ans, v, k=0):
+    """v raveled onto diagonal k: that diagonal of g in v's shape."""
+    shape = np.shape(v)
+    return lambda g: np.diagonal(g, k).reshape(shape)
+
+
+# --- promotions, rotations and permutations -------------------------------------------------------------
+def rot90_vjp(ans, m, k=1, axes=(0, 1)):
+    """Rotating back: np.rot90(g, -k, axes)."""
+    return lambda g: np.rot90(g, -k, axes)
+
+
+def rollaxis_vjp(ans, a, axis, start=0):
+    """The inverse of the permutation np.rollaxis makes, read off an empty array whose axis i has length i."""
+    permutation = np.shape(np.rollaxis(np.empty(tuple(range(np.ndim(a)))), axis, start))
+    return lambda g: np.transpose(g, np.argsort(permutation))
+
+
+def permute_dims_vjp(ans, a, axes=None):
+    """np.permute_dims is np.transpose."""
+    return transpose_vjp(ans, a, axes)
+
+
+# --- more joining and splitting ---------------------------------------------------------------------------
+def column_stack_vjp(k, ans, tup):
+    """Part k's columns: a 0-d or 1-d part is one column, others are joined along axis 1."""
+    return _part(k, [np.shape(a)[1] if np.ndim(a) > 1 else 1 for a in tup], 1, tup[k])
+
+
+def dstack_vjp(k, ans, tup):
+    """Part k's slice along axis 2 (np.atleast_3d puts a 0-d, 1-d or 2-d part's one slice there)."""
+    return _part(k, [np.shape(a)[2] if np.ndim(a) > 2 else 1 for a in tup], 2, tup[k])
+
+
+def append_vjp(k):
+    """np.append(arr, values, axis) is np.concatenate((arr, values), axis), raveled first for axis None."""
+    def maker(ans, arr, values, axis=None):
+        parts = (arr, values)
+        if axis is None:
+            return _part(k, [np.size(p) for p in parts], 0, parts[k])
+        axis = axis % np.ndim(ans)
+        return _part(k, [np.shape(p)[axis] for p in parts], axis, parts[k])
+    return maker
+
+
+def unstack_vjp(j, ans, x, /, *, axis=0):
+    """Output j is x's slice j along axis."""
+    return _into(x, _along(axis % np.ndim(x), j))
+
+
+def array_split_vjp(j, ans, ary, indices_or_sections, axis=0):
+    return split_vjp(j, ans, ary, indices_or_sections, axis)
+
+
+def hsplit_vjp(j, ans, ary, indices_or_sections):
+    """np.hsplit splits along axis 1, or 0 for a 1-d ary."""
+    return split_vjp(j, ans, ary, indices_or_sections, 1 if np.ndim(ary) > 1 else 0)
+
+
+def vsplit_vjp(j, ans, ary, indices_or_sections):
+    return split_vjp(j, ans, ary, indices_or_sections, 0)
+
+
+def dsplit_vjp(j, ans, ary, indices_or_sections):
+    return split_vjp(j, ans, ary, indices_or_sections, 2)
+
+
+# --- elements moved, copied or dropped: where each came from is the function applied to `_positions` -----
+def insert_arr_vjp(ans, arr, obj, values, axis=None):
+    """arr's elements, wherever np.insert moved them."""
+    return _into_labelled(arr, _inserted(arr, obj, values, axis))
+
+
+def insert_values_vjp(ans, arr, obj, values, axis=None):
+    """The inserted copies of values (broadcast, so a value may be inserted several times), summed back."""
+    labels = -1 - _inserted(arr, obj, values, axis)
+    return _into_labelled(values, labels)
+
+
+def _inserted(arr, obj, values, axis):
+    """np.insert applied to arr's flat positions and values' positions numbered -1, -2, ...:
+    where each element of the result comes from."""
+    return np.insert(_positions(arr), obj, -1 - _positions(values), axis)
+
+
+def delete_vjp(ans, arr, obj, axis=None):
+    """The elements np.delete keeps, each from one position of arr."""
+    return _into_flat(arr, np.delete(_positions(arr), obj, axis))
+
+
+def resize_vjp(ans, a, new_shape):
+    """np.resize repeats a's elements cyclically: each gets g summed over its copies (none for an empty a)."""
+    if np.size(a) == 0:
+        shape, dtype = np.shape(a), a.dtype
+        return lambda g: np.zeros(shape, dtype)
+    return _into_flat(a, np.resize(_positions(a), new_shape))
+
+
+def take_along_axis_vjp(ans, arr, indices, axis=-1):
+    """g added at the positions np.take_along_axis read (repeats summed)."""
+    return _into_flat(arr, np.take_along_axis(_positions(arr), indices, axis))
+
+
+def _put_along_axis(arr, indices, values, axis):
+    raise InPlaceMutationError(
+        "np.put_along_axis writes into its first argument in place, which would drop the gradient; build the "
+        "new array instead: np.where(mask, np.take_along_axis(np.broadcast_to(values, indices.shape), source, "
+        "axis), arr), where the constants mask and source are np.put_along_axis of True and of "
+        "np.indices(indices.shape)[axis] (each index's position) into np.zeros(arr.shape, bool) and "
+        "np.zeros(arr.shape, int)"
+    )
+
+
+# --- padding ------------------------------------------------------------------------------------------------
+# Most modes copy elements of x into the padding: np.pad of x's flat positions says which (constant_values
+# -1 marks the constants).  linear_ramp scales the edge's copies: by np.pad of ones in that mode (end_values
+# only add a constant).  The others are linear in x too: np.pad pads one axis after another, each fibre along
+# it by the same map, so pad(x) is x with each axis i multiplied by Mᵢ = np.pad(np.eye(nᵢ), widths along
+# axis 0) and the pullback contracts g with each Mᵢ (nᵢ² numbers: for the axes of images, not of signals).
+_COPYING_PADS = ("constant", "edge", "reflect", "symmetric", "wrap")
+_LINEAR_PADS = ("mean", "reflect", "symmetric")  # reflect_type="odd": 2 x_edge - x_mirror
+
+
+def pad_vjp(ans, array, pad_width, mode="constant", *, stat_length=None, constant_values=0, end_values=0,
+            reflect_type="even"):
+    """g summed into the elements each padded element copies, or x̄ = g with each axis i contracted with Mᵢ."""
+    if mode in ("maximum", "minimum"):
+        return _pad_selection(array, pad_width, mode, stat_length)
+    if mode == "median":
+        return _pad_medians(ans, array, pad_width, stat_length)
+    if mode in _COPYING_PADS and reflect_type != "odd":
+        marks = {"constant_values": -1} if mode == "constant" else {}
+        return _into_labelled(array, np.pad(_positions(array), pad_width, mode, **marks))
+    if mode == "linear_ramp":
+        ramps = np.pad(np.ones(np.shape(array), array.dtype), pad_width, mode)  # the edge's share, 1 inside
+        return _into_labelled(array, np.pad(_positions(array), pad_width, "edge"), ramps)
+    if callable(mode) or mode not in _LINEAR_PADS:
+        modes = sorted({*_COPYING_PADS, *_LINEAR_PADS, "linear_ramp", "maximum", "minimum", "median"})
+        raise UnsupportedFunctionError(
+            f"np.pad with mode={mode!r} has no derivative rule (the modes with one: {', '.join(modes)}); pad "
+            "with one of those, or build the padding with np.concatenate of the pieces you need"
+        )
+    ndim, dtype = np.ndim(array), array.dtype
+    widths = _pad_widths(pad_width, ndim)
+    lengths = _pad_widths(stat_length, ndim) if stat_length is not None else None
+    keywords = {"mean": lambda i: {"stat_length": None if lengths is None else tuple(lengths[i])},
+                "reflect": lambda i: {"reflect_type": reflect_type},
+                "symmetric": lambda i: {"reflect_type": reflect_type}}[mode]
+    matrices = [np.pad(np.eye(n, dtype=dtype), (tuple(widths[i]), (0, 0)), mode, **keywords(i))
+                for i, n in enumerate(np.shape(array))]
+
+    def pullback(g):
+        for i, m in enumerate(matrices):
+            g = np.moveaxis(np.tensordot(g, m, axes=([i], [0])), -1, i)
+        return np.asarray(g, dtype=dtype)
+
+    return pullback
+
+
+def _pad_selection(array, pad_width, mode, stat_length):
+    """Each element of the result is the element of x the maxima (minima) chose: np.pad of x with its flat
+    positions as imaginary parts chooses the same ones (NumPy orders complex numbers by their real parts
+    first) and says which, the last of equal values for maximum, the first for minimum."""
+    positions = _positions(array)
+    chosen = np.pad(array + 1j * positions, pad_width, mode, stat_length=stat_length).imag
+    return _into_flat(array, np.rint(chosen).astype(np.intp))
+
+
+def _pad_medians(ans, array, pad_width, stat_length):
+    """np.pad pads one axis after another; along one axis a padded element is the median of a stretch of its
+    fibre, one element pₐ of it or the mean of two, pₐ and p_b.  np.pad of the array with its positions p as
+    imaginary parts gives their mean m = (pₐ + p_b)/2, with p² the mean of their squares q, so
+    pₐ, p_b = m ∓ sqrt(q - m²) (one position twice for one element), and each gets half of g."""
+    if np.size(ans) > 2**26:  # positions squared must be exact floats
+        raise UnsupportedFunctionError("np.pad with mode='median' to more than 2**26 elements has no derivative "
+                                       "rule; pad with mode='mean' or build the padding with np.concatenate")
+    steps, padded = [], array
+    for axis, width in enumerate(_pad_widths(pad_width, np.ndim(array))):
+        widths = [(0, 0)] * np.ndim(array)
+        widths[axis] = tuple(width)
+        positions = _positions(padded).astype(float)
+        mean = np.pad(padded + 1j * positions, widths, "median", stat_length=stat_length).imag
+        square = np.pad(padded + 1j * positions**2, widths, "median", stat_length=stat_length).imag
+        spread = np.sqrt(np.maximum(square - mean**2, 0))
+        steps.append((np.shape(padded), np.rint(mean - spread).astype(np.intp), np.rint(mean + spread).astype(np.intp)))
+        padded = np.pad(padded, widths, "median", stat_length=stat_length)
+    dtype = array.dtype
+
+    def pullback(g):
+        for shape, first, second in reversed(steps):
+            half, size = g.ravel() / 2, int(np.prod(shape))
+            g = (np.bincount(first.ravel(), half, size) + np.bincount(second.ravel(), half, size)).reshape(shape)
+        return g.astype(dtype, copy=False)
+
+    return pullback
+
+
+def _pad_widths(pad_width, ndim):
+    """(before, after) for each axis from np.pad's forms (of pad_width, stat_length): n, (n,), (b, a),
+    ((b, a), ...), {axis: n or (b, a)}."""
+    if not isinstance(pad_width, dict):
+        return np.broadcast_to(np.asarray(pad_width), (ndim, 2))
+    widths = np.zeros((ndim, 2), dtype=int)
+    for axis, width in pad_width.items():
+        widths[axis] = width
+    return widths
+
+
+# --- choosing between arrays -------------------------------------------------------------------------------
+def piecewise_vjp(ans, x, condlist, funclist, *args):
+    """Pieces given as constants: the result is piecewise constant, its gradient zero."""
+    shape, dtype = np.shape(x), x.dtype
+    return lambda g: np.zeros(shape, dtype)
+
+
+def _constant_pieces(x, condlist, funclist, *args, **kw):
+    if any(callable(f) for f in funclist):
+        raise UnsupportedFunctionError(
+            "np.piecewise with functions has no derivative rule (it applies them to plain values); write it "
+            "with np.where: np.where(x < 0, f(x), g(x)) (where f(x) is not defined everywhere, apply it to "
+            "np.where(x < 0, x, safe value) first)"
+        )
+
+
 # --- indexing ----------------------------------------------------------------------------
 def take_vjp(ans, a, indices, axis=None, out=None, mode="raise"):
     n = np.size(a) if axis is None else np.shape(a)[axis]
@@ -267,6 +546,55 @@ def _frozen(index):
             return tuple(np.array(p) if isinstance(p, (np.ndarray, list)) else p for p in index)
         return index
     return np.array(index) if isinstance(index, (np.ndarray, list)) else index
+
+
+# --- compositions: NumPy calls the tape records one by one (`registry.defcomposition`) ----------------
+def atleast_written(func):
+    """``func`` (np.atleast_1d/2d/3d) as the reshape that adds its axes of length 1, one result per array."""
+
+    def written(*arys):
+        shapes = [np.shape(func(np.broadcast_to(False, np.shape(a)))) for a in arys]  # NumPy's promotion
+        results = [np.reshape(a, shape) for a, shape in zip(arys, shapes)]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    return written
+
+
+def select_written(condlist, choicelist, default=0):
+    """np.select as nested np.where, the first condition outermost: the first true condition chooses."""
+    if len(condlist) != len(choicelist):  # NumPy's errors, as it words them
+        raise ValueError("list of cases must be same length as list of conditions")
+    if not condlist:
+        raise ValueError("select with an empty condition list is not possible")
+    if any(np.result_type(c).kind != "b" for c in condlist):
+        raise TypeError("invalid entry 0 in condlist: should be boolean ndarray")
+    result = default
+    for condition, choice in zip(reversed(condlist), reversed(choicelist)):
+        result = np.where(condition, choice, result)
+    return result
+
+
+def block_written(arrays):
+    """np.block as np.concatenate of its nested lists, the innermost along the last axis, each block first
+    given the result's number of axes (leading 1s), as NumPy does (which also checks the layout here)."""
+    ndim = np.ndim(np.block(_nested(arrays, lambda a: np.broadcast_to(False, np.shape(a)))))
+
+    def joined(item, depth):
+        if type(item) is list:
+            return np.concatenate([joined(part, depth - 1) for part in item], axis=-depth)
+        return np.reshape(item, (1,) * (ndim - np.ndim(item)) + np.shape(item))
+
+    return joined(arrays, _depth(arrays))
+
+
+def _nested(item, f):
+    """``item``'s nested lists with ``f`` applied to each element."""
+    return [_nested(part, f) for part in item] if type(item) is list else f(item)
+
+
+def _depth(item):
+    """How many lists deep ``item``'s first element sits (np.block has checked they all do)."""
+    return 1 + _depth(item[0]) if type(item) is list else 0
 
 
 def _register():
@@ -297,6 +625,36 @@ def _register():
     defvjp(astype, lambda ans, x, dtype, order="K", casting="unsafe", subok=True, copy=True: _cast_back(x))
     defvjp(np.copy, lambda ans, a, order="K", subok=False: lambda g: g)
     defvjp(np.full_like, full_like_template_vjp, full_like_vjp)
+    for func in (np.atleast_1d, np.atleast_2d, np.atleast_3d):
+        defcomposition(func, atleast_written(func))
+    defvjp(np.fliplr, lambda ans, m: np.fliplr)
+    defvjp(np.flipud, lambda ans, m: np.flipud)
+    defvjp(np.rot90, rot90_vjp)
+    defvjp(np.rollaxis, rollaxis_vjp)
+    defvjp(np.permute_dims, permute_dims_vjp)
+    defvjp(np.matrix_transpose, lambda ans, x, /: np.matrix_transpose)
+    defvjp(np.astype, lambda ans, x, dtype, /, *, copy=True, device=None: _cast_back(x))
+    defvjp_sequence(np.concat, concatenate_vjp)
+    defvjp_sequence(np.column_stack, column_stack_vjp)
+    defvjp_sequence(np.dstack, dstack_vjp)
+    defcomposition(np.block, block_written)
+    defvjp(np.append, append_vjp(0), append_vjp(1))
+    defvjp(np.insert, insert_arr_vjp, None, insert_values_vjp)
+    defvjp(np.delete, delete_vjp)
+    defvjp(np.resize, resize_vjp)
+    defvjp(np.take_along_axis, take_along_axis_vjp)
+    defvjp(np.put_along_axis, None, None, None)
+    _checked_first(np.put_along_axis, _put_along_axis)
+    defvjp_outputs(np.unstack, unstack_vjp)
+    defvjp_outputs(np.array_split, array_split_vjp)
+    defvjp_outputs(np.hsplit, hsplit_vjp)
+    defvjp_outputs(np.vsplit, vsplit_vjp)
+    defvjp_outputs(np.dsplit, dsplit_vjp)
+    defvjp(np.diagflat, diagflat_vjp)
+    defvjp(np.pad, pad_vjp)
+    defcomposition(np.select, select_written)
+    defvjp(np.piecewise, piecewise_vjp)
+    _checked_first(np.piecewise, _constant_pieces)
 
 
 _register()

@@ -1,10 +1,15 @@
 """Cases for the reductions rules: every function over None / int (negative too) / tuple axes, with and
-without keepdims."""
+without keepdims; the order statistics, the nan functions (one element NaN), cov and corrcoef, and the
+ufunc methods (``add.reduce`` ...) keyed by their bound methods."""
+
+import math
 
 import numpy as np
 from hypothesis import strategies as st
 
-from . import Case, X, array_shape, call, uniform
+from dualbroadcast.rules.reductions import reduced_axes
+
+from . import Case, X, Y, array_shape, call, uniform
 
 AXIS_KINDS = ("none", "int", "tuple")
 
@@ -165,4 +170,292 @@ CASES = [
     Case(np.linalg.norm, build_norm_no_axis, name="norm_no_axis_with_ord"),
     *[vector_norm_case(ord) for ord in (1, 3, -1.5, np.inf, -np.inf, 0)],
     *[matrix_norm_case(ord) for ord in ("fro", "nuc", 2, -2, 1, -np.inf)],
+]
+
+
+# --- sort, partition and the order statistics ---------------------------------------------------
+def sort_case(axis_kind, **options):
+    """np.sort along an int axis (maybe negative, or the default -1) or flattened (None)."""
+
+    def build(draw, dtype):
+        s = array_shape(draw, min_dims=0 if axis_kind == "none" else 1)
+        arguments = {} if axis_kind == "default" else {"axis": draw_axis(draw, len(s), axis_kind)}
+        return call(draw, np.sort, X, **arguments, **options), [uniform(draw, s, dtype)]
+
+    return Case(np.sort, build, name=f"sort_axis_{axis_kind}" + "".join(f"_{k}_{v}" for k, v in options.items()))
+
+
+def partition_case(kind):
+    """np.partition with kth an int (maybe negative) or a sequence, along an int axis or flattened."""
+
+    def build(draw, dtype):
+        s = array_shape(draw)
+        axis = None if kind == "none" else draw_axis(draw, len(s), "int")
+        n = math.prod(s) if axis is None else s[axis]
+        kth = draw(st.one_of(st.integers(-n, n - 1), st.lists(st.integers(0, n - 1), min_size=1, max_size=3)))
+        return call(draw, np.partition, X, kth, axis), [uniform(draw, s, dtype)]
+
+    return Case(np.partition, build, name=f"partition_axis_{kind}")
+
+
+def with_nans(draw, x):
+    """``x`` with one element NaN (the nan functions leave it out; every slice keeps others when each
+    reduced axis has two elements or more)."""
+    x = np.array(x)
+    x.flat[draw(st.integers(0, x.size - 1))] = np.nan
+    return x
+
+
+def order_statistic_case(func, kind, keepdims, nan=False, **options):
+    """median-like ``func(x, axis=..., keepdims=...)``; for nan functions one element is NaN."""
+
+    def build(draw, dtype):
+        s = array_shape(draw, min_dims=0 if kind == "none" and not nan else 1, min_side=2 if nan else 1)
+        axis = draw_axis(draw, len(s), kind)
+        x = uniform(draw, s, dtype)
+        return call(draw, func, X, axis=axis, keepdims=keepdims, **options), [with_nans(draw, x) if nan else x]
+
+    name = f"{func.__name__}_axis_{kind}" + ("_keepdims" if keepdims else "")
+    return Case(func, build, name=name + "".join(f"_{k}_{v}" for k, v in options.items()))
+
+
+QUANTILE_METHODS = ("linear", "inverted_cdf", "averaged_inverted_cdf", "closest_observation",
+                    "interpolated_inverted_cdf", "hazen", "weibull", "median_unbiased", "normal_unbiased",
+                    "lower", "higher", "nearest", "midpoint")
+
+
+def quantile_case(func, q_kind, tracked_q=False, nan=False, scale=1.0):
+    """``func(x, q, axis, method=..., keepdims)`` with q a scalar or an array (a differentiated argument
+    with method 'linear'); every method otherwise.  The nan functions take a 1-d q (NumPy's own limit
+    with NaN data; a 2-d q over several axes is an error, see test_reduction_methods)."""
+
+    def build(draw, dtype):
+        s = array_shape(draw, min_side=2 if nan else 1)
+        axis = draw_axis(draw, len(s), draw(st.sampled_from(AXIS_KINDS)))
+        q_shape = () if q_kind == "scalar" else array_shape(draw, max_dims=1 if nan else 2, max_side=3)
+        q = uniform(draw, q_shape, dtype, 0.05 * scale, 0.95 * scale)
+        method = "linear" if tracked_q else draw(st.sampled_from(QUANTILE_METHODS))
+        keepdims = draw(st.booleans())
+        x = uniform(draw, s, dtype)
+        x = with_nans(draw, x) if nan else x
+        if tracked_q:
+            return call(draw, func, X, Y, axis, method=method, keepdims=keepdims), [x, q]
+        return call(draw, func, X, q, axis, method=method, keepdims=keepdims), [x]
+
+    name = f"{func.__name__}_q_{q_kind}" + ("_differentiated" if tracked_q else "_every_method")
+    return Case(func, build, name=name)
+
+
+# --- the nan reductions, ptp, average ---------------------------------------------------------------
+def nan_reduction_case(func, kind, keepdims=False, min_side=2, low=-2.0, high=2.0, **options):
+    """``func(x, axis=..., keepdims=...)`` with one element of ``x`` NaN."""
+
+    def build(draw, dtype):
+        s = array_shape(draw, min_side=min_side)
+        axis = draw_axis(draw, len(s), kind)
+        x = with_nans(draw, uniform(draw, s, dtype, low, high))
+        return call(draw, func, X, axis=axis, keepdims=keepdims, **options), [x]
+
+    return Case(func, build, name=f"{func.__name__}_axis_{kind}" + ("_keepdims" if keepdims else ""))
+
+
+def nan_cumulative_case(func, kind, low=-2.0, high=2.0):
+    def build(draw, dtype):
+        s = array_shape(draw)
+        axis = draw_axis(draw, len(s), kind)
+        return call(draw, func, X, axis=axis), [with_nans(draw, uniform(draw, s, dtype, low, high))]
+
+    return Case(func, build, name=f"{func.__name__}_axis_{kind}")
+
+
+def build_average_weighted(draw, dtype):
+    """np.average with differentiated weights of a's shape, or along the reduced axes (int or tuple)."""
+    s = array_shape(draw)
+    kind = draw(st.sampled_from(["full", "int", "tuple"]))
+    axis = draw_axis(draw, len(s), "int" if kind == "full" else kind) if kind != "full" or draw(st.booleans()) \
+        else None
+    w_shape = s if kind == "full" else tuple(s[a] for a in reduced_axes(axis, len(s)))
+    keepdims = draw(st.booleans())
+    arrays = [uniform(draw, s, dtype), uniform(draw, w_shape, dtype, 0.5, 1.5)]
+    return call(draw, np.average, X, axis, Y, keepdims=keepdims), arrays
+
+
+def build_average_constant_weights(draw, dtype):
+    s = array_shape(draw, min_dims=0)
+    axis = draw_axis(draw, len(s), "none") if not s else draw_axis(draw, len(s), draw(st.sampled_from(AXIS_KINDS)))
+    weights = None if draw(st.booleans()) else uniform(draw, s, dtype, 0.5, 1.5)
+    if weights is not None and axis is None and not s:
+        weights = None
+    return call(draw, np.average, X, axis, weights), [uniform(draw, s, dtype)]
+
+
+# --- cov, corrcoef --------------------------------------------------------------------------------
+def observations(draw, dtype, rowvar, variables, samples):
+    """A data matrix of ``variables`` x ``samples`` (transposed when not rowvar; 1-d for one variable)."""
+    x = uniform(draw, (variables, samples), dtype)
+    if variables == 1 and draw(st.booleans()):
+        return x[0]
+    return x if rowvar else x.T
+
+
+def build_cov(draw, dtype):
+    rowvar, with_y = draw(st.booleans()), draw(st.booleans())
+    samples = draw(st.integers(3, 6))
+    arrays = [observations(draw, dtype, rowvar, draw(st.integers(1, 3)), samples)]
+    options = {"rowvar": rowvar}
+    if draw(st.booleans()):
+        options["bias"] = True
+    if draw(st.booleans()):
+        options["ddof"] = draw(st.integers(0, 2))
+    if draw(st.booleans()):
+        options["fweights"] = draw(st.lists(st.integers(1, 3), min_size=samples, max_size=samples))
+    if draw(st.booleans()):
+        options["aweights"] = uniform(draw, (samples,), np.float64, 0.5, 1.5)
+    if with_y:
+        arrays.append(observations(draw, dtype, rowvar, draw(st.integers(1, 2)), samples))
+        return in_dtype(call(draw, np.cov, X, Y, **options)), arrays
+    return in_dtype(call(draw, np.cov, X, **options)), arrays
+
+
+def in_dtype(fn):
+    """``fn``'s result cast to its arguments' dtype: cov and corrcoef of float32 compute in float64 (a float32
+    ``dtype=`` would make the finite differences, taken in float64, noise), and the cast's pullback gives the
+    float64 cotangent the rule turns into float32."""
+    return lambda *arrays: fn(*arrays).astype(np.result_type(*arrays))
+
+
+def build_corrcoef(draw, dtype):
+    rowvar, with_y = draw(st.booleans()), draw(st.booleans())
+    samples = draw(st.integers(3, 6))
+    arrays = [observations(draw, dtype, rowvar, draw(st.integers(1, 3)), samples)]
+    if with_y:
+        arrays.append(observations(draw, dtype, rowvar, draw(st.integers(1, 2)), samples))
+        return in_dtype(call(draw, np.corrcoef, X, Y, rowvar, dtype=np.float64)), arrays
+    return in_dtype(call(draw, np.corrcoef, X, rowvar=rowvar)), arrays
+
+
+# --- cumulative_sum, cumulative_prod ------------------------------------------------------------------
+def array_api_cumulative_case(func, low=-2.0, high=2.0):
+    """1-d (or 0-d) with axis None, else an int axis; include_initial either way."""
+
+    def build(draw, dtype):
+        s = array_shape(draw, min_dims=0)
+        axis = draw_axis(draw, len(s), "int") if len(s) > 1 or (s and draw(st.booleans())) else None
+        initial = draw(st.booleans())
+        return call(draw, func, X, axis=axis, include_initial=initial), [uniform(draw, s, dtype, low, high)]
+
+    return Case(func, build, name=f"{func.__name__}")
+
+
+# --- ufunc methods -----------------------------------------------------------------------------
+def ufunc_reduce_case(method, kind, low=-2.0, high=2.0, **options):
+    """``ufunc.reduce(x, axis)``: the axis left out (NumPy's default 0), an int, None or a tuple."""
+
+    def build(draw, dtype):
+        s = array_shape(draw, min_dims=0 if kind in ("none", "default") else 1)
+        arguments = {} if kind == "default" else {"axis": draw_axis(draw, len(s), kind)}
+        if draw(st.booleans()):
+            arguments["keepdims"] = draw(st.booleans())
+        return call(draw, method, X, **arguments, **options), [uniform(draw, s, dtype, low, high)]
+
+    name = f"{method.__self__.__name__}.reduce_axis_{kind}" + "".join(f"_{k}" for k in options)
+    return Case(method, build, name=name)
+
+
+def ufunc_accumulate_case(method, low=-2.0, high=2.0):
+    def build(draw, dtype):
+        s = array_shape(draw)
+        arguments = {} if draw(st.booleans()) else {"axis": draw_axis(draw, len(s), "int")}
+        return call(draw, method, X, **arguments), [uniform(draw, s, dtype, low, high)]
+
+    return Case(method, build, name=f"{method.__self__.__name__}.accumulate")
+
+
+def build_add_reduceat(draw, dtype):
+    """Any indices NumPy accepts: increasing (a sum per slice) or not (x[i] alone where the next is not larger)."""
+    s = array_shape(draw)
+    axis = draw_axis(draw, len(s), "int")
+    indices = draw(st.lists(st.integers(0, s[axis] - 1), min_size=1, max_size=4))
+    arguments = {} if axis == 0 and draw(st.booleans()) else {"axis": axis}
+    return call(draw, np.add.reduceat, X, indices, **arguments), [uniform(draw, s, dtype)]
+
+
+def outer_case(ufunc, low=-2.0, high=2.0):
+    """``ufunc.outer(x, y)``: recorded as ``ufunc(x reshaped, y)``, the derivative table's rule."""
+
+    def build(draw, dtype):
+        a, b = (array_shape(draw, min_dims=0, max_dims=2) for _ in range(2))
+        arrays = [uniform(draw, a, dtype, low, high), uniform(draw, b, dtype, low, high)]
+        return (lambda x, y: ufunc.outer(x, y)), arrays
+
+    return Case(ufunc, build, name=f"{ufunc.__name__}.outer")
+
+
+CASES += [
+    sort_case("default"),
+    sort_case("int"),
+    sort_case("none"),
+    sort_case("int", kind="stable"),
+    sort_case("int", stable=True),
+    partition_case("int"),
+    partition_case("none"),
+    order_statistic_case(np.median, "none", False),
+    order_statistic_case(np.median, "int", True),
+    order_statistic_case(np.median, "tuple", False),
+    order_statistic_case(np.nanmedian, "none", False, nan=True),
+    order_statistic_case(np.nanmedian, "tuple", True, nan=True),
+    quantile_case(np.quantile, "scalar"),
+    quantile_case(np.quantile, "array"),
+    quantile_case(np.quantile, "scalar", tracked_q=True),
+    quantile_case(np.quantile, "array", tracked_q=True),
+    quantile_case(np.percentile, "array", scale=100.0),
+    quantile_case(np.percentile, "scalar", tracked_q=True, scale=100.0),
+    quantile_case(np.nanquantile, "array", nan=True),
+    quantile_case(np.nanquantile, "array", tracked_q=True, nan=True),
+    quantile_case(np.nanpercentile, "scalar", nan=True, scale=100.0),
+    quantile_case(np.nanpercentile, "array", tracked_q=True, nan=True, scale=100.0),
+    nan_reduction_case(np.nansum, "none"),
+    nan_reduction_case(np.nansum, "tuple", True),
+    nan_reduction_case(np.nanmean, "int", True),
+    nan_reduction_case(np.nanmean, "none"),
+    nan_reduction_case(np.nanprod, "tuple", low=0.7, high=1.4),
+    nan_reduction_case(np.nanmax, "int"),
+    nan_reduction_case(np.nanmin, "tuple", True),
+    nan_reduction_case(np.nanvar, "int", True, min_side=3),
+    nan_reduction_case(np.nanvar, "none", min_side=3, ddof=1),
+    nan_reduction_case(np.nanstd, "tuple", min_side=3),
+    nan_cumulative_case(np.nancumsum, "none"),
+    nan_cumulative_case(np.nancumsum, "int"),
+    nan_cumulative_case(np.nancumprod, "int", 0.5, 1.5),
+    nan_cumulative_case(np.nancumprod, "none", -1.5, -0.5),
+    *standard_cases(np.ptp),
+    Case(np.average, build_average_weighted, name="average_weighted"),
+    Case(np.average, build_average_constant_weights, name="average_constant_or_no_weights"),
+    Case(np.cov, build_cov, name="cov"),
+    Case(np.corrcoef, build_corrcoef, name="corrcoef"),
+    array_api_cumulative_case(np.cumulative_sum),
+    array_api_cumulative_case(np.cumulative_prod, 0.5, 1.5),
+    ufunc_reduce_case(np.add.reduce, "default"),
+    ufunc_reduce_case(np.add.reduce, "tuple", initial=1.5),
+    ufunc_reduce_case(np.multiply.reduce, "default", 0.7, 1.4),
+    ufunc_reduce_case(np.multiply.reduce, "none", 0.7, 1.4),
+    ufunc_reduce_case(np.maximum.reduce, "int"),
+    ufunc_reduce_case(np.maximum.reduce, "default"),
+    ufunc_reduce_case(np.minimum.reduce, "tuple"),
+    ufunc_reduce_case(np.fmax.reduce, "none"),
+    ufunc_reduce_case(np.fmin.reduce, "default"),
+    ufunc_reduce_case(np.logaddexp.reduce, "default"),
+    ufunc_reduce_case(np.logaddexp.reduce, "tuple"),
+    ufunc_reduce_case(np.logaddexp2.reduce, "int"),
+    ufunc_accumulate_case(np.add.accumulate),
+    ufunc_accumulate_case(np.multiply.accumulate, 0.5, 1.5),
+    ufunc_accumulate_case(np.maximum.accumulate),
+    ufunc_accumulate_case(np.minimum.accumulate),
+    ufunc_accumulate_case(np.fmax.accumulate),
+    ufunc_accumulate_case(np.fmin.accumulate),
+    Case(np.add.reduceat, build_add_reduceat, name="add.reduceat"),
+    outer_case(np.add),
+    outer_case(np.multiply),
+    outer_case(np.arctan2),
+    outer_case(np.power, 0.5, 1.5),
 ]

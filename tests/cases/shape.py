@@ -1,5 +1,7 @@
 """Cases for the shape and indexing rules: every function, over drawn shapes, axes and indices."""
 
+import warnings
+
 import numpy as np
 from hypothesis import strategies as st
 
@@ -209,20 +211,20 @@ def build_diag_vector(draw, s):
 
 
 def build_diag_matrix(draw, s):
-    k = draw(st.integers(1 - s[0], s[1] - 1))
+    k = draw(st.integers(-s[0], s[1]))  # ±the side: an empty diagonal
     return call(draw, np.diag, X, k)
 
 
 def build_diagonal(draw, dtype):
     s = array_shape(draw, 2, 3, min_side=2)
     a, b = draw(st.permutations(range(-len(s), 0)))[:2]
-    offset = draw(st.integers(-1, 1))
+    offset = draw(st.integers(-5, 5))  # beyond the array: an empty diagonal
     return call(draw, np.diagonal, X, offset, a, b), [uniform(draw, s, dtype)]
 
 
 def build_triangle(func):
     def build(draw, s):
-        k = draw(st.integers(-2, 2))
+        k = draw(st.integers(-5, 5))
         return call(draw, func, X, k)
 
     return build
@@ -326,6 +328,297 @@ def build_full_like(draw, dtype):
     return (lambda a, v: fill(a, v) * a if shape is None else fill(a, v)), [template, uniform(draw, value_shape, dtype)]
 
 
+# --- promotions, rotations and permutations -------------------------------------------------------------------
+def build_atleast(func):
+    def build(draw, s):
+        return call(draw, func, X)
+
+    return build
+
+
+def build_fliplr(draw, s):
+    return call(draw, np.fliplr, X)
+
+
+def build_flipud(draw, s):
+    return call(draw, np.flipud, X)
+
+
+def build_rot90(draw, s):
+    k = draw(st.integers(-3, 5))
+    a, b = draw(st.permutations(range(len(s))))[:2]
+    axes = (a - len(s) * draw(st.booleans()), b)
+    arguments = draw(st.sampled_from([(k, axes), (k,), ()]))
+    return call(draw, np.rot90, X, *arguments)
+
+
+def build_rollaxis(draw, s):
+    axis, start = axis_of(draw, len(s)), draw(st.integers(-len(s), len(s)))
+    return call(draw, np.rollaxis, X, axis, start)
+
+
+def build_permute_dims(draw, s):
+    negative = tuple(a - len(s) for a in permutation(draw, len(s)))
+    axes = draw(st.sampled_from([None, permutation(draw, len(s)), negative]))
+    return call(draw, np.permute_dims, X, axes)
+
+
+def build_matrix_transpose(draw, s):
+    return call(draw, np.matrix_transpose, X)
+
+
+def build_astype_function(draw, s):
+    wide, back = call(draw, np.astype, X, np.float64), call(draw, np.astype, X, np.float32, copy=False)
+    return lambda x: np.astype(wide(x) * 3, x.dtype) + (back(x) if x.dtype == np.float32 else x)
+
+
+# --- more joining and splitting ---------------------------------------------------------------------------------
+def build_concat(draw, dtype):
+    s = array_shape(draw, 1, 3, min_side=0)
+    axis = axis_of(draw, len(s))
+    template = tuple(None if i == axis % len(s) else n for i, n in enumerate(s))
+    x, y, c = parts_along(draw, dtype, template, 3)
+    return call(draw, np.concat, [X, c, Y, X], axis=axis), [x, y]
+
+
+def build_column_stack(draw, dtype):
+    """Columns of 1-d parts beside 2-d ones, or 3-d parts joined along axis 1."""
+    n = draw(st.integers(1, 3))
+    if draw(st.booleans()):
+        x, y = uniform(draw, (n, 2, 2), dtype), uniform(draw, (n, draw(st.integers(1, 3)), 2), dtype)
+        return call(draw, np.column_stack, [Y, np.ones((n, 1, 2), dtype), X]), [x, y]
+    x, y = uniform(draw, (n,), dtype), uniform(draw, (n, draw(st.integers(1, 3))), dtype)
+    return call(draw, np.column_stack, [X, np.ones((n, 1), dtype), Y, X]), [x, y]
+
+
+def build_column_stack_0d(draw, dtype):
+    x, y = uniform(draw, (), dtype), uniform(draw, (1,), dtype)
+    return call(draw, np.column_stack, (X, Y, X)), [x, y]
+
+
+def build_dstack(draw, dtype):
+    """2-d parts are one slice deep, 3-d ones their depth; a 1-d part is one row, a 0-d one one element."""
+    m, n = draw(st.sampled_from([(1, 1), (1, 3), (2, 3), (3, 1)]))
+    y = uniform(draw, (m, n, draw(st.integers(1, 3))), dtype)
+    x = uniform(draw, draw(st.sampled_from([(m, n)] + ([(n,)] if m == 1 else []) + ([()] if m == n == 1 else []))),
+                dtype)
+    return call(draw, np.dstack, [X, Y, np.zeros((m, n, 1), dtype), X]), [x, y]
+
+
+def build_row_stack(draw, dtype):
+    n = draw(st.integers(1, 4))
+    x, y = uniform(draw, (n,), dtype), uniform(draw, (2, n), dtype)
+    stack = call(draw, np.row_stack, [X, Y, X])
+
+    def row_stack(x, y):  # a deprecated alias of np.vstack
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return stack(x, y)
+
+    return row_stack, [x, y]
+
+
+def build_block(draw, s):
+    """One array, not a list: np.block returns it."""
+    return call(draw, np.block, X)
+
+
+def build_block_nested(draw, dtype):
+    """[[x, c], [y]]: a row of x beside a constant block c of fewer axes (promoted), over a row y."""
+    rows, left, right = (draw(st.integers(1, 3)) for _ in range(3))
+    constant = uniform(draw, (right,) if rows == 1 else (rows, right), dtype)
+    x = uniform(draw, (rows, left), dtype)
+    if not draw(st.booleans()):  # the flat [x, y] form: one row, joined along the last axis
+        return (lambda x, y: np.block([x, y])), [x, uniform(draw, (rows, right), dtype)]
+    return (lambda x, y: np.block([[x, constant], [y]])), [x, uniform(draw, (2, left + right), dtype)]
+
+
+def tracked_pair(draw, f, x, y):
+    """``f(x, y)`` as a function of both, of x alone or of y alone; the other a constant cast to the tracked
+    one's dtype (np.insert casts to arr's dtype: a float32 constant would take finite differences in float32)."""
+    which = draw(st.sampled_from(["both", "first", "second"]))
+    if which == "both":
+        return f, [x, y]
+    if which == "first":
+        return (lambda a: f(a, y.astype(a.dtype))), [x]
+    return (lambda b: f(x.astype(b.dtype), b)), [y]
+
+
+def build_append(draw, dtype):
+    axis = draw(st.sampled_from([None, 0, -1]))
+    if axis is None:
+        x, y = uniform(draw, array_shape(draw, 0, 3), dtype), uniform(draw, array_shape(draw, 0, 2, min_side=0), dtype)
+        append = call(draw, np.append, X, Y, axis=None) if draw(st.booleans()) else call(draw, np.append, X, Y)
+    else:
+        s = array_shape(draw, 1, 3)
+        template = tuple(None if i == axis % len(s) else n for i, n in enumerate(s))
+        x, y = parts_along(draw, dtype, template, 2)
+        append = call(draw, np.append, X, Y, axis=axis)
+    return tracked_pair(draw, append, x, y)
+
+
+def build_insert(draw, dtype):
+    """A scalar, a sequence (unsorted, repeated) or a slice of positions; values broadcast into the gap."""
+    s = array_shape(draw, 1, 3)
+    axis = draw(st.sampled_from([None, axis_of(draw, len(s))]))
+    n = int(np.prod(s)) if axis is None else s[axis]
+    gap = list(s) if axis is not None else [n]
+    where = 0 if axis is None else axis % len(s)
+    obj = draw(st.sampled_from(["scalar", "sequence", "slice"]))
+    if obj == "scalar":
+        obj = draw(st.integers(-n, n))
+        values = tuple(gap[:where] + gap[where + 1:]) if axis is not None else (draw(st.integers(1, 3)),)
+    else:
+        obj = draw(st.lists(st.integers(-n, n), min_size=1, max_size=4)) if obj == "sequence" \
+            else slice(draw(st.integers(0, n)), None, 2)
+        gap[where] = len(range(n)[obj]) if type(obj) is slice else len(obj)
+        values = tuple(gap)
+    values = draw(st.sampled_from([values, ()]))  # or one value broadcast into the whole gap
+    x, y = uniform(draw, s, dtype), uniform(draw, values, dtype)
+    return tracked_pair(draw, call(draw, np.insert, X, obj, Y, axis=axis), x, y)
+
+
+def build_delete(draw, s):
+    axis = draw(st.sampled_from([None, axis_of(draw, len(s))])) if s else None
+    n = int(np.prod(s)) if axis is None else s[axis]
+    obj = draw(st.sampled_from([
+        draw(st.integers(-n, n - 1)), sorted(set(indices(draw, n, (0, 3)))), slice(1, None, 2),
+        np.arange(n) % 2 == 0,
+    ]))
+    return call(draw, np.delete, X, obj, axis=axis)
+
+
+def build_resize(draw, s):
+    new_shape = draw(st.sampled_from([(7,), (2, 3), (0,), int(np.prod(s)) + 1, (1,) + s, ()]))
+    return call(draw, np.resize, X, new_shape)
+
+
+def build_take_along_axis(draw, s):
+    axis = draw(st.sampled_from([None, axis_of(draw, len(s))]))
+    n = int(np.prod(s)) if axis is None else s[axis]
+    shape = [draw(st.integers(0, 4))] if axis is None else list(s)
+    if axis is not None:
+        shape[axis] = draw(st.integers(0, 4))
+    where = np.array(draw(st.lists(st.integers(-n, n - 1), min_size=int(np.prod(shape)), max_size=int(np.prod(shape)))),
+                     dtype=int).reshape(shape)
+    return call(draw, np.take_along_axis, X, where, axis)
+
+
+def build_put_along_axis(draw, dtype):
+    """np.put_along_axis writes in place: an error naming the spelling checked here, np.where of the values
+    taken along axis from where each index put them (repeated indices: the last write wins, as in NumPy)."""
+    s = array_shape(draw, 1, 3)
+    axis = axis_of(draw, len(s))
+    shape = list(s)
+    shape[axis] = draw(st.integers(1, 3))
+    indices = np.array(draw(st.lists(st.integers(0, s[axis] - 1), min_size=int(np.prod(shape)),
+                                     max_size=int(np.prod(shape))))).reshape(shape)
+    mask, source = np.zeros(s, bool), np.zeros(s, int)
+    np.put_along_axis(mask, indices, True, axis)
+    np.put_along_axis(source, indices, np.indices(indices.shape)[axis], axis)
+    value_shape = draw(st.sampled_from([tuple(shape), ()]))
+
+    def put(arr, values):
+        return np.where(mask, np.take_along_axis(np.broadcast_to(values, indices.shape), source, axis), arr)
+
+    expected = uniform(draw, s, np.float64), uniform(draw, value_shape, np.float64)
+    written = expected[0].copy()
+    np.put_along_axis(written, indices, expected[1], axis)
+    np.testing.assert_array_equal(put(*expected), written)  # the spelling means what np.put_along_axis does
+    return put, [uniform(draw, s, dtype), uniform(draw, value_shape, dtype)]
+
+
+def build_unstack(draw, s):
+    if draw(st.booleans()):
+        return call(draw, np.unstack, X)
+    return call(draw, np.unstack, X, axis=axis_of(draw, len(s)))
+
+
+def build_array_split(draw, s):
+    axis = axis_of(draw, len(s))
+    cuts = sorted(draw(st.lists(st.integers(0, s[axis] + 1), max_size=3)))
+    sections = draw(st.sampled_from([draw(st.integers(1, 5)), cuts]))
+    return call(draw, np.array_split, X, sections, axis=axis)
+
+
+def build_split_like(func, axis):
+    """np.hsplit/vsplit/dsplit into equal sections or at indices along ``axis`` (a function of ndim)."""
+
+    def build(draw, dtype):
+        s = list(array_shape(draw, {np.vsplit: 2, np.dsplit: 3}.get(func, 1), 3 if func is not np.hsplit else 2))
+        a = axis(len(s))
+        sections = draw(st.integers(1, 3))
+        s[a] = sections * draw(st.integers(1, 2))
+        where = draw(st.sampled_from([sections, sorted(draw(st.lists(st.integers(0, s[a]), max_size=3)))]))
+        return call(draw, func, X, where), [uniform(draw, tuple(s), dtype)]
+
+    return build
+
+
+def build_diagflat(draw, s):
+    return call(draw, np.diagflat, X, draw(st.integers(-2, 2)))
+
+
+# --- padding --------------------------------------------------------------------------------------------------------
+def pad_width(draw, ndim):
+    """np.pad's forms: n, (n,), (before, after), one pair per axis, {axis: n or pair}."""
+    pair = (draw(st.integers(0, 5)), draw(st.integers(0, 5)))
+    return draw(st.sampled_from([
+        pair[0], (pair[1],), pair, tuple((draw(st.integers(0, 5)), draw(st.integers(0, 5))) for _ in range(ndim)),
+        {-1: pair}, {0: pair[1]},
+    ]))
+
+
+def build_pad(mode, min_side=1):
+    def build(draw, dtype):
+        s = array_shape(draw, 1, 3, min_side=min_side)
+        if mode == "constant" and draw(st.booleans()):
+            s = ()  # np.pad leaves a 0-d array as it is
+        width = pad_width(draw, len(s)) if s else draw(st.sampled_from([0, 2]))
+        stat = {"stat_length": draw(st.sampled_from([None, 1, (2, 3), tuple((1, draw(st.integers(1, 6))) for _ in s)]))}
+        keywords = {
+            "constant": {"constant_values": draw(st.sampled_from([0, 1.5, ((1, 2),) * len(s) or 2]))},
+            "linear_ramp": {"end_values": draw(st.sampled_from([0, (1, -2), 3]))},
+            "mean": stat, "maximum": stat, "minimum": stat, "median": stat,
+            "reflect": {"reflect_type": draw(st.sampled_from(["even", "odd"]))},
+            "symmetric": {"reflect_type": draw(st.sampled_from(["even", "odd"]))},
+        }.get(mode, {})
+        keywords = {k: v for k, v in keywords.items() if draw(st.booleans())}
+        mode_given = {"mode": mode} if mode != "constant" or draw(st.booleans()) else {}
+        return call(draw, np.pad, X, width, **mode_given, **keywords), [uniform(draw, s, dtype)]
+
+    return build
+
+
+# --- choosing ---------------------------------------------------------------------------------------------------------
+def build_select(draw, dtype):
+    """np.select of tracked choices and a tracked or constant default, over broadcasting shapes: where both
+    conditions hold the first chooses."""
+    x_shape, y_shape, c_shape = broadcast_shapes(draw, 3)
+    first, second = mask(draw, c_shape), mask(draw, c_shape)
+    if draw(st.booleans()):
+        return (lambda x, y: np.select([first, second], [x * 2, np.sin(y)], y)), [
+            uniform(draw, x_shape, dtype), uniform(draw, y_shape, dtype)]
+    choices = [uniform(draw, x_shape, dtype), uniform(draw, y_shape, dtype)]
+    return call(draw, np.select, [first, second], [X, Y], 0.5), choices
+
+
+def build_atleast_several(func):
+    """``func(x, y)`` of two arrays: a tuple, one result each."""
+
+    def build(draw, dtype):
+        return call(draw, func, X, Y), [uniform(draw, array_shape(draw, 0, 3, 0), dtype),
+                                        uniform(draw, array_shape(draw, 0, 3, 1), dtype)]
+
+    return build
+
+
+def build_piecewise(draw, s):
+    """Constant pieces: a piecewise-constant result, times x so the product rule needs its zero gradient."""
+    pieces = draw(st.sampled_from([[1.0, -2.0], [1.0, -2.0, 3.0], [0.5]]))
+    return lambda x: np.piecewise(x, [x > 0, x < -1][: max(len(pieces) - 1, 1)], pieces) * x
+
+
 CASES = [
     Case(np.reshape, one_array(build_reshape), name="reshape"),
     Case(np.reshape, one_array(build_reshape_fortran, 2), name="reshape_order_F"),
@@ -360,8 +653,8 @@ CASES = [
     Case(np.diag, one_array(build_diag_vector, 1, 1), name="diag_vector"),
     Case(np.diag, one_array(build_diag_matrix, 2, 2), name="diag_matrix"),
     Case(np.diagonal, build_diagonal, name="diagonal"),
-    Case(np.triu, one_array(build_triangle(np.triu), 1), name="triu"),  # 1-D: NumPy stacks it into rows
-    Case(np.tril, one_array(build_triangle(np.tril), 1), name="tril"),
+    Case(np.triu, one_array(build_triangle(np.triu), 1, min_side=0), name="triu"),  # 1-D: stacked into rows
+    Case(np.tril, one_array(build_triangle(np.tril), 1, min_side=0), name="tril"),
     Case(np.take, one_array(build_take), name="take"),
     Case(np.take, one_array(build_take_mode), name="take_modes"),
     Case(getitem, one_array(build_getitem_basic, 2), name="getitem_basic"),
@@ -374,4 +667,40 @@ CASES = [
     Case(astype, one_array(build_astype, 0), name="astype"),
     Case(np.copy, one_array(build_copy, 0), name="copy"),
     Case(np.full_like, build_full_like, name="full_like"),
+    Case(np.atleast_1d, one_array(build_atleast(np.atleast_1d), 0, 2, min_side=0), name="atleast_1d"),
+    Case(np.atleast_2d, one_array(build_atleast(np.atleast_2d), 0, 3, min_side=0), name="atleast_2d"),
+    Case(np.atleast_3d, one_array(build_atleast(np.atleast_3d), 0, 4, min_side=0), name="atleast_3d"),
+    *[Case(f, build_atleast_several(f), name=f"{f.__name__}_of_two")
+      for f in (np.atleast_1d, np.atleast_2d, np.atleast_3d)],
+    Case(np.fliplr, one_array(build_fliplr, 2, min_side=0), name="fliplr"),
+    Case(np.flipud, one_array(build_flipud, 1, min_side=0), name="flipud"),
+    Case(np.rot90, one_array(build_rot90, 2), name="rot90"),
+    Case(np.rollaxis, one_array(build_rollaxis, 1, 4), name="rollaxis"),
+    Case(np.permute_dims, one_array(build_permute_dims, 0), name="permute_dims"),
+    Case(np.matrix_transpose, one_array(build_matrix_transpose, 2, min_side=0), name="matrix_transpose"),
+    Case(np.astype, one_array(build_astype_function, 0), name="astype_function"),
+    Case(np.concat, build_concat, name="concat"),
+    Case(np.column_stack, build_column_stack, name="column_stack"),
+    Case(np.column_stack, build_column_stack_0d, name="column_stack_0d"),
+    Case(np.dstack, build_dstack, name="dstack"),
+    Case(np.vstack, build_row_stack, name="row_stack"),
+    Case(np.block, one_array(build_block, 0), name="block_of_one_array"),
+    Case(np.block, build_block_nested, name="block_nested"),
+    Case(np.append, build_append, name="append"),
+    Case(np.insert, build_insert, name="insert"),
+    Case(np.delete, one_array(build_delete, 0), name="delete"),
+    Case(np.resize, one_array(build_resize, 0, min_side=0), name="resize"),
+    Case(np.take_along_axis, one_array(build_take_along_axis), name="take_along_axis"),
+    Case(np.put_along_axis, build_put_along_axis, name="put_along_axis_as_where"),
+    Case(np.unstack, one_array(build_unstack, 1, min_side=0), name="unstack"),
+    Case(np.array_split, one_array(build_array_split), name="array_split"),
+    Case(np.hsplit, build_split_like(np.hsplit, lambda ndim: 1 if ndim > 1 else 0), name="hsplit"),
+    Case(np.vsplit, build_split_like(np.vsplit, lambda ndim: 0), name="vsplit"),
+    Case(np.dsplit, build_split_like(np.dsplit, lambda ndim: 2), name="dsplit"),
+    Case(np.diagflat, one_array(build_diagflat, 0, 2), name="diagflat"),
+    *(Case(np.pad, build_pad(mode, 0 if mode == "constant" else 1), name=f"pad_{mode}")
+      for mode in ("constant", "edge", "linear_ramp", "mean", "reflect", "symmetric", "wrap", "maximum", "minimum",
+                   "median")),
+    Case(np.select, build_select, name="select"),
+    Case(np.piecewise, one_array(build_piecewise, 0), name="piecewise_constants"),
 ]

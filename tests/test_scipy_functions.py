@@ -1,0 +1,300 @@
+"""The SciPy mirrors of ``dualbroadcast.scipy``: every mirrored function has a case (swept against finite
+differences in float64 and float32 by tests/test_rules.py and replayed by tests/test_prepared.py), has
+SciPy's signature, returns exactly what SciPy returns, agrees with ``jax.grad`` of ``jax.scipy``, and
+gives a clear error where it has no derivative.  Skipped without SciPy."""
+
+import inspect
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import dualbroadcast as db
+
+pytest.importorskip("scipy")
+import scipy.special
+import scipy.stats
+
+from dualbroadcast.scipy import signal, special, stats
+
+from .cases.scipy_functions import CASES
+
+METHODS = ("logpdf", "pdf", "cdf", "logcdf", "logpmf", "pmf")
+NOT_DIFFERENTIABLE = {"multivariate_normal.cdf", "multivariate_normal.logcdf"}  # numerical integration
+
+
+def mirrored():
+    """``(name, SciPy's callable, the mirror)`` for every mirrored function and distribution method."""
+    pairs = []
+    for module in (special, stats, signal):
+        for original, mirror in module.MIRRORS.items():
+            if inspect.isfunction(mirror):
+                pairs.append((mirror.__name__, original, mirror))
+                continue
+            name = type(mirror).__name__.removesuffix("_gen")
+            pairs += [(f"{name}.{m}", getattr(original, m), getattr(mirror, m)) for m in METHODS if hasattr(mirror, m)]
+    return pairs
+
+
+MIRRORED = mirrored()
+IDS = [name for name, _, _ in MIRRORED]
+
+
+def test_every_mirrored_function_has_a_case():
+    covered = {case.func for case in CASES}
+    missing = [name for name, _, mirror in MIRRORED if mirror not in covered and name not in NOT_DIFFERENTIABLE]
+    assert not missing, f"mirrored functions without cases in tests/cases/scipy_functions.py: {missing}"
+    assert len(MIRRORED) == 3 + 4 * 4 + 4 + 4 + 2 + 2
+
+
+@pytest.mark.parametrize(("name", "original", "mirror"), MIRRORED, ids=IDS)
+def test_the_mirror_has_scipys_signature(name, original, mirror):
+    expected = inspect.signature(original)
+    dist = getattr(scipy.stats, name.split(".")[0], None)
+    if isinstance(dist, scipy.stats.rv_continuous | scipy.stats.rv_discrete):
+        # SciPy writes these (x, *args, **kwds) and documents (x, <shapes>, loc=0, scale=1)
+        first = "x" if isinstance(dist, scipy.stats.rv_continuous) else "k"
+        shapes = [s.strip() for s in (dist.shapes or "").split(",") if s.strip()]
+        scale = ", scale=1" if isinstance(dist, scipy.stats.rv_continuous) else ""
+        expected = f"({', '.join([first, *shapes])}, loc=0{scale})"
+    assert str(inspect.signature(mirror)) == str(expected)
+
+
+# --- the mirror returns exactly what SciPy returns ----------------------------------------------------------
+R = np.random.default_rng(7)
+X = R.uniform(0.2, 0.8, (3, 4))
+SPD = np.array([[2.0, 0.3, 0.1], [0.3, 1.5, -0.2], [0.1, -0.2, 1.2]])
+EXAMPLES = {  # name: (args, kwargs)
+    "logsumexp": ((X,), {"axis": 1, "b": X[0], "keepdims": True}),
+    "softmax": ((X,), {"axis": 0}),
+    "log_softmax": ((X,), {"axis": (0, 1)}),
+    "norm": ((X,), {"loc": 0.1, "scale": 1.3}),
+    "t": ((X, 3.5), {"loc": 0.1, "scale": 1.3}),
+    "gamma": ((X, 2.5), {"loc": 0.1, "scale": 1.3}),
+    "beta": ((X, 2.5, 1.5), {"loc": 0.01, "scale": 1.1}),
+    "poisson": ((np.array([0.0, 1.0, 3.0, 2.5]), np.array([0.5, 1.0, 2.0, 3.0])), {"loc": 0}),
+    "multivariate_normal": ((X[:, :3],), {"mean": X[0, 1:], "cov": SPD}),
+    "dirichlet": ((X[:2] / 4, np.array([1.5, 2.0, 0.7])), {}),
+    "convolve": ((X, X[:2, :3]), {"mode": "same", "method": "direct"}),
+    "correlate": ((X, X[:2, :3]), {"mode": "valid", "method": "fft"}),
+}
+
+
+def example(name):
+    return EXAMPLES[name.split(".")[0]]
+
+
+def assert_identical(a, b):
+    """The same type, dtype and values (nan where SciPy gives nan); tuples element by element."""
+    assert type(a) is type(b)
+    if isinstance(a, tuple):
+        for x, y in zip(a, b, strict=True):
+            assert_identical(x, y)
+        return
+    assert np.result_type(a) == np.result_type(b) and np.shape(a) == np.shape(b)
+    assert np.array_equal(a, b, equal_nan=True)
+
+
+@pytest.mark.parametrize(("name", "original", "mirror"), MIRRORED, ids=IDS)
+def test_on_plain_arrays_the_mirror_returns_exactly_scipys_result(name, original, mirror):
+    args, kwargs = example(name)
+    if name in NOT_DIFFERENTIABLE:
+        kwargs = {**kwargs, "rng": 0}  # a Monte Carlo integration: the same draws on both sides
+    assert_identical(mirror(*args, **kwargs), original(*args, **kwargs))
+
+
+def test_logsumexp_with_its_sign_is_scipys():
+    b = -X[0]
+    assert_identical(special.logsumexp(X, axis=1, b=b, return_sign=True),
+                     scipy.special.logsumexp(X, axis=1, b=b, return_sign=True))
+    ours = db.pullback(lambda a: special.logsumexp(a, axis=1, b=b, return_sign=True), X)[0]
+    assert_identical(tuple(map(np.asarray, ours)),
+                     tuple(map(np.asarray, scipy.special.logsumexp(X, axis=1, b=b, return_sign=True))))
+
+
+@pytest.mark.parametrize(("name", "original", "mirror"), [m for m in MIRRORED if m[0] not in NOT_DIFFERENTIABLE],
+                         ids=[i for i in IDS if i not in NOT_DIFFERENTIABLE])
+def test_on_tracked_values_the_value_is_scipys(name, original, mirror):
+    args, kwargs = example(name)
+    if name.startswith("poisson"):  # differentiable in mu only
+        ours, _ = db.pullback(lambda mu: mirror(args[0], mu, **kwargs), args[1])
+    else:
+        ours, _ = db.pullback(lambda x: mirror(x, *args[1:], **kwargs), args[0])
+    assert_identical(np.asarray(ours), np.asarray(original(*args, **kwargs)))
+
+
+# --- against jax.grad of jax.scipy, float64 ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def jax():
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    import jax.scipy.signal
+    import jax.scipy.special
+    import jax.scipy.stats
+    return jax
+
+
+def assert_same_gradients(ours, theirs, *args):
+    """``db.gradient(ours)`` equals ``jax.grad(theirs)`` in every argument."""
+    from jax import grad
+
+    expected = grad(theirs, argnums=tuple(range(len(args))))(*args)
+    got = db.gradient(ours, *args)
+    got = got if isinstance(got, tuple) else (got,)
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(g, np.asarray(e), rtol=1e-7, atol=1e-10)
+
+
+W = R.standard_normal((3, 4))
+
+
+@pytest.mark.parametrize(("axis", "keepdims", "return_sign"), [(None, False, False), (1, True, False),
+                                                                 ((0, 1), False, True), (-2, False, True)])
+def test_logsumexp_against_jax(jax, axis, keepdims, return_sign):
+    b = R.uniform(-0.5 if return_sign else 0.5, 1.5, (1, 4))
+    w = R.standard_normal(np.shape(scipy.special.logsumexp(X, axis=axis, b=b, keepdims=keepdims)))
+
+    def loss(lse, xp):
+        def f(a, b):
+            out = lse(a, axis=axis, b=b, keepdims=keepdims, return_sign=return_sign)
+            return xp.sum(w * (out[0] if return_sign else out))
+        return f
+
+    assert_same_gradients(loss(special.logsumexp, np), loss(jax.scipy.special.logsumexp, jax.numpy), X, b)
+
+
+@pytest.mark.parametrize("axis", [None, 0, -1, (0, 1)])
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_softmax_against_jax(jax, name, axis):
+    ours, theirs = getattr(special, name), getattr(jax.scipy.special, name)
+    assert_same_gradients(lambda x: np.sum(W * ours(x, axis=axis)),
+                          lambda x: jax.numpy.sum(W * theirs(x, axis=axis)), X)
+
+
+LOCATION_SCALE = [  # (name, shape parameters, methods jax.scipy.stats has)
+    ("norm", (), ("logpdf", "pdf", "cdf", "logcdf")),
+    ("t", (3.5,), ("logpdf", "pdf")),
+    ("gamma", (2.5,), ("logpdf", "pdf", "cdf", "logcdf")),
+    ("beta", (2.5, 1.5), ("logpdf", "pdf", "cdf", "logcdf")),
+]
+
+
+@pytest.mark.parametrize(("name", "shapes", "method"),
+                         [(n, s, m) for n, s, ms in LOCATION_SCALE for m in ms], ids=lambda v: str(v))
+def test_location_scale_families_against_jax(jax, name, shapes, method):
+    ours, theirs = getattr(getattr(stats, name), method), getattr(getattr(jax.scipy.stats, name), method)
+    loc, scale = np.array([0.01, -0.02, 0.03, 0.0]), np.float64(1.1)
+    assert_same_gradients(lambda x, loc, scale: np.sum(W * ours(x, *shapes, loc, scale)),
+                          lambda x, loc, scale: jax.numpy.sum(W * theirs(x, *shapes, loc, scale)), X, loc, scale)
+    if method in ("logpdf", "pdf") and shapes:
+        params = tuple(np.float64(s) for s in shapes)
+        assert_same_gradients(lambda x, *p: np.sum(W * ours(x, *p, 0.01, 1.1)),
+                              lambda x, *p: jax.numpy.sum(W * theirs(x, *p, 0.01, 1.1)), X, *params)
+
+
+@pytest.mark.parametrize("method", ["logpmf", "pmf", "cdf"])
+def test_poisson_against_jax(jax, method):
+    k = np.array([[0.0, 1.0, 3.0, 6.0]])
+    ours, theirs = getattr(stats.poisson, method), getattr(jax.scipy.stats.poisson, method)
+    assert_same_gradients(lambda mu: np.sum(W * ours(k, mu)), lambda mu: jax.numpy.sum(W * theirs(k, mu)),
+                          np.array([0.5, 1.0, 2.0, 3.5]))
+
+
+def test_multivariate_normal_against_jax(jax):
+    x = R.standard_normal((5, 3))
+    w = R.standard_normal(5)
+    assert_same_gradients(lambda x, m, c: np.sum(w * stats.multivariate_normal.logpdf(x, m, c)),
+                          lambda x, m, c: jax.numpy.sum(w * jax.scipy.stats.multivariate_normal.logpdf(x, m, c)),
+                          x, X[0, :3], SPD)
+
+
+def test_dirichlet_against_jax(jax):
+    x, alpha = X[:2] / 4, np.array([1.5, 2.0, 0.7])
+    assert_same_gradients(lambda x, a: np.sum(W[0] * stats.dirichlet.logpdf(x, a)),
+                          lambda x, a: jax.numpy.sum(W[0] * jax.scipy.stats.dirichlet.logpdf(x, a)), x, alpha)
+
+
+@pytest.mark.parametrize("mode", ["full", "same", "valid"])
+@pytest.mark.parametrize("name", ["convolve", "correlate"])
+@pytest.mark.parametrize(("s1", "s2"), [((6,), (3,)), ((3,), (5,)), ((3, 4), (2, 3)), ((2, 2, 3), (3, 2, 4))])
+def test_convolutions_against_jax(jax, name, mode, s1, s2):
+    """(JAX asks one array to be at least as large as the other along every axis in every mode; the cases
+    sweep the other shapes against finite differences.)"""
+    in1, in2 = R.standard_normal(s1), R.standard_normal(s2)
+    ours, theirs = getattr(signal, name), getattr(jax.scipy.signal, name)
+    w = R.standard_normal(np.shape(ours(in1, in2, mode)))
+    assert_same_gradients(lambda a, b: np.sum(w * ours(a, b, mode)),
+                          lambda a, b: jax.numpy.sum(w * theirs(a, b, mode)), in1, in2)
+
+
+# --- conventions and errors ------------------------------------------------------------------------------
+def test_outside_the_support_the_gradient_is_zero():
+    x = np.array([-1.0, 0.5, 2.0])
+    for f in (stats.gamma.logpdf, stats.gamma.pdf, stats.gamma.cdf, stats.gamma.logcdf):
+        g = db.gradient(lambda x, scale: np.sum(np.where(np.isfinite(f(x, 2.0, 0, scale)), f(x, 2.0, 0, scale), 0.0)),
+                        x, 1.5)
+        assert g[0][0] == 0 and np.all(g[0][1:] != 0) and np.isfinite(g[1]) and g[1] != 0
+    g = db.gradient(lambda a: np.sum(stats.gamma.pdf(x, a)), 2.0)
+    assert g == db.gradient(lambda a: np.sum(stats.gamma.pdf(x[1:], a)), 2.0)
+    g = db.gradient(lambda mu: np.sum(stats.poisson.pmf(np.array([-1.0, 2.5, 2.0]), mu)), 1.5)
+    np.testing.assert_allclose(g, stats.poisson.pmf(2.0, 1.5) * (2.0 / 1.5 - 1))
+
+
+def test_cdf_in_a_shape_parameter_is_a_clear_error():
+    for f, shapes in ((stats.t.cdf, (3.0,)), (stats.gamma.logcdf, (2.0,)), (stats.beta.cdf, (2.0, 1.5))):
+        with pytest.raises(db.UnsupportedFunctionError, match="not in its shape parameter"):
+            db.gradient(lambda a: np.sum(f(X, a, *shapes[1:])), shapes[0])
+    assert db.gradient(lambda x: np.sum(stats.gamma.cdf(x, 2.0)), X).shape == X.shape  # x: differentiable
+
+
+def test_counts_and_integrations_are_clear_errors():
+    with pytest.raises(db.UnsupportedFunctionError, match="differentiable in mu only; k is a count"):
+        db.gradient(lambda k: np.sum(stats.poisson.logpmf(k, 2.0)), np.array([1.0, 2.0]))
+    with pytest.raises(db.UnsupportedFunctionError, match="numerical integration"):
+        db.gradient(lambda x: stats.multivariate_normal.cdf(x, cov=SPD), X[0, :3])
+
+
+def test_multivariate_normal_cov_gradient_is_symmetric():
+    g = db.gradient(lambda c: stats.multivariate_normal.logpdf(X[:, :3], X[0, :3], c).sum(), SPD)
+    np.testing.assert_allclose(g, g.T)
+
+
+def test_importing_dualbroadcast_does_not_import_scipy_and_the_mirror_names_it():
+    code = (
+        "import sys; import dualbroadcast; assert 'scipy' not in sys.modules, 'scipy imported'\n"
+        "sys.modules['scipy'] = None\n"
+        "try:\n    import dualbroadcast.scipy\nexcept ImportError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "needs the package 'scipy'" in out and "pip install scipy" in out
+
+
+def test_the_mirror_is_one_tape_operation():
+    report = str(db.explain(lambda x: np.sum(stats.norm.logpdf(x, 0.2, 1.5)), X))
+    assert "scipy.stats.norm.logpdf" in report and "2 operations" in report  # and np.sum
+
+
+@pytest.mark.parametrize(("name", "params", "method"), [
+    ("norm", ((), {"loc": 0.2, "scale": 1.5}), "logpdf"), ("norm", ((), {"loc": 0.2, "scale": 1.5}), "logcdf"),
+    ("t", ((3.0,), {"scale": 1.2}), "logpdf"), ("gamma", ((2.0, 0.1), {}), "pdf"), ("beta", ((2.0, 1.5), {}), "logpdf"),
+    ("poisson", ((2.5,), {}), "pmf"),
+    ("multivariate_normal", ((X[0, :3], SPD), {}), "logpdf"), ("dirichlet", ((np.array([1.5, 2.0, 0.7]),), {}), "pdf"),
+])
+def test_a_frozen_distribution_is_scipys_and_differentiates_its_parameters(name, params, method):
+    args, kwargs = params
+    x = {"poisson": np.array([0.0, 2.0, 3.0]), "multivariate_normal": X[:, :3], "dirichlet": X[:2] / 4}.get(name, X)
+    mirror, original = getattr(stats, name), getattr(scipy.stats, name)
+    assert_identical(getattr(mirror(*args, **kwargs), method)(x), getattr(original(*args, **kwargs), method)(x))
+    first = args[0] if args else kwargs["loc"]
+    frozen = db.gradient(lambda p: np.sum(getattr(mirror(p, *args[1:], **kwargs), method)(x)), first) if args \
+        else db.gradient(lambda p: np.sum(getattr(mirror(loc=p, scale=kwargs["scale"]), method)(x)), first)
+    direct = db.gradient(lambda p: np.sum(getattr(mirror, method)(x, p, *args[1:], **kwargs)), first) if args \
+        else db.gradient(lambda p: np.sum(getattr(mirror, method)(x, loc=p, scale=kwargs["scale"])), first)
+    np.testing.assert_array_equal(frozen, direct)
+    assert np.all(frozen != 0)
+
+
+def test_scipys_own_function_on_a_tracked_value_names_the_mirror():
+    with pytest.raises(db.ValueConversionError, match=r"dualbroadcast\.scipy"):
+        db.gradient(lambda m: scipy.stats.norm.logpdf(1.0, loc=m), np.float64(0.2))
