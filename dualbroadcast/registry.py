@@ -115,8 +115,9 @@ def defvjp_complex(func: Callable[..., Any], *makers: Callable[..., Callable[[An
 
 
 def _users_rule(func):
-    """A rule a user registers after import holds for complex values as written (as in JAX)."""
-    if _users_rules:
+    """A rule a user registers after import holds for complex values as written (as in JAX).  Not the
+    library's own rules registered later (``dualbroadcast.scipy``'s mirrors): they name theirs."""
+    if _users_rules and not (getattr(func, "__module__", None) or "").startswith("dualbroadcast"):
         COMPLEX_RULES[func] = SAME_RULE
 
 
