@@ -20,14 +20,31 @@ LN2 = math.log(2.0)
 LN10 = math.log(10.0)
 
 
-def fmax_takes_x(x, y):
-    """Where ``fmax(x, y)`` is x: x ≥ y, or y is NaN (so x also where both are NaN)."""
-    return (x >= y) | np.isnan(y)
+def share(alone, tie, ans):
+    """A selection's partial: 1 where the argument alone is selected, ½ where it ties with the other (the
+    cotangent is split equally, JAX's and autograd's convention), 0 elsewhere.
+
+    ``ans ** 0`` is a one of the result's dtype (1 also where ``ans`` is inf or NaN), so float32 stays
+    float32; ``alone`` and ``tie`` are truth values.
+    """
+    return alone + tie * (0.5 * ans ** 0)
 
 
-def fmin_takes_x(x, y):
-    """Where ``fmin(x, y)`` is x: x ≤ y, or y is NaN (so x also where both are NaN)."""
-    return (x <= y) | np.isnan(y)
+def fmax_alone(x, y):
+    """Where ``fmax(x, y)`` selects x alone: x > y, or y is NaN (so x also where both are NaN)."""
+    return (x > y) | np.isnan(y)
+
+
+def fmin_alone(x, y):
+    """Where ``fmin(x, y)`` selects x alone: x < y, or y is NaN (so x also where both are NaN)."""
+    return (x < y) | np.isnan(y)
+
+
+def clip_upper(ans, x, lo, hi):
+    """∂clip/∂maximum(x, lo): ``clip(x, lo, hi)`` is ``minimum(maximum(x, lo), hi)`` (NumPy's definition, and
+    how a kernel traces it), so its partials are those of the composition, ties split at each step."""
+    m = np.maximum(x, lo)
+    return share(m < hi, m == hi, ans)
 
 
 DERIVATIVES = {
@@ -76,6 +93,25 @@ DERIVATIVES = {
     np.fabs: (lambda ans, x: np.sign(x),),  # 0 at x = 0
     # |x| with y's sign: ∂/∂x is x's sign times y's (0 at x = 0); piecewise constant in y.
     np.copysign: (lambda ans, x, y: np.sign(x) * np.copysign(1, y), 0),
+    # sinc(x) = sin(πx)/(πx): (cos(πx) - sinc(x))/x, 0 at x = 0 (sinc is even and smooth there).
+    np.sinc: (lambda ans, x: np.where(x == 0, 0, (np.cos(math.pi * x) - ans) / np.where(x == 0, 1, x)),),
+    # Finite elements pass through (1), the replaced ones are the replacement values (nan, posinf, neginf).
+    np.nan_to_num: (
+        lambda ans, x, copy=True, nan=0.0, posinf=None, neginf=None: np.isfinite(x),
+        None,
+        lambda ans, x, copy=True, nan=0.0, posinf=None, neginf=None: np.isnan(x),
+        lambda ans, x, copy=True, nan=0.0, posinf=None, neginf=None: x == math.inf,
+        lambda ans, x, copy=True, nan=0.0, posinf=None, neginf=None: x == -math.inf,
+    ),
+    # x · 2**i: the integer exponent i is not differentiable.  2 * ans ** 0 is a two of the result's dtype
+    # (its powers are exact), and i may reach the formula as a float (a Python int made a typed number).
+    np.ldexp: (lambda ans, x, i: (2 * ans ** 0) ** i, None),
+    # x ** y computed in float64 (a float32 argument gives a float64 result): power's formulas and
+    # conventions, in float64 (np.float_power(x, 1) is x as a float64).
+    np.float_power: (
+        lambda ans, x, y: y * np.float_power(x, y - (y != 0)),
+        lambda ans, x, y: np.where(x == 0, 0, ans * np.log(np.float_power(np.where(x == 0, 1, x), 1))),
+    ),
     np.deg2rad: (math.pi / 180,),
     np.rad2deg: (180 / math.pi,),
     np.radians: (math.pi / 180,),
@@ -84,24 +120,27 @@ DERIVATIVES = {
     # integer (there the function jumps).
     np.remainder: (1, lambda ans, x, y: -np.floor(x / y)),
     np.fmod: (1, lambda ans, x, y: -np.trunc(x / y)),
-    # Selections: the partial is 1 where the argument is the one selected, else 0.  Ties go to x
-    # (maximum(x, x) and relu's maximum(x, 0) at 0 have partial 1 in x); a NaN argument of
-    # maximum/minimum gives both partials 0 (every comparison with NaN is false); fmax/fmin select
-    # the argument that is not NaN, and x when both are.
-    np.maximum: (lambda ans, x, y: x >= y, lambda ans, x, y: x < y),
-    np.minimum: (lambda ans, x, y: x <= y, lambda ans, x, y: x > y),
-    np.fmax: (lambda ans, x, y: fmax_takes_x(x, y), lambda ans, x, y: np.logical_not(fmax_takes_x(x, y))),
-    np.fmin: (lambda ans, x, y: fmin_takes_x(x, y), lambda ans, x, y: np.logical_not(fmin_takes_x(x, y))),
+    # Selections: the partial is 1 where the argument is the one selected, else 0.  Where x and y tie the
+    # cotangent is split equally, as JAX and autograd do: maximum(x, y) at x == y has partials ½ and ½,
+    # relu's maximum(x, 0) at 0 has ½ (and maximum(x, x) has ½ + ½ = 1); so does fmax/fmin's tie (JAX
+    # gives fmax's tie to y) and clip exactly at a bound (½ to x, ½ to the bound, as JAX's clip).  A NaN
+    # argument of maximum/minimum gives both partials 0 (every comparison with NaN is false); fmax/fmin
+    # select the argument that is not NaN, and x when both are.
+    np.maximum: (lambda ans, x, y: share(x > y, x == y, ans), lambda ans, x, y: share(y > x, x == y, ans)),
+    np.minimum: (lambda ans, x, y: share(x < y, x == y, ans), lambda ans, x, y: share(y < x, x == y, ans)),
+    np.fmax: (lambda ans, x, y: share(fmax_alone(x, y), x == y, ans),
+              lambda ans, x, y: share(fmax_alone(y, x) & np.logical_not(np.isnan(y)), x == y, ans)),
+    np.fmin: (lambda ans, x, y: share(fmin_alone(x, y), x == y, ans),
+              lambda ans, x, y: share(fmin_alone(y, x) & np.logical_not(np.isnan(y)), x == y, ans)),
     np.where: (None, lambda ans, c, x, y: c, lambda ans, c, x, y: np.logical_not(c)),
-    # clip exactly at a bound selects x (partial 1 in x, 0 in the bound), as maximum/minimum would.
     np.clip: (
-        lambda ans, x, lo, hi: (x >= lo) & (x <= hi),
-        lambda ans, x, lo, hi: x < lo,
-        lambda ans, x, lo, hi: x > hi,
+        lambda ans, x, lo, hi: share(x > lo, x == lo, ans) * clip_upper(ans, x, lo, hi),
+        lambda ans, x, lo, hi: share(lo > x, x == lo, ans) * clip_upper(ans, x, lo, hi),
+        lambda ans, x, lo, hi: share(hi < np.maximum(x, lo), np.maximum(x, lo) == hi, ans),
     ),
 }
 
 # Piecewise-constant functions: their derivative is zero, so their result is a constant.  The next float
 # (spacing, nextafter) is a constant too, as in JAX.
-ZERO_DERIVATIVE = (np.sign, np.floor, np.ceil, np.round, np.rint, np.trunc, np.floor_divide, np.heaviside,
-                   np.spacing, np.nextafter)
+ZERO_DERIVATIVE = (np.sign, np.floor, np.ceil, np.round, np.around, np.rint, np.trunc, np.fix, np.floor_divide,
+                   np.heaviside, np.spacing, np.nextafter)

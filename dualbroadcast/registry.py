@@ -5,9 +5,9 @@ the pullback ``g -> cotangent of that argument``.  A maker runs only for
 active arguments, so a constant argument costs nothing, and its closure keeps
 only what that cotangent needs.
 
-Example, a rule for ``np.sinc``'s own function and for a user function::
+Example, a rule for a SciPy ufunc the library does not cover and for a user function::
 
-    db.defvjp(np.sinc, lambda ans, x: lambda g: g * dsinc(x))
+    db.defvjp(scipy.special.ber, lambda ans, x: lambda g: g * scipy.special.berp(x))
 
     @db.primitive
     def softplus(x):

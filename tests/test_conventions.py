@@ -225,7 +225,7 @@ def test_power_zero_exponent_at_zero_is_zero_in_python_floats():
     assert db.gradient(lambda x: x ** 0, np.float64(0.0)) == 0.0
 
 
-# --- selections: ties go to the first argument; NaN in fmax/fmin --------------------------
+# --- selections: ties split the cotangent equally; NaN in fmax/fmin -----------------------
 def maximum_of_itself(r):
     return np.maximum(r, r)
 
@@ -271,16 +271,16 @@ POINTS = np.array([0.0, -2.0, 3.0, 1.5])
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("f, expected", [
-    # maximum(x, x) and minimum(x, x) are x: the tie gives x both partials' worth, 1 (ties go to x)
+    # maximum(x, x) and minimum(x, x) are x: the tie gives x both halves, ½ + ½ = 1
     (maximum_of_itself, [1.0, 1.0, 1.0, 1.0]),
     (minimum_of_itself, [1.0, 1.0, 1.0, 1.0]),
-    # relu at 0 is a tie of x and 0: x is the first argument, so 1; written maximum(0, x), it is 0
-    (relu, [1.0, 0.0, 1.0, 1.0]),
-    (relu_written_backwards, [0.0, 0.0, 1.0, 1.0]),
-    # clip exactly at a bound (0 and 3) selects x: 1 at both bounds, 0 outside
-    (clip_between_0_and_3, [1.0, 0.0, 1.0, 1.0]),
-    (clip_above, [1.0, 1.0, 1.0, 1.0]),
-    (clip_below, [1.0, 0.0, 1.0, 1.0]),
+    # relu at 0 is a tie of x and 0: x gets half, written either way round
+    (relu, [0.5, 0.0, 1.0, 1.0]),
+    (relu_written_backwards, [0.5, 0.0, 1.0, 1.0]),
+    # clip exactly at a bound (0 and 3) is a tie of x and the bound: ½ at both bounds, 0 outside
+    (clip_between_0_and_3, [0.5, 0.0, 0.5, 1.0]),
+    (clip_above, [1.0, 1.0, 0.5, 1.0]),
+    (clip_below, [0.5, 0.0, 1.0, 1.0]),
     # abs and fabs at 0: sign(0) = 0; copysign(x, -1) = -|x|: 0 at 0 too
     (absolute, [0.0, -1.0, 1.0, 1.0]),
     (fabs, [0.0, -1.0, 1.0, 1.0]),
@@ -315,17 +315,22 @@ NAN = np.nan
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("f, points, expected", [
-    # a tie goes to x; otherwise the argument selected gets 1
-    (maximum, ([1.0, 2.0, 1.0], [1.0, 1.0, 2.0]), ([1, 1, 0], [0, 0, 1])),
-    (minimum, ([1.0, 2.0, 1.0], [1.0, 1.0, 2.0]), ([1, 0, 1], [0, 1, 0])),
+    # a tie splits the cotangent, ½ each; otherwise the argument selected gets 1
+    (maximum, ([1.0, 2.0, 1.0], [1.0, 1.0, 2.0]), ([0.5, 1, 0], [0.5, 0, 1])),
+    (minimum, ([1.0, 2.0, 1.0], [1.0, 1.0, 2.0]), ([0.5, 0, 1], [0.5, 1, 0])),
+    # a tie of infinities too (inf - inf is NaN: the convention is not computed from a difference)
+    (maximum, ([np.inf, -np.inf], [np.inf, -np.inf]), ([0.5, 0.5], [0.5, 0.5])),
     # a NaN argument of maximum/minimum: both partials 0 (comparisons with NaN are false)
     (maximum, ([NAN, 1.0, NAN], [1.0, NAN, NAN]), ([0, 0, 0], [0, 0, 0])),
     (minimum, ([NAN, 1.0, NAN], [1.0, NAN, NAN]), ([0, 0, 0], [0, 0, 0])),
-    # fmax/fmin select the argument that is not NaN, x when both are; a tie goes to x
-    (fmax, ([NAN, 1.0, NAN, 2.0, 1.0], [1.0, NAN, NAN, 2.0, 3.0]), ([0, 1, 1, 1, 0], [1, 0, 0, 0, 1])),
-    (fmin, ([NAN, 1.0, NAN, 2.0, 1.0], [1.0, NAN, NAN, 2.0, 3.0]), ([0, 1, 1, 1, 1], [1, 0, 0, 0, 0])),
-    # clip with tracked bounds: at a bound x is selected (the bound's partial is 0); past it, the bound
-    (clip, ([0.0, 3.0, -1.0, 4.0, 1.5], [0.0] * 5, [3.0] * 5), ([1, 1, 0, 0, 1], [0, 0, 1, 0, 0], [0, 0, 0, 1, 0])),
+    # fmax/fmin select the argument that is not NaN, x when both are; a tie splits, ½ each
+    (fmax, ([NAN, 1.0, NAN, 2.0, 1.0], [1.0, NAN, NAN, 2.0, 3.0]), ([0, 1, 1, 0.5, 0], [1, 0, 0, 0.5, 1])),
+    (fmin, ([NAN, 1.0, NAN, 2.0, 1.0], [1.0, NAN, NAN, 2.0, 3.0]), ([0, 1, 1, 0.5, 1], [1, 0, 0, 0.5, 0])),
+    # clip with tracked bounds: at a bound x and the bound tie (½ each); past it, the bound gets 1
+    (clip, ([0.0, 3.0, -1.0, 4.0, 1.5], [0.0] * 5, [3.0] * 5),
+     ([0.5, 0.5, 0, 0, 1], [0.5, 0, 1, 0, 0], [0, 0.5, 0, 1, 0])),
+    # clip with equal bounds at x: maximum(x, lo) splits, then minimum(·, hi) splits again
+    (clip, ([1.0], [1.0], [1.0]), ([0.25], [0.25], [0.5])),
 ], ids=lambda v: getattr(v, "__name__", ""))
 def test_two_argument_selection_conventions(f, points, expected, mode):
     assert_gradients(mode, f, tuple(np.array(p) for p in points), expected)
@@ -567,7 +572,8 @@ def test_norm_conventions_at_kinks(x, ord, axis, expected, mode):
     np.testing.assert_allclose(g, expected, rtol=1e-15, atol=0)
 
 
-# === Order statistics, ptp and the nan functions: ties share, NaN gets 0 (rules/reductions.py) ===========
+# === Order statistics, ptp and the nan functions: ties share, NaN gets 0 (rules/reductions.py) ====
+
 # Each expected gradient is computed by hand from the stated convention: tied elements share equally the
 # cotangents of the sorted positions they occupy; a quantile (1 - t) s[i] + t s[i+1] sends (1 - t) and t to
 # positions i and i+1; NaN elements of the nan functions, and a result that is NaN, get 0.
@@ -645,3 +651,38 @@ def test_jax_gives_a_tie_to_one_element_where_we_share():
         distinct = np.array([2.0, 1.0, 2.5, 0.5])
         theirs = np.asarray(jax.grad(jax.numpy.median)(distinct))
         np.testing.assert_array_equal(db.gradient(np.median, distinct), theirs)
+
+# --- issue 15: the new elementwise functions at their special points, in every mode ----------------
+def sinc(r):
+    return np.sinc(r)
+
+
+def nan_to_num(r):
+    return np.nan_to_num(r)
+
+
+def float_power_cubed(r):
+    return np.float_power(r, 3.0)
+
+
+def float_power_of_zero(x, y):
+    return np.float_power(x, y)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("f, points, expected", [
+    # sinc is even and smooth at 0: derivative 0 there (not the 0/0 of its quotient formula)
+    (sinc, [0.0, 1.0, -1.0], [0.0, -1.0, 1.0]),
+    # finite elements pass through (1); NaN and ±inf are replaced by constants (0)
+    (nan_to_num, [NAN, np.inf, -np.inf, 2.0], [0.0, 0.0, 0.0, 1.0]),
+    (float_power_cubed, [0.0, 2.0, -1.0], [0.0, 12.0, 3.0]),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_new_elementwise_conventions(f, points, expected, mode):
+    assert_gradients(mode, f, (np.array(points),), (expected,))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_float_power_keeps_power_conventions(mode):
+    # ∂/∂x is 0 at y = 0 (also at x = 0); ∂/∂y is 0 at x = 0, as for x ** y
+    x, y = np.array([0.0, 0.0, 2.0]), np.array([0.0, 2.0, 0.0])
+    assert_gradients(mode, float_power_of_zero, (x, y), ([0.0, 0.0, 0.0], [0.0, 0.0, np.log(2.0)]))

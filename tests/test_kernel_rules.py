@@ -7,7 +7,8 @@ tape (an independent path) on the same inputs, and in float64 with a directional
 The kernel log proves each call ran on the backend it was forced to.
 
 A function with no forward rule gets one with ``db.defderivative`` (through the `defderivative` fixture,
-which removes it after the test), and then runs in kernels as one operation.
+which removes it after the test), and then runs in kernels as one operation.  The library's own entries
+for np.sinc and scipy.special.erf stand for a user's: the tests start without them (`without_rule`).
 """
 
 import contextlib
@@ -24,7 +25,7 @@ from dualbroadcast.derivatives import DERIVATIVES
 from dualbroadcast.registry import RULES
 from dualbroadcast.rules import BUILTIN_RULES
 
-from .cases import elementwise, reset_streams
+from .cases import elementwise, reset_streams, scipy_special
 
 BACKENDS = ("numpy", "blocked", "numexpr")
 SIZE = 1200  # elements of a call: numexpr runs from kernels.NUMEXPR_MIN, blocked from 2 * BLOCK
@@ -34,6 +35,8 @@ NUMEXPR_BLOCK = 500  # kernels.NUMEXPR_BLOCK during the sweep: numexpr's blocked
 NUMEXPR_LACKS = {np.positive, np.reciprocal, np.square, np.cbrt, np.exp2, np.logaddexp, np.logaddexp2,
                  np.deg2rad, np.rad2deg, np.remainder, np.fmax, np.fmin, np.fabs, np.copysign, np.radians,
                  np.degrees}
+NUMEXPR_LACKS |= {np.sinc, np.nan_to_num, np.ldexp, np.float_power, np.i0, *scipy_special.SPECS}  # and SciPy's
+KERNEL_CASES = elementwise.KERNEL_CASES + scipy_special.KERNEL_CASES
 JUMPS = {np.remainder, np.fmod}  # a finite difference may straddle their jumps (x / y an integer)
 TOLERANCE = {np.float64: 1e-12, np.float32: 2e-5}
 
@@ -51,12 +54,13 @@ def full_or_one_element(draw, n, **_):
 def sweep_sizes():
     """The cases drawn at `full_or_one_element` shapes; kernels run with small blocks."""
     with mock.patch.object(elementwise, "broadcast_shapes", full_or_one_element), \
+            mock.patch.object(scipy_special, "broadcast_shapes", full_or_one_element), \
             mock.patch.object(kernels, "BLOCK", BLOCK), mock.patch.object(kernels, "NUMEXPR_BLOCK", NUMEXPR_BLOCK):
         yield
 
 
 def test_every_derivative_has_a_kernel_case():
-    covered = {case.func for case in elementwise.CASES}
+    covered = {case.func for case in KERNEL_CASES}
     missing = [f.__name__ for f in DERIVATIVES if f in BUILTIN_RULES and f not in covered]  # not a user's entry
     assert not missing, f"functions in DERIVATIVES without an elementwise case: {missing}"
 
@@ -74,7 +78,7 @@ def close(got, want, dtype, summed):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("case", elementwise.CASES, ids=str)
+@pytest.mark.parametrize("case", KERNEL_CASES, ids=str)
 @settings(max_examples=2, deadline=None)
 @given(data=st.data())
 def test_rule_case_in_kernels_on_every_backend(case, dtype, data):
@@ -97,8 +101,8 @@ def test_rule_case_in_kernels_on_every_backend(case, dtype, data):
                     value, got = db.value_and_gradient(kernel_loss(backend), *args)
                     plain = db.broadcast(fn, *args, backend=backend)
                 assert [c.backend for c in calls] == [ran, ran], f"{backend} forced, ran {calls}"
-                close(value, want_value, dtype, summed=True)
-                close(plain, fn(*args), dtype, summed=False)
+                close(value, want_value, case.out_dtype or dtype, summed=True)
+                close(plain, fn(*args), case.out_dtype or dtype, summed=False)
                 for g, w, summed in zip(as_tuple(got, len(args)), as_tuple(want, len(args)), one_element):
                     close(g, w, dtype, summed=summed)
                 if dtype == np.float64 and case.func not in JUMPS:
@@ -126,6 +130,12 @@ def defderivative():
         registered.append((func, DERIVATIVES.get(func), RULES.get(func)))
         db.defderivative(func, *partials)
 
+    def forget(func):
+        """The library has no rule for ``func`` during the test."""
+        registered.append((func, DERIVATIVES.pop(func, None), RULES.pop(func, None)))
+        db.clear_cache()
+
+    register.forget = forget
     yield register
     for func, entry, rule in reversed(registered):
         for table, old in ((DERIVATIVES, entry), (RULES, rule)):
@@ -146,6 +156,7 @@ X = np.random.default_rng(3).uniform(-1.0, 1.0, 70_000)  # every backend eligibl
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_scipy_ufunc_with_registered_derivative_runs_in_kernels(backend, defderivative):
     special = pytest.importorskip("scipy.special")
+    defderivative.forget(special.erf)
     with pytest.raises(db.KernelError, match=r"db\.defderivative\(scipy\.special\.erf, lambda ans, x: \.\.\.\)"):
         db.sum(special.erf, X)
     defderivative(special.erf, d_erf)  # as the message says
@@ -165,6 +176,7 @@ def test_scipy_ufunc_with_registered_derivative_runs_in_kernels(backend, defderi
 
 def test_registered_function_in_a_prepared_gradient(defderivative):
     special = pytest.importorskip("scipy.special")
+    defderivative.forget(special.erf)
     defderivative(special.erf, d_erf)
 
     def loss(x):
@@ -179,6 +191,7 @@ def test_registered_function_in_a_prepared_gradient(defderivative):
 
 
 def test_numpy_function_without_kernel_rule_and_the_advice_works(defderivative):
+    defderivative.forget(np.sinc)
     x = np.random.default_rng(4).uniform(0.1, 1.0, 6)
     with pytest.raises(db.KernelError) as info:
         db.gradient(lambda a: db.sum(np.sinc, a), x)
@@ -196,17 +209,15 @@ def test_numpy_function_without_kernel_rule_and_the_advice_works(defderivative):
     db.check_gradient(lambda a: db.sum(lambda r: r * np.sinc(r), a), x)
 
 
-def test_the_advice_computed_outside_f_works_too():
+def test_the_advice_computed_outside_f_works_too(defderivative):
+    defderivative.forget(np.sinc)
     x = np.random.default_rng(5).uniform(0.1, 1.0, 6)
 
     def dsinc(t):
         return (np.cos(np.pi * t) * np.pi * t - np.sin(np.pi * t)) / (np.pi * t * t)
 
     db.defvjp(np.sinc, lambda ans, t: lambda g: g * dsinc(t))
-    try:
-        got = db.gradient(lambda a: db.sum(lambda r, s: s * r, a, np.sinc(a)), x)
-    finally:
-        del RULES[np.sinc]
+    got = db.gradient(lambda a: db.sum(lambda r, s: s * r, a, np.sinc(a)), x)
     np.testing.assert_allclose(got, np.sinc(x) + x * dsinc(x), rtol=1e-12)
 
 
@@ -296,6 +307,7 @@ def test_keyword_arguments_of_a_registered_function_in_a_kernel_are_an_error(def
 
 def test_a_corrected_derivative_is_not_served_a_kernel_traced_with_the_old_one(defderivative):
     special = pytest.importorskip("scipy.special")
+    defderivative.forget(special.erf)
     defderivative(special.erf, lambda ans, x: 3.0 * x)  # wrong
     db.gradient(lambda a: db.sum(special.erf, a), X[:10])
     defderivative(special.erf, d_erf)  # corrected

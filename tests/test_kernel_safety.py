@@ -463,16 +463,17 @@ def test_negative_integer_power_at_zero_as_in_reverse_mode(k):
 # Messages for the case at hand
 # =====================================================================================
 def test_missing_kernel_rule_message_gives_one_formula_per_argument():
+    special = pytest.importorskip("scipy.special")  # chdtr: a ufunc of two arguments without a rule
     with pytest.raises(db.KernelError) as info:
-        db.sum(lambda r: np.float_power(r, 2.0), uniform(3))
-    assert "db.defderivative(np.float_power, lambda ans, x, y: ..., lambda ans, x, y: ...)" in str(info.value)
+        db.sum(lambda r: special.chdtr(r, 2.0), uniform(3))
+    assert "db.defderivative(scipy.special.chdtr, lambda ans, x, y: ..., lambda ans, x, y: ...)" in str(info.value)
 
 
 def test_ufunc_without_kernel_rule_is_named_by_its_module():
     special = pytest.importorskip("scipy.special")
     with pytest.raises(db.KernelError, match="no forward-mode") as info:
-        db.sum(special.erf, uniform(3))
-    assert "scipy.special.erf" in str(info.value) and "np.erf" not in str(info.value)
+        db.sum(special.ber, uniform(3))
+    assert "scipy.special.ber" in str(info.value) and "np.ber" not in str(info.value)
 
 
 @pytest.mark.parametrize("kernel", [

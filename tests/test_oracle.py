@@ -35,6 +35,15 @@ CASES = all_cases()
 JAX_GIVES_NAN = {
     np.std: "std of a constant slice (one element) has gradient 0 here, a subgradient; NaN in JAX",
 }
+# Cases whose input is not symmetric where NumPy reads one triangle (the other holds noise, so a gradient in the
+# unread triangle would show): JAX symmetrises the input instead, a different function.  tests/test_decompositions.py
+# compares these rules with JAX on symmetric inputs.
+ONE_TRIANGLE = {np.linalg.eigh, np.linalg.eigvalsh, np.linalg.cholesky}
+
+
+def reads_one_triangle(step):
+    """Whether ``step`` reads one triangle of a matrix it takes as symmetric (``hermitian=True`` too)."""
+    return type(step) is Step and (step.func in ONE_TRIANGLE or step.kwargs.get("hermitian") is True)
 
 
 class NoOracle(Exception):
@@ -110,13 +119,14 @@ def jax_replay(program):
             try:
                 args, kwargs = without_numpy_defaults(step.func, args, step.kwargs)
                 out = jax_function(step.func)(*args, **kwargs)
-            except (TypeError, NotImplementedError, ValueError) as error:
+            except (TypeError, NotImplementedError, ValueError, IndexError) as error:
                 raise NoOracle(f"JAX's {getattr(step.func, '__name__', step.func)} rejects the call: {error}") \
                     from error
             outs = out if step.kind == OUTPUTS or len(step.outs) > 1 else (out,)
             for index, o in zip(step.outs, outs):
                 if index is not None:
-                    values[index] = o
+                    real = program.meta[index][1].kind == "f"  # eigvals: real here where all are, complex in JAX
+                    values[index] = jnp.real(o) if real and jnp.iscomplexobj(o) else o
         return values[program.out]
 
     return run
@@ -139,6 +149,8 @@ def test_rule_matches_jax(case, data):
     [program] = [p for programs in prepared.variants.values() for p in programs]
     if program.out is None:
         pytest.skip("the result depends on no argument")
+    if any(map(reads_one_triangle, program.steps)):
+        pytest.skip("NumPy reads one triangle of this non-symmetric input, JAX symmetrises it")
     with jax.enable_x64(True):
         try:
             got = jax.grad(jax_replay(program), argnums=tuple(range(len(args))))(*map(jnp.asarray, args))

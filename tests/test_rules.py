@@ -48,8 +48,10 @@ def test_rule_matches_finite_differences(case, dtype, data):
     fn, args = case.build(data.draw, dtype)
     seed = data.draw(st.integers(0, 1000))
     out = fn(*args)
+    expected = case.out_dtype or dtype
     for o in out if isinstance(out, (list, tuple)) else [out]:
-        assert np.result_type(o) == dtype, f"{case}: {dtype.__name__} in, {np.result_type(o)} out"
+        if np.result_type(o).kind == "f":  # not an integer output (np.frexp's exponent)
+            assert np.result_type(o) == expected, f"{case}: {dtype.__name__} in, {np.result_type(o)} out"
     grads = db.gradient(lambda *a: projection(fn(*a), seed), *args)
     grads = grads if len(args) > 1 else (grads,)
     for a, g in zip(args, grads):

@@ -1,13 +1,14 @@
 """Reverse rules, one module per family; importing this package registers them all."""
 
 from ..registry import NONDIFFERENTIABLE, RULES, users_rules_from_now
-from . import (  # noqa: F401
+from . import (  # noqa: F401  (each module registers its family's rules on import)
     complex,
     decompositions,
     elementwise,
     linalg,
     nondifferentiable,
     reductions,
+    scipy_special,
     shape,
     signal,
 )

@@ -18,7 +18,7 @@ from ..derivatives import DERIVATIVES
 from ..errors import UnsupportedFunctionError
 from ..numpy_facts import OPERATOR_FUNCTIONS, as_dtype, qualified_name
 from ..pullbacks import table_pullback
-from ..registry import PER_ARGUMENT, RULES, Rule, _implementation, _users_rule
+from ..registry import PER_ARGUMENT, RULES, Rule, _implementation, _users_rule, defvjp_outputs
 
 
 def vjp_maker(partial, argnum):
@@ -37,13 +37,34 @@ def vjp_maker(partial, argnum):
     return maker
 
 
-def clip_vjp(argnum):
+def x_vjp(func, argnum):
+    """The vjp maker of a table function that is not a ufunc and takes one argument named ``x``
+    (``np.sinc``, ``np.i0``): it may be passed by name."""
+    of_x = vjp_maker(DERIVATIVES[func][argnum], argnum)
+
+    def maker(ans, x):
+        return of_x(ans, x)
+
+    return maker
+
+
+def nan_to_num_vjp(func, argnum):
+    """The vjp maker of argument ``argnum`` of ``np.nan_to_num``, its arguments by NumPy's names."""
+    with_all = vjp_maker(DERIVATIVES[func][argnum], argnum)
+
+    def maker(ans, x, copy=True, nan=0.0, posinf=None, neginf=None):
+        return with_all(ans, x, copy, nan, posinf, neginf)
+
+    return maker
+
+
+def clip_vjp(func, argnum):
     """The vjp maker of argument ``argnum`` (``a``, ``a_min`` or ``a_max``) of ``np.clip``.
 
     The bounds come positionally, as ``a_min=``/``a_max=`` or as NumPy 2's ``min=``/``max=``;
     a bound that is None or absent is ±inf in the formulas.
     """
-    with_bounds = vjp_maker(DERIVATIVES[np.clip][argnum], argnum)
+    with_bounds = vjp_maker(DERIVATIVES[func][argnum], argnum)
 
     def maker(ans, a, a_min=None, a_max=None, out=None, *, min=None, max=None):
         lower = a_min if a_min is not None else min
@@ -70,6 +91,11 @@ def defderivative(func: Callable[..., Any], *partials: Callable[..., Any] | floa
     >>> db.gradient(lambda x: np.sum(softplus(x)), np.zeros(2))
     array([0.5, 0.5])
     """
+    if getattr(func, "nout", 1) != 1:
+        raise UnsupportedFunctionError(
+            f"{qualified_name(func)} has {func.nout} outputs, and db.defderivative takes the partials of a "
+            "function with one; register its rule with db.defvjp_outputs"
+        )
     arity = getattr(func, "nin", None)
     if arity is not None and arity != len(partials):
         raise UnsupportedFunctionError(
@@ -90,8 +116,8 @@ def defderivative(func: Callable[..., Any], *partials: Callable[..., Any] | floa
 
 def _register(func, partials):
     """The reverse rule of ``func`` from its table entry, with what `tape._binary` reads derived from it."""
-    makers = [clip_vjp(i) for i in range(len(partials))] if func is np.clip else [
-        vjp_maker(d, i) for i, d in enumerate(partials)]
+    named = NAMED_ARGUMENTS.get(func)
+    makers = [named(func, i) if named and d is not None else vjp_maker(d, i) for i, d in enumerate(partials)]
     rule = RULES[func] = Rule(_implementation(func), PER_ARGUMENT, tuple(makers))
     rule.plain = OPERATOR_FUNCTIONS.get(func, rule.impl)
     if rule.binary and all(type(d) in (int, float) for d in partials):
@@ -109,6 +135,36 @@ def _each_partial_is_the_other_argument(partials):
     except Exception:  # noqa: BLE001 - a formula that computes cannot run on placeholders: not bilinear
         return False
 
+
+# Table functions that are not ufuncs take their arguments by name too: their makers have NumPy's signatures.
+NAMED_ARGUMENTS = {np.clip: clip_vjp, np.sinc: x_vjp, np.nan_to_num: nan_to_num_vjp}
+
+
+def identity(g):
+    """The pullback of a partial 1 where None would mean something else (an output without a gradient)."""
+    return g
+
+
+def one_output_vjp(partial):
+    """The vjp maker of a ufunc with two outputs from one table-like partial per output (None: that output
+    is a constant), w.r.t. its first argument: ``partial(outputs, x)``.  Its other arguments (divmod's
+    divisor) are constants: the tape says so if one is tracked."""
+    def maker(j, ans, x, /, *rest, **ufunc_keywords):
+        if partial[j] is None:
+            return None
+        d = partial[j](ans, x) if callable(partial[j]) else partial[j]
+        back = table_pullback(d, np.shape(x), np.shape(ans[j]))
+        return identity if back is None else back
+
+    return maker
+
+
+# frexp: x = mantissa · 2**exponent, so ∂mantissa/∂x = 2**-exponent; the exponent is an integer.
+defvjp_outputs(np.frexp, one_output_vjp((lambda ans, x: np.ldexp(ans[0] ** 0, -ans[1]), None)))
+# modf: the fractional part x - trunc(x) has partial 1, the integral part trunc(x) none.
+defvjp_outputs(np.modf, one_output_vjp((1, None)))
+# divmod: the quotient floor(x / y) is piecewise constant, the remainder has partial 1 in x.
+defvjp_outputs(np.divmod, one_output_vjp((None, 1)))
 
 for _func, _partials in list(DERIVATIVES.items()):
     _register(_func, _partials)

@@ -25,6 +25,7 @@ class Case:
     build: object  # build(draw, dtype) -> (fn, args): fn(*args) is the computation to check
     name: str = ""
     tolerance: dict = field(default_factory=dict)  # rtol/atol overrides for check_gradient
+    out_dtype: object = None  # the result's dtype where the function promotes (np.float_power: float64)
 
     def __str__(self):
         return self.name or getattr(self.func, "__name__", repr(self.func))

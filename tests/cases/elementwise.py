@@ -3,7 +3,7 @@
 import numpy as np
 from hypothesis import strategies as st
 
-from . import Case, X, Y, Z, broadcast_shapes, call, uniform
+from . import Case, X, Y, Z, array_shape, broadcast_shapes, call, uniform
 
 DOMAINS = {
     np.log: [(0.5, 3)], np.log2: [(0.5, 3)], np.log10: [(0.5, 3)], np.sqrt: [(0.5, 3)],
@@ -12,18 +12,26 @@ DOMAINS = {
     np.arccosh: [(1.2, 3)], np.tan: [(-1.2, 1.2)],
     np.power: [(0.5, 2), (-2, 2)], np.divide: [(-2, 2), (0.5, 2)],
     np.remainder: [(0.1, 3), (0.7, 1.3)], np.fmod: [(0.1, 3), (0.7, 1.3)],
+    np.float_power: [(0.5, 2), (-2, 2)],
 }
 ARITY = {
     np.add: 2, np.subtract: 2, np.multiply: 2, np.divide: 2, np.power: 2, np.arctan2: 2,
     np.hypot: 2, np.logaddexp: 2, np.logaddexp2: 2, np.maximum: 2, np.minimum: 2,
-    np.fmax: 2, np.fmin: 2, np.remainder: 2, np.fmod: 2, np.copysign: 2,
+    np.fmax: 2, np.fmin: 2, np.remainder: 2, np.fmod: 2, np.copysign: 2, np.float_power: 2,
 }
 UNARY = [
     np.negative, np.positive, np.reciprocal, np.square, np.sqrt, np.cbrt, np.exp, np.exp2,
     np.expm1, np.log, np.log2, np.log10, np.log1p, np.sin, np.cos, np.tan, np.arcsin,
     np.arccos, np.arctan, np.sinh, np.cosh, np.tanh, np.arcsinh, np.arccosh, np.arctanh,
-    np.absolute, np.fabs, np.deg2rad, np.rad2deg, np.radians, np.degrees,
+    np.absolute, np.fabs, np.deg2rad, np.rad2deg, np.radians, np.degrees, np.sinc, np.nan_to_num,
 ]
+PROMOTES = {np.float_power: np.float64}  # float64 results whatever the arguments' float type
+# NumPy 2's names for functions of the table under their older names: the very same objects.
+ALIASES = {
+    np.acos: np.arccos, np.asin: np.arcsin, np.atan: np.arctan, np.atan2: np.arctan2, np.acosh: np.arccosh,
+    np.asinh: np.arcsinh, np.atanh: np.arctanh, np.pow: np.power, np.abs: np.absolute, np.true_divide: np.divide,
+    np.mod: np.remainder,
+}
 
 
 # Functions with a kink where arguments tie (or x is 0): their arguments are drawn on
@@ -43,7 +51,49 @@ def ufunc_case(func):
             args = [on_grid(a, 1 / 128 if func in AWAY_FROM_ZERO else k / 128) for k, a in enumerate(args)]
         return func, args
 
-    return Case(func, build)
+    return Case(func, build, out_dtype=PROMOTES.get(func))
+
+
+def alias_case(alias, func):
+    """The case of ``func`` called by its NumPy 2 name (``np.acos`` is ``np.arccos``)."""
+    assert alias is func, f"np.{alias.__name__} is not np.{func.__name__}: it needs a rule of its own"
+    case = ufunc_case(func)
+    return Case(func, case.build, name=f"{func.__name__} as np.{_alias_name(alias, func)}")
+
+
+def _alias_name(alias, func):
+    return next(name for name in dir(np) if getattr(np, name) is alias and name != func.__name__)
+
+
+def build_ldexp(draw, dtype):
+    """x · 2**i: the integer exponent is a constant of the function (kernels bake it in)."""
+    xs, es = broadcast_shapes(draw, 2)
+    exponent = np.asarray(uniform(draw, es, np.float64, -4, 4)).round().astype(np.int64)[()]
+    if not es and draw(st.booleans()):
+        exponent = int(exponent)  # a Python int: it must stay an integer wherever a formula receives it
+    return (lambda x: np.ldexp(x, exponent)), [uniform(draw, xs, dtype)]
+
+
+def build_nan_to_num_keywords(draw, dtype):
+    """Finite elements pass through: any replacement values, passed by name or position."""
+    replacements = dict(nan=draw(st.floats(-3, 3)), posinf=draw(st.sampled_from([None, 5.0])), neginf=-1.0)
+    return call(draw, np.nan_to_num, X, draw(st.booleans()), **replacements), [uniform(draw, array_shape(draw), dtype)]
+
+
+def build_outputs(func, low=-3.0, high=3.0, divisor=False):
+    """Every output of a ufunc with two (np.frexp, np.modf, np.divmod by a constant), away from their jumps."""
+    def build(draw, dtype):
+        shapes = broadcast_shapes(draw, 2)
+        x = uniform(draw, shapes[0], dtype, low, high)
+        if func is np.modf:
+            x = on_grid(x, 1 / 128)  # half a grid step off the integers: trunc never jumps
+        if divisor:
+            y = on_grid(uniform(draw, shapes[1], dtype, 0.5, 1.5), 1 / 128)
+            x = on_grid(x, 1 / 256)  # x / y is never within a step of an integer for these grids
+            return (lambda x: func(x, y)), [x]
+        return func, [x]
+
+    return build
 
 
 def build_where(draw, dtype):
@@ -94,9 +144,17 @@ def build_clip_one_bound(draw, dtype):
     return call(draw, np.clip, X, **{form[:-1]: bound}), [x]
 
 
-CASES = [ufunc_case(f) for f in UNARY + list(ARITY)] + [
+# Cases a kernel runs too (tests/test_kernel_rules.py): one value per element, arguments by position.
+KERNEL_CASES = [ufunc_case(f) for f in UNARY + list(ARITY)] + [alias_case(a, f) for a, f in ALIASES.items()] + [
     Case(np.where, build_where),
     Case(np.clip, build_clip),
     Case(np.clip, build_clip_constant_bounds, name="clip_constant_bounds"),
     Case(np.clip, build_clip_one_bound, name="clip_one_bound"),
+    Case(np.ldexp, build_ldexp),
+]
+CASES = KERNEL_CASES + [
+    Case(np.nan_to_num, build_nan_to_num_keywords, name="nan_to_num_keywords"),
+    Case(np.frexp, build_outputs(np.frexp)),
+    Case(np.modf, build_outputs(np.modf)),
+    Case(np.divmod, build_outputs(np.divmod, divisor=True)),
 ]
