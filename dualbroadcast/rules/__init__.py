@@ -2,6 +2,7 @@
 
 from ..registry import NONDIFFERENTIABLE, RULES, users_rules_from_now
 from . import (  # noqa: F401  (each module registers its family's rules on import)
+    complex,
     decompositions,
     elementwise,
     linalg,
