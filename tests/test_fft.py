@@ -14,6 +14,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+import dualbroadcast as db
 from dualbroadcast.registry import RULES
 from dualbroadcast.rules import fft  # noqa: F401  (registers the rules)
 
@@ -210,3 +211,16 @@ def test_pullback_equals_jax_vjp(func, kwargs, complex_):
     g = random(rng, y.shape, y.dtype.kind == "c")
     ours = maker_of(func)(y, x, **kwargs)(g)
     np.testing.assert_allclose(ours, jax_vjp(func, x, g, kwargs), rtol=1e-10, atol=1e-10)
+
+
+# --- fftfreq and rfftfreq: arithmetic on d, which the tape records ------------------------------------
+@pytest.mark.parametrize("freq, n", [(np.fft.fftfreq, 5), (np.fft.fftfreq, 6), (np.fft.rfftfreq, 7)], ids=str)
+def test_fftfreq_differentiates_in_d_and_is_a_constant_otherwise(freq, n):
+    """freq(n, d) = k / (n d): ∂/∂d Σ w freq(n, d) = -Σ w freq(n, 1) / d²; a constant of x when d is not tracked."""
+    w = np.random.default_rng(7).standard_normal(freq(n).shape)
+    for d in (0.3, np.float32(0.3), np.float64(2.5)):
+        g = db.gradient(lambda d: np.sum(w * freq(n, d)), d)
+        assert type(g) is type(d)
+        np.testing.assert_allclose(g, -np.sum(w * freq(n)) / np.float64(d) ** 2, rtol=1e-6)
+    x = np.linspace(0.5, 1.5, freq(n).size)
+    np.testing.assert_allclose(db.gradient(lambda x: np.sum(x * freq(n, 0.1)), x), freq(n, 0.1))
