@@ -121,7 +121,7 @@ def _prepare(tape, args, constants_traced=False):
             arguments.append(_Argument(None, [arg], [t]))
             continue
         if isinstance(arg, _FLOAT_TYPES):
-            t = tape.leaf(_float_value(arg, position))
+            t = tape.leaf(_float_value(arg, position, tape=tape))
             call_args.append(t)
             arguments.append(_Argument(None, [arg], [t]))
             continue
@@ -133,7 +133,7 @@ def _prepare(tape, args, constants_traced=False):
             arguments.append(_Argument(treedef, leaves, inputs, floats=True))
             continue
         inputs = tape.leaves([
-            (np.float64(leaf) if type(leaf) is float else _float_value(leaf, position, k))
+            (np.float64(leaf) if type(leaf) is float else _float_value(leaf, position, k, tape))
             if on and leaf is not None else None
             for k, (leaf, on) in enumerate(zip(leaves, flags))
         ])
@@ -150,27 +150,30 @@ def _prepare(tape, args, constants_traced=False):
     return call_args, arguments
 
 
-def _float_value(x, position, leaf=None):
-    """The value a differentiated leaf is tracked with; a clear error if it is not a float."""
+def _float_value(x, position, leaf=None, tape=None):
+    """The value a differentiated leaf is tracked with (a complex one marks ``tape`` as holding complex
+    values, see `Tape`); a clear error if it is not a real or complex float."""
     if type(x) is float:
         return np.float64(x)
     if isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind == "f":
         return x
+    if isinstance(x, (np.ndarray, np.generic, complex)) and np.result_type(x).kind == "c":
+        if tape is not None:
+            tape.complex = True
+        return np.complex128(x) if type(x) is complex else x
     kind = getattr(getattr(x, "dtype", None), "kind", None)
     if isinstance(x, bool) or kind == "b":
         what = "boolean"
     elif isinstance(x, int) or kind in ("i", "u"):
         what = "integer"
-    elif isinstance(x, complex) or kind == "c":
-        what = "complex (not supported yet)"
     elif type(x) is Tracked:
         raise ArgumentTypeError("nested gradients (a gradient of a function that takes a gradient) are not supported")
     else:
         what = f"of type {type(x).__name__}" + (f" with dtype {x.dtype}" if hasattr(x, "dtype") else "")
     where = "" if leaf is None else f" (leaf {leaf})"
     raise ArgumentTypeError(
-        f"argument {position}{where} to differentiate is {what}; only floating-point values have "
-        "gradients. Convert it with np.asarray(x, dtype=float), or wrap it in db.cut(...) to "
+        f"argument {position}{where} to differentiate is {what}; only floating-point values (real or "
+        "complex) have gradients. Convert it with np.asarray(x, dtype=float), or wrap it in db.cut(...) to "
         "treat it as a constant."
     )
 
@@ -265,8 +268,9 @@ def _scalar_seed(out, tape):
     dtype = np.result_type(value)
     if dtype.kind not in "fiub":
         raise NonScalarOutputError(
-            f"gradient needs a real result, but the function returned dtype {dtype}; "
-            "complex results are not supported yet: differentiate a real function of them (np.abs, np.real)"
+            f"gradient needs a real-valued result, but the function returned dtype {dtype} (JAX's grad too "
+            "requires real-valued outputs): for the vector-Jacobian product of a complex result use "
+            "db.pullback(f, z), or differentiate a real function of it (np.abs(y) ** 2, np.real(y))"
         )
     return value, (out.dtype.type(1) if type(out) is Tracked else None)
 
@@ -281,7 +285,8 @@ def _gradients(arguments, grads):
             continue
         leaves = [
             None if t is None
-            else float(grads[t.index]) if type(original) is float and grads and grads[t.index] is not None
+            else _python_number(grads[t.index], original)
+            if type(original) in _PYTHON_NUMBERS and grads and grads[t.index] is not None
             else _leaf_gradient(grads[t.index] if grads else None, original, seen)
             for t, original in zip(arg.inputs, arg.originals)
         ]
@@ -292,6 +297,14 @@ def _gradients(arguments, grads):
         else:
             result.append(pytree.unflatten(arg.treedef, leaves))
     return result
+
+
+_PYTHON_NUMBERS = (float, complex)
+
+
+def _python_number(g, original):
+    """The gradient of a Python float or complex leaf, of its type."""
+    return float(g) if type(original) is float else complex(g)
 
 
 def _python_floats(cotangents):
@@ -311,8 +324,8 @@ def _leaf_gradient(g, original, seen):
             and g.dtype is original.dtype and g.flags.writeable and id(g) not in seen:
         seen.add(id(g))  # the usual case: the sweep's own buffer
         return g
-    if type(original) is float:
-        return 0.0 if g is None else float(g)
+    if type(original) in _PYTHON_NUMBERS:
+        return type(original)(0) if g is None else _python_number(g, original)
     dtype = original.dtype
     if g is None:
         g = np.zeros(np.shape(original), dtype)
@@ -438,7 +451,7 @@ def jacobian(f: Callable[[Any], ArrayLike], x: NDArray[np.floating] | float) -> 
     array([[2., 0.],
            [0., 4.]])
     """
-    if not isinstance(x, (np.ndarray, float, np.floating)):
+    if not isinstance(x, (np.ndarray, float, complex, np.floating, np.complexfloating)):
         raise ArgumentTypeError("jacobian takes one array or scalar argument; for pytrees use db.pullback")
     y, back = pullback(f, x)
     y = np.asarray(y)
@@ -458,7 +471,9 @@ def check_gradient(
     """Compare `gradient` with central finite differences, element by element.
 
     Finite differences are taken in float64 (float32 arguments are upcast), so
-    the check measures the gradient's error, not the step's.  Raises
+    the check measures the gradient's error, not the step's.  A complex element
+    ``z = x + iy`` is moved in x and in y separately, and its gradient compared
+    with ``∂f/∂x - i ∂f/∂y`` (JAX's convention).  Raises
     `GradientMismatchError` naming the worst element; returns the largest
     error relative to the tolerance (< 1 means it passed).  At a kink it also
     accepts a gradient that matches the one-sided differences of either side.
@@ -469,7 +484,7 @@ def check_gradient(
     grads = gradient(f, *args)
     grads = (grads,) if len(args) == 1 else grads
     low_precision = any(
-        getattr(leaf, "dtype", None) == np.float32 for a in args for leaf in pytree.flatten(a)[0]
+        getattr(leaf, "dtype", None) in (np.float32, np.complex64) for a in args for leaf in pytree.flatten(a)[0]
     )
     rtol = rtol if rtol is not None else (2e-3 if low_precision else 1e-6)
     atol = atol if atol is not None else (2e-3 if low_precision else 1e-7)
@@ -487,17 +502,20 @@ def check_gradient(
         for k, (leaf, on, g_leaf) in enumerate(zip(leaves, flags, g_leaves)):
             if not on or leaf is None:
                 continue
-            g_leaf = np.asarray(g_leaf, dtype=np.float64)
+            is_complex = np.iscomplexobj(leaf)
+            g_leaf = np.asarray(g_leaf, dtype=np.complex128 if is_complex else np.float64)
             for index in np.ndindex(np.shape(leaf)):
                 def error(fd, g=g_leaf[index]):
                     err = abs(g - fd) / (atol * scale + rtol * abs(fd))
                     return err if np.isfinite(err) else np.inf  # a NaN or infinite gradient never passes
 
                 moved = functools.partial(_moved_value, f, args64, position, leaves, treedef, k, index)
-                h = step * max(1.0, abs(float(np.asarray(leaf)[index])))
+                h = step * max(1.0, abs(np.asarray(leaf)[index]))
                 fd = (moved(h) - moved(-h)) / (2 * h)
+                if is_complex:  # ∂f/∂x - i ∂f/∂y
+                    fd = complex(fd, -(moved(1j * h) - moved(-1j * h)) / (2 * h))
                 err, sides = error(fd), None
-                if err > 1:  # where f'' jumps (a kink, or x**2 glued to 0) judge against each side
+                if err > 1 and not is_complex:  # where f'' jumps (a kink, or x**2 glued to 0) judge against each side
                     sides = _one_sided_differences(moved, h)
                     err = min(err, *map(error, sides))
                 failures += err > 1
@@ -516,20 +534,25 @@ def check_gradient(
     return worst[0]
 
 
+_WIDER = {np.dtype(np.float32): np.float64, np.dtype(np.complex64): np.complex128}
+
+
 def _to_float64(x):
     leaves, treedef = pytree.flatten(x)
-    leaves = [np.asarray(v, np.float64) if getattr(v, "dtype", None) == np.float32 else v for v in leaves]
+    leaves = [np.asarray(v, _WIDER[v.dtype]) if getattr(v, "dtype", None) in _WIDER else v for v in leaves]
     return pytree.unflatten(treedef, leaves, strip_markers=False)
 
 
 def _moved_value(f, args, position, leaves, treedef, k, index, h):
-    """``f`` at the arguments with element ``index`` of leaf ``k`` of argument ``position`` moved by ``h``."""
+    """``f`` at the arguments with element ``index`` of leaf ``k`` of argument ``position`` moved by ``h``
+    (an imaginary ``h`` moves a complex element's imaginary part)."""
     leaf = leaves[k]
-    x = float(np.asarray(leaf)[index]) + h
+    x = np.asarray(leaf)[index] + h
+    x = complex(x) if np.iscomplexobj(leaf) else float(x)
     if np.ndim(leaf) == 0:
         moved = type(leaf)(x) if not isinstance(leaf, np.ndarray) else np.asarray(x)
     else:
-        moved = np.array(leaf, dtype=np.float64)
+        moved = np.array(leaf, dtype=np.result_type(leaf, np.float64))
         moved[index] = x
     call = [pytree.without_markers(a) for a in args]
     call[position] = pytree.unflatten(treedef, leaves[:k] + [moved] + leaves[k + 1 :])

@@ -599,8 +599,8 @@ def _check_kinds(name, kinds):
             what = "a complex" if dtype.kind == "c" else f"a {dtype} (not a real number)"
             raise KernelError(
                 f"{what} argument reached db.sum/db.broadcast of {name}: kernels compute in real floating "
-                "point (complex numbers are not supported yet). Pass real arrays or floats; compute other "
-                "values outside f."
+                "point. Pass real arrays or floats, or compute with plain NumPy outside a kernel (where "
+                "db.gradient differentiates complex values too)."
             )
 
 

@@ -93,8 +93,8 @@ def _has_axis(func):
 def _complex_message(where):
     return (
         f"a complex number {where} inside db.sum/db.broadcast: kernels compute in "
-        "real floating point (complex numbers are not supported yet). Write the computation with real "
-        "numbers (|r + 1j| is np.hypot(r, 1.0))."
+        "real floating point. Write the computation with real numbers (|r + 1j| is np.hypot(r, 1.0)), "
+        "or with plain NumPy outside a kernel, where db.gradient differentiates complex values."
     )
 
 

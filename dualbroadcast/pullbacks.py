@@ -8,7 +8,7 @@ which the sweep (`tape.backward`) applies without asking any rule:
 - an `IndexPullback`: ``g`` added at an index of the argument's one gradient buffer (slices in loops);
 - a pair ``(index, pullback)``: the argument is a view (an unrecorded slice, see `tape.Tracked`),
   the pullback's cotangent goes at ``index`` of its base's buffer;
-- any other callable: ``g -> cotangent`` (a rule's closure, a bound C method, `Unbroadcast`).
+- any other callable: ``g -> cotangent`` (a rule's closure, a bound C method, `Unbroadcast`, `RealPart`).
 
 A partial derivative computed in forward mode becomes a pullback in exactly two places:
 `table_pullback` for a partial of the derivative table (``derivatives.DERIVATIVES``: the reverse
@@ -20,6 +20,7 @@ the formula; ``tests/test_pullbacks.py`` checks each pair computes the same.
 
 import functools
 import operator
+import warnings
 
 import numpy as np
 
@@ -48,6 +49,23 @@ def unbroadcast(g, shape):
         lead + i for i, n in enumerate(shape) if n == 1 and gshape[lead + i] != 1
     )
     return np.sum(g, axis=axes).reshape(shape)
+
+
+class RealPart:
+    """``g -> Re(pullback(g))``: the cotangent of a real argument of an operation where complex values take
+    part (``x * c`` of a real ``x``).  As in JAX: a real input's cotangent is the real part of the complex one,
+    so a real value's cotangent stays real.  ``pullback`` is of any kind above but an `IndexPullback`."""
+
+    __slots__ = ("pullback",)
+
+    def __init__(self, pullback):
+        self.pullback = pullback
+
+    def __call__(self, g):
+        with warnings.catch_warnings():  # a pullback casting g to its real argument's dtype (concatenate's
+            warnings.simplefilter("ignore", np.exceptions.ComplexWarning)  # parts, astype) takes the real part
+            ct = apply(self.pullback, g)  # itself: the same
+        return np.real(ct)
 
 
 # --- the pullback of a derivative-table partial --------------------------------------------

@@ -87,7 +87,36 @@ class Rule:
 
 RULES = {}
 NONDIFFERENTIABLE = set()
+# The rules that hold for complex values (JAX's convention, see `rules/complex.py`): function -> its own Rule
+# for complex arguments, or SAME_RULE where its rule in RULES holds as it is (a holomorphic or linear function
+# written with plain transposes).  A function missing here is an error on complex values, never a wrong gradient.
+COMPLEX_RULES = {}
+SAME_RULE = "same rule"
 _users_rules = False  # True once the library's own rules are registered: later ones are checked (`_checked`)
+
+
+def complex_rule(func):
+    """The rule recording ``func`` where complex values take part; None if it has none."""
+    rule = COMPLEX_RULES.get(func)
+    return RULES.get(func) if rule is SAME_RULE else rule
+
+
+def holds_for_complex(*funcs: Callable[..., Any]) -> None:
+    """Declare that the rules of ``funcs`` hold for complex values as they are: the vjp of a holomorphic
+    (or linear) function is ``g`` times its derivative, with plain transposes, no conjugation."""
+    COMPLEX_RULES.update(dict.fromkeys(funcs, SAME_RULE))
+
+
+def defvjp_complex(func: Callable[..., Any], *makers: Callable[..., Callable[[Any], Any]] | None) -> None:
+    """Register the rule of ``func`` where complex values take part (a function that is not holomorphic:
+    ``np.abs``, ``np.conj``...), one maker per positional argument as in `defvjp`; its real rule stays."""
+    COMPLEX_RULES[func] = Rule(_implementation(func), PER_ARGUMENT, tuple(makers))
+
+
+def _users_rule(func):
+    """A rule a user registers after import holds for complex values as written (as in JAX)."""
+    if _users_rules:
+        COMPLEX_RULES[func] = SAME_RULE
 
 
 def defvjp(func: Callable[..., Any], *makers: Callable[..., Callable[[Any], Any]] | None) -> None:
@@ -107,6 +136,7 @@ def defvjp(func: Callable[..., Any], *makers: Callable[..., Callable[[Any], Any]
         makers = [_checked(func, m, lambda ans, *args, i=i, **kw: (i, args[i])) if m else m
                   for i, m in enumerate(makers)]
     RULES[func] = Rule(_implementation(func), PER_ARGUMENT, tuple(makers))
+    _users_rule(func)
 
 
 def defvjp_argnum(func: Callable[..., Any], maker: Callable[..., Callable[[Any], Any]]) -> None:
@@ -114,6 +144,7 @@ def defvjp_argnum(func: Callable[..., Any], maker: Callable[..., Callable[[Any],
     if _users_rules:
         maker = _checked(func, maker, lambda i, ans, *args, **kw: (i, args[i]))
     RULES[func] = Rule(_implementation(func), BY_ARGNUM, maker)
+    _users_rule(func)
 
 
 def defvjp_sequence(func: Callable[..., Any], maker: Callable[..., Callable[[Any], Any]]) -> None:
@@ -121,6 +152,7 @@ def defvjp_sequence(func: Callable[..., Any], maker: Callable[..., Callable[[Any
     if _users_rules:
         maker = _checked(func, maker, lambda k, ans, seq, *rest, **kw: (k, seq[k]))
     RULES[func] = Rule(_implementation(func), SEQUENCE, maker)
+    _users_rule(func)
 
 
 def defvjp_outputs(func: Callable[..., Any], maker: Callable[..., Callable[[Any], Any] | None]) -> None:
@@ -131,6 +163,7 @@ def defvjp_outputs(func: Callable[..., Any], maker: Callable[..., Callable[[Any]
     if _users_rules:
         maker = _checked(func, maker, lambda j, ans, x, *rest, **kw: (0, x))
     RULES[func] = Rule(_implementation(func), OUTPUTS, maker)
+    _users_rule(func)
 
 
 def users_rules_from_now():

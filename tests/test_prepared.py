@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import dualbroadcast as db
 from benchmarks.models import COEFFICIENTS, eam_dualbroadcast, eam_hand_gradient, eam_numpy, poly9_one_uncut
 
-from .cases import all_cases, reset_streams
+from .cases import all_cases, complex_cases, reset_streams
 
 CASES = all_cases()
 
@@ -37,6 +37,27 @@ def test_replay_equals_gradient_for_every_rule(case, data):
 
     prog = db.prepare_gradient(f, *args)
     moved = [a * (1 + 1e-3) if isinstance(a, np.ndarray) else type(a)(a * (1 + 1e-3)) for a in args]
+    _close(prog(*moved), db.gradient(f, *moved), np.float64)
+    _close(prog(*args), db.gradient(f, *args), np.float64)
+
+
+@pytest.mark.parametrize("case", complex_cases(CASES), ids=str)
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_prepared_gradient_of_complex_values_equals_gradient(case, data):
+    """Complex computations are not replayed but left to db.gradient: never a wrong gradient."""
+    reset_streams()
+    fn, args = case.build(data.draw, np.complex128)
+    w_seed = data.draw(st.integers(0, 100))
+
+    def f(*a):
+        out = fn(*a)
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        return sum(np.real(np.sum(o * np.random.default_rng(w_seed + k).standard_normal(np.shape(o)) * (1 - 0.5j)))
+                   for k, o in enumerate(outs))
+
+    prog = db.prepare_gradient(f, *args)
+    moved = [a * (1 + 1e-3j) if isinstance(a, np.ndarray) else type(a)(a * (1 + 1e-3j)) for a in args]
     _close(prog(*moved), db.gradient(f, *moved), np.float64)
     _close(prog(*args), db.gradient(f, *args), np.float64)
 

@@ -15,7 +15,7 @@ import pytest
 
 import dualbroadcast as db
 from dualbroadcast.numpy_facts import qualified_name
-from dualbroadcast.registry import PER_ARGUMENT, RULES
+from dualbroadcast.registry import COMPLEX_RULES, PER_ARGUMENT, RULES, SAME_RULE
 from dualbroadcast.rules import BUILTIN_RULES
 from dualbroadcast.tape import Tracked
 
@@ -94,6 +94,19 @@ def test_every_maker_binds_the_arguments_as_numpy_does(func):
     problems = [
         f"{getattr(maker, '__qualname__', maker)}: {problem}"
         for maker, leading in makers_of(RULES[func])
+        for problem in signature_mismatches(func, maker, leading)
+    ]
+    assert not problems, f"{qualified_name(func)}{inspect.signature(func)}:\n" + "\n".join(problems)
+
+
+OWN_COMPLEX_RULES = sorted((f for f, rule in COMPLEX_RULES.items() if rule is not SAME_RULE), key=rule_id)
+
+
+@pytest.mark.parametrize("func", OWN_COMPLEX_RULES, ids=rule_id)
+def test_every_complex_rule_maker_binds_the_arguments_as_numpy_does(func):
+    problems = [
+        f"{getattr(maker, '__qualname__', maker)}: {problem}"
+        for maker, leading in makers_of(COMPLEX_RULES[func])
         for problem in signature_mismatches(func, maker, leading)
     ]
     assert not problems, f"{qualified_name(func)}{inspect.signature(func)}:\n" + "\n".join(problems)

@@ -21,22 +21,33 @@ X = np.array([0.3, 0.5, 1.5])
 @pytest.mark.parametrize(
     "f",
     [
-        lambda x: np.sum(np.abs(x + 1j)),
-        lambda x: np.sum(np.real(np.exp(1j * x))),
-        lambda x: abs(np.sum(x) * 1j),
-        lambda x: np.sum(np.abs(x.astype(complex))),
         lambda x: np.sum(x.astype(object)),
         lambda x: np.sum(x * np.array([1, 2, 3], dtype=object)),
-        lambda x: np.abs(np.sum(x, dtype=complex)),
-        lambda x: np.sum(np.abs(np.dot(x, np.ones((3, 2)) * 1j))),
-        lambda x: np.sum(np.abs(np.split(x * 1j, 3)[0])),
     ],
-    ids=["add", "multiply-exp", "scalar", "astype-complex", "astype-object", "object-constant", "sum-dtype",
-         "dot", "split"],
+    ids=["astype-object", "object-constant"],
 )
 def test_a_result_the_tape_cannot_carry_is_an_error(f):
     with pytest.raises(db.UnsupportedFunctionError, match="tape cannot carry"):
         db.gradient(f, X)
+
+
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda x: np.sum(np.abs(x + 1j)),
+        lambda x: np.sum(np.real(np.exp(1j * x))),
+        lambda x: abs(np.sum(x) * 1j),
+        lambda x: np.sum(np.abs(x.astype(complex))),
+        lambda x: np.abs(np.sum(x, dtype=complex)),
+        lambda x: np.sum(np.abs(np.dot(x, np.ones((3, 2)) * 1j))),
+        lambda x: np.sum(np.abs(np.split(x * 1j, 3)[0])),
+    ],
+    ids=["add", "multiply-exp", "scalar", "astype-complex", "sum-dtype", "dot", "split"],
+)
+def test_complex_intermediates_of_a_real_function_give_its_real_gradient(f):
+    g = db.gradient(f, X)
+    assert g.dtype == X.dtype
+    db.check_gradient(f, X)
 
 
 def test_integer_and_boolean_results_are_constants():
@@ -186,7 +197,7 @@ def test_a_result_that_is_not_a_real_scalar_is_a_clear_error(result):
     "call, builtin",
     [
         (lambda: db.gradient(lambda x: x * 2, np.arange(3)), TypeError),
-        (lambda: db.gradient(lambda x: x * 2, np.ones(3, complex)), TypeError),
+        (lambda: db.gradient(lambda x: np.sum(x * 2), np.ones(3, complex)), ValueError),
         (lambda: db.gradient(lambda x: x, np.array(["a"], dtype=object)), TypeError),
         (lambda: db.jacobian(lambda x: x, {"a": 1.0}), TypeError),
         (lambda: db.pullback(lambda x: 2 * x, np.ones(3))[1](np.ones(2)), ValueError),

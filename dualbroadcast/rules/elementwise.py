@@ -18,7 +18,7 @@ from ..derivatives import DERIVATIVES
 from ..errors import UnsupportedFunctionError
 from ..numpy_facts import OPERATOR_FUNCTIONS, as_dtype, qualified_name
 from ..pullbacks import table_pullback
-from ..registry import PER_ARGUMENT, RULES, Rule, _implementation
+from ..registry import PER_ARGUMENT, RULES, Rule, _implementation, _users_rule
 
 
 def vjp_maker(partial, argnum):
@@ -84,6 +84,7 @@ def defderivative(func: Callable[..., Any], *partials: Callable[..., Any] | floa
             )
     DERIVATIVES[func] = tuple(partials)
     _register(func, DERIVATIVES[func])
+    _users_rule(func)  # a user's partials hold for complex values as written (a holomorphic function)
     clear_cache()  # kernels traced with an earlier entry must not be served again
 
 
