@@ -4,6 +4,7 @@ from ..registry import RULES, users_rules_from_now
 from . import (  # noqa: F401
     complex,
     elementwise,
+    fft,
     linalg,
     nondifferentiable,
     reductions,

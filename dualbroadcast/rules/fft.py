@@ -29,7 +29,7 @@ with arithmetic on ``d``, which the tape records when ``d`` is tracked.
 
 import numpy as np
 
-from ..registry import defvjp
+from ..registry import defvjp, holds_for_complex
 
 fft = np.fft
 
@@ -218,3 +218,6 @@ for _nd, _2d, _steps in [
     defvjp(_2d, two_dimensional(_steps))
 defvjp(fft.fftshift, fftshift_vjp)
 defvjp(fft.ifftshift, ifftshift_vjp)
+# Linear maps written as their plain transposes: the rules hold for complex values as they are.
+holds_for_complex(*TRANSPOSES, fft.fftn, fft.fft2, fft.ifftn, fft.ifft2, fft.rfftn, fft.rfft2, fft.irfftn,
+                  fft.irfft2, fft.fftshift, fft.ifftshift)
