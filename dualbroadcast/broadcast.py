@@ -27,11 +27,14 @@ import numpy as np
 
 from . import pytree
 from .errors import KernelError
-from .expr import Sym, derivatives, trace, without_cuts
-from .guards import RECORDER
+from .expr import Sym, complex_kernel_message, derivatives, trace, without_cuts
+from .expr import _cut as _cut_op
+from .guards import RECORDER, NotReplayableError
+from .kernel_source import needed_nodes
 from .kernels import FORCED_BACKEND, Kernel
 from .numpy_facts import FLOAT_LEAVES, REAL_FLOATS
-from .pullbacks import fitting_kernel_pullback, kernel_pullback
+from .pullbacks import RealPart, fitting_kernel_pullback, kernel_pullback
+from .registry import COMPLEX_RULES, SAME_RULE
 from .tape import Tracked, _edge, _edges, tape_of
 
 CACHE_SIZE = 512
@@ -167,6 +170,9 @@ def _run(f, args, reduce, backend):
     parents = [inputs[i] for i in active]
     if treedef is None and recorder is None and used == "numpy" and backend is None and FORCED_BACKEND.get() is None:
         _plan(f, kernel, values, active, reduce, call, reads)
+    if recorder is not None and kernel.complex and active:
+        raise NotReplayableError(f"db.{'sum' if reduce else 'broadcast'} of {kernel.name} on complex values: "
+                                 "a prepared gradient leaves complex computations to db.gradient")
     if recorder is not None and any(type(leaf) is Tracked for leaf in inputs):
         record = lambda: _record(parents, value, partials, active_shapes, call, recorder.tape)  # noqa: E731
         return recorder.kernel(kernel, inputs, values, active, used, reduce, record)
@@ -249,7 +255,7 @@ def _plan(f, kernel, values, active, reduce, call, reads):
     """Remember a `_Plan` for this call if its kernel's whole-array results need no reshaping,
     copying or casting (all inputs arrays of one shape, every partial an array of its own), and
     if the bindings ``f`` reads pin what it reads (``reads``: the walk of ``f`` that keyed its kernel)."""
-    if not reads.pinned or type(f) is not FunctionType or f.__closure__ or not values:
+    if not reads.pinned or type(f) is not FunctionType or f.__closure__ or not values or kernel.complex:
         return
     shape, dtype = np.shape(values[0]), getattr(values[0], "dtype", None)
     if not all(type(v) is np.ndarray and v.shape == shape and v.dtype == dtype for v in values) \
@@ -268,6 +274,9 @@ def _record(parents, value, partials, shapes, call, tape=None):
     tape = tape_of(parents) if parents else tape
     out_shape = () if call.reduce else np.shape(value)
     backs = [kernel_pullback(p, s, out_shape, tape.single_sweep) for p, s in zip(partials, shapes)]
+    if np.iscomplexobj(value):  # a real parent's cotangent is the real part, as in `tape._record_complex`
+        tape.complex = True
+        backs = [b if np.iscomplexobj(p.value) else RealPart(b) for p, b in zip(parents, backs)]
     return tape.record(value, _edges(parents, backs), call)
 
 
@@ -581,27 +590,43 @@ def _build(f, treedef, leaves, n_inputs, active, reduce, kinds):
     name = getattr(f, "__name__", type(f).__name__)
     _check_kinds(name, kinds)
     graph, inputs, output = trace(call, n_inputs)
+    has_complex = _has_complex(graph, output, kinds)
     seeds = [np.dtype(kinds[i]).type(1) for i in active]
     partials = derivatives(graph, output, [inputs[i] for i in active], seeds)
     outputs = without_cuts(graph, [output] + partials)
     kernel = Kernel(graph, inputs, outputs, reduce, name)
-    if active and np.dtype(kernel.dtype_for(tuple(kinds))).kind != "f":
+    kernel.complex = has_complex  # NumPy's backend only, no `_Plan`
+    if active and np.dtype(kernel.dtype_for(tuple(kinds))).kind not in "fc":
         return Kernel(graph, inputs, outputs[:1], reduce, name)  # a truth value or a count: no gradient, as x > 0
     return kernel
 
 
 def _check_kinds(name, kinds):
-    """Kernels compute in real numbers: an argument of another kind would lose its imaginary part
-    or fail inside NumPy."""
+    """Kernels compute in numbers: an argument of another kind would fail inside NumPy."""
     for kind in kinds:
         dtype = np.dtype(kind)
-        if dtype.kind not in "biuf":
-            what = "a complex" if dtype.kind == "c" else f"a {dtype} (not a real number)"
+        if dtype.kind not in "biufc":
             raise KernelError(
-                f"{what} argument reached db.sum/db.broadcast of {name}: kernels compute in real floating "
-                "point. Pass real arrays or floats, or compute with plain NumPy outside a kernel (where "
-                "db.gradient differentiates complex values too)."
+                f"a {dtype} argument (not a number) reached db.sum/db.broadcast of {name}: kernels compute in "
+                "floating point. Pass arrays or floats; compute other values outside f."
             )
+
+
+def _has_complex(graph, output, kinds):
+    """Whether complex numbers take part in the traced function (an input or a literal); if so, a clear
+    error unless every operation of its value is holomorphic, whose forward partial is then the complex
+    derivative and its pullback ``g · ∂f/∂a`` JAX's convention.  (The partials' own operations, the
+    table's formulas, may compare: ``x == 0`` in x ** y's.)"""
+    order = needed_nodes(graph, [output])
+    literals = [a for node in order for a in node.args if type(a) is not Sym]
+    literals += [] if type(output) is Sym else [output]
+    if not any(np.dtype(k).kind == "c" for k in kinds if k is not float) \
+            and not any(isinstance(a, (complex, np.complexfloating)) for a in literals):
+        return False
+    for node in order:
+        if node.op is not _cut_op and COMPLEX_RULES.get(node.op) is not SAME_RULE:
+            raise KernelError(complex_kernel_message(node.op))
+    return True
 
 
 def _inline(f, args, reduce):

@@ -66,7 +66,8 @@ DERIVATIVES = {
     np.cosh: (lambda ans, x: np.sinh(x),),
     np.tanh: (lambda ans, x: 1 - ans * ans,),
     np.arcsinh: (lambda ans, x: 1 / np.sqrt(x * x + 1),),
-    np.arccosh: (lambda ans, x: 1 / np.sqrt(x * x - 1),),
+    # 1/(√(x-1) √(x+1)), not 1/√(x²-1): the same for real x > 1, and right on every side of complex arccosh's cut.
+    np.arccosh: (lambda ans, x: 1 / (np.sqrt(x - 1) * np.sqrt(x + 1)),),
     np.arctanh: (lambda ans, x: 1 / (1 - x * x),),
     np.hypot: (lambda ans, x, y: x / ans, lambda ans, x, y: y / ans),
     np.logaddexp: (lambda ans, x, y: np.exp(x - ans), lambda ans, x, y: np.exp(y - ans)),

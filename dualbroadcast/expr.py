@@ -23,7 +23,7 @@ from .derivatives import DERIVATIVES, ZERO_DERIVATIVE
 from .errors import KernelError
 from .numpy_facts import PREDICATES, qualified_name
 
-LITERAL_TYPES = (int, float, bool, np.number, np.bool_)
+LITERAL_TYPES = (int, float, complex, bool, np.number, np.bool_)
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 TRACING = contextvars.ContextVar("dualbroadcast_tracing", default=None)  # the graph of the trace running
 _NOT_ELEMENTWISE = (
@@ -90,11 +90,14 @@ def _has_axis(func):
         return False
 
 
-def _complex_message(where):
+def complex_kernel_message(op):
+    """Why ``op`` cannot run inside a kernel where complex numbers take part."""
+    name = qualified_name(op)
     return (
-        f"a complex number {where} inside db.sum/db.broadcast: kernels compute in "
-        "real floating point. Write the computation with real numbers (|r + 1j| is np.hypot(r, 1.0)), "
-        "or with plain NumPy outside a kernel, where db.gradient differentiates complex values."
+        f"{name} met complex numbers inside db.sum/db.broadcast: a kernel differentiates holomorphic "
+        f"functions of complex numbers only (arithmetic, exp, log, sin, ...), and {name} is not one. Compute "
+        f"it with plain NumPy outside the kernel, where db.gradient differentiates {name} of complex values "
+        "too (|r + 1j| of a real r is np.hypot(r, 1.0))."
     )
 
 
@@ -256,8 +259,6 @@ class Graph:
             raise KernelError(_no_rule_message(op))
         args = tuple(a[()] if isinstance(a, np.ndarray) and a.ndim == 0 else a for a in args)
         for a in args:
-            if isinstance(a, (complex, np.complexfloating)):
-                raise KernelError(_complex_message(f"reached {qualified_name(op)}"))
             if not (type(a) is Sym or _is_literal(a)):
                 raise KernelError(
                     f"a value of type {type(a).__name__} reached {qualified_name(op)} inside a broadcast "
@@ -414,8 +415,6 @@ def trace(build_call, n_inputs):
         TRACING.reset(token)
     if isinstance(output, np.ndarray) and output.ndim == 0:
         output = output[()]  # a constant computed by NumPy itself
-    if isinstance(output, (complex, np.complexfloating)):
-        raise KernelError(_complex_message("was returned by f"))
     if isinstance(output, np.ndarray) or not (type(output) is Sym or _is_literal(output)):
         raise KernelError(
             f"the function given to db.broadcast/db.sum returned {type(output).__name__}; it must "

@@ -86,6 +86,7 @@ class Kernel:
         self.dtypes = {}  # input kinds -> dtype of the value
         self.backends = {"numpy": _WholeArrays(self), "blocked": _Blocked(self), "numexpr": _Numexpr(self)}
         self.choice = BackendChoice(self)
+        self.complex = False  # complex numbers take part: NumPy's backend only (`broadcast._has_complex`)
 
     def __call__(self, values, active_shapes, backend=None):
         """Return ``(value, partials, backend, size)``; partials reduced to ``active_shapes`` if reducing."""
@@ -98,7 +99,10 @@ class Kernel:
         return self.run(backend, values, shape, size, active_shapes) + (backend, size)
 
     def _candidates(self, values, size):
-        """The backends that can run a call on ``values``: numpy always, the others from their sizes."""
+        """The backends that can run a call on ``values``: numpy always, the others from their sizes
+        (and never for complex numbers)."""
+        if self.complex:
+            return ["numpy"]
         return [name for name, backend in self.backends.items() if backend.eligible(values, size)]
 
     def run(self, backend, values, shape, size, active_shapes):

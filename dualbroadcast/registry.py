@@ -86,7 +86,7 @@ class Rule:
 
 
 RULES = {}
-NONDIFFERENTIABLE = set()
+NONDIFFERENTIABLE = {}  # function -> why its results carry no gradient
 # The rules that hold for complex values (JAX's convention, see `rules/complex.py`): function -> its own Rule
 # for complex arguments, or SAME_RULE where its rule in RULES holds as it is (a holomorphic or linear function
 # written with plain transposes).  A function missing here is an error on complex values, never a wrong gradient.
@@ -200,9 +200,9 @@ def _checked(func, maker, argument):
     return checked_maker
 
 
-def nondifferentiable(*funcs: Callable[..., Any]) -> None:
-    """Declare functions whose results carry no gradient (indices, booleans, shapes)."""
-    NONDIFFERENTIABLE.update(funcs)
+def nondifferentiable(*funcs: Callable[..., Any], reason: str = "declared nondifferentiable") -> None:
+    """Declare functions whose results carry no gradient (indices, booleans, shapes), and why."""
+    NONDIFFERENTIABLE.update(dict.fromkeys(funcs, reason))
 
 
 def _implementation(func):

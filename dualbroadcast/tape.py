@@ -513,10 +513,10 @@ def _record_complex(tape, func, rule, j, a, ans, values, kwargs, parents, record
     if recorder is not None:
         raise NotReplayableError(
             f"{qualified_name(func)} on complex values: a prepared gradient leaves complex computations to db.gradient")
-    if complex_rule(func) is None:
+    rule = complex_rule(func)
+    if rule is None:
         raise UnsupportedFunctionError(_complex_message(func))
     tape.complex = True
-    rule = complex_rule(func)
     if j is None:
         backs = rule.pullbacks(func, ans, values, active, kwargs)
     else:

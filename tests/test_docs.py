@@ -23,6 +23,9 @@ import numpy as np
 import pytest
 
 import dualbroadcast as db
+from dualbroadcast.numpy_facts import qualified_name
+from dualbroadcast.registry import NONDIFFERENTIABLE
+from dualbroadcast.rules import BUILTIN_NONDIFFERENTIABLE, BUILTIN_RULES
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -170,3 +173,31 @@ def test_type_hints_cover_functions_and_methods():
 
 def test_the_package_ships_its_type_hints():
     assert (Path(db.__file__).parent / "py.typed").is_file()
+
+
+# --- the function table ----------------------------------------------------------------------------
+FUNCTION_TABLE = Path(__file__).resolve().parent.parent / "docs" / "function_table.py"
+
+
+def function_table():
+    """What docs/function_table.py prints, run on its own (rules registered by other tests stay out)."""
+    result = subprocess.run([sys.executable, str(FUNCTION_TABLE)], capture_output=True, text=True, check=True)
+    return result.stdout
+
+
+def test_the_readme_holds_the_current_function_table():
+    assert function_table().strip() in README.read_text(), (
+        "README.md's function table is out of date: run python docs/function_table.py --write")
+
+
+def test_every_builtin_rule_and_nondifferentiable_function_is_in_the_table():
+    table = function_table()
+    missing = [qualified_name(f) for f in BUILTIN_RULES | BUILTIN_NONDIFFERENTIABLE
+               if f"`{qualified_name(f)}`" not in table]
+    assert not missing, f"missing from the function table: {missing}"
+
+
+def test_every_nondifferentiable_function_says_why():
+    unexplained = [qualified_name(f) for f in BUILTIN_NONDIFFERENTIABLE
+                   if NONDIFFERENTIABLE[f] == "declared nondifferentiable"]
+    assert not unexplained, f"give a reason= for {unexplained} in rules/nondifferentiable.py"

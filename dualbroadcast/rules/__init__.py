@@ -1,16 +1,9 @@
 """Reverse rules, one module per family; importing this package registers them all."""
 
-from ..registry import RULES, users_rules_from_now
-from . import (  # noqa: F401
-    complex,
-    elementwise,
-    fft,
-    linalg,
-    nondifferentiable,
-    reductions,
-    shape,
-)
+from ..registry import NONDIFFERENTIABLE, RULES, users_rules_from_now
+from . import complex, elementwise, fft, linalg, nondifferentiable, reductions, shape  # noqa: F401
 
 # The rules the library itself declares (tests check each has test inputs).
 BUILTIN_RULES = frozenset(RULES)
+BUILTIN_NONDIFFERENTIABLE = frozenset(NONDIFFERENTIABLE)
 users_rules_from_now()

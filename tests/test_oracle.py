@@ -1,0 +1,152 @@
+"""Every rule case against JAX: the same computation, differentiated by `jax.grad`, in float64.
+
+A case's function is recorded once as a prepared program (`db.prepare_gradient`), whose steps
+name each NumPy function called and its arguments; `jax_replay` runs those steps on the
+`jax.numpy` (or `jax.scipy`) function of the same name, so the oracle differentiates exactly the
+calls the library recorded, in the calling form the case drew.  A case whose functions JAX lacks
+is skipped with the function named; one JAX rejects the arguments of is skipped with JAX's reason.
+Skipped without JAX.
+"""
+
+import inspect
+import operator
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dualbroadcast as db
+from dualbroadcast.numpy_facts import astype, getitem
+from dualbroadcast.program import Const, Guard, KernelStep, Step
+from dualbroadcast.registry import OUTPUTS, SEQUENCE
+
+from .cases import all_cases, reset_streams
+from .test_rules import projection
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+jsp = pytest.importorskip("jax.scipy.special")
+
+CASES = all_cases()
+
+# Where this library's documented convention gives a number and JAX gives NaN (tests/test_conventions.py pins
+# ours): there the elements JAX leaves NaN are not compared.
+JAX_GIVES_NAN = {
+    np.std: "std of a constant slice (one element) has gradient 0 here, a subgradient; NaN in JAX",
+}
+
+
+class NoOracle(Exception):
+    """JAX has no function for a recorded step, or rejects its arguments."""
+
+
+def jax_function(func):
+    """The JAX function that computes what the NumPy or SciPy ``func`` computes: the one of the same name
+    in the JAX module that mirrors ``func``'s (a ufunc without a module is SciPy's)."""
+    if func is getitem:
+        return operator.getitem
+    if func is astype:
+        return lambda x, dtype, **options: x.astype(dtype)
+    if func == "cut":
+        return jax.lax.stop_gradient
+    module = getattr(func, "__module__", None) or "scipy.special"
+    mirrors = {"numpy": jnp, "numpy.linalg": jnp.linalg, "numpy.fft": jnp.fft}
+    mirror = jsp if module.startswith("scipy.special") else mirrors.get(module)
+    found = getattr(mirror, func.__name__, None)
+    if found is None:
+        raise NoOracle(f"JAX has no {module}.{func.__name__}")
+    return found
+
+
+def without_numpy_defaults(func, args, kwargs):
+    """``func``'s call with every argument left at NumPy's default dropped (``out=None``, ``casting=``):
+    JAX's functions take NumPy's parameters but not all of them.  Arguments after a dropped one go by name."""
+    try:
+        signature = inspect.signature(func)
+        bound = signature.bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):  # a ufunc, or a function without a signature
+        return args, kwargs
+    positional, named = [], {}
+    for p in signature.parameters.values():
+        if p.name not in bound:
+            continue
+        v = bound[p.name]
+        if p.kind is p.VAR_POSITIONAL:
+            positional += v
+        elif p.kind is p.VAR_KEYWORD:
+            named.update(v)
+        elif v is p.default or (type(v) is type(p.default) and type(v) in (str, bool, int) and v == p.default):
+            continue
+        elif p.kind is p.POSITIONAL_ONLY or (p.kind is p.POSITIONAL_OR_KEYWORD and not named
+                                             and len(positional) == list(signature.parameters).index(p.name)):
+            positional.append(v)
+        else:
+            named[p.name] = v
+    return positional, named
+
+
+def jax_replay(program):
+    """A function of the program's leaves computing its result with JAX, step by step."""
+
+    def value(ref, values):
+        if type(ref) is int:
+            return values[ref]
+        if type(ref) is Const:
+            return ref.value
+        return ref.kind(value(r, values) for r in ref.refs)  # a Pack
+
+    def run(*leaves):
+        values = dict(zip((i for _, i in program.leaves), leaves))
+        for step in program.steps:
+            if type(step) is Guard:
+                continue
+            if type(step) is KernelStep:
+                raise NoOracle("a db.sum/db.broadcast kernel")
+            assert type(step) is Step
+            args = [value(r, values) for r in step.refs]
+            if step.kind == SEQUENCE:
+                args = [args, *step.rest]
+            try:
+                args, kwargs = without_numpy_defaults(step.func, args, step.kwargs)
+                out = jax_function(step.func)(*args, **kwargs)
+            except (TypeError, NotImplementedError, ValueError) as error:
+                raise NoOracle(f"JAX's {getattr(step.func, '__name__', step.func)} rejects the call: {error}") \
+                    from error
+            outs = out if step.kind == OUTPUTS or len(step.outs) > 1 else (out,)
+            for index, o in zip(step.outs, outs):
+                if index is not None:
+                    values[index] = o
+        return values[program.out]
+
+    return run
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_rule_matches_jax(case, data):
+    reset_streams()
+    fn, args = case.build(data.draw, np.float64)
+    seed = data.draw(st.integers(0, 1000))
+
+    def f(*a):
+        return projection(fn(*a), seed)
+
+    want_grads = db.gradient(f, *args)
+    want_grads = want_grads if len(args) > 1 else (want_grads,)
+    prepared = db.prepare_gradient(f, *args)
+    [program] = [p for programs in prepared.variants.values() for p in programs]
+    if program.out is None:
+        pytest.skip("the result depends on no argument")
+    with jax.enable_x64(True):
+        try:
+            got = jax.grad(jax_replay(program), argnums=tuple(range(len(args))))(*map(jnp.asarray, args))
+        except NoOracle as reason:
+            pytest.skip(str(reason))
+    for k, (ours, theirs) in enumerate(zip(want_grads, got)):
+        ours, theirs = np.asarray(ours), np.asarray(theirs)
+        if case.func in JAX_GIVES_NAN:
+            ours, theirs = ours[~np.isnan(theirs)], theirs[~np.isnan(theirs)]
+        np.testing.assert_allclose(ours, theirs, rtol=1e-7, atol=1e-9,
+                                   err_msg=f"{case}: gradient of argument {k} against jax.grad")
