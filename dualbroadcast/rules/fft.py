@@ -132,7 +132,7 @@ def transposed(x, transforms, norm):
     return back
 
 
-# --- the makers: NumPy's steps for each function -------------------------------------
+# --- the makers: the 1-d transforms NumPy applies for each function----------------------------------
 def one_dimensional(func):
     """vjp maker of the 1-d transform ``func``."""
 
@@ -155,8 +155,8 @@ def nd_lengths(shape, s, axes, inverse_real=False):
     return [shape[a] if n == -1 else n for n, a in zip(s, axes)], axes
 
 
-def forward_steps(func):
-    """The 1-d transforms of fftn/ifftn (``func`` fft or ifft): from the last axis to the first."""
+def along_each_axis(func):
+    """The 1-d transforms of fftn/ifftn (``func``: fft or ifft): ``func`` along each axis, the last first."""
 
     def transforms(shape, s, axes):
         s, axes = nd_lengths(shape, s, axes)
@@ -165,32 +165,32 @@ def forward_steps(func):
     return transforms
 
 
-def rfftn_steps(shape, s, axes):
+def rfftn_transforms(shape, s, axes):
     """rfftn: rfft along the last axis, then fft along the others, from last to first."""
     s, axes = nd_lengths(shape, s, axes)
     return [(fft.rfft, s[-1], axes[-1])] + [(fft.fft, n, axis) for n, axis in zip(s[-2::-1], axes[-2::-1])]
 
 
-def irfftn_steps(shape, s, axes):
+def irfftn_transforms(shape, s, axes):
     """irfftn: ifft along every axis but the last, first to last, then irfft along the last."""
     s, axes = nd_lengths(shape, s, axes, inverse_real=True)
     return [(fft.ifft, n, axis) for n, axis in zip(s[:-1], axes[:-1])] + [(fft.irfft, s[-1], axes[-1])]
 
 
-def n_dimensional(steps):
-    """vjp maker of fftn, ifftn, rfftn or irfftn, whose 1-d transforms are ``steps(shape, s, axes)``."""
+def n_dimensional(transforms):
+    """vjp maker of fftn, ifftn, rfftn or irfftn, whose 1-d transforms are ``transforms(shape, s, axes)``."""
 
     def vjp(ans, a, s=None, axes=None, norm=None, out=None):
-        return transposed(a, steps(np.shape(a), s, axes), norm)
+        return transposed(a, transforms(np.shape(a), s, axes), norm)
 
     return vjp
 
 
-def two_dimensional(steps):
+def two_dimensional(transforms):
     """vjp maker of fft2, ifft2, rfft2 or irfft2: the n-d transform over the last two axes by default."""
 
     def vjp(ans, a, s=None, axes=(-2, -1), norm=None, out=None):
-        return transposed(a, steps(np.shape(a), s, axes), norm)
+        return transposed(a, transforms(np.shape(a), s, axes), norm)
 
     return vjp
 
@@ -208,14 +208,14 @@ def ifftshift_vjp(ans, x, axes=None):
 
 for _func in TRANSPOSES:
     defvjp(_func, one_dimensional(_func))
-for _nd, _2d, _steps in [
-    (fft.fftn, fft.fft2, forward_steps(fft.fft)),
-    (fft.ifftn, fft.ifft2, forward_steps(fft.ifft)),
-    (fft.rfftn, fft.rfft2, rfftn_steps),
-    (fft.irfftn, fft.irfft2, irfftn_steps),
+for _nd, _2d, _transforms in [
+    (fft.fftn, fft.fft2, along_each_axis(fft.fft)),
+    (fft.ifftn, fft.ifft2, along_each_axis(fft.ifft)),
+    (fft.rfftn, fft.rfft2, rfftn_transforms),
+    (fft.irfftn, fft.irfft2, irfftn_transforms),
 ]:
-    defvjp(_nd, n_dimensional(_steps))
-    defvjp(_2d, two_dimensional(_steps))
+    defvjp(_nd, n_dimensional(_transforms))
+    defvjp(_2d, two_dimensional(_transforms))
 defvjp(fft.fftshift, fftshift_vjp)
 defvjp(fft.ifftshift, ifftshift_vjp)
 # Linear maps written as their plain transposes: the rules hold for complex values as they are.
