@@ -132,7 +132,7 @@ def transposed(x, transforms, norm):
     return back
 
 
-# --- the makers: the 1-d transforms NumPy applies for each function----------------------------------
+# --- the makers: the 1-d transforms NumPy applies for each function ----------------
 def one_dimensional(func):
     """vjp maker of the 1-d transform ``func``."""
 
