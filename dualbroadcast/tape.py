@@ -517,6 +517,9 @@ def _record_complex(tape, func, rule, j, a, ans, values, kwargs, parents, record
     if rule is None:
         raise UnsupportedFunctionError(_complex_message(func))
     tape.complex = True
+    if type(a) is complex:  # the tape holds NumPy values
+        a = np.complex128(a)
+        ans = a if j is None else ans
     if j is None:
         backs = rule.pullbacks(func, ans, values, active, kwargs)
     else:
@@ -738,6 +741,10 @@ def _is_float(ans):
 
 
 def _is_complex(ans):
+    """Whether ``ans`` is complex: a NumPy complex array or scalar, or a Python complex (``1j * s`` of a
+    NumPy float scalar ``s`` is one: Python's complex multiplies it)."""
+    if type(ans) is complex:
+        return True
     dtype = getattr(ans, "dtype", None)
     return dtype is not None and dtype.kind == "c"
 

@@ -288,3 +288,15 @@ def test_a_holomorphic_table_entry_is_its_complex_derivative_in_every_quadrant(f
         args = [z, 0.3 * z + 0.2j][: func.nin]
         db.check_gradient(lambda *a: np.real(func(*a) * (0.3 - 0.7j)), *args)
         db.check_gradient(lambda *a: np.real(db.sum(func, *a) * (0.3 - 0.7j)), *args)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_python_complex_times_a_numpy_float_scalar_is_recorded(dtype):
+    """``1j * s`` of an np.float64 scalar is a Python complex (Python's complex multiplies it): recorded as
+    np.complex128, not an error (found by tests/test_random_programs)."""
+    x = np.array([0.3, -1.1], dtype)
+    f = lambda x: np.real(np.exp(1j * np.sum(x))) + np.imag(np.sum(x) * 2j)
+    g = db.gradient(f, x)
+    assert g.dtype == dtype
+    np.testing.assert_allclose(g, -np.sin(np.sum(x)) + 2, rtol=1e-5)
+    db.check_gradient(f, x)

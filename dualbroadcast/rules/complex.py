@@ -26,6 +26,7 @@ import math
 
 import numpy as np
 
+from ..numpy_facts import astype, getitem
 from ..pullbacks import apply
 from ..registry import RULES, defvjp, defvjp_complex, holds_for_complex
 from . import elementwise, linalg, reductions, shape  # noqa: F401  (the rules read below)
@@ -114,7 +115,10 @@ holds_for_complex(
     np.dot, np.inner, np.outer, np.tensordot, np.einsum, np.matmul, np.trace,
     np.linalg.inv, np.linalg.solve, np.linalg.det,
 )
-# Every rule of the shape family moves, copies or adds elements (coefficients 0 and 1): it holds too.
-holds_for_complex(*(func for func, rule in RULES.items() if any(
-    getattr(maker, "__module__", None) == shape.__name__
-    for maker in (rule.makers if type(rule.makers) is tuple else (rule.makers,)))))
+# Functions that move, copy or add elements (coefficients 0 and 1): their rules hold too.  Named one by
+# one, not by family: a shape rule choosing elements by their order (np.pad's maximum mode) does not.
+holds_for_complex(
+    np.reshape, np.ravel, np.expand_dims, np.squeeze, np.transpose, np.swapaxes, np.moveaxis, np.broadcast_to,
+    np.concatenate, np.hstack, np.vstack, np.stack, np.split, np.tile, np.repeat, np.flip, np.roll,
+    np.diagonal, np.diag, np.triu, np.tril, np.take, getitem, astype, np.copy, np.full_like,
+)
