@@ -45,7 +45,8 @@ def scipy_namespaces():
 def public_names(func):
     """Every public name a user writes for ``func`` (``np.absolute``, ``np.abs``), its usual name first."""
     names = [f"{prefix}.{name}" for prefix, module in {**NAMESPACES, **scipy_namespaces()}.items()
-             for name in dir(module) if not name.startswith("_") and getattr(module, name) is func]
+             for name in getattr(module, "__all__", dir(module))  # not what others set on it (numexpr's np.expm1x)
+             if not name.startswith("_") and getattr(module, name, None) is func]
     usual = qualified_name(func)
     return [usual] + sorted(set(names) - {usual})
 

@@ -72,6 +72,8 @@ def qualified_name(func):
         return "x.astype"
     if isinstance(func, np.ufunc):
         return _ufunc_name(func)
+    if isinstance(getattr(func, "__self__", None), np.ufunc):  # a ufunc's method: np.add.reduce
+        return f"{_ufunc_name(func.__self__)}.{func.__name__}"
     name = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
     module = getattr(func, "__module__", None) or ""
     public = [part for part in module.split(".") if part and not part.startswith("_")]

@@ -152,6 +152,8 @@ def test_rule_matches_jax(case, data):
     want_grads = db.gradient(f, *args)
     want_grads = want_grads if len(args) > 1 else (want_grads,)
     prepared = db.prepare_gradient(f, *args)
+    if prepared.unreplayable:  # tests/test_fft.py compares the FFT rules, which make complex values, with JAX
+        pytest.skip("complex values: a prepared gradient leaves them to db.gradient, so there is no program to replay")
     [program] = [p for programs in prepared.variants.values() for p in programs]
     if program.out is None:
         pytest.skip("the result depends on no argument")

@@ -5,6 +5,7 @@ from . import (  # noqa: F401  (each module registers its family's rules on impo
     complex,
     decompositions,
     elementwise,
+    fft,
     linalg,
     nondifferentiable,
     reductions,

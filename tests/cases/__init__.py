@@ -38,7 +38,11 @@ def all_cases():
 
 
 # Cases of functions with a rule for complex values that cannot take complex arguments (case: why).
-REAL_ONLY_CASES = {"concatenate_dtype": "it casts to a real dtype, which NumPy refuses for complex values"}
+REAL_ONLY_CASES = {
+    "concatenate_dtype": "it casts to a real dtype, which NumPy refuses for complex values",
+    **dict.fromkeys(["rfft", "ihfft", "rfftn", "rfft2", "power spectrum", "rfft-irfft round trip"],
+                    "a transform of real signals: NumPy refuses complex values"),
+}
 
 
 def complex_cases(cases):
