@@ -48,6 +48,8 @@ def public_names(func):
              for name in getattr(module, "__all__", dir(module))  # not what others set on it (numexpr's np.expm1x)
              if not name.startswith("_") and getattr(module, name, None) is func]
     usual = qualified_name(func)
+    if usual.startswith("_") and "scipy.special" in scipy_namespaces():  # the private ufunc a SciPy function calls
+        usual = f"scipy.special.{usual[1:]}"  # (scipy.special.zeta(x, q) calls _zeta)
     return [usual] + sorted(set(names) - {usual})
 
 
@@ -87,7 +89,8 @@ def counts(families):
     for names in families.values():
         for usual, *_ in names:
             namespace = usual.rpartition(".")[0]
-            namespace = namespace if namespace.startswith(("np", "scipy")) else "x[index], x.astype"
+            if namespace not in ("np", "np.linalg", "np.fft", "scipy.special", "scipy.stats"):
+                namespace = "ufunc methods" if namespace.startswith("np.") else "x[index], x.astype"
             namespaces[namespace] = namespaces.get(namespace, 0) + 1
     return dict(sorted(namespaces.items()))
 

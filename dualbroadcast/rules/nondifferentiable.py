@@ -28,3 +28,12 @@ nondifferentiable(
     reason="shapes, dtypes and new arrays of a given shape: they read no value",
 )
 nondifferentiable(np.linalg.matrix_rank, reason="a rank: an integer")
+nondifferentiable(
+    np.nanargmax, np.nanargmin, np.argpartition, np.lexsort, np.digitize,
+    np.tril_indices_from, np.triu_indices_from, np.diag_indices_from,
+    reason="indices and counts: integers",
+)
+nondifferentiable(
+    np.isneginf, np.isposinf, np.iscomplex, np.isreal, np.isin, np.array_equiv,
+    reason="comparisons and predicates: truth values",
+)
