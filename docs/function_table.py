@@ -49,7 +49,8 @@ def public_names(func):
              if not name.startswith("_") and getattr(module, name, None) is func]
     usual = qualified_name(func)
     if usual.startswith("_") and "scipy.special" in scipy_namespaces():  # the private ufunc a SciPy function calls
-        usual = f"scipy.special.{usual[1:]}"  # (scipy.special.zeta(x, q) calls _zeta)
+        names.append(usual)  # (scipy.special.zeta(x, q) calls _zeta)
+        usual = f"scipy.special.{usual[1:]}"
     return [usual] + sorted(set(names) - {usual})
 
 

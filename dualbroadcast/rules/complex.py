@@ -29,7 +29,7 @@ import numpy as np
 from ..numpy_facts import astype, getitem
 from ..pullbacks import apply
 from ..registry import RULES, defvjp, defvjp_complex, holds_for_complex
-from . import elementwise, linalg, reductions, shape  # noqa: F401  (the rules read below)
+from . import elementwise, linalg, reductions, shape, signal  # noqa: F401  (the rules read below)
 
 
 def is_complex(x):
@@ -121,4 +121,14 @@ holds_for_complex(
     np.reshape, np.ravel, np.expand_dims, np.squeeze, np.transpose, np.swapaxes, np.moveaxis, np.broadcast_to,
     np.concatenate, np.hstack, np.vstack, np.stack, np.split, np.tile, np.repeat, np.flip, np.roll,
     np.diagonal, np.diag, np.triu, np.tril, np.take, getitem, astype, np.copy, np.full_like,
+    np.fliplr, np.flipud, np.rot90, np.rollaxis, np.matrix_transpose, np.astype, np.column_stack, np.dstack,
+    np.append, np.insert, np.delete, np.resize, np.take_along_axis, np.unstack, np.array_split, np.hsplit,
+    np.vsplit, np.dsplit, np.diagflat, np.cumulative_sum, np.diff, np.ediff1d,
+)
+# Linear or holomorphic functions of the other families whose rules use plain transposes (np.vecdot, np.vecmat
+# and np.correlate conjugate an argument: they do not hold).
+holds_for_complex(
+    np.linalg.matmul, np.linalg.outer, np.linalg.tensordot, np.linalg.trace, np.linalg.diagonal,
+    np.linalg.matrix_transpose, np.linalg.multi_dot, np.kron, np.matvec, np.cumulative_prod, np.trapezoid,
+    np.convolve, np.polyval, np.vander,
 )
