@@ -339,8 +339,6 @@ def _simplify(graph, op, args):
                 if negated is not None:
                     other = args[1 - position]
                     return graph.apply(np.negative, (other,)) if negated else other
-    if op is np.power and _is_literal(args[1]) and not isinstance(args[1], (bool, np.bool_)) and args[1] == 0:
-        return 1  # x ** 0 is 1, NaN and inf included (a tie's ½ in derivatives.share is 0.5 * ans ** 0)
     if op is np.power and _is_literal(args[1]) and float(args[1]).is_integer() and 0 < abs(args[1]) <= 16:
         return _integer_power(graph, args[0], int(args[1]))
     if op is np.negative and type(args[0]) is Sym and args[0].op is np.negative:
