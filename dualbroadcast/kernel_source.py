@@ -116,17 +116,28 @@ def _operand_refs(kernel, node, ref, dtype_of, namespace):
     typing = dtype_of is not None and isinstance(node.op, np.ufunc)
     operands = {dtype_of(a) for a in node.args if type(a) is Sym} if typing else ()
     refs = []
-    for a in node.args:
+    for k, a in enumerate(node.args):
         if type(a) is Sym:
             refs.append(ref(a))
             continue
         name = _ref(kernel.names, a)
-        typed = _typed_literal(a, operands) if typing else None
+        typed = _typed_literal(a, operands) if typing and not _takes_integer(node.op, k, operands) else None
         if typed is not None:
             name = f"{name}_{typed.dtype.char}"
             namespace[name] = typed
         refs.append(name)
     return refs
+
+
+def _takes_integer(ufunc, k, dtypes):
+    """Whether ``ufunc``'s loops for other inputs of the one dtype in ``dtypes`` take an integer at input ``k``
+    (``np.ldexp(x, 3)``: its exponent stays an integer)."""
+    if len(dtypes) != 1 or None in dtypes:
+        return False
+    (char,) = {d.char for d in dtypes}
+    inputs = [t.partition("->")[0] for t in ufunc.types]
+    codes = {t[k] for t in inputs if len(t) > k and all(c == char for i, c in enumerate(t) if i != k)}
+    return bool(codes) and all(np.dtype(c).kind in "iu" for c in codes)
 
 
 def _typed_literal(literal, dtypes):
