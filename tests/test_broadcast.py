@@ -1022,14 +1022,3 @@ def test_a_sum_counts_the_broadcast_of_an_argument_its_value_does_not_read(backe
     assert db.sum(lambda x, y: 2 * x, x, y, backend=backend) == 3 * np.sum(2 * x)
     np.testing.assert_array_equal(db.gradient(lambda x: db.sum(lambda x, y: 2 * x, x, y, backend=backend), x),
                                   np.full(4, 6.0))
-
-
-@pytest.mark.parametrize("backend", ["numpy", "blocked", "numexpr"])
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_an_integer_argument_of_a_ufunc_stays_an_integer_in_kernels(backend, dtype):
-    """np.ldexp's exponent, a Python int, was typed to the float inputs like a weak literal: a TypeError."""
-    x = np.linspace(-1.0, 1.0, 1200).astype(dtype)
-    value, g = db.value_and_gradient(lambda x: db.sum(lambda r: np.ldexp(r, 3) * r, x, backend=backend), x)
-    np.testing.assert_allclose(value, np.sum(8 * x * x), rtol=1e-5)
-    np.testing.assert_allclose(g, 16 * x, rtol=1e-5)
-    assert g.dtype == dtype

@@ -312,3 +312,15 @@ def test_a_corrected_derivative_is_not_served_a_kernel_traced_with_the_old_one(d
     db.gradient(lambda a: db.sum(special.erf, a), X[:10])
     defderivative(special.erf, d_erf)  # corrected
     np.testing.assert_allclose(db.gradient(lambda a: db.sum(special.erf, a), X[:10]), d_erf(None, X[:10]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_an_integer_argument_of_a_ufunc_stays_an_integer_in_kernels(backend, dtype):
+    """np.ldexp's exponent, a Python int, was typed to the float inputs like a weak literal: a TypeError."""
+    x = np.linspace(-1.0, 1.0, 1200).astype(dtype)
+    with mock.patch.object(kernels, "BLOCK", BLOCK), mock.patch.object(kernels, "NUMEXPR_BLOCK", NUMEXPR_BLOCK):
+        value, g = db.value_and_gradient(lambda x: db.sum(lambda r: np.ldexp(r, 3) * r, x, backend=backend), x)
+    np.testing.assert_allclose(value, np.sum(8 * x * x), rtol=1e-5)
+    np.testing.assert_allclose(g, 16 * x, rtol=1e-5)
+    assert g.dtype == dtype
