@@ -5,7 +5,7 @@ name each NumPy function called and its arguments; `jax_replay` runs those steps
 `jax.numpy` (or `jax.scipy`) function of the same name, so the oracle differentiates exactly the
 calls the library recorded, in the calling form the case drew.  A case whose functions JAX lacks
 is skipped with the function named; one JAX rejects the arguments of is skipped with JAX's reason.
-Skipped without JAX.
+Skipped without JAX.  One drawn example a case per run: JAX runs each call op by op, the sweep's cost.
 """
 
 import inspect
@@ -139,7 +139,7 @@ def jax_replay(program):
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_rule_matches_jax(case, data):
     reset_streams()
