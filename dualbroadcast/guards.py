@@ -28,7 +28,8 @@ _TO_ARRAY = (
     "gradient: this happens with np.asarray/np.array, np.r_/np.c_, assignment into a NumPy array "
     "(a[i] = x) and code outside NumPy. Build arrays with NumPy functions instead: np.stack([x, y]) "
     "for np.array([x, y]), np.concatenate([x, y]) (np.hstack([x, y]) with 0-d pieces) for np.r_[x, y], "
-    "np.column_stack([x, y]) for np.c_[x, y], np.where(mask, v, a) for a[mask] = v; the mirrors in "
+    "np.column_stack([x, y]) for np.c_[x, y], np.where(mask, v, a) for a[mask] = v, "
+    "np.broadcast_to(v, shape) for np.full(shape, v); the mirrors in "
     "dualbroadcast.scipy for scipy.special.logsumexp/softmax, scipy.stats and scipy.signal; or use "
     "db.cut(x) for the value without its gradient."
 )

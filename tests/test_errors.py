@@ -348,3 +348,10 @@ def test_a_function_without_a_rule_gets_its_tuple_arguments_as_tuples():
     """The tape unwrapped a tuple ``axis`` into a list before calling a nondifferentiable function."""
     counts = lambda x: np.count_nonzero(x, (0, 1))
     assert db.gradient(lambda x: counts(x) * 1.0 + np.sum(x), np.ones((2, 2))).tolist() == [[1.0, 1.0], [1.0, 1.0]]
+
+
+def test_full_of_a_tracked_value_names_broadcast_to():
+    """np.full does not hand a tracked fill value to the library: its error names the spelling that works."""
+    with pytest.raises(db.ValueConversionError, match=r"np\.broadcast_to\(v, shape\) for np\.full\(shape, v\)"):
+        db.gradient(lambda v: np.sum(np.full(3, v)), 2.0)
+    assert db.gradient(lambda v: np.sum(np.broadcast_to(v, 3)), 2.0) == 3.0
