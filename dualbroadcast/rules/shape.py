@@ -22,9 +22,10 @@ cotangent to one element of its stretch, the last of equal maxima and the first 
 equal minima (pinned in ``tests/test_shape_rules.py``); median to the one or two
 middle elements of the stretch sorted by value, then by position.
 
-``np.atleast_1d`` (several arrays: a tuple of results), ``np.select`` and ``np.block``
-(tracked arrays inside lists) are compositions: NumPy calls on the arguments, each recorded
-with its own rule (a reshape, nested ``np.where``, ``np.concatenate`` s).
+``np.atleast_1d`` (several arrays: a tuple of results), ``np.broadcast_arrays``, ``np.meshgrid``,
+``np.select`` and ``np.block`` (tracked arrays inside lists) are compositions: NumPy calls on the
+arguments, each recorded with its own rule (reshapes, ``np.broadcast_to``, nested ``np.where``,
+``np.concatenate`` s).
 
 Calls the tape cannot record are errors naming what to write instead: ``np.put_along_axis``
 (writes in place), ``np.piecewise`` with functions (it calls them on plain values).
@@ -587,6 +588,23 @@ def block_written(arrays):
     return joined(arrays, _depth(arrays))
 
 
+def broadcast_arrays_written(*args, subok=False):
+    """np.broadcast_arrays as np.broadcast_to of each array to the shape they broadcast to."""
+    shape = np.broadcast_shapes(*map(np.shape, args))
+    return tuple(np.broadcast_to(a, shape) for a in args)
+
+
+def meshgrid_written(*xi, copy=True, sparse=False, indexing="xy"):
+    """np.meshgrid as each vector reshaped along its axis of the grid (NumPy's sparse layout, read off a
+    meshgrid of index vectors), then broadcast to the whole grid unless ``sparse``."""
+    axes = np.meshgrid(*(np.arange(np.size(x)) for x in xi), sparse=True, indexing=indexing)
+    grids = [np.reshape(x, np.shape(a)) for x, a in zip(xi, axes)]
+    if sparse:
+        return tuple(grids)
+    shape = np.broadcast_shapes(*map(np.shape, axes))
+    return tuple(np.broadcast_to(g, shape) for g in grids)
+
+
 def _nested(item, f):
     """``item``'s nested lists with ``f`` applied to each element."""
     return [_nested(part, f) for part in item] if type(item) is list else f(item)
@@ -653,6 +671,8 @@ def _register():
     defvjp(np.diagflat, diagflat_vjp)
     defvjp(np.pad, pad_vjp)
     defcomposition(np.select, select_written)
+    defcomposition(np.broadcast_arrays, broadcast_arrays_written)
+    defcomposition(np.meshgrid, meshgrid_written)
     defvjp(np.piecewise, piecewise_vjp)
     _checked_first(np.piecewise, _constant_pieces)
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from dualbroadcast.numpy_facts import astype, getitem
 
-from . import Case, X, Y, array_shape, broadcast_shapes, call, uniform
+from . import Case, X, Y, Z, array_shape, broadcast_shapes, call, uniform
 
 
 def axis_of(draw, ndim):
@@ -603,6 +603,21 @@ def build_select(draw, dtype):
     return call(draw, np.select, [first, second], [X, Y], 0.5), choices
 
 
+def build_broadcast_arrays(draw, dtype):
+    """Two arrays broadcast against each other: a tuple of views of one shape."""
+    x_shape, y_shape = broadcast_shapes(draw, 2)
+    return call(draw, np.broadcast_arrays, X, Y), [uniform(draw, x_shape, dtype), uniform(draw, y_shape, dtype)]
+
+
+def build_meshgrid(draw, dtype):
+    """A grid of two or three vectors (0-d and 2-d ones are raveled), in both indexings, sparse or not."""
+    count = draw(st.integers(2, 3))
+    shapes = [array_shape(draw, 0, 2) for _ in range(count)]
+    grid = call(draw, np.meshgrid, *[X, Y, Z][:count], indexing=draw(st.sampled_from(["xy", "ij"])),
+                sparse=draw(st.booleans()))
+    return grid, [uniform(draw, s, dtype) for s in shapes]
+
+
 def build_atleast_several(func):
     """``func(x, y)`` of two arrays: a tuple, one result each."""
 
@@ -686,6 +701,8 @@ CASES = [
     Case(np.vstack, build_row_stack, name="row_stack"),
     Case(np.block, one_array(build_block, 0), name="block_of_one_array"),
     Case(np.block, build_block_nested, name="block_nested"),
+    Case(np.broadcast_arrays, build_broadcast_arrays, name="broadcast_arrays"),
+    Case(np.meshgrid, build_meshgrid, name="meshgrid"),
     Case(np.append, build_append, name="append"),
     Case(np.insert, build_insert, name="insert"),
     Case(np.delete, one_array(build_delete, 0), name="delete"),
