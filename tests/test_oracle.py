@@ -6,6 +6,10 @@ name each NumPy function called and its arguments; `jax_replay` runs those steps
 calls the library recorded, in the calling form the case drew.  A case whose functions JAX lacks
 is skipped with the function named; one JAX rejects the arguments of is skipped with JAX's reason.
 Skipped without JAX.  One drawn example a case per run: JAX runs each call op by op, the sweep's cost.
+
+In complex128 (complex computations are not recorded as prepared programs) the oracle makes the one call a
+case draws (`cases.call` keeps its form) on JAX and compares ``jax.grad`` of a real projection of it; a case
+of several calls is compared with JAX in tests/test_complex.py.
 """
 
 import inspect
@@ -21,7 +25,7 @@ from dualbroadcast.numpy_facts import astype, getitem
 from dualbroadcast.program import Const, Guard, KernelStep, Step
 from dualbroadcast.registry import OUTPUTS, SEQUENCE
 
-from .cases import all_cases, reset_streams
+from .cases import Arg, all_cases, complex_cases, filled, reset_streams
 from .test_rules import projection
 
 jax = pytest.importorskip("jax")
@@ -165,8 +169,61 @@ def test_rule_matches_jax(case, data):
         except NoOracle as reason:
             pytest.skip(str(reason))
     for k, (ours, theirs) in enumerate(zip(want_grads, got)):
-        ours, theirs = np.asarray(ours), np.asarray(theirs)
-        if case.func in JAX_GIVES_NAN:
-            ours, theirs = ours[~np.isnan(theirs)], theirs[~np.isnan(theirs)]
-        np.testing.assert_allclose(ours, theirs, rtol=1e-7, atol=1e-9,
-                                   err_msg=f"{case}: gradient of argument {k} against jax.grad")
+        assert_agrees(case, ours, theirs, f"gradient of argument {k}")
+
+
+def assert_agrees(case, ours, theirs, what):
+    """Our gradient equals JAX's to rounding (but where JAX gives NaN at a point our convention defines)."""
+    ours, theirs = np.asarray(ours), np.asarray(theirs)
+    if case.func in JAX_GIVES_NAN:
+        ours, theirs = ours[~np.isnan(theirs)], theirs[~np.isnan(theirs)]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-7, atol=1e-9, err_msg=f"{case}: {what} against jax.grad")
+
+
+# --- complex128: the single call a case draws, made on JAX ----------------------------------------------
+def drawn_call(fn, n_args):
+    """``(function, positional, keywords)`` of the one call a case's ``fn`` makes (a ufunc case is the ufunc
+    itself), or None for a case composed of several calls (tests/test_complex.py compares those with JAX)."""
+    if isinstance(fn, np.ufunc):
+        return fn, [Arg(k) for k in range(n_args)], {}
+    return getattr(fn, "form", None)
+
+
+def complex_projection(outs, seed, xp):
+    """Re Σ w·o over every output with fixed complex weights w: a real scalar reading each real and imaginary
+    part, written on the array module ``xp`` (NumPy on tracked values, or jax.numpy)."""
+    total = 0.0
+    for k, o in enumerate(outs if isinstance(outs, (list, tuple)) else [outs]):
+        rng = np.random.default_rng(seed + k)
+        w = rng.standard_normal(np.shape(o)) + 1j * rng.standard_normal(np.shape(o))
+        total = total + xp.real(xp.sum(o * w))
+    return total
+
+
+@pytest.mark.parametrize("case", complex_cases(CASES), ids=str)
+@settings(max_examples=1, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_complex_rule_matches_jax(case, data):
+    reset_streams()
+    fn, args = case.build(data.draw, np.complex128)
+    call = drawn_call(fn, len(args))
+    if call is None:
+        pytest.skip("a case of several calls (tests/test_complex.py compares complex compositions with JAX)")
+    func, front, named = call
+    seed = data.draw(st.integers(0, 1000))
+    ours = db.gradient(lambda *a: complex_projection(fn(*a), seed, np), *args)
+    ours = ours if len(args) > 1 else (ours,)
+    with jax.enable_x64(True):
+        try:
+            jax_func = jax_function(func)
+
+            def theirs(*a):
+                positional, keywords = without_numpy_defaults(func, filled(front, a), dict(zip(named, filled(
+                    named.values(), a))))
+                return complex_projection(jax_func(*positional, **keywords), seed, jnp)
+
+            got = jax.grad(theirs, argnums=tuple(range(len(args))))(*map(jnp.asarray, args))
+        except (NoOracle, TypeError, NotImplementedError, ValueError, IndexError) as reason:
+            pytest.skip(f"JAX: {reason}")
+    for k, (mine, jax_grad) in enumerate(zip(ours, got)):
+        assert_agrees(case, mine, jax_grad, f"complex gradient of argument {k}")

@@ -117,7 +117,11 @@ def call(draw, func, *args, **kwargs):
     front, named = _form(signature, arguments, positional)
     written = [*map(repr, front), *(f"{k}={v!r}" for k, v in named.items())]
     note(f"{getattr(func, '__name__', func)}({', '.join(written)})")
-    return lambda *arrays: func(*_filled(front, arrays), **dict(zip(named, _filled(named.values(), arrays))))
+    def called(*arrays):
+        return func(*_filled(front, arrays), **dict(zip(named, _filled(named.values(), arrays))))
+
+    called.form = (func, front, named)  # the call as drawn, for an oracle to make on another library
+    return called
 
 
 def _positional_counts(signature, arguments, written):
@@ -159,6 +163,11 @@ def _has_default(p):
 
 def _holds_arg(value):
     return type(value) is Arg or (type(value) in (list, tuple) and any(type(v) is Arg for v in value))
+
+
+def filled(values, arrays):
+    """``values`` with each `Arg` (also inside a list or tuple) replaced by its array."""
+    return _filled(values, arrays)
 
 
 def _filled(values, arrays):
