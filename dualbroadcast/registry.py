@@ -114,10 +114,13 @@ def defvjp_complex(func: Callable[..., Any], *makers: Callable[..., Callable[[An
     COMPLEX_RULES[func] = Rule(_implementation(func), PER_ARGUMENT, tuple(makers))
 
 
-def _users_rule(func):
+def _users_rule(func, makers):
     """A rule a user registers after import holds for complex values as written (as in JAX).  Not the
-    library's own rules registered later (``dualbroadcast.scipy``'s mirrors): they name theirs."""
-    if _users_rules and not (getattr(func, "__module__", None) or "").startswith("dualbroadcast"):
+    library's own rules registered later (``dualbroadcast.scipy``'s mirrors, whose makers are written in the
+    package): they name theirs."""
+    makers = makers if isinstance(makers, (tuple, list)) else (makers,)
+    written_here = any((getattr(m, "__module__", None) or "").startswith("dualbroadcast") for m in makers if m)
+    if _users_rules and not written_here:
         COMPLEX_RULES[func] = SAME_RULE
 
 
@@ -134,27 +137,27 @@ def defvjp(func: Callable[..., Any], *makers: Callable[..., Callable[[Any], Any]
     >>> db.gradient(lambda x: np.sum(softplus(x)), np.zeros(2))
     array([0.5, 0.5])
     """
+    _users_rule(func, makers)
     if _users_rules:
         makers = [_checked(func, m, lambda ans, *args, i=i, **kw: (i, args[i])) if m else m
                   for i, m in enumerate(makers)]
     RULES[func] = Rule(_implementation(func), PER_ARGUMENT, tuple(makers))
-    _users_rule(func)
 
 
 def defvjp_argnum(func: Callable[..., Any], maker: Callable[..., Callable[[Any], Any]]) -> None:
     """Register one vjp maker ``maker(argnum, ans, *args, **kw)`` for a variadic ``func``."""
+    _users_rule(func, maker)
     if _users_rules:
         maker = _checked(func, maker, lambda i, ans, *args, **kw: (i, args[i]))
     RULES[func] = Rule(_implementation(func), BY_ARGNUM, maker)
-    _users_rule(func)
 
 
 def defvjp_sequence(func: Callable[..., Any], maker: Callable[..., Callable[[Any], Any]]) -> None:
     """Register ``maker(k, ans, seq, *rest, **kw)`` for a ``func`` taking a sequence of arrays."""
+    _users_rule(func, maker)
     if _users_rules:
         maker = _checked(func, maker, lambda k, ans, seq, *rest, **kw: (k, seq[k]))
     RULES[func] = Rule(_implementation(func), SEQUENCE, maker)
-    _users_rule(func)
 
 
 def defvjp_outputs(func: Callable[..., Any], maker: Callable[..., Callable[[Any], Any] | None]) -> None:
@@ -163,10 +166,10 @@ def defvjp_outputs(func: Callable[..., Any], maker: Callable[..., Callable[[Any]
     A maker returning None declares output ``j`` a constant (it is not recorded).  A call returning
     one array instead of a tuple (``np.linalg.svd(a, compute_uv=False)``) is output 0.
     """
+    _users_rule(func, maker)
     if _users_rules:
         maker = _checked(func, maker, lambda j, ans, x, *rest, **kw: (0, x))
     RULES[func] = Rule(_implementation(func), OUTPUTS, maker)
-    _users_rule(func)
 
 
 def defcomposition(func: Callable[..., Any], written: Callable[..., Any]) -> None:

@@ -301,3 +301,10 @@ def test_a_frozen_distribution_is_scipys_and_differentiates_its_parameters(name,
 def test_scipys_own_function_on_a_tracked_value_names_the_mirror():
     with pytest.raises(db.ValueConversionError, match=r"dualbroadcast\.scipy"):
         db.gradient(lambda m: scipy.stats.norm.logpdf(1.0, loc=m), np.float64(0.2))
+
+
+def test_a_mirror_on_complex_values_is_an_error_not_a_real_formula():
+    """The mirrors' rules are for real arguments: registered by the library after import, they must not be
+    taken for a user's rule, which JAX's convention lets hold for complex values as written."""
+    with pytest.raises(db.UnsupportedFunctionError, match="complex"):
+        db.gradient(lambda z: np.real(stats.norm.logpdf(z, 0.2, 1.5)), np.array([1.0 + 0.5j]))

@@ -110,7 +110,7 @@ def defderivative(func: Callable[..., Any], *partials: Callable[..., Any] | floa
             )
     DERIVATIVES[func] = tuple(partials)
     _register(func, DERIVATIVES[func])
-    _users_rule(func)  # a user's partials hold for complex values as written (a holomorphic function)
+    _users_rule(func, partials)  # a user's partials hold for complex values as written (a holomorphic function)
     clear_cache()  # kernels traced with an earlier entry must not be served again
 
 
