@@ -118,7 +118,7 @@ def call(draw, func, *args, **kwargs):
     written = [*map(repr, front), *(f"{k}={v!r}" for k, v in named.items())]
     note(f"{getattr(func, '__name__', func)}({', '.join(written)})")
     def called(*arrays):
-        return func(*_filled(front, arrays), **dict(zip(named, _filled(named.values(), arrays))))
+        return func(*filled(front, arrays), **dict(zip(named, filled(named.values(), arrays))))
 
     called.form = (func, front, named)  # the call as drawn, for an oracle to make on another library
     return called
@@ -167,12 +167,7 @@ def _holds_arg(value):
 
 def filled(values, arrays):
     """``values`` with each `Arg` (also inside a list or tuple) replaced by its array."""
-    return _filled(values, arrays)
-
-
-def _filled(values, arrays):
-    """``values`` with each `Arg` (also inside a list or tuple) replaced by its array."""
     return [
-        arrays[v.index] if type(v) is Arg else type(v)(_filled(v, arrays)) if type(v) in (list, tuple) else v
+        arrays[v.index] if type(v) is Arg else type(v)(filled(v, arrays)) if type(v) in (list, tuple) else v
         for v in values
     ]
