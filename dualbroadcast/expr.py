@@ -22,6 +22,7 @@ import numpy as np
 from .derivatives import DERIVATIVES, ZERO_DERIVATIVE
 from .errors import KernelError
 from .numpy_facts import PREDICATES, qualified_name
+from .registry import LAZY_FAMILIES, register_lazy_rules
 
 LITERAL_TYPES = (int, float, complex, bool, np.number, np.bool_)
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -48,8 +49,10 @@ def _cut(x):
 
 def _has_forward_rule(func):
     """Whether a kernel knows ``func``'s partial derivatives now: an entry in the table (`db.defderivative`
-    adds one), or a function whose derivative is zero."""
-    return func in DERIVATIVES or func in ZERO_DERIVATIVE or func in PREDICATES
+    adds one), or a function whose derivative is zero; SciPy's entries are made on first need."""
+    if func in DERIVATIVES or func in ZERO_DERIVATIVE or func in PREDICATES:
+        return True
+    return bool(LAZY_FAMILIES) and register_lazy_rules(func) and func in DERIVATIVES
 
 
 def _no_rule_message(func):

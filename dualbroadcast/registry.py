@@ -15,6 +15,7 @@ Example, a rule for a SciPy ufunc the library does not cover and for a user func
     db.defvjp(softplus, lambda ans, x: lambda g: g / (1 + np.exp(-x)))
 """
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -94,6 +95,10 @@ NONDIFFERENTIABLE = {}  # function -> why its results carry no gradient
 COMPLEX_RULES = {}
 SAME_RULE = "same rule"
 _users_rules = False  # True once the library's own rules are registered: later ones are checked (`_checked`)
+# The library's families registered on first need, not at import (SciPy's: importing scipy.special costs
+# 0.2 s): (wanted, register) pairs, ``wanted(func)`` saying whether a function without a rule may be theirs.
+LAZY_FAMILIES = []
+_lazy_lock = threading.RLock()
 
 
 def complex_rule(func):
@@ -178,6 +183,28 @@ def defcomposition(func: Callable[..., Any], written: Callable[..., Any]) -> Non
     (``np.select``'s choices, ``np.block``'s blocks) or that return one result per argument
     (``np.atleast_1d(x, y)``).  ``written`` takes NumPy's signature."""
     RULES[func] = Rule(_implementation(func), COMPOSITION, written)
+
+
+def register_lazily(wanted: Callable[[Any], bool], register: Callable[[], Any]) -> None:
+    """Have ``register()`` declare a family of the library's rules when a function ``wanted`` accepts is
+    first met without a rule (`register_lazy_rules`), instead of at import."""
+    LAZY_FAMILIES.append((wanted, register))
+
+
+def register_lazy_rules(func: Any = None) -> bool:
+    """Register the lazy families ``func`` (a function met without a rule) may belong to, every one if
+    ``func`` is None; whether any was.  Each registers once, as the library's own rules (not a user's)."""
+    global _users_rules
+    with _lazy_lock:
+        due = [family for family in LAZY_FAMILIES if func is None or family[0](func)]
+        for family in due:
+            LAZY_FAMILIES.remove(family)
+            users, _users_rules = _users_rules, False
+            try:
+                family[1]()
+            finally:
+                _users_rules = users
+    return bool(due)
 
 
 def users_rules_from_now():

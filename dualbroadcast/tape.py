@@ -29,7 +29,17 @@ from .expr import Sym
 from .guards import RECORDER, Guarded, NotReplayableError
 from .numpy_facts import FLOAT_SCALARS, INFIX, REAL_FLOATS, astype, getitem, qualified_name
 from .pullbacks import FACTORS, IndexPullback, RealPart, add_at, own_buffer, scalar_pullback
-from .registry import COMPOSITION, NONDIFFERENTIABLE, OUTPUTS, PER_ARGUMENT, RULES, SEQUENCE, complex_rule
+from .registry import (
+    COMPOSITION,
+    LAZY_FAMILIES,
+    NONDIFFERENTIABLE,
+    OUTPUTS,
+    PER_ARGUMENT,
+    RULES,
+    SEQUENCE,
+    complex_rule,
+    register_lazy_rules,
+)
 
 # The tape of the gradient being evaluated in this thread/context, if any.
 ACTIVE_TAPE = contextvars.ContextVar("dualbroadcast_active_tape", default=None)
@@ -407,6 +417,8 @@ def record_operation(func, args, kwargs):
     points: how each argument is referred to, which constants to hold, and the step each result makes.
     """
     rule = RULES.get(func)
+    if rule is None and LAZY_FAMILIES and func not in NONDIFFERENTIABLE and register_lazy_rules(func):
+        rule = RULES.get(func)  # a SciPy function met before SciPy's rules were registered
     kind = rule.kind if rule is not None else None
     x = args[0] if args else None
     if kind == PER_ARGUMENT and not kwargs and type(x) is Tracked and (tape := x.tape).recorder is None \

@@ -35,18 +35,15 @@ Deliberately not differentiable, and why:
 """
 
 import math
+import sys
 
 import numpy as np
 
 from ..derivatives import DERIVATIVES
-from ..registry import defvjp_outputs, nondifferentiable
+from ..registry import NONDIFFERENTIABLE, RULES, defvjp_outputs, nondifferentiable, register_lazily
 from .elementwise import NAMED_ARGUMENTS, _register, one_output_vjp, x_vjp
 
-try:
-    import scipy.special as sc
-    from scipy.special import _ufuncs
-except ImportError:  # SciPy is optional: without it there is nothing to register
-    sc = None
+sc = _ufuncs = None  # scipy.special and its private module of ufuncs, once `register` has imported them
 
 SQRT_PI = math.sqrt(math.pi)
 TWO_OVER_SQRT_PI = 2 / SQRT_PI
@@ -222,12 +219,44 @@ def special_outputs():
     }
 
 
-if sc is not None:
-    DERIVATIVES[np.i0] = (lambda ans, x: sc.i1(x),)
-    NAMED_ARGUMENTS[np.i0] = x_vjp
-    for _func, _partials in {np.i0: DERIVATIVES[np.i0], **special_partials()}.items():
-        DERIVATIVES[_func] = _partials
-        _register(_func, _partials)
-    for _func, _partials in special_outputs().items():
-        defvjp_outputs(_func, one_output_vjp(_partials))
-    nondifferentiable(sc.round, sc.gammasgn, reason="piecewise constant: derivative 0 wherever it exists")
+# The functions `register` gave a rule, or declared without a gradient.
+REGISTERED = set()
+
+
+def wanted(func):
+    """Whether ``func``, met without a rule, may be one of this family's: any function once scipy.special is
+    imported (its ufuncs cannot be met before), and ``np.i0``, whose rule needs SciPy."""
+    return func is np.i0 or "scipy.special" in sys.modules
+
+
+def register():
+    """Enter the partials in the derivative table and register their rules; nothing without SciPy.
+
+    Not done at ``import dualbroadcast`` (importing scipy.special takes 0.2 s) unless SciPy is imported
+    already: `registry.register_lazy_rules` calls it when a function it may cover is met without a rule.
+    A rule registered before (a user's `db.defderivative` of a scipy.special function) stays."""
+    global sc, _ufuncs
+    try:
+        import scipy.special as sc
+        from scipy.special import _ufuncs
+    except ImportError:  # SciPy is optional: without it there is nothing to register
+        return
+    NAMED_ARGUMENTS[np.i0] = x_vjp  # no ufunc: its maker has NumPy's signature
+    for func, entry in {np.i0: (lambda ans, x: sc.i1(x),), **special_partials()}.items():
+        DERIVATIVES.setdefault(func, entry)
+        if func not in RULES:
+            _register(func, entry)
+            REGISTERED.add(func)
+    for func, entry in special_outputs().items():
+        if func not in RULES:
+            defvjp_outputs(func, one_output_vjp(entry))
+            REGISTERED.add(func)
+    constants = [f for f in (sc.round, sc.gammasgn) if f not in RULES and f not in NONDIFFERENTIABLE]
+    nondifferentiable(*constants, reason="piecewise constant: derivative 0 wherever it exists")
+    REGISTERED.update(constants)
+
+
+if "scipy.special" in sys.modules:  # imported already: registering costs nothing more
+    register()
+else:
+    register_lazily(wanted, register)
