@@ -22,12 +22,17 @@ LN10 = math.log(10.0)
 
 def share(alone, tie, ans):
     """A selection's partial: 1 where the argument alone is selected, ½ where it ties with the other (the
-    cotangent is split equally, JAX's and autograd's convention), 0 elsewhere.
-
-    ``ans ** 0`` is a one of the result's dtype (1 also where ``ans`` is inf or NaN), so float32 stays
-    float32; ``alone`` and ``tie`` are truth values.
+    cotangent is split equally, JAX's and autograd's convention), 0 elsewhere; ``alone`` and ``tie`` are
+    truth values.  The ½ has the result's dtype (`one_like`), so float32 stays float32.
     """
-    return alone + tie * (0.5 * ans ** 0)
+    return np.where(tie, 0.5 * one_like(ans), alone)
+
+
+def one_like(a):
+    """``a ** 0``: a one of ``a``'s dtype (1 also where ``a`` is inf or NaN), as a NumPy scalar for an array
+    (no pass over it).  On a kernel's symbol or replay's source it stays ``a ** 0``, which kernels write as a
+    0-d one (`kernel_source._is_unit_power`); a Python number stays weakly typed."""
+    return a.dtype.type(1) ** 0 if isinstance(a, (np.ndarray, np.generic)) else a ** 0
 
 
 def fmax_alone(x, y):

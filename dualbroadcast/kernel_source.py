@@ -28,7 +28,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .expr import Sym
+from .derivatives import one_like
+from .expr import Sym, _is_literal
 from .numpy_facts import COMPARISONS, INFIX, OPERATOR_FUNCTIONS, source_of
 
 _NUMEXPR_NAMES = {**INFIX, **COMPARISONS, np.logical_and: "&", np.logical_or: "|"}
@@ -90,7 +91,7 @@ def _namespace(kernel):
     """What generated code reads besides its arguments: the constants, the functions by their names, np."""
     namespace = dict(kernel.constants)
     namespace.update((name, function) for function, name in kernel.functions.items())
-    namespace["np"], namespace["add_reduce"] = np, np.add.reduce
+    namespace["np"], namespace["add_reduce"], namespace["one_like"] = np, np.add.reduce, one_like
     return namespace
 
 
@@ -176,6 +177,10 @@ def whole_array_kernel(kernel, kinds=None):
     lines = [f"def kernel({', '.join(kernel.input_names)}):"]
     for node in kernel.order:
         refs = _operand_refs(kernel, node, lambda a: names[a.index], dtype_of, namespace)
+        if _is_unit_power(node):  # a one of the node's dtype, known here or read off its argument
+            one = _unit_literal(node, dtype_of(node), namespace) if dtype_of else f"one_like({refs[0]})"
+            lines.append(f"    {names[node.index]} = {one}")
+            continue
         lines.append(f"    {names[node.index]} = {_call_source(kernel, node.op, refs)}")
     lines.append("    return " + "".join(f"{_ref(names, o)}, " for o in kernel.outputs))
     return _compile(lines, namespace, "kernel")
@@ -223,7 +228,9 @@ def _block_code(kernel, kinds, full, stored):
 
     hoisted_lines, operations = [], []
     for node in kernel.order:
-        if node.index in hoisted:  # depends on no full-size input: computed once, as Python would
+        if _is_unit_power(node):
+            hoisted_lines.append(f"{names[node.index]} = {_unit_literal(node, node_dtypes[node.index], namespace)}")
+        elif node.index in hoisted:  # depends on no full-size input: computed once, as Python would
             refs = [_ref(names, a) for a in node.args]
             hoisted_lines.append(f"{names[node.index]} = {_call_source(kernel, node.op, refs)}")
         else:
@@ -311,14 +318,29 @@ def _in_place_source(kernel, op, refs, buf):
 
 
 def _scalar_nodes(kernel, full):
-    """Nodes that depend on no full-size input (one value for the whole call)."""
+    """Nodes that depend on no full-size input (one value for the whole call), and the ones ``x ** 0``."""
     full_inputs = {x.index for x, f in zip(kernel.inputs, full) if f}
     scalar = set()
     for node in kernel.order:
-        if not any(type(a) is Sym and (a.index in full_inputs or (a.op is not None and a.index not in scalar))
-                   for a in node.args):
+        if _is_unit_power(node) or not any(
+                type(a) is Sym and (a.index in full_inputs or (a.op is not None and a.index not in scalar))
+                for a in node.args):
             scalar.add(node.index)
     return scalar
+
+
+def _is_unit_power(node):
+    """Whether ``node`` is ``x ** 0``: 1 for every x (NaN and inf too), of x's dtype.  The derivative table
+    types a number so (the ½ of a tie, `derivatives.share`); a kernel writes it as a 0-d one, no pass over x."""
+    exponent = node.args[1] if node.op is np.power and len(node.args) == 2 else None
+    return _is_literal(exponent) and not isinstance(exponent, (bool, np.bool_)) and exponent == 0
+
+
+def _unit_literal(node, dtype, namespace):
+    """The name of a 0-d one of ``dtype`` in ``namespace``: ``x ** 0`` for an ``x`` of that dtype."""
+    name = f"u{node.index}"
+    namespace[name] = np.ones((), dtype)
+    return name
 
 
 def _assign_buffers(kernel, node_dtypes, hoisted, owners):
@@ -378,7 +400,9 @@ def numexpr_sources(kernel):
         text[x.index] = names[x.index]
     for node in kernel.order:
         args = [text[a.index] if type(a) is Sym else _numexpr_literal(names, a) for a in node.args]
-        if node.op in _NUMEXPR_NAMES:
+        if _is_unit_power(node):  # numexpr types an integer by what it meets (the value's dtype casts it)
+            text[node.index] = "1"
+        elif node.op in _NUMEXPR_NAMES:
             text[node.index] = f"({args[0]} {_NUMEXPR_NAMES[node.op]} {args[1]})"
         elif node.op in _NUMEXPR_FUNCTIONS:
             fname = _NUMEXPR_FUNCTIONS[node.op]
