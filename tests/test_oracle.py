@@ -165,7 +165,7 @@ def test_rule_matches_jax(case, data):
         pytest.skip("NumPy reads one triangle of this non-symmetric input, JAX symmetrises it")
     with jax.enable_x64(True):
         try:
-            got = jax.grad(jax_replay(program), argnums=tuple(range(len(args))))(*map(jnp.asarray, args))
+            got = jax.jit(jax.grad(jax_replay(program), argnums=tuple(range(len(args)))))(*map(jnp.asarray, args))
         except NoOracle as reason:
             pytest.skip(str(reason))
     for k, (ours, theirs) in enumerate(zip(want_grads, got)):
@@ -222,7 +222,7 @@ def test_complex_rule_matches_jax(case, data):
                     named.values(), a))))
                 return complex_projection(jax_func(*positional, **keywords), seed, jnp)
 
-            got = jax.grad(theirs, argnums=tuple(range(len(args))))(*map(jnp.asarray, args))
+            got = jax.jit(jax.grad(theirs, argnums=tuple(range(len(args)))))(*map(jnp.asarray, args))
         except (NoOracle, TypeError, NotImplementedError, ValueError, IndexError) as reason:
             pytest.skip(f"JAX: {reason}")
     for k, (mine, jax_grad) in enumerate(zip(ours, got)):

@@ -16,7 +16,7 @@ V = RNG.standard_normal(5)
 def jax_gradient(f_jnp, x, weights):
     jax = pytest.importorskip("jax")
     jax.config.update("jax_enable_x64", True)
-    return np.asarray(jax.grad(lambda x: (f_jnp(x) * weights).sum())(x))
+    return np.asarray(jax.jit(jax.grad(lambda x: (f_jnp(x) * weights).sum()))(x))  # one compilation
 
 
 def numpy_and_jax(name):

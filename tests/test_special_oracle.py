@@ -67,7 +67,7 @@ def compare(ours, theirs, spec, seed=0):
     args = [values[i] for i in active]
     got = db.gradient(mine, *args)
     try:
-        want = jax.grad(jaxs, argnums=tuple(range(len(args))))(*[jnp.asarray(a) for a in args])
+        want = jax.jit(jax.grad(jaxs, argnums=tuple(range(len(args)))))(*[jnp.asarray(a) for a in args])
     except Exception as error:  # noqa: BLE001 - JAX has no derivative there: nothing to compare with
         pytest.skip(f"jax.grad fails: {type(error).__name__}: {error}"[:200])
     got = got if len(args) > 1 else (got,)
