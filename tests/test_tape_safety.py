@@ -153,7 +153,8 @@ def test_a_pullback_keeps_its_constants_read_only_while_it_lives():
         c[0] = 100.0
     np.testing.assert_allclose(back(np.ones(3)), [1.0, 2.0, 3.0])
     del back
-    gc.collect()
+    if not c.flags.writeable:  # held in a reference cycle: the collector frees it (a full collection late in
+        gc.collect()  # the suite takes seconds, so only then)
     c[0] = 100.0
 
 
