@@ -23,8 +23,12 @@ LN10 = math.log(10.0)
 def share(alone, tie, ans):
     """A selection's partial: 1 where the argument alone is selected, ½ where it ties with the other (the
     cotangent is split equally, JAX's and autograd's convention), 0 elsewhere; ``alone`` and ``tie`` are
-    truth values.  The ½ has the result's dtype (`one_like`), so float32 stays float32.
+    truth values.  The ½ has the result's dtype (`one_like`), so float32 stays float32.  An array without a
+    tie takes ``alone`` itself (the cotangent times a truth value has the cotangent's dtype): the one-sided
+    partial's cost where ties are rare.
     """
+    if type(tie) is np.ndarray and not tie.any():
+        return alone
     return np.where(tie, 0.5 * one_like(ans), alone)
 
 
