@@ -45,7 +45,7 @@ def test_every_mirrored_function_has_a_case():
     covered = {case.func for case in CASES}
     missing = [name for name, _, mirror in MIRRORED if mirror not in covered and name not in NOT_DIFFERENTIABLE]
     assert not missing, f"mirrored functions without cases in tests/cases/scipy_functions.py: {missing}"
-    assert len(MIRRORED) == 3 + 4 * 4 + 4 + 4 + 2 + 2
+    assert len(MIRRORED) == 7 + 4 * 4 + 4 + 4 + 2 + 2
 
 
 @pytest.mark.parametrize(("name", "original", "mirror"), MIRRORED, ids=IDS)
@@ -68,6 +68,10 @@ SPD = np.array([[2.0, 0.3, 0.1], [0.3, 1.5, -0.2], [0.1, -0.2, 1.2]])
 EXAMPLES = {  # name: (args, kwargs)
     "logsumexp": ((X,), {"axis": 1, "b": X[0], "keepdims": True}),
     "softmax": ((X,), {"axis": 0}),
+    "polygamma": ((np.array([[0], [1], [3]]), X), {}),
+    "multigammaln": ((X + 1.5, 3), {}),
+    "factorial": ((X * 5 - 1.5,), {}),
+    "comb": ((X * 5 + 1, X * 3), {"repetition": True}),
     "log_softmax": ((X,), {"axis": (0, 1)}),
     "norm": ((X,), {"loc": 0.1, "scale": 1.3}),
     "t": ((X, 3.5), {"loc": 0.1, "scale": 1.3}),
@@ -117,7 +121,7 @@ def test_logsumexp_with_its_sign_is_scipys():
                          ids=[i for i in IDS if i not in NOT_DIFFERENTIABLE])
 def test_on_tracked_values_the_value_is_scipys(name, original, mirror):
     args, kwargs = example(name)
-    if name.startswith("poisson"):  # differentiable in mu only
+    if name.startswith(("poisson", "polygamma")):  # differentiable in mu (x) only
         ours, _ = db.pullback(lambda mu: mirror(args[0], mu, **kwargs), args[1])
     else:
         ours, _ = db.pullback(lambda x: mirror(x, *args[1:], **kwargs), args[0])
@@ -170,6 +174,29 @@ def test_softmax_against_jax(jax, name, axis):
     ours, theirs = getattr(special, name), getattr(jax.scipy.special, name)
     assert_same_gradients(lambda x: np.sum(W * ours(x, axis=axis)),
                           lambda x: jax.numpy.sum(W * theirs(x, axis=axis)), X)
+
+
+def test_functions_over_special_ufuncs_against_jax(jax):
+    js, n = jax.scipy.special, np.array([[0], [1], [3]])
+    assert_same_gradients(lambda x: np.sum(W * special.polygamma(n, x)),
+                          lambda x: jax.numpy.sum(W * js.polygamma(n, x)), X)
+    for d in (1, 3):
+        assert_same_gradients(lambda a: np.sum(W * special.multigammaln(a, d)),
+                              lambda a: jax.numpy.sum(W * js.multigammaln(a, d)), X + 1.5)
+    assert_same_gradients(lambda x: np.sum(W * special.factorial(x)),
+                          lambda x: jax.numpy.sum(W * js.factorial(x)), X * 6 - 2)
+    for repetition in (False, True):  # k beyond N and k = 0 included: comb is 0 (1) there, gradient 0
+        k = np.concatenate([X[:, :3] * 3, np.zeros((3, 1))], axis=1)
+        assert_same_gradients(lambda N, k: np.sum(W * special.comb(N, k, repetition=repetition)),
+                              lambda N, k: jax.numpy.sum(W * js.comb(N, k, repetition=repetition)), X * 3 + 0.5, k)
+
+
+def test_integer_valued_variants_are_clear_errors():
+    assert special.factorial(5, exact=True) == 120 and special.comb(5, 2, exact=True) == 10  # SciPy's values
+    for f in (lambda n: special.factorial(n, exact=True), lambda n: special.factorial(n, extend="complex"),
+              lambda n: special.comb(n, 2.0, exact=True)):
+        with pytest.raises(db.UnsupportedFunctionError, match="exact=False"):
+            db.gradient(f, 4.0)
 
 
 LOCATION_SCALE = [  # (name, shape parameters, methods jax.scipy.stats has)

@@ -53,8 +53,42 @@ def softmax_case(func, kind):
     return Case(func, build, name=f"{func.__name__}_axis_{kind}")
 
 
+def polygamma_case(draw, dtype):
+    """polygamma(n, x) in x, the order n an integer (or integer array) broadcast against x."""
+    sn, sx = broadcast_shapes(draw, 2)
+    n = np.asarray(draw(st.sampled_from([0, 1, 2, 3]))) + np.zeros(sn, dtype=int)
+    f = call(draw, special.polygamma, n, X)
+    return (lambda x: in_dtype_of(f(x), x)), [uniform(draw, sx, dtype, 0.5, 3.0)]
+
+
+def multigammaln_case(draw, dtype):
+    d = draw(st.integers(1, 4))
+    f = call(draw, special.multigammaln, X, d)
+    return (lambda a: in_dtype_of(f(a), a)), [uniform(draw, array_shape(draw, min_dims=0), dtype, d / 2, d / 2 + 3)]
+
+
+def factorial_case(draw, dtype):
+    """factorial of floats, negative ones too (0 there, gradient 0)."""
+    f = call(draw, special.factorial, X, exact=False, extend="zero")
+    return (lambda n: in_dtype_of(f(n), n)), [uniform(draw, array_shape(draw, min_dims=0), dtype, -2.0, 4.0)]
+
+
+def comb_case(repetition):
+    def build(draw, dtype):
+        sn, sk = broadcast_shapes(draw, 2)
+        f = call(draw, special.comb, X, Y, exact=False, repetition=repetition)
+        arrays = [uniform(draw, sn, dtype, 2.5, 6.0), uniform(draw, sk, dtype, 0.2, 2.3)]
+        return (lambda n, k: in_dtype_of(f(n, k), n)), arrays
+
+    return Case(special.comb, build, name="comb" + "_repetition" * repetition)
+
+
 def special_cases():
     return [
+        Case(special.polygamma, polygamma_case, name="polygamma"),
+        Case(special.multigammaln, multigammaln_case, name="multigammaln"),
+        Case(special.factorial, factorial_case, name="factorial"),
+        comb_case(False), comb_case(True),
         *(logsumexp_case(kind, keepdims, weighted) for kind in AXIS_KINDS for keepdims in (False, True)
           for weighted in (False, True)),
         logsumexp_case("int", False, True, return_sign=True),
