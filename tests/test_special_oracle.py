@@ -103,3 +103,17 @@ def test_ties_split_as_in_jax(f):
         np.testing.assert_array_equal(g, np.asarray(v))
     relu = jax.grad(lambda a: jnp.sum(f(a, 0.0)))(jnp.zeros(2))
     np.testing.assert_array_equal(db.gradient(lambda a: np.sum(ours(a, 0.0)), np.zeros(2)), np.asarray(relu))
+
+
+def test_wofz_against_jax_in_complex128_and_of_reals():
+    """w'(z) = -2z w(z) + 2i/√π against jax.grad of a real projection (Re Σ c·w, complex c): JAX's convention,
+    ∂/∂x - i ∂/∂y, for complex z all over the plane and for real x (the real part of that)."""
+    import scipy.special as sc
+
+    rng = np.random.default_rng(3)
+    c = rng.standard_normal(N) + 1j * rng.standard_normal(N)
+    for z in (rng.uniform(-3, 3, N) + 1j * rng.uniform(-3, 3, N), rng.uniform(-3, 3, N)):
+        got = db.gradient(lambda z: np.real(np.sum(c * sc.wofz(z))), z)
+        want = jax.grad(lambda z: jnp.real(jnp.sum(c * jsp.wofz(z))))(jnp.asarray(z))
+        assert got.dtype == z.dtype
+        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-9, atol=1e-12)

@@ -13,7 +13,6 @@ function for; they take constants.  ``np.i0``'s derivative is ``scipy.special.i1
 
 Deliberately not differentiable, and why:
 
-- ``wofz``, ``hankel1``, ``hankel1e``, ``hankel2``, ``hankel2e``: complex results (not supported yet);
 - ``polygamma``: a Python function that converts its arguments with ``np.asarray`` (use
   ``digamma``, whose derivative is ``zeta(2, x)``, or ``zeta(n + 1, x)``);
 - ``zeta(x)`` (Riemann's), ``zetac``, and ``zeta(x, q)`` w.r.t. ``x``: no derivative in the
@@ -31,6 +30,15 @@ Deliberately not differentiable, and why:
   cylinder and Airy-integral functions, ``agm``, ``lambertw``, ...): not done yet;
   `db.defderivative` registers any of them.
 
+Complex values (JAX's convention, ``rules/complex.py``): ``wofz`` and the Hankel functions ``hankel1``,
+``hankel2``, ``hankel1e``, ``hankel2e``, complex for real arguments too, have reverse rules only (not in the
+table: a `db.sum` kernel sums real values); they and the holomorphic ufuncs of `holomorphic` hold for
+complex arguments: the Bessel functions ``jv``, ``yv``, ``iv``, ``kv``, ``kve`` of complex ``z`` (the same
+recurrences), ``erf``/``erfc``/``erfcx``/``erfi``/``dawsn``, ``ndtr``/``log_ndtr``, ``gamma``/``rgamma``/
+``loggamma`` (ψ has a complex loop), ``exp1``, ``expi``, ``expm1``, ``log1p``, ``spence``, ``hyp1f1``,
+``hyp2f1`` in ``z``.  ``jve``, ``yve``, ``ive`` (scaled by ``exp(-|Im z|)``, ``exp(-|Re z|)``), ``i0e``,
+``digamma`` (ζ has no complex loop) and the others are an error on complex values.
+
 ``softplus`` and ``logsumexp`` are Python functions over NumPy's: they need no entry.
 """
 
@@ -39,7 +47,7 @@ import math
 import numpy as np
 
 from ..derivatives import DERIVATIVES
-from ..registry import defvjp_outputs, nondifferentiable
+from ..registry import defvjp_outputs, holds_for_complex, nondifferentiable
 from .elementwise import NAMED_ARGUMENTS, _register, one_output_vjp, x_vjp
 
 try:
@@ -65,6 +73,17 @@ def dividing(numerator, x, at_zero):
 def boxcox_dlambda(x, y, lmbda, log_x):
     """∂boxcox(x, λ)/∂λ = (x^λ log x - y)/λ, and (log x)²/2 at λ = 0 (``log_x``: log x, or log1p for boxcox1p)."""
     return dividing(np.exp(lmbda * log_x) * log_x - y, lmbda, 0.5 * log_x * log_x)
+
+
+def real(v):
+    """An order or parameter (a Python number) the maker made a scalar of a complex result's dtype, real again
+    for SciPy's loops, which take real orders (``jv(v, z)``: ``dD->D``)."""
+    return v.real if isinstance(v, np.complexfloating) else v
+
+
+def half_difference(f, v, z):
+    """``(f(v - 1, z) - f(v + 1, z)) / 2``: ∂f/∂z of a Bessel function of order v (J, Y, H⁽¹⁾, H⁽²⁾)."""
+    return (f(real(v) - 1, z) - f(real(v) + 1, z)) / 2
 
 
 def special_partials():
@@ -177,22 +196,23 @@ def special_partials():
         sc.k1: (lambda ans, x: -(sc.k0(x) + sc.kv(2.0, x)) / 2,),
         sc.k0e: (lambda ans, x: ans - sc.k1e(x),),
         sc.k1e: (lambda ans, x: ans - (sc.k0e(x) + sc.kve(2.0, x)) / 2,),
-        sc.jv: (None, lambda ans, v, x: (sc.jv(v - 1, x) - sc.jv(v + 1, x)) / 2),  # also scipy.special.jn
+        sc.jv: (None, lambda ans, v, x: (sc.jv(real(v) - 1, x) - sc.jv(real(v) + 1, x)) / 2),  # also scipy.special.jn
         sc.jve: (None, lambda ans, v, x: (sc.jve(v - 1, x) - sc.jve(v + 1, x)) / 2),  # jv for real x
-        sc.yv: (None, lambda ans, v, x: (sc.yv(v - 1, x) - sc.yv(v + 1, x)) / 2),
+        sc.yv: (None, lambda ans, v, x: (sc.yv(real(v) - 1, x) - sc.yv(real(v) + 1, x)) / 2),
         sc.yve: (None, lambda ans, v, x: (sc.yve(v - 1, x) - sc.yve(v + 1, x)) / 2),
         sc.yn: (None, lambda ans, n, x: (sc.yn(n - 1, x) - sc.yn(n + 1, x)) / 2),
-        sc.iv: (None, lambda ans, v, x: (sc.iv(v - 1, x) + sc.iv(v + 1, x)) / 2),
+        sc.iv: (None, lambda ans, v, x: (sc.iv(real(v) - 1, x) + sc.iv(real(v) + 1, x)) / 2),
         sc.ive: (None, lambda ans, v, x: (sc.ive(v - 1, x) + sc.ive(v + 1, x)) / 2 - np.sign(x) * ans),
-        sc.kv: (None, lambda ans, v, x: -(sc.kv(v - 1, x) + sc.kv(v + 1, x)) / 2),
-        sc.kve: (None, lambda ans, v, x: ans - (sc.kve(v - 1, x) + sc.kve(v + 1, x)) / 2),
+        sc.kv: (None, lambda ans, v, x: -(sc.kv(real(v) - 1, x) + sc.kv(real(v) + 1, x)) / 2),
+        sc.kve: (None, lambda ans, v, x: ans - (sc.kve(real(v) - 1, x) + sc.kve(real(v) + 1, x)) / 2),
         sc.kn: (None, lambda ans, n, x: -(sc.kn(n - 1, x) + sc.kn(n + 1, x)) / 2),
         sc.struve: (None, lambda ans, v, x: sc.struve(v - 1, x) - v / x * ans),
         sc.modstruve: (None, lambda ans, v, x: sc.modstruve(v - 1, x) - v / x * ans),
         # hypergeometric functions, in their argument
         sc.hyp0f1: (None, lambda ans, v, z: sc.hyp0f1(v + 1, z) / v),
-        sc.hyp1f1: (None, None, lambda ans, a, b, x: a / b * sc.hyp1f1(a + 1, b + 1, x)),
-        sc.hyp2f1: (None, None, None, lambda ans, a, b, c, z: a * b / c * sc.hyp2f1(a + 1, b + 1, c + 1, z)),
+        sc.hyp1f1: (None, None, lambda ans, a, b, x: a / b * sc.hyp1f1(real(a) + 1, real(b) + 1, x)),
+        sc.hyp2f1: (None, None, None, lambda ans, a, b, c, z: a * b / c * sc.hyp2f1(
+            real(a) + 1, real(b) + 1, real(c) + 1, z)),
         sc.hyperu: (None, None, lambda ans, a, b, x: -a * sc.hyperu(a + 1, b + 1, x)),
         # orthogonal polynomials, in x: derivatives are polynomials of one degree less
         sc.eval_legendre: (None, lambda ans, n, x: sc.eval_gegenbauer(n - 1, 1.5, x)),
@@ -212,6 +232,29 @@ def special_partials():
     }
 
 
+def complex_valued_partials():
+    """The ufuncs whose results are complex for real arguments too: reverse rules only (a kernel sums real
+    values), holding for complex arguments (holomorphic: w' = g · derivative, JAX's convention)."""
+    return {
+        # Faddeeva function w(z) = exp(-z²) erfc(-iz): w'(z) = -2z w(z) + 2i/√π
+        sc.wofz: (lambda ans, z: 2j / SQRT_PI - 2 * z * ans,),
+        # Hankel functions H = J ± iY: the Bessel recurrence in the order; the scaled ones
+        # H⁽¹⁾e = H⁽¹⁾ exp(-iz) and H⁽²⁾e = H⁽²⁾ exp(iz) add ∓i times themselves
+        sc.hankel1: (None, lambda ans, v, z: half_difference(sc.hankel1, v, z)),
+        sc.hankel2: (None, lambda ans, v, z: half_difference(sc.hankel2, v, z)),
+        sc.hankel1e: (None, lambda ans, v, z: half_difference(sc.hankel1e, v, z) - 1j * ans),
+        sc.hankel2e: (None, lambda ans, v, z: half_difference(sc.hankel2e, v, z) + 1j * ans),
+    }
+
+
+# Holomorphic ufuncs with complex loops whose table formulas hold for complex arguments as written
+# (not the exponentially scaled jve, yve, ive, whose scale exp(-|Im z|), exp(-|Re z|) is not holomorphic).
+def holomorphic():
+    return (sc.erf, sc.erfc, sc.erfcx, sc.erfi, sc.dawsn, sc.ndtr, sc.log_ndtr, sc.gamma, sc.rgamma, sc.loggamma,
+            sc.exp1, sc.expi, sc.expm1, sc.log1p, sc.spence, sc.jv, sc.yv, sc.iv, sc.kv, sc.kve,
+            sc.hyp1f1, sc.hyp2f1)
+
+
 # Ufuncs with several outputs, w.r.t. their one argument: one partial per output.
 def special_outputs():
     return {
@@ -228,6 +271,10 @@ if sc is not None:
     for _func, _partials in {np.i0: DERIVATIVES[np.i0], **special_partials()}.items():
         DERIVATIVES[_func] = _partials
         _register(_func, _partials)
+    for _func, _partials in complex_valued_partials().items():
+        _register(_func, _partials)
+    holds_for_complex(*complex_valued_partials(), *holomorphic())
     for _func, _partials in special_outputs().items():
         defvjp_outputs(_func, one_output_vjp(_partials))
     nondifferentiable(sc.round, sc.gammasgn, reason="piecewise constant: derivative 0 wherever it exists")
+    nondifferentiable(sc.bernoulli, reason="constants: the Bernoulli numbers B₀…Bₙ of an integer n")
