@@ -117,3 +117,19 @@ def test_wofz_against_jax_in_complex128_and_of_reals():
         want = jax.grad(lambda z: jnp.real(jnp.sum(c * jsp.wofz(z))))(jnp.asarray(z))
         assert got.dtype == z.dtype
         np.testing.assert_allclose(got, np.asarray(want), rtol=1e-9, atol=1e-12)
+
+
+def test_hurwitz_zeta_in_its_exponent_against_mpmath():
+    """∂ζ(x, q)/∂x (the differentiated Euler-Maclaurin expansion) against mpmath's ζ'(x, q), an independent
+    implementation, near the pole x = 1, for large x, small and large q; float32 to its precision."""
+    mpmath = pytest.importorskip("mpmath")
+    import scipy.special as sc
+
+    x = np.array([1.01, 1.1, 1.5, 2.0, 3.0, 6.0, 20.0, 3.0, 45.0])
+    q = np.array([0.05, 0.3, 0.5, 1.0, 2.5, 0.7, 1.5, 40.0, 0.9])
+    want = np.array([float(mpmath.zeta(a, b, 1)) for a, b in zip(x, q)])
+    np.testing.assert_allclose(db.gradient(lambda x: np.sum(sc.zeta(x, q)), x), want, rtol=1e-13)
+    np.testing.assert_allclose(db.gradient(lambda x: db.sum(sc.zeta, x, q), x), want, rtol=1e-13)
+    got = db.gradient(lambda x: np.sum(sc.zeta(x, q.astype(np.float32))), x.astype(np.float32))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=2e-5)

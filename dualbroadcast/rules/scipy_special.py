@@ -15,8 +15,9 @@ Deliberately not differentiable, and why:
 
 - ``polygamma``: a Python function that converts its arguments with ``np.asarray`` (use
   ``digamma``, whose derivative is ``zeta(2, x)``, or ``zeta(n + 1, x)``);
-- ``zeta(x)`` (Riemann's), ``zetac``, and ``zeta(x, q)`` w.r.t. ``x``: no derivative in the
-  exponent is expressible with scipy.special (``zeta(x, q)`` w.r.t. ``q`` is);
+- ``zeta(x)`` (Riemann's: SciPy calls another ufunc, ``zetac`` plus one) and ``zetac``: not done yet (JAX has
+  neither); ``zeta(x, q)`` (Hurwitz's) is differentiable in both: in ``q``, ``-x ζ(x + 1, q)``; in ``x``
+  there is no closed form, and `hurwitz_zeta_dx` differentiates the Euler-Maclaurin expansion as JAX does;
 - ``gammainc``/``gammaincc``/``gammaincinv``/``gammainccinv`` w.r.t. ``a``, ``betainc``/``betaincc``/
   ``betaincinv``/``betainccinv`` w.r.t. ``a`` and ``b``, ``hyp0f1``/``hyp1f1``/``hyp2f1``/``hyperu``
   and the orthogonal polynomials w.r.t. their parameters, Bessel, Struve and Kelvin functions
@@ -48,6 +49,7 @@ import numpy as np
 
 from ..derivatives import DERIVATIVES
 from ..registry import defvjp_outputs, holds_for_complex, nondifferentiable
+from ..tape import primitive
 from .elementwise import NAMED_ARGUMENTS, _register, one_output_vjp, x_vjp
 
 try:
@@ -84,6 +86,36 @@ def real(v):
 def half_difference(f, v, z):
     """``(f(v - 1, z) - f(v + 1, z)) / 2``: ∂f/∂z of a Bessel function of order v (J, Y, H⁽¹⁾, H⁽²⁾)."""
     return (f(real(v) - 1, z) - f(real(v) + 1, z)) / 2
+
+
+EULER_MACLAURIN_TERMS = 16  # N = M: Johansson's expansion (JAX's choice for float64, its zeta's derivative in x)
+
+
+@primitive
+def hurwitz_zeta_dx(x, q):
+    """∂ζ(x, q)/∂x, the Euler-Maclaurin expansion of ζ (Johansson 2015, arXiv:1309.2877, formula (5)) with
+    N = M = 16, differentiated in x term by term, as JAX does (there is no closed form)::
+
+        ζ = Σ_{k<N} (q+k)^-x + A^(1-x)/(x-1) + A^-x (1/2 + Σ_{j=1..M} T_j),   A = q + N,
+        T_j = B_2j/(2j)! · x(x+1)…(x+2j-2) / A^(2j-1),   ∂T_j/∂x = T_j · Σ_{m<2j-1} 1/(x+m).
+
+    For x > 1 and q > 0 (where SciPy's ζ(x, q) is finite and positive terms make the sum converge)."""
+    from ..replay import Src  # a prepared gradient writes its partials as code: here, a call of this function
+
+    if type(x) is Src or type(q) is Src:
+        return (x if type(x) is Src else q)._apply(hurwitz_zeta_dx, (x, q))
+    x, q = np.asarray(x), np.asarray(q)
+    n, m = EULER_MACLAURIN_TERMS, 2 * EULER_MACLAURIN_TERMS - 1
+    shifted = np.expand_dims(q, -1) + np.arange(n, dtype=q.dtype)
+    head = -np.sum(np.log(shifted) * shifted ** -np.expand_dims(x, -1), axis=-1)
+    a = q + n
+    log_a = np.log(a)
+    integral = a ** (1 - x) / (x - 1) * (-log_a - 1 / (x - 1))
+    rising = np.expand_dims(x, -1) + np.arange(m, dtype=x.dtype)  # x + 0, ..., x + 2M - 2
+    ratios = np.cumprod(rising / np.expand_dims(a, -1), axis=-1)[..., ::2]  # x(x+1)…(x+2j-2) / A^(2j-1)
+    tail = ratios * BERNOULLI_OVER_FACTORIAL.astype(ratios.dtype)  # T_1 .. T_M
+    dtail = tail * np.cumsum(1 / rising, axis=-1)[..., ::2]
+    return head + integral + a ** -x * (-log_a * (0.5 + np.sum(tail, axis=-1)) + np.sum(dtail, axis=-1))
 
 
 def special_partials():
@@ -125,7 +157,7 @@ def special_partials():
                   lambda ans, z, m: ans * sc.digamma(z + m)),
         sc.binom: (lambda ans, n, k: ans * (sc.digamma(n + 1) - sc.digamma(n - k + 1)),
                    lambda ans, n, k: ans * (sc.digamma(n - k + 1) - sc.digamma(k + 1))),
-        hurwitz_zeta: (None, lambda ans, x, q: -x * hurwitz_zeta(x + 1, q)),
+        hurwitz_zeta: (lambda ans, x, q: hurwitz_zeta_dx(x, q), lambda ans, x, q: -x * hurwitz_zeta(x + 1, q)),
         # incomplete gamma and beta functions, in x (their densities) and their inverses in y
         sc.gammainc: (None, lambda ans, a, x: np.exp((a - 1) * np.log(x) - x - sc.gammaln(a))),
         sc.gammaincc: (None, lambda ans, a, x: -np.exp((a - 1) * np.log(x) - x - sc.gammaln(a))),
@@ -266,6 +298,9 @@ def special_outputs():
 
 
 if sc is not None:
+    BERNOULLI_OVER_FACTORIAL = sc.bernoulli(2 * EULER_MACLAURIN_TERMS)[2::2] / sc.factorial(
+        np.arange(2, 2 * EULER_MACLAURIN_TERMS + 1, 2))  # B_2j / (2j)!, j = 1 .. M
+    DERIVATIVES[hurwitz_zeta_dx] = (None, None)  # one node of a kernel, run on arrays (its derivatives: none)
     DERIVATIVES[np.i0] = (lambda ans, x: sc.i1(x),)
     NAMED_ARGUMENTS[np.i0] = x_vjp
     for _func, _partials in {np.i0: DERIVATIVES[np.i0], **special_partials()}.items():
