@@ -269,10 +269,24 @@ def test_outside_the_support_the_gradient_is_zero():
 
 
 def test_cdf_in_a_shape_parameter_is_a_clear_error():
-    for f, shapes in ((stats.t.cdf, (3.0,)), (stats.gamma.logcdf, (2.0,)), (stats.beta.cdf, (2.0, 1.5))):
+    for f, shapes in ((stats.t.cdf, (3.0,)), (stats.beta.logcdf, (2.0, 1.5)), (stats.beta.cdf, (2.0, 1.5))):
         with pytest.raises(db.UnsupportedFunctionError, match="not in its shape parameter"):
             db.gradient(lambda a: np.sum(f(X, a, *shapes[1:])), shapes[0])
     assert db.gradient(lambda x: np.sum(stats.gamma.cdf(x, 2.0)), X).shape == X.shape  # x: differentiable
+
+
+@pytest.mark.parametrize("method", ["cdf", "logcdf"])
+def test_gamma_cdf_in_its_shape_parameter_against_jax(jax, method):
+    """∂P(a, z)/∂a (scipy_special.gammainc_da) against jax.grad; below the support (x < loc) the cdf is 0
+    and its gradient 0 (JAX's logcdf there is -inf, compared where finite)."""
+    x = np.concatenate([X.ravel() * 6, [-0.5]])
+    ours, theirs = getattr(stats.gamma, method), getattr(jax.scipy.stats.gamma, method)
+    w = R.standard_normal(x.shape)
+    inside = x > 0.1
+    assert_same_gradients(lambda x, a: np.sum(w * np.where(inside, ours(x, a, 0.1, 1.3), 0.0)),
+                          lambda x, a: jax.numpy.sum(w[inside] * theirs(x[inside], a, 0.1, 1.3)), x, np.float64(2.5))
+    g = db.gradient(lambda a: np.sum(ours(np.array([-0.5, 0.05]), a, 0.1)), 2.5) if method == "cdf" else 0.0
+    assert g == 0
 
 
 def test_counts_and_integrations_are_clear_errors():

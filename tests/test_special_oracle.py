@@ -133,3 +133,24 @@ def test_hurwitz_zeta_in_its_exponent_against_mpmath():
     got = db.gradient(lambda x: np.sum(sc.zeta(x, q.astype(np.float32))), x.astype(np.float32))
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=2e-5)
+
+
+def test_incomplete_gamma_in_its_parameter_against_mpmath():
+    """∂P(a, x)/∂a in both of its regimes (series: x <= 1 or x <= a; continued fraction: beyond), small and
+    large a, against mpmath's derivative of its own P; ∂Q/∂a is its negative; 0 at x = 0 and x = inf (P
+    is constant there in a), NaN where SciPy's P is NaN."""
+    mpmath = pytest.importorskip("mpmath")
+    import scipy.special as sc
+
+    mpmath.mp.dps = 40
+    a = np.array([0.1, 0.5, 1.5, 3.0, 10.0, 50.0, 0.7, 2.0, 30.0, 200.0, 1.0, 1e-3, 1000.0])
+    x = np.array([0.05, 2.0, 0.3, 7.0, 10.0, 45.0, 30.0, 0.01, 60.0, 210.0, 1.0, 0.5, 1010.0])
+    want = np.array([float(mpmath.diff(lambda s: mpmath.gammainc(s, 0, b, regularized=True), c))
+                     for c, b in zip(a, x)])
+    mpmath.mp.dps = 15
+    np.testing.assert_allclose(db.gradient(lambda a: np.sum(sc.gammainc(a, x)), a), want, rtol=1e-12)
+    np.testing.assert_allclose(db.gradient(lambda a: np.sum(sc.gammaincc(a, x)), a), -want, rtol=1e-12)
+    np.testing.assert_allclose(db.gradient(lambda a: db.sum(sc.gammainc, a, x), a), want, rtol=1e-12)
+    edges = db.gradient(lambda a: np.sum(sc.gammainc(a, np.array([0.0, np.inf, 1.0, -1.0]))),
+                        np.array([2.0, 2.0, -1.0, 2.0]))
+    np.testing.assert_array_equal(edges, [0.0, 0.0, np.nan, np.nan])

@@ -7,19 +7,22 @@ all three, as NumPy's own (``derivatives.py``).  Formulas are written with
 scipy.special ufuncs and NumPy operators only, so kernels trace them.  An argument
 whose partial is ``None`` is not differentiable: a tracked value there is an error
 naming it.  Orders of Bessel functions, degrees of polynomials and the parameters of
-the incomplete gamma and beta functions (``a``, ``b``) have derivatives SciPy has no
-function for; they take constants.  ``np.i0``'s derivative is ``scipy.special.i1``
+the incomplete beta function (``a``, ``b``) have derivatives SciPy has no function for; they take
+constants.  Where JAX differentiates such a parameter (ζ(x, q) in x, P(a, x) in a) a `computed_partial`
+computes the series JAX uses, on whole arrays.  ``np.i0``'s derivative is ``scipy.special.i1``
 (NumPy has no I1), so it has a rule only with SciPy.
 
 Deliberately not differentiable, and why:
 
-- ``polygamma``: a Python function that converts its arguments with ``np.asarray`` (use
-  ``digamma``, whose derivative is ``zeta(2, x)``, or ``zeta(n + 1, x)``);
+- ``polygamma``, ``multigammaln``, ``factorial``, ``comb``: Python functions that convert their arguments
+  with ``np.asarray``, so no NumPy protocol reaches the tape: ``dualbroadcast.scipy.special`` mirrors them;
 - ``zeta(x)`` (Riemann's: SciPy calls another ufunc, ``zetac`` plus one) and ``zetac``: not done yet (JAX has
   neither); ``zeta(x, q)`` (Hurwitz's) is differentiable in both: in ``q``, ``-x ζ(x + 1, q)``; in ``x``
   there is no closed form, and `hurwitz_zeta_dx` differentiates the Euler-Maclaurin expansion as JAX does;
-- ``gammainc``/``gammaincc``/``gammaincinv``/``gammainccinv`` w.r.t. ``a``, ``betainc``/``betaincc``/
-  ``betaincinv``/``betainccinv`` w.r.t. ``a`` and ``b``, ``hyp0f1``/``hyp1f1``/``hyp2f1``/``hyperu``
+- ``gammaincinv``/``gammainccinv`` w.r.t. ``a`` (``gammainc``/``gammaincc`` are differentiable in ``a``:
+  `gammainc_da`, JAX's algorithm), ``betainc``/``betaincc``/``betaincinv``/``betainccinv`` w.r.t. ``a``
+  and ``b`` (JAX refuses them too: "Betainc gradient with respect to a and b not supported"),
+  ``hyp0f1``/``hyp1f1``/``hyp2f1``/``hyperu``
   and the orthogonal polynomials w.r.t. their parameters, Bessel, Struve and Kelvin functions
   w.r.t. their order, ``eval_gegenbauer``/``eval_jacobi``/``eval_genlaguerre`` w.r.t. ``alpha``/``beta``:
   derivatives in a parameter are series scipy.special does not provide;
@@ -43,6 +46,8 @@ recurrences), ``erf``/``erfc``/``erfcx``/``erfi``/``dawsn``, ``ndtr``/``log_ndtr
 ``softplus`` and ``logsumexp`` are Python functions over NumPy's: they need no entry.
 """
 
+import functools
+import inspect
 import math
 
 import numpy as np
@@ -88,10 +93,28 @@ def half_difference(f, v, z):
     return (f(real(v) - 1, z) - f(real(v) + 1, z)) / 2
 
 
+def computed_partial(f):
+    """A partial derivative ``f`` computes on whole arrays (a series, a loop): a primitive that is one node of a
+    `db.sum` kernel (run on its arrays or blocks; no derivatives of its own) and one call in a replayed program."""
+    @primitive
+    @functools.wraps(f)
+    def partial(*args):
+        from ..replay import Src  # a prepared gradient writes its partials as code: here, a call of ``partial``
+
+        for a in args:
+            if type(a) is Src:
+                return a._apply(partial, args)
+        with np.errstate(all="ignore"):  # outside the domain: NaN, as SciPy's function gives there
+            return f(*args)
+
+    DERIVATIVES[partial] = (None,) * len(inspect.signature(f).parameters)
+    return partial
+
+
 EULER_MACLAURIN_TERMS = 16  # N = M: Johansson's expansion (JAX's choice for float64, its zeta's derivative in x)
 
 
-@primitive
+@computed_partial
 def hurwitz_zeta_dx(x, q):
     """∂ζ(x, q)/∂x, the Euler-Maclaurin expansion of ζ (Johansson 2015, arXiv:1309.2877, formula (5)) with
     N = M = 16, differentiated in x term by term, as JAX does (there is no closed form)::
@@ -100,10 +123,6 @@ def hurwitz_zeta_dx(x, q):
         T_j = B_2j/(2j)! · x(x+1)…(x+2j-2) / A^(2j-1),   ∂T_j/∂x = T_j · Σ_{m<2j-1} 1/(x+m).
 
     For x > 1 and q > 0 (where SciPy's ζ(x, q) is finite and positive terms make the sum converge)."""
-    from ..replay import Src  # a prepared gradient writes its partials as code: here, a call of this function
-
-    if type(x) is Src or type(q) is Src:
-        return (x if type(x) is Src else q)._apply(hurwitz_zeta_dx, (x, q))
     x, q = np.asarray(x), np.asarray(q)
     n, m = EULER_MACLAURIN_TERMS, 2 * EULER_MACLAURIN_TERMS - 1
     shifted = np.expand_dims(q, -1) + np.arange(n, dtype=q.dtype)
@@ -116,6 +135,81 @@ def hurwitz_zeta_dx(x, q):
     tail = ratios * BERNOULLI_OVER_FACTORIAL.astype(ratios.dtype)  # T_1 .. T_M
     dtail = tail * np.cumsum(1 / rising, axis=-1)[..., ::2]
     return head + integral + a ** -x * (-log_a * (0.5 + np.sum(tail, axis=-1)) + np.sum(dtail, axis=-1))
+
+
+ITERATIONS = 2000  # at most, of the series and the continued fraction (Cephes' and XLA's bound)
+EPS = 4 * np.finfo(np.float64).eps  # a convergent's last bits may flicker: 2⁻⁵² is never reached by some
+
+
+@computed_partial
+def gammainc_da(a, x):
+    """∂P(a, x)/∂a of the regularised lower incomplete gamma function, as XLA's ``igamma_grad_a`` (JAX's
+    ``jax.grad(gammainc)``) computes it: Cephes' series of P (x <= 1 or x <= a) or continued fraction of
+    Q = 1 - P (x > 1 and x > a), each differentiated in a term by term (∂P/∂a = -∂Q/∂a), in float64::
+
+        P = e^(a log x - x) / Γ(a + 1) · Σ_n c_n,  c_0 = 1, c_n = c_{n-1} x / (a + n);
+        Q = e^(a log x - x) / Γ(a) · p_k / q_k,  Cephes' recurrences of p_k and q_k (``igamc``).
+
+    0 at x = 0 (P = 0 for every a) and x = inf (P = 1); NaN where SciPy's P is NaN (a <= 0, x < 0)."""
+    dtype = np.result_type(np.asarray(a), np.asarray(x), np.float32)  # of Python floats: float64
+    a, x = np.broadcast_arrays(np.asarray(a, dtype=np.float64), np.asarray(x, dtype=np.float64))
+    inside = (x > 0) & (x < np.inf) & (a > 0) & (a < np.inf)
+    constant = (a > 0) & ((x == 0) | (x == np.inf))
+    d = np.where(constant, 0.0, np.nan)
+    series = inside & ((x <= 1) | (x <= a))
+    fraction = inside & ~series
+    d[series] = lower_series_da(a[series], x[series])
+    d[fraction] = -upper_fraction_da(a[fraction], x[fraction])
+    return d.astype(dtype)[()]
+
+
+def lower_series_da(a, x):
+    """∂P/∂a from the series of P (``gammainc_da``)."""
+    log_prefix = a * np.log(x) - x - sc.gammaln(a + 1)
+    total, dtotal = np.ones_like(a), np.zeros_like(a)
+    term, dterm = np.ones_like(a), np.zeros_like(a)
+    for n in range(1, ITERATIONS + 1):
+        r = x / (a + n)
+        dterm = r * (dterm - term / (a + n))  # ∂/∂a of c_n = c_{n-1} x / (a + n)
+        term = term * r
+        total, dtotal = total + term, dtotal + dterm
+        if np.all(np.abs(term) <= EPS * total):  # dterm shrinks with term
+            break
+    return np.exp(log_prefix) * ((np.log(x) - sc.digamma(a + 1)) * total + dtotal)
+
+
+def upper_fraction_da(a, x):
+    """∂Q/∂a from Cephes' continued fraction of Q (``gammainc_da``), with each recurrence's derivative; an
+    element stops once both its convergent and that convergent's derivative change by less than 4 · 2⁻⁵².
+    The recurrences are rescaled together (their ratios unchanged) before they overflow."""
+    log_prefix = a * np.log(x) - x - sc.gammaln(a)
+    y, z, c = 1 - a, x + 2 - a, 0.0  # ∂y/∂a = ∂z/∂a = -1
+    p, dp = [np.ones_like(a), x + 1], [np.zeros_like(a), np.zeros_like(a)]  # p_{k-2}, p_{k-1}
+    q, dq = [x, z * x], [np.zeros_like(a), -x]
+    ans = p[1] / q[1]
+    dans = (dp[1] - ans * dq[1]) / q[1]
+    running = np.ones(a.shape, dtype=bool)
+    for _ in range(ITERATIONS):
+        c, y, z = c + 1, y + 1, z + 2
+        yc = y * c
+        pk, dpk = p[1] * z - p[0] * yc, dp[1] * z - p[1] - dp[0] * yc + p[0] * c
+        qk, dqk = q[1] * z - q[0] * yc, dq[1] * z - q[1] - dq[0] * yc + q[0] * c
+        nonzero = np.where(qk == 0, 1, qk)
+        new = np.where(qk == 0, ans, pk / nonzero)
+        dnew = np.where(qk == 0, dans, (dpk - new * dqk) / nonzero)
+        running &= (np.abs(new - ans) > EPS * np.abs(new)) | (np.abs(dnew - dans) > EPS * np.abs(dnew))
+        ans, dans = np.where(running, new, ans), np.where(running, dnew, dans)
+        scale = np.where(np.abs(pk) > 2.0 ** 500, 2.0 ** -500, 1.0)
+        p, dp = [p[1] * scale, pk * scale], [dp[1] * scale, dpk * scale]
+        q, dq = [q[1] * scale, qk * scale], [dq[1] * scale, dqk * scale]
+        if not running.any():
+            break
+    return np.exp(log_prefix) * ((np.log(x) - sc.digamma(a)) * ans + dans)
+
+
+def gamma_density(a, x):
+    """∂P(a, x)/∂x = x^(a-1) e^-x / Γ(a)."""
+    return np.exp((a - 1) * np.log(x) - x - sc.gammaln(a))
 
 
 def special_partials():
@@ -159,8 +253,8 @@ def special_partials():
                    lambda ans, n, k: ans * (sc.digamma(n - k + 1) - sc.digamma(k + 1))),
         hurwitz_zeta: (lambda ans, x, q: hurwitz_zeta_dx(x, q), lambda ans, x, q: -x * hurwitz_zeta(x + 1, q)),
         # incomplete gamma and beta functions, in x (their densities) and their inverses in y
-        sc.gammainc: (None, lambda ans, a, x: np.exp((a - 1) * np.log(x) - x - sc.gammaln(a))),
-        sc.gammaincc: (None, lambda ans, a, x: -np.exp((a - 1) * np.log(x) - x - sc.gammaln(a))),
+        sc.gammainc: (lambda ans, a, x: gammainc_da(a, x), lambda ans, a, x: gamma_density(a, x)),
+        sc.gammaincc: (lambda ans, a, x: -gammainc_da(a, x), lambda ans, a, x: -gamma_density(a, x)),
         sc.gammaincinv: (None, lambda ans, a, y: np.exp(ans - (a - 1) * np.log(ans) + sc.gammaln(a))),
         sc.gammainccinv: (None, lambda ans, a, y: -np.exp(ans - (a - 1) * np.log(ans) + sc.gammaln(a))),
         sc.betainc: (None, None, lambda ans, a, b, x: np.exp(
@@ -300,7 +394,6 @@ def special_outputs():
 if sc is not None:
     BERNOULLI_OVER_FACTORIAL = sc.bernoulli(2 * EULER_MACLAURIN_TERMS)[2::2] / sc.factorial(
         np.arange(2, 2 * EULER_MACLAURIN_TERMS + 1, 2))  # B_2j / (2j)!, j = 1 .. M
-    DERIVATIVES[hurwitz_zeta_dx] = (None, None)  # one node of a kernel, run on arrays (its derivatives: none)
     DERIVATIVES[np.i0] = (lambda ans, x: sc.i1(x),)
     NAMED_ARGUMENTS[np.i0] = x_vjp
     for _func, _partials in {np.i0: DERIVATIVES[np.i0], **special_partials()}.items():

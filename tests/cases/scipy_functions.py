@@ -133,7 +133,7 @@ def location_scale_cases():
         shape_parameters = [n for n in ranges if n not in ("x", "loc", "scale")]
         for method in ("logpdf", "pdf", "cdf", "logcdf"):
             cases.append(location_scale_case(name, method, ("x", "loc", "scale")))
-            if method in ("logpdf", "pdf") and shape_parameters:
+            if (method in ("logpdf", "pdf") or name == "gamma") and shape_parameters:  # gamma's cdf too
                 cases.append(location_scale_case(name, method, ("x", *shape_parameters)))
     return cases
 

@@ -31,7 +31,8 @@ def specs():
         sc.gamma: [(0.5, 3)], sc.rgamma: [(0.5, 3)], sc.gammaln: [(0.5, 3)], sc.loggamma: [(0.5, 3)],
         sc.digamma: [(0.5, 3)], sc.beta: [(0.5, 3), (0.5, 3)], sc.betaln: [(0.5, 3), (0.5, 3)],
         sc.poch: [(0.5, 2), (0.2, 2)], sc.binom: [(2, 5), (0.5, 1.5)], _ufuncs._zeta: [(1.5, 4), (0.5, 3)],
-        sc.gammainc: [1.5, (0.5, 3)], sc.gammaincc: [1.5, (0.5, 3)], sc.gammaincinv: [1.5, unit],
+        sc.gammainc: [(0.5, 4), (0.3, 6)], sc.gammaincc: [(0.5, 4), (0.3, 6)],  # a: series and fraction
+        sc.gammaincinv: [1.5, unit],
         sc.gammainccinv: [1.5, unit], sc.betainc: [1.5, 2.5, unit], sc.betaincc: [1.5, 2.5, unit],
         sc.betaincinv: [1.5, 2.5, unit], sc.betainccinv: [1.5, 2.5, unit],
         sc.exp1: [(0.5, 3)], sc.expi: [(0.5, 3)], sc.expn: [2.0, (0.5, 3)], sc.spence: [(0.2, 3)],
