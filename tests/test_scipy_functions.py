@@ -45,12 +45,15 @@ def test_every_mirrored_function_has_a_case():
     covered = {case.func for case in CASES}
     missing = [name for name, _, mirror in MIRRORED if mirror not in covered and name not in NOT_DIFFERENTIABLE]
     assert not missing, f"mirrored functions without cases in tests/cases/scipy_functions.py: {missing}"
-    assert len(MIRRORED) == 7 + 4 * 4 + 4 + 4 + 2 + 2
+    assert len(MIRRORED) == 8 + 4 * 4 + 4 + 4 + 2 + 2
 
 
 @pytest.mark.parametrize(("name", "original", "mirror"), MIRRORED, ids=IDS)
 def test_the_mirror_has_scipys_signature(name, original, mirror):
     expected = inspect.signature(original)
+    if name == "sph_harm_y":  # a MultiUFunc, (*args, **kwargs), documented so
+        expected = "(n, m, theta, phi, *, diff_n=0)"
+        assert "sph_harm_y(n, m, theta, phi, *, diff_n=0)" in original.__doc__
     dist = getattr(scipy.stats, name.split(".")[0], None)
     if isinstance(dist, scipy.stats.rv_continuous | scipy.stats.rv_discrete):
         # SciPy writes these (x, *args, **kwds) and documents (x, <shapes>, loc=0, scale=1)
@@ -72,6 +75,7 @@ EXAMPLES = {  # name: (args, kwargs)
     "multigammaln": ((X + 1.5, 3), {}),
     "factorial": ((X * 5 - 1.5,), {}),
     "comb": ((X * 5 + 1, X * 3), {"repetition": True}),
+    "sph_harm_y": ((np.array([[2], [3], [0]]), np.array([[1], [-2], [0]]), X * 3, X[::-1] * 6), {}),
     "log_softmax": ((X,), {"axis": (0, 1)}),
     "norm": ((X,), {"loc": 0.1, "scale": 1.3}),
     "t": ((X, 3.5), {"loc": 0.1, "scale": 1.3}),
@@ -123,6 +127,8 @@ def test_on_tracked_values_the_value_is_scipys(name, original, mirror):
     args, kwargs = example(name)
     if name.startswith(("poisson", "polygamma")):  # differentiable in mu (x) only
         ours, _ = db.pullback(lambda mu: mirror(args[0], mu, **kwargs), args[1])
+    elif name == "sph_harm_y":  # in the angles
+        ours, _ = db.pullback(lambda theta: mirror(*args[:2], theta, args[3], **kwargs), args[2])
     else:
         ours, _ = db.pullback(lambda x: mirror(x, *args[1:], **kwargs), args[0])
     assert_identical(np.asarray(ours), np.asarray(original(*args, **kwargs)))
@@ -191,12 +197,24 @@ def test_functions_over_special_ufuncs_against_jax(jax):
                               lambda N, k: jax.numpy.sum(W * js.comb(N, k, repetition=repetition)), X * 3 + 0.5, k)
 
 
+def test_sph_harm_y_against_jax(jax):
+    """JAX's convention for a real angle of a complex result: the gradient of Re Σ c·Y, complex c."""
+    n, m = np.array([2, 3, 1, 4, 0]), np.array([1, -2, 0, 3, 0])
+    theta, phi = np.array([0.7, 1.2, 2.0, 0.4, 1.0]), np.array([0.4, 2.0, 5.0, 1.1, 3.0])
+    c = R.standard_normal(5) + 1j * R.standard_normal(5)
+    theirs = jax.scipy.special.sph_harm_y
+    assert_same_gradients(lambda t, p: np.real(np.sum(c * special.sph_harm_y(n, m, t, p))),
+                          lambda t, p: jax.numpy.real(jax.numpy.sum(c * theirs(n, m, t, p, n_max=4))), theta, phi)
+
+
 def test_integer_valued_variants_are_clear_errors():
     assert special.factorial(5, exact=True) == 120 and special.comb(5, 2, exact=True) == 10  # SciPy's values
     for f in (lambda n: special.factorial(n, exact=True), lambda n: special.factorial(n, extend="complex"),
               lambda n: special.comb(n, 2.0, exact=True)):
         with pytest.raises(db.UnsupportedFunctionError, match="exact=False"):
             db.gradient(f, 4.0)
+    with pytest.raises(db.UnsupportedFunctionError, match="diff_n=0"):
+        db.gradient(lambda t: np.real(special.sph_harm_y(2, 1, t, 0.5, diff_n=1)[0]), 0.7)
 
 
 LOCATION_SCALE = [  # (name, shape parameters, methods jax.scipy.stats has)

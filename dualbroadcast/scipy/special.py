@@ -18,8 +18,12 @@ And of the Python functions over scipy.special's ufuncs that convert their argum
 * comb ``C(N, k) = binom(N, k)`` where ``0 <= k <= N`` (0 elsewhere): binom's partials there, 0 elsewhere;
   with ``repetition=True`` it is ``binom(N + k - 1, k)`` (1 at ``k = 0``).
 
-``exact=True`` (integers) and factorial's ``extend='complex'`` (complex results of negative ``n``) have no
-gradient: a tracked argument there is a clear error.  The other ``scipy.special`` functions are ufuncs:
+* sph_harm_y ``Y_n^m(θ, φ)`` (complex) in the real angles: ``θ̄ = Re(ȳ · ∂Y/∂θ)``, ``φ̄ = Re(ȳ · ∂Y/∂φ)`` (JAX's
+  convention for a real argument of a complex result), the partials SciPy's own ``diff_n=1`` gives.
+
+``exact=True`` (integers), factorial's ``extend='complex'`` (complex results of negative ``n``) and
+sph_harm_y's ``diff_n`` (derivatives as results) have no gradient: a tracked argument there is a clear
+error.  The other ``scipy.special`` functions are ufuncs:
 use them from ``scipy.special`` directly (``bernoulli`` gives integers' Bernoulli numbers: no gradient).
 """
 
@@ -27,7 +31,7 @@ import numpy as np
 import scipy.special
 
 from ..errors import UnsupportedFunctionError
-from ..registry import defvjp, nondifferentiable
+from ..registry import defvjp, holds_for_complex, nondifferentiable
 from ..rules.reductions import expand
 from ..tape import primitive
 from ._common import cotangent, times
@@ -74,16 +78,44 @@ def comb(N, k, *, exact=False, repetition=False):
     return comb_of(N, k, repetition)
 
 
+def sph_harm_y(n, m, theta, phi, *, diff_n=0):
+    """``scipy.special.sph_harm_y``, differentiable in ``theta`` and ``phi`` (``diff_n=0``)."""
+    if diff_n != 0:
+        return without_gradient(scipy.special.sph_harm_y, "theta, phi", f"diff_n={diff_n!r}", "derivatives",
+                                "diff_n=0 (its gradient is the derivative)", n, m, theta, phi, diff_n=diff_n)
+    return sph_harm_y_of(n, m, theta, phi)
+
+
 def integer_valued(func, names, keywords, *args, **kwargs):
+    return without_gradient(func, names, keywords, "integer or complex",
+                            "the defaults (exact=False) for the float function, differentiable through Γ",
+                            *args, **kwargs)
+
+
+def without_gradient(func, names, keywords, results, instead, *args, **kwargs):
     """SciPy's ``func`` where its result has no gradient: on plain arrays SciPy's value, on tracked ones an error."""
     from ..tape import Tracked  # a tracked argument here would be converted by SciPy and its gradient dropped
 
     if any(type(a) is Tracked for a in args):
         raise UnsupportedFunctionError(
-            f"scipy.special.{func.__name__} with {keywords} has no gradient in {names} (integer or complex "
-            "results); call it with the defaults (exact=False) for the float function, differentiable through Γ"
+            f"scipy.special.{func.__name__} with {keywords} has no gradient in {names} ({results} results); "
+            f"call it with {instead}"
         )
     return func(*args, **kwargs)
+
+
+@primitive
+def sph_harm_y_of(n, m, theta, phi):
+    return scipy.special.sph_harm_y(n, m, theta, phi)
+
+
+def sph_harm_y_angle(k):
+    """The maker of ``theta`` (k = 0) or ``phi`` (1): ``Re(ȳ · ∂Y/∂angle)``, SciPy's ``diff_n=1`` partials."""
+    def maker(ans, n, m, theta, phi):
+        d = scipy.special.sph_harm_y(n, m, theta, phi, diff_n=1)[1][..., k]
+        return lambda g: cotangent((theta, phi)[k], np.real(g * d))
+
+    return maker
 
 
 @primitive
@@ -210,6 +242,8 @@ def log_softmax_x(ans, x, axis):
 defvjp(logsumexp_of, logsumexp_a, None, logsumexp_b, None, None)
 defvjp(softmax_of, softmax_x, None)
 defvjp(log_softmax_of, log_softmax_x, None)
+defvjp(sph_harm_y_of, None, None, sph_harm_y_angle(0), sph_harm_y_angle(1))
+holds_for_complex(sph_harm_y_of)  # a complex result of real angles (SciPy takes no complex angle)
 defvjp(polygamma_of, None, polygamma_x)
 defvjp(multigammaln_of, multigammaln_a, None)
 defvjp(factorial_of, factorial_n)
@@ -218,4 +252,5 @@ nondifferentiable(logsumexp_sign, reason="piecewise constant: derivative 0 where
 
 MIRRORS = {scipy.special.logsumexp: logsumexp, scipy.special.softmax: softmax,
            scipy.special.log_softmax: log_softmax, scipy.special.polygamma: polygamma,
-           scipy.special.multigammaln: multigammaln, scipy.special.factorial: factorial, scipy.special.comb: comb}
+           scipy.special.multigammaln: multigammaln, scipy.special.factorial: factorial, scipy.special.comb: comb,
+           scipy.special.sph_harm_y: sph_harm_y}

@@ -83,8 +83,24 @@ def comb_case(repetition):
     return Case(special.comb, build, name="comb" + "_repetition" * repetition)
 
 
+def sph_harm_y_case(draw, dtype):
+    """Y_n^m(θ, φ) in both angles, degrees and orders broadcast against them; of a real dtype the real and
+    imaginary parts (a gradient is of a real function), in the angles' dtype."""
+    sn, st_, sp = broadcast_shapes(draw, 3)
+    n = np.asarray(draw(st.sampled_from([0, 1, 2, 4]))) + np.zeros(sn, dtype=int)
+    m = np.clip(draw(st.sampled_from([-2, 0, 1, 3])), -n, n)
+    f = call(draw, special.sph_harm_y, n, m, X, Y)
+
+    def parts(theta, phi):
+        y = f(theta, phi)
+        return in_dtype_of(np.real(y), theta), in_dtype_of(np.imag(y), theta)
+
+    return parts, [uniform(draw, st_, dtype, 0.2, 2.9), uniform(draw, sp, dtype, 0.0, 6.2)]
+
+
 def special_cases():
     return [
+        Case(special.sph_harm_y, sph_harm_y_case, name="sph_harm_y"),
         Case(special.polygamma, polygamma_case, name="polygamma"),
         Case(special.multigammaln, multigammaln_case, name="multigammaln"),
         Case(special.factorial, factorial_case, name="factorial"),
