@@ -367,3 +367,15 @@ def test_a_mirror_on_complex_values_is_an_error_not_a_real_formula():
     taken for a user's rule, which JAX's convention lets hold for complex values as written."""
     with pytest.raises(db.UnsupportedFunctionError, match="complex"):
         db.gradient(lambda z: np.real(stats.norm.logpdf(z, 0.2, 1.5)), np.array([1.0 + 0.5j]))
+
+
+@pytest.mark.parametrize("mode", ["tape", "kernel"])
+def test_a_parameter_without_a_derivative_is_a_clear_error_in_every_mode(mode):
+    """betainc in a (JAX refuses it too) and jv in its order: the error says why, on the tape and in a kernel
+    (where a tangent reaching a table entry's None partial gave NaN)."""
+    a = np.array([1.5, 2.5])
+    for f, why in ((lambda v: scipy.special.betainc(v, 2.0, 0.3), "neither SciPy nor JAX"),
+                   (lambda v: scipy.special.jv(v, 2.0), "not differentiable")):
+        loss = (lambda v: np.sum(f(v))) if mode == "tape" else (lambda v: db.sum(f, v))
+        with pytest.raises(db.DifferentiationError, match=why):
+            db.gradient(loss, a)

@@ -53,7 +53,7 @@ import math
 import numpy as np
 
 from ..derivatives import DERIVATIVES
-from ..registry import defvjp_outputs, holds_for_complex, nondifferentiable
+from ..registry import ARGUMENT_REASONS, defvjp_outputs, holds_for_complex, nondifferentiable
 from ..tape import primitive
 from .elementwise import NAMED_ARGUMENTS, _register, one_output_vjp, x_vjp
 
@@ -405,4 +405,11 @@ if sc is not None:
     for _func, _partials in special_outputs().items():
         defvjp_outputs(_func, one_output_vjp(_partials))
     nondifferentiable(sc.round, sc.gammasgn, reason="piecewise constant: derivative 0 wherever it exists")
+    for _func in (sc.betainc, sc.betaincc, sc.betaincinv, sc.betainccinv):
+        for _i, _name in enumerate("ab"):
+            ARGUMENT_REASONS[_func, _i] = (
+                f"{_name}: the incomplete beta function's derivative in its parameters is a series neither SciPy nor "
+                "JAX computes (jax.grad refuses it too)")
+    for _func in (sc.gammaincinv, sc.gammainccinv):
+        ARGUMENT_REASONS[_func, 0] = "a: the inverse's derivative in a needs ∂P/∂a at the result; not done yet"
     nondifferentiable(sc.bernoulli, reason="constants: the Bernoulli numbers B₀…Bₙ of an integer n")
