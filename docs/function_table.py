@@ -111,6 +111,15 @@ def mirrored():
     return sorted(names)
 
 
+def mirrored_originals():
+    """The SciPy functions of `dualbroadcast.scipy.special` and ``signal``'s ``MIRRORS`` (none without SciPy)."""
+    try:
+        from dualbroadcast.scipy import signal, special
+    except ImportError:
+        return set()
+    return {*special.MIRRORS, *signal.MIRRORS}
+
+
 def not_differentiable():
     """``{reason: [names]}`` of the functions declared nondifferentiable, and of those refused with an error."""
     refused = {func: "an error that says what to write instead (it writes into its argument in place)"
@@ -157,7 +166,7 @@ def written(readme):
 def missing():
     """``{name: peers}``: functions JAX (``jax.numpy``, its ``linalg`` and ``fft``, ``jax.scipy.special``) or autograd
     differentiate whose NumPy or SciPy function has neither a rule here nor a nondifferentiable declaration."""
-    known = set(RULES) | set(NONDIFFERENTIABLE)
+    known = set(RULES) | set(NONDIFFERENTIABLE) | mirrored_originals()
     found = {}
     for func, peer in [*jax_functions(), *autograd_functions()]:
         if func not in known and callable(func) and not isinstance(func, (type, types.ModuleType)):

@@ -22,7 +22,7 @@ import numpy as np
 from .derivatives import DERIVATIVES, ZERO_DERIVATIVE
 from .errors import KernelError
 from .numpy_facts import PREDICATES, qualified_name
-from .registry import LAZY_FAMILIES, register_lazy_rules
+from .registry import ARGUMENT_REASONS, LAZY_FAMILIES, register_lazy_rules
 
 LITERAL_TYPES = (int, float, complex, bool, np.number, np.bool_)
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -382,6 +382,12 @@ def derivatives(graph, output, active, seeds):
             incoming = tangents.get(arg.index) if type(arg) is Sym else None
             if not incoming:
                 continue
+            if partials[j] is None:  # no derivative (jv's order, betainc's a): an error, never a NaN
+                why = ARGUMENT_REASONS.get((node.op, j), "an index, axis, shape or integer argument")
+                raise KernelError(
+                    f"argument {j} of {qualified_name(node.op)} is not differentiable ({why}) but depends on a "
+                    "differentiated argument of the kernel; pass a constant or db.cut(x)"
+                )
             d = partials[j](node, *node.args) if callable(partials[j]) else partials[j]
             for slot, t in incoming.items():
                 term = d if _is_one(t) and not _is_boolean(d) else graph.multiply(d, t)

@@ -72,9 +72,10 @@ class Rule:
             for i in positions:
                 maker = makers[i] if i < len(makers) else None
                 if maker is None:
+                    why = ARGUMENT_REASONS.get((func, i), "an index, axis, shape or integer argument")
                     raise UnsupportedFunctionError(
-                        f"argument {i} of {qualified_name(func)} is not differentiable (an index, axis, "
-                        "shape or integer argument) but received a tracked value; pass a constant or db.cut(x)"
+                        f"argument {i} of {qualified_name(func)} is not differentiable ({why}) but received a "
+                        "tracked value; pass a constant or db.cut(x)"
                     )
                 backs.append(maker(ans, *values, **kwargs))
             return backs
@@ -89,6 +90,7 @@ class Rule:
 
 RULES = {}
 NONDIFFERENTIABLE = {}  # function -> why its results carry no gradient
+ARGUMENT_REASONS = {}  # (function, argument index) -> why that argument has no derivative rule, where not evident
 # The rules that hold for complex values (JAX's convention, see `rules/complex.py`): function -> its own Rule
 # for complex arguments, or SAME_RULE where its rule in RULES holds as it is (a holomorphic or linear function
 # written with plain transposes).  A function missing here is an error on complex values, never a wrong gradient.

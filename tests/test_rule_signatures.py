@@ -232,7 +232,7 @@ def sum_of(ufunc, inputs, **keywords):
     def f(*arrays):
         it = iter(arrays)
         out = ufunc(*[next(it) if a else x for a, x in zip(active, inputs)], **keywords)
-        return np.sum(out[0] if ufunc.nout > 1 else out)
+        return np.real(np.sum(out[0] if ufunc.nout > 1 else out))  # scipy.special.wofz's is complex
 
     return f, *[x for a, x in zip(active, inputs) if a]
 

@@ -45,12 +45,15 @@ def test_every_mirrored_function_has_a_case():
     covered = {case.func for case in CASES}
     missing = [name for name, _, mirror in MIRRORED if mirror not in covered and name not in NOT_DIFFERENTIABLE]
     assert not missing, f"mirrored functions without cases in tests/cases/scipy_functions.py: {missing}"
-    assert len(MIRRORED) == 3 + 4 * 4 + 4 + 4 + 2 + 2
+    assert len(MIRRORED) == 8 + 4 * 4 + 4 + 4 + 2 + 2
 
 
 @pytest.mark.parametrize(("name", "original", "mirror"), MIRRORED, ids=IDS)
 def test_the_mirror_has_scipys_signature(name, original, mirror):
     expected = inspect.signature(original)
+    if name == "sph_harm_y":  # a MultiUFunc, (*args, **kwargs), documented so
+        expected = "(n, m, theta, phi, *, diff_n=0)"
+        assert "sph_harm_y(n, m, theta, phi, *, diff_n=0)" in original.__doc__
     dist = getattr(scipy.stats, name.split(".")[0], None)
     if isinstance(dist, scipy.stats.rv_continuous | scipy.stats.rv_discrete):
         # SciPy writes these (x, *args, **kwds) and documents (x, <shapes>, loc=0, scale=1)
@@ -68,6 +71,11 @@ SPD = np.array([[2.0, 0.3, 0.1], [0.3, 1.5, -0.2], [0.1, -0.2, 1.2]])
 EXAMPLES = {  # name: (args, kwargs)
     "logsumexp": ((X,), {"axis": 1, "b": X[0], "keepdims": True}),
     "softmax": ((X,), {"axis": 0}),
+    "polygamma": ((np.array([[0], [1], [3]]), X), {}),
+    "multigammaln": ((X + 1.5, 3), {}),
+    "factorial": ((X * 5 - 1.5,), {}),
+    "comb": ((X * 5 + 1, X * 3), {"repetition": True}),
+    "sph_harm_y": ((np.array([[2], [3], [0]]), np.array([[1], [-2], [0]]), X * 3, X[::-1] * 6), {}),
     "log_softmax": ((X,), {"axis": (0, 1)}),
     "norm": ((X,), {"loc": 0.1, "scale": 1.3}),
     "t": ((X, 3.5), {"loc": 0.1, "scale": 1.3}),
@@ -117,8 +125,10 @@ def test_logsumexp_with_its_sign_is_scipys():
                          ids=[i for i in IDS if i not in NOT_DIFFERENTIABLE])
 def test_on_tracked_values_the_value_is_scipys(name, original, mirror):
     args, kwargs = example(name)
-    if name.startswith("poisson"):  # differentiable in mu only
+    if name.startswith(("poisson", "polygamma")):  # differentiable in mu (x) only
         ours, _ = db.pullback(lambda mu: mirror(args[0], mu, **kwargs), args[1])
+    elif name == "sph_harm_y":  # in the angles
+        ours, _ = db.pullback(lambda theta: mirror(*args[:2], theta, args[3], **kwargs), args[2])
     else:
         ours, _ = db.pullback(lambda x: mirror(x, *args[1:], **kwargs), args[0])
     assert_identical(np.asarray(ours), np.asarray(original(*args, **kwargs)))
@@ -170,6 +180,41 @@ def test_softmax_against_jax(jax, name, axis):
     ours, theirs = getattr(special, name), getattr(jax.scipy.special, name)
     assert_same_gradients(lambda x: np.sum(W * ours(x, axis=axis)),
                           lambda x: jax.numpy.sum(W * theirs(x, axis=axis)), X)
+
+
+def test_functions_over_special_ufuncs_against_jax(jax):
+    js, n = jax.scipy.special, np.array([[0], [1], [3]])
+    assert_same_gradients(lambda x: np.sum(W * special.polygamma(n, x)),
+                          lambda x: jax.numpy.sum(W * js.polygamma(n, x)), X)
+    for d in (1, 3):
+        assert_same_gradients(lambda a: np.sum(W * special.multigammaln(a, d)),
+                              lambda a: jax.numpy.sum(W * js.multigammaln(a, d)), X + 1.5)
+    assert_same_gradients(lambda x: np.sum(W * special.factorial(x)),
+                          lambda x: jax.numpy.sum(W * js.factorial(x)), X * 6 - 2)
+    for repetition in (False, True):  # k beyond N and k = 0 included: comb is 0 (1) there, gradient 0
+        k = np.concatenate([X[:, :3] * 3, np.zeros((3, 1))], axis=1)
+        assert_same_gradients(lambda N, k: np.sum(W * special.comb(N, k, repetition=repetition)),
+                              lambda N, k: jax.numpy.sum(W * js.comb(N, k, repetition=repetition)), X * 3 + 0.5, k)
+
+
+def test_sph_harm_y_against_jax(jax):
+    """JAX's convention for a real angle of a complex result: the gradient of Re Σ c·Y, complex c."""
+    n, m = np.array([2, 3, 1, 4, 0]), np.array([1, -2, 0, 3, 0])
+    theta, phi = np.array([0.7, 1.2, 2.0, 0.4, 1.0]), np.array([0.4, 2.0, 5.0, 1.1, 3.0])
+    c = R.standard_normal(5) + 1j * R.standard_normal(5)
+    theirs = jax.scipy.special.sph_harm_y
+    assert_same_gradients(lambda t, p: np.real(np.sum(c * special.sph_harm_y(n, m, t, p))),
+                          lambda t, p: jax.numpy.real(jax.numpy.sum(c * theirs(n, m, t, p, n_max=4))), theta, phi)
+
+
+def test_integer_valued_variants_are_clear_errors():
+    assert special.factorial(5, exact=True) == 120 and special.comb(5, 2, exact=True) == 10  # SciPy's values
+    for f in (lambda n: special.factorial(n, exact=True), lambda n: special.factorial(n, extend="complex"),
+              lambda n: special.comb(n, 2.0, exact=True)):
+        with pytest.raises(db.UnsupportedFunctionError, match="exact=False"):
+            db.gradient(f, 4.0)
+    with pytest.raises(db.UnsupportedFunctionError, match="diff_n=0"):
+        db.gradient(lambda t: np.real(special.sph_harm_y(2, 1, t, 0.5, diff_n=1)[0]), 0.7)
 
 
 LOCATION_SCALE = [  # (name, shape parameters, methods jax.scipy.stats has)
@@ -242,10 +287,24 @@ def test_outside_the_support_the_gradient_is_zero():
 
 
 def test_cdf_in_a_shape_parameter_is_a_clear_error():
-    for f, shapes in ((stats.t.cdf, (3.0,)), (stats.gamma.logcdf, (2.0,)), (stats.beta.cdf, (2.0, 1.5))):
+    for f, shapes in ((stats.t.cdf, (3.0,)), (stats.beta.logcdf, (2.0, 1.5)), (stats.beta.cdf, (2.0, 1.5))):
         with pytest.raises(db.UnsupportedFunctionError, match="not in its shape parameter"):
             db.gradient(lambda a: np.sum(f(X, a, *shapes[1:])), shapes[0])
     assert db.gradient(lambda x: np.sum(stats.gamma.cdf(x, 2.0)), X).shape == X.shape  # x: differentiable
+
+
+@pytest.mark.parametrize("method", ["cdf", "logcdf"])
+def test_gamma_cdf_in_its_shape_parameter_against_jax(jax, method):
+    """∂P(a, z)/∂a (scipy_special.gammainc_da) against jax.grad; below the support (x < loc) the cdf is 0
+    and its gradient 0 (JAX's logcdf there is -inf, compared where finite)."""
+    x = np.concatenate([X.ravel() * 6, [-0.5]])
+    ours, theirs = getattr(stats.gamma, method), getattr(jax.scipy.stats.gamma, method)
+    w = R.standard_normal(x.shape)
+    inside = x > 0.1
+    assert_same_gradients(lambda x, a: np.sum(w * np.where(inside, ours(x, a, 0.1, 1.3), 0.0)),
+                          lambda x, a: jax.numpy.sum(w[inside] * theirs(x[inside], a, 0.1, 1.3)), x, np.float64(2.5))
+    g = db.gradient(lambda a: np.sum(ours(np.array([-0.5, 0.05]), a, 0.1)), 2.5) if method == "cdf" else 0.0
+    assert g == 0
 
 
 def test_counts_and_integrations_are_clear_errors():
@@ -308,3 +367,15 @@ def test_a_mirror_on_complex_values_is_an_error_not_a_real_formula():
     taken for a user's rule, which JAX's convention lets hold for complex values as written."""
     with pytest.raises(db.UnsupportedFunctionError, match="complex"):
         db.gradient(lambda z: np.real(stats.norm.logpdf(z, 0.2, 1.5)), np.array([1.0 + 0.5j]))
+
+
+@pytest.mark.parametrize("mode", ["tape", "kernel"])
+def test_a_parameter_without_a_derivative_is_a_clear_error_in_every_mode(mode):
+    """betainc in a (JAX refuses it too) and jv in its order: the error says why, on the tape and in a kernel
+    (where a tangent reaching a table entry's None partial gave NaN)."""
+    a = np.array([1.5, 2.5])
+    for f, why in ((lambda v: scipy.special.betainc(v, 2.0, 0.3), "neither SciPy nor JAX"),
+                   (lambda v: scipy.special.jv(v, 2.0), "not differentiable")):
+        loss = (lambda v: np.sum(f(v))) if mode == "tape" else (lambda v: db.sum(f, v))
+        with pytest.raises(db.DifferentiationError, match=why):
+            db.gradient(loss, a)

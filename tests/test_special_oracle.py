@@ -103,3 +103,54 @@ def test_ties_split_as_in_jax(f):
         np.testing.assert_array_equal(g, np.asarray(v))
     relu = jax.grad(lambda a: jnp.sum(f(a, 0.0)))(jnp.zeros(2))
     np.testing.assert_array_equal(db.gradient(lambda a: np.sum(ours(a, 0.0)), np.zeros(2)), np.asarray(relu))
+
+
+def test_wofz_against_jax_in_complex128_and_of_reals():
+    """w'(z) = -2z w(z) + 2i/√π against jax.grad of a real projection (Re Σ c·w, complex c): JAX's convention,
+    ∂/∂x - i ∂/∂y, for complex z all over the plane and for real x (the real part of that)."""
+    import scipy.special as sc
+
+    rng = np.random.default_rng(3)
+    c = rng.standard_normal(N) + 1j * rng.standard_normal(N)
+    for z in (rng.uniform(-3, 3, N) + 1j * rng.uniform(-3, 3, N), rng.uniform(-3, 3, N)):
+        got = db.gradient(lambda z: np.real(np.sum(c * sc.wofz(z))), z)
+        want = jax.grad(lambda z: jnp.real(jnp.sum(c * jsp.wofz(z))))(jnp.asarray(z))
+        assert got.dtype == z.dtype
+        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-9, atol=1e-12)
+
+
+def test_hurwitz_zeta_in_its_exponent_against_mpmath():
+    """∂ζ(x, q)/∂x (the differentiated Euler-Maclaurin expansion) against mpmath's ζ'(x, q), an independent
+    implementation, near the pole x = 1, for large x, small and large q; float32 to its precision."""
+    mpmath = pytest.importorskip("mpmath")
+    import scipy.special as sc
+
+    x = np.array([1.01, 1.1, 1.5, 2.0, 3.0, 6.0, 20.0, 3.0, 45.0])
+    q = np.array([0.05, 0.3, 0.5, 1.0, 2.5, 0.7, 1.5, 40.0, 0.9])
+    want = np.array([float(mpmath.zeta(a, b, 1)) for a, b in zip(x, q)])
+    np.testing.assert_allclose(db.gradient(lambda x: np.sum(sc.zeta(x, q)), x), want, rtol=1e-13)
+    np.testing.assert_allclose(db.gradient(lambda x: db.sum(sc.zeta, x, q), x), want, rtol=1e-13)
+    got = db.gradient(lambda x: np.sum(sc.zeta(x, q.astype(np.float32))), x.astype(np.float32))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=2e-5)
+
+
+def test_incomplete_gamma_in_its_parameter_against_mpmath():
+    """∂P(a, x)/∂a in both of its regimes (series: x <= 1 or x <= a; continued fraction: beyond), small and
+    large a, against mpmath's derivative of its own P; ∂Q/∂a is its negative; 0 at x = 0 and x = inf (P
+    is constant there in a), NaN where SciPy's P is NaN."""
+    mpmath = pytest.importorskip("mpmath")
+    import scipy.special as sc
+
+    mpmath.mp.dps = 40
+    a = np.array([0.1, 0.5, 1.5, 3.0, 10.0, 50.0, 0.7, 2.0, 30.0, 200.0, 1.0, 1e-3, 1000.0])
+    x = np.array([0.05, 2.0, 0.3, 7.0, 10.0, 45.0, 30.0, 0.01, 60.0, 210.0, 1.0, 0.5, 1010.0])
+    want = np.array([float(mpmath.diff(lambda s: mpmath.gammainc(s, 0, b, regularized=True), c))
+                     for c, b in zip(a, x)])
+    mpmath.mp.dps = 15
+    np.testing.assert_allclose(db.gradient(lambda a: np.sum(sc.gammainc(a, x)), a), want, rtol=1e-12)
+    np.testing.assert_allclose(db.gradient(lambda a: np.sum(sc.gammaincc(a, x)), a), -want, rtol=1e-12)
+    np.testing.assert_allclose(db.gradient(lambda a: db.sum(sc.gammainc, a, x), a), want, rtol=1e-12)
+    edges = db.gradient(lambda a: np.sum(sc.gammainc(a, np.array([0.0, np.inf, 1.0, -1.0]))),
+                        np.array([2.0, 2.0, -1.0, 2.0]))
+    np.testing.assert_array_equal(edges, [0.0, 0.0, np.nan, np.nan])

@@ -7,19 +7,22 @@ all three, as NumPy's own (``derivatives.py``).  Formulas are written with
 scipy.special ufuncs and NumPy operators only, so kernels trace them.  An argument
 whose partial is ``None`` is not differentiable: a tracked value there is an error
 naming it.  Orders of Bessel functions, degrees of polynomials and the parameters of
-the incomplete gamma and beta functions (``a``, ``b``) have derivatives SciPy has no
-function for; they take constants.  ``np.i0``'s derivative is ``scipy.special.i1``
+the incomplete beta function (``a``, ``b``) have derivatives SciPy has no function for; they take
+constants.  Where JAX differentiates such a parameter (ζ(x, q) in x, P(a, x) in a) a `computed_partial`
+computes the series JAX uses, on whole arrays.  ``np.i0``'s derivative is ``scipy.special.i1``
 (NumPy has no I1), so it has a rule only with SciPy.
 
 Deliberately not differentiable, and why:
 
-- ``wofz``, ``hankel1``, ``hankel1e``, ``hankel2``, ``hankel2e``: complex results (not supported yet);
-- ``polygamma``: a Python function that converts its arguments with ``np.asarray`` (use
-  ``digamma``, whose derivative is ``zeta(2, x)``, or ``zeta(n + 1, x)``);
-- ``zeta(x)`` (Riemann's), ``zetac``, and ``zeta(x, q)`` w.r.t. ``x``: no derivative in the
-  exponent is expressible with scipy.special (``zeta(x, q)`` w.r.t. ``q`` is);
-- ``gammainc``/``gammaincc``/``gammaincinv``/``gammainccinv`` w.r.t. ``a``, ``betainc``/``betaincc``/
-  ``betaincinv``/``betainccinv`` w.r.t. ``a`` and ``b``, ``hyp0f1``/``hyp1f1``/``hyp2f1``/``hyperu``
+- ``polygamma``, ``multigammaln``, ``factorial``, ``comb``: Python functions that convert their arguments
+  with ``np.asarray``, so no NumPy protocol reaches the tape: ``dualbroadcast.scipy.special`` mirrors them;
+- ``zeta(x)`` (Riemann's: SciPy calls another ufunc, ``zetac`` plus one) and ``zetac``: not done yet (JAX has
+  neither); ``zeta(x, q)`` (Hurwitz's) is differentiable in both: in ``q``, ``-x ζ(x + 1, q)``; in ``x``
+  there is no closed form, and `hurwitz_zeta_dx` differentiates the Euler-Maclaurin expansion as JAX does;
+- ``gammaincinv``/``gammainccinv`` w.r.t. ``a`` (``gammainc``/``gammaincc`` are differentiable in ``a``:
+  `gammainc_da`, JAX's algorithm), ``betainc``/``betaincc``/``betaincinv``/``betainccinv`` w.r.t. ``a``
+  and ``b`` (JAX refuses them too: "Betainc gradient with respect to a and b not supported"),
+  ``hyp0f1``/``hyp1f1``/``hyp2f1``/``hyperu``
   and the orthogonal polynomials w.r.t. their parameters, Bessel, Struve and Kelvin functions
   w.r.t. their order, ``eval_gegenbauer``/``eval_jacobi``/``eval_genlaguerre`` w.r.t. ``alpha``/``beta``:
   derivatives in a parameter are series scipy.special does not provide;
@@ -31,16 +34,36 @@ Deliberately not differentiable, and why:
   cylinder and Airy-integral functions, ``agm``, ``lambertw``, ...): not done yet;
   `db.defderivative` registers any of them.
 
+Complex values (JAX's convention, ``rules/complex.py``): ``wofz`` and the Hankel functions ``hankel1``,
+``hankel2``, ``hankel1e``, ``hankel2e``, complex for real arguments too, have reverse rules only (not in the
+table: a `db.sum` kernel sums real values); they and the holomorphic ufuncs of `holomorphic` hold for
+complex arguments: the Bessel functions ``jv``, ``yv``, ``iv``, ``kv``, ``kve`` of complex ``z`` (the same
+recurrences), ``erf``/``erfc``/``erfcx``/``erfi``/``dawsn``, ``ndtr``/``log_ndtr``, ``gamma``/``rgamma``/
+``loggamma`` (ψ has a complex loop), ``exp1``, ``expi``, ``expm1``, ``log1p``, ``spence``, ``hyp1f1``,
+``hyp2f1`` in ``z``.  ``jve``, ``yve``, ``ive`` (scaled by ``exp(-|Im z|)``, ``exp(-|Re z|)``), ``i0e``,
+``digamma`` (ζ has no complex loop) and the others are an error on complex values.
+
 ``softplus`` and ``logsumexp`` are Python functions over NumPy's: they need no entry.
 """
 
+import functools
+import inspect
 import math
 import sys
 
 import numpy as np
 
 from ..derivatives import DERIVATIVES
-from ..registry import NONDIFFERENTIABLE, RULES, defvjp_outputs, nondifferentiable, register_lazily
+from ..registry import (
+    ARGUMENT_REASONS,
+    NONDIFFERENTIABLE,
+    RULES,
+    defvjp_outputs,
+    holds_for_complex,
+    nondifferentiable,
+    register_lazily,
+)
+from ..tape import primitive
 from .elementwise import NAMED_ARGUMENTS, _register, one_output_vjp, x_vjp
 
 sc = _ufuncs = None  # scipy.special and its private module of ufuncs, once `register` has imported them
@@ -62,6 +85,136 @@ def dividing(numerator, x, at_zero):
 def boxcox_dlambda(x, y, lmbda, log_x):
     """∂boxcox(x, λ)/∂λ = (x^λ log x - y)/λ, and (log x)²/2 at λ = 0 (``log_x``: log x, or log1p for boxcox1p)."""
     return dividing(np.exp(lmbda * log_x) * log_x - y, lmbda, 0.5 * log_x * log_x)
+
+
+def real(v):
+    """An order or parameter (a Python number) the maker made a scalar of a complex result's dtype, real again
+    for SciPy's loops, which take real orders (``jv(v, z)``: ``dD->D``)."""
+    return v.real if isinstance(v, np.complexfloating) else v
+
+
+def half_difference(f, v, z):
+    """``(f(v - 1, z) - f(v + 1, z)) / 2``: ∂f/∂z of a Bessel function of order v (J, Y, H⁽¹⁾, H⁽²⁾)."""
+    return (f(real(v) - 1, z) - f(real(v) + 1, z)) / 2
+
+
+def computed_partial(f):
+    """A partial derivative ``f`` computes on whole arrays (a series, a loop): a primitive that is one node of a
+    `db.sum` kernel (run on its arrays or blocks; no derivatives of its own) and one call in a replayed program."""
+    @primitive
+    @functools.wraps(f)
+    def partial(*args):
+        from ..replay import Src  # a prepared gradient writes its partials as code: here, a call of ``partial``
+
+        for a in args:
+            if type(a) is Src:
+                return a._apply(partial, args)
+        with np.errstate(all="ignore"):  # outside the domain: NaN, as SciPy's function gives there
+            return f(*args)
+
+    DERIVATIVES[partial] = (None,) * len(inspect.signature(f).parameters)
+    return partial
+
+
+EULER_MACLAURIN_TERMS = 16  # N = M: Johansson's expansion (JAX's choice for float64, its zeta's derivative in x)
+
+
+@computed_partial
+def hurwitz_zeta_dx(x, q):
+    """∂ζ(x, q)/∂x, the Euler-Maclaurin expansion of ζ (Johansson 2015, arXiv:1309.2877, formula (5)) with
+    N = M = 16, differentiated in x term by term, as JAX does (there is no closed form)::
+
+        ζ = Σ_{k<N} (q+k)^-x + A^(1-x)/(x-1) + A^-x (1/2 + Σ_{j=1..M} T_j),   A = q + N,
+        T_j = B_2j/(2j)! · x(x+1)…(x+2j-2) / A^(2j-1),   ∂T_j/∂x = T_j · Σ_{m<2j-1} 1/(x+m).
+
+    For x > 1 and q > 0 (where SciPy's ζ(x, q) is finite and positive terms make the sum converge)."""
+    x, q = np.asarray(x), np.asarray(q)
+    n, m = EULER_MACLAURIN_TERMS, 2 * EULER_MACLAURIN_TERMS - 1
+    shifted = np.expand_dims(q, -1) + np.arange(n, dtype=q.dtype)
+    head = -np.sum(np.log(shifted) * shifted ** -np.expand_dims(x, -1), axis=-1)
+    a = q + n
+    log_a = np.log(a)
+    integral = a ** (1 - x) / (x - 1) * (-log_a - 1 / (x - 1))
+    rising = np.expand_dims(x, -1) + np.arange(m, dtype=x.dtype)  # x + 0, ..., x + 2M - 2
+    ratios = np.cumprod(rising / np.expand_dims(a, -1), axis=-1)[..., ::2]  # x(x+1)…(x+2j-2) / A^(2j-1)
+    tail = ratios * BERNOULLI_OVER_FACTORIAL.astype(ratios.dtype)  # T_1 .. T_M
+    dtail = tail * np.cumsum(1 / rising, axis=-1)[..., ::2]
+    return head + integral + a ** -x * (-log_a * (0.5 + np.sum(tail, axis=-1)) + np.sum(dtail, axis=-1))
+
+
+ITERATIONS = 2000  # at most, of the series and the continued fraction (Cephes' and XLA's bound)
+EPS = 4 * np.finfo(np.float64).eps  # a convergent's last bits may flicker: 2⁻⁵² is never reached by some
+
+
+@computed_partial
+def gammainc_da(a, x):
+    """∂P(a, x)/∂a of the regularised lower incomplete gamma function, as XLA's ``igamma_grad_a`` (JAX's
+    ``jax.grad(gammainc)``) computes it: Cephes' series of P (x <= 1 or x <= a) or continued fraction of
+    Q = 1 - P (x > 1 and x > a), each differentiated in a term by term (∂P/∂a = -∂Q/∂a), in float64::
+
+        P = e^(a log x - x) / Γ(a + 1) · Σ_n c_n,  c_0 = 1, c_n = c_{n-1} x / (a + n);
+        Q = e^(a log x - x) / Γ(a) · p_k / q_k,  Cephes' recurrences of p_k and q_k (``igamc``).
+
+    0 at x = 0 (P = 0 for every a) and x = inf (P = 1); NaN where SciPy's P is NaN (a <= 0, x < 0)."""
+    dtype = np.result_type(np.asarray(a), np.asarray(x), np.float32)  # of Python floats: float64
+    a, x = np.broadcast_arrays(np.asarray(a, dtype=np.float64), np.asarray(x, dtype=np.float64))
+    inside = (x > 0) & (x < np.inf) & (a > 0) & (a < np.inf)
+    constant = (a > 0) & ((x == 0) | (x == np.inf))
+    d = np.where(constant, 0.0, np.nan)
+    series = inside & ((x <= 1) | (x <= a))
+    fraction = inside & ~series
+    d[series] = lower_series_da(a[series], x[series])
+    d[fraction] = -upper_fraction_da(a[fraction], x[fraction])
+    return d.astype(dtype)[()]
+
+
+def lower_series_da(a, x):
+    """∂P/∂a from the series of P (``gammainc_da``)."""
+    log_prefix = a * np.log(x) - x - sc.gammaln(a + 1)
+    total, dtotal = np.ones_like(a), np.zeros_like(a)
+    term, dterm = np.ones_like(a), np.zeros_like(a)
+    for n in range(1, ITERATIONS + 1):
+        r = x / (a + n)
+        dterm = r * (dterm - term / (a + n))  # ∂/∂a of c_n = c_{n-1} x / (a + n)
+        term = term * r
+        total, dtotal = total + term, dtotal + dterm
+        if np.all(np.abs(term) <= EPS * total):  # dterm shrinks with term
+            break
+    return np.exp(log_prefix) * ((np.log(x) - sc.digamma(a + 1)) * total + dtotal)
+
+
+def upper_fraction_da(a, x):
+    """∂Q/∂a from Cephes' continued fraction of Q (``gammainc_da``), with each recurrence's derivative; an
+    element stops once both its convergent and that convergent's derivative change by less than 4 · 2⁻⁵².
+    The recurrences are rescaled together (their ratios unchanged) before they overflow."""
+    log_prefix = a * np.log(x) - x - sc.gammaln(a)
+    y, z, c = 1 - a, x + 2 - a, 0.0  # ∂y/∂a = ∂z/∂a = -1
+    p, dp = [np.ones_like(a), x + 1], [np.zeros_like(a), np.zeros_like(a)]  # p_{k-2}, p_{k-1}
+    q, dq = [x, z * x], [np.zeros_like(a), -x]
+    ans = p[1] / q[1]
+    dans = (dp[1] - ans * dq[1]) / q[1]
+    running = np.ones(a.shape, dtype=bool)
+    for _ in range(ITERATIONS):
+        c, y, z = c + 1, y + 1, z + 2
+        yc = y * c
+        pk, dpk = p[1] * z - p[0] * yc, dp[1] * z - p[1] - dp[0] * yc + p[0] * c
+        qk, dqk = q[1] * z - q[0] * yc, dq[1] * z - q[1] - dq[0] * yc + q[0] * c
+        nonzero = np.where(qk == 0, 1, qk)
+        new = np.where(qk == 0, ans, pk / nonzero)
+        dnew = np.where(qk == 0, dans, (dpk - new * dqk) / nonzero)
+        running &= (np.abs(new - ans) > EPS * np.abs(new)) | (np.abs(dnew - dans) > EPS * np.abs(dnew))
+        ans, dans = np.where(running, new, ans), np.where(running, dnew, dans)
+        scale = np.where(np.abs(pk) > 2.0 ** 500, 2.0 ** -500, 1.0)
+        p, dp = [p[1] * scale, pk * scale], [dp[1] * scale, dpk * scale]
+        q, dq = [q[1] * scale, qk * scale], [dq[1] * scale, dqk * scale]
+        if not running.any():
+            break
+    return np.exp(log_prefix) * ((np.log(x) - sc.digamma(a)) * ans + dans)
+
+
+def gamma_density(a, x):
+    """∂P(a, x)/∂x = x^(a-1) e^-x / Γ(a)."""
+    return np.exp((a - 1) * np.log(x) - x - sc.gammaln(a))
 
 
 def special_partials():
@@ -103,10 +256,10 @@ def special_partials():
                   lambda ans, z, m: ans * sc.digamma(z + m)),
         sc.binom: (lambda ans, n, k: ans * (sc.digamma(n + 1) - sc.digamma(n - k + 1)),
                    lambda ans, n, k: ans * (sc.digamma(n - k + 1) - sc.digamma(k + 1))),
-        hurwitz_zeta: (None, lambda ans, x, q: -x * hurwitz_zeta(x + 1, q)),
+        hurwitz_zeta: (lambda ans, x, q: hurwitz_zeta_dx(x, q), lambda ans, x, q: -x * hurwitz_zeta(x + 1, q)),
         # incomplete gamma and beta functions, in x (their densities) and their inverses in y
-        sc.gammainc: (None, lambda ans, a, x: np.exp((a - 1) * np.log(x) - x - sc.gammaln(a))),
-        sc.gammaincc: (None, lambda ans, a, x: -np.exp((a - 1) * np.log(x) - x - sc.gammaln(a))),
+        sc.gammainc: (lambda ans, a, x: gammainc_da(a, x), lambda ans, a, x: gamma_density(a, x)),
+        sc.gammaincc: (lambda ans, a, x: -gammainc_da(a, x), lambda ans, a, x: -gamma_density(a, x)),
         sc.gammaincinv: (None, lambda ans, a, y: np.exp(ans - (a - 1) * np.log(ans) + sc.gammaln(a))),
         sc.gammainccinv: (None, lambda ans, a, y: -np.exp(ans - (a - 1) * np.log(ans) + sc.gammaln(a))),
         sc.betainc: (None, None, lambda ans, a, b, x: np.exp(
@@ -174,22 +327,23 @@ def special_partials():
         sc.k1: (lambda ans, x: -(sc.k0(x) + sc.kv(2.0, x)) / 2,),
         sc.k0e: (lambda ans, x: ans - sc.k1e(x),),
         sc.k1e: (lambda ans, x: ans - (sc.k0e(x) + sc.kve(2.0, x)) / 2,),
-        sc.jv: (None, lambda ans, v, x: (sc.jv(v - 1, x) - sc.jv(v + 1, x)) / 2),  # also scipy.special.jn
+        sc.jv: (None, lambda ans, v, x: (sc.jv(real(v) - 1, x) - sc.jv(real(v) + 1, x)) / 2),  # also scipy.special.jn
         sc.jve: (None, lambda ans, v, x: (sc.jve(v - 1, x) - sc.jve(v + 1, x)) / 2),  # jv for real x
-        sc.yv: (None, lambda ans, v, x: (sc.yv(v - 1, x) - sc.yv(v + 1, x)) / 2),
+        sc.yv: (None, lambda ans, v, x: (sc.yv(real(v) - 1, x) - sc.yv(real(v) + 1, x)) / 2),
         sc.yve: (None, lambda ans, v, x: (sc.yve(v - 1, x) - sc.yve(v + 1, x)) / 2),
         sc.yn: (None, lambda ans, n, x: (sc.yn(n - 1, x) - sc.yn(n + 1, x)) / 2),
-        sc.iv: (None, lambda ans, v, x: (sc.iv(v - 1, x) + sc.iv(v + 1, x)) / 2),
+        sc.iv: (None, lambda ans, v, x: (sc.iv(real(v) - 1, x) + sc.iv(real(v) + 1, x)) / 2),
         sc.ive: (None, lambda ans, v, x: (sc.ive(v - 1, x) + sc.ive(v + 1, x)) / 2 - np.sign(x) * ans),
-        sc.kv: (None, lambda ans, v, x: -(sc.kv(v - 1, x) + sc.kv(v + 1, x)) / 2),
-        sc.kve: (None, lambda ans, v, x: ans - (sc.kve(v - 1, x) + sc.kve(v + 1, x)) / 2),
+        sc.kv: (None, lambda ans, v, x: -(sc.kv(real(v) - 1, x) + sc.kv(real(v) + 1, x)) / 2),
+        sc.kve: (None, lambda ans, v, x: ans - (sc.kve(real(v) - 1, x) + sc.kve(real(v) + 1, x)) / 2),
         sc.kn: (None, lambda ans, n, x: -(sc.kn(n - 1, x) + sc.kn(n + 1, x)) / 2),
         sc.struve: (None, lambda ans, v, x: sc.struve(v - 1, x) - v / x * ans),
         sc.modstruve: (None, lambda ans, v, x: sc.modstruve(v - 1, x) - v / x * ans),
         # hypergeometric functions, in their argument
         sc.hyp0f1: (None, lambda ans, v, z: sc.hyp0f1(v + 1, z) / v),
-        sc.hyp1f1: (None, None, lambda ans, a, b, x: a / b * sc.hyp1f1(a + 1, b + 1, x)),
-        sc.hyp2f1: (None, None, None, lambda ans, a, b, c, z: a * b / c * sc.hyp2f1(a + 1, b + 1, c + 1, z)),
+        sc.hyp1f1: (None, None, lambda ans, a, b, x: a / b * sc.hyp1f1(real(a) + 1, real(b) + 1, x)),
+        sc.hyp2f1: (None, None, None, lambda ans, a, b, c, z: a * b / c * sc.hyp2f1(
+            real(a) + 1, real(b) + 1, real(c) + 1, z)),
         sc.hyperu: (None, None, lambda ans, a, b, x: -a * sc.hyperu(a + 1, b + 1, x)),
         # orthogonal polynomials, in x: derivatives are polynomials of one degree less
         sc.eval_legendre: (None, lambda ans, n, x: sc.eval_gegenbauer(n - 1, 1.5, x)),
@@ -209,6 +363,29 @@ def special_partials():
     }
 
 
+def complex_valued_partials():
+    """The ufuncs whose results are complex for real arguments too: reverse rules only (a kernel sums real
+    values), holding for complex arguments (holomorphic: w' = g · derivative, JAX's convention)."""
+    return {
+        # Faddeeva function w(z) = exp(-z²) erfc(-iz): w'(z) = -2z w(z) + 2i/√π
+        sc.wofz: (lambda ans, z: 2j / SQRT_PI - 2 * z * ans,),
+        # Hankel functions H = J ± iY: the Bessel recurrence in the order; the scaled ones
+        # H⁽¹⁾e = H⁽¹⁾ exp(-iz) and H⁽²⁾e = H⁽²⁾ exp(iz) add ∓i times themselves
+        sc.hankel1: (None, lambda ans, v, z: half_difference(sc.hankel1, v, z)),
+        sc.hankel2: (None, lambda ans, v, z: half_difference(sc.hankel2, v, z)),
+        sc.hankel1e: (None, lambda ans, v, z: half_difference(sc.hankel1e, v, z) - 1j * ans),
+        sc.hankel2e: (None, lambda ans, v, z: half_difference(sc.hankel2e, v, z) + 1j * ans),
+    }
+
+
+# Holomorphic ufuncs with complex loops whose table formulas hold for complex arguments as written
+# (not the exponentially scaled jve, yve, ive, whose scale exp(-|Im z|), exp(-|Re z|) is not holomorphic).
+def holomorphic():
+    return (sc.erf, sc.erfc, sc.erfcx, sc.erfi, sc.dawsn, sc.ndtr, sc.log_ndtr, sc.gamma, sc.rgamma, sc.loggamma,
+            sc.exp1, sc.expi, sc.expm1, sc.log1p, sc.spence, sc.jv, sc.yv, sc.iv, sc.kv, sc.kve,
+            sc.hyp1f1, sc.hyp2f1)
+
+
 # Ufuncs with several outputs, w.r.t. their one argument: one partial per output.
 def special_outputs():
     return {
@@ -221,6 +398,7 @@ def special_outputs():
 
 # The functions `register` gave a rule, or declared without a gradient.
 REGISTERED = set()
+BERNOULLI_OVER_FACTORIAL = None  # B_2j / (2j)!, j = 1 .. M: set by `register` (it needs SciPy)
 
 
 def wanted(func):
@@ -235,25 +413,42 @@ def register():
     Not done at ``import dualbroadcast`` (importing scipy.special takes 0.2 s) unless SciPy is imported
     already: `registry.register_lazy_rules` calls it when a function it may cover is met without a rule.
     A rule registered before (a user's `db.defderivative` of a scipy.special function) stays."""
-    global sc, _ufuncs
+    global sc, _ufuncs, BERNOULLI_OVER_FACTORIAL
     try:
         import scipy.special as sc
         from scipy.special import _ufuncs
     except ImportError:  # SciPy is optional: without it there is nothing to register
         return
+    BERNOULLI_OVER_FACTORIAL = sc.bernoulli(2 * EULER_MACLAURIN_TERMS)[2::2] / sc.factorial(
+        np.arange(2, 2 * EULER_MACLAURIN_TERMS + 1, 2))
     NAMED_ARGUMENTS[np.i0] = x_vjp  # no ufunc: its maker has NumPy's signature
     for func, entry in {np.i0: (lambda ans, x: sc.i1(x),), **special_partials()}.items():
         DERIVATIVES.setdefault(func, entry)
         if func not in RULES:
             _register(func, entry)
             REGISTERED.add(func)
+    for func, entry in complex_valued_partials().items():
+        if func not in RULES:
+            _register(func, entry)
+            REGISTERED.add(func)
+    holds_for_complex(*[f for f in [*complex_valued_partials(), *holomorphic()] if f in REGISTERED])
     for func, entry in special_outputs().items():
         if func not in RULES:
             defvjp_outputs(func, one_output_vjp(entry))
             REGISTERED.add(func)
-    constants = [f for f in (sc.round, sc.gammasgn) if f not in RULES and f not in NONDIFFERENTIABLE]
-    nondifferentiable(*constants, reason="piecewise constant: derivative 0 wherever it exists")
+    constants = [f for f in (sc.round, sc.gammasgn, sc.bernoulli) if f not in RULES and f not in NONDIFFERENTIABLE]
+    nondifferentiable(*[f for f in constants if f is not sc.bernoulli],
+                      reason="piecewise constant: derivative 0 wherever it exists")
+    if sc.bernoulli in constants:
+        nondifferentiable(sc.bernoulli, reason="constants: the Bernoulli numbers B₀…Bₙ of an integer n")
     REGISTERED.update(constants)
+    for func in (sc.betainc, sc.betaincc, sc.betaincinv, sc.betainccinv):
+        for i, name in enumerate("ab"):
+            ARGUMENT_REASONS[func, i] = (
+                f"{name}: the incomplete beta function's derivative in its parameters is a series neither SciPy nor "
+                "JAX computes (jax.grad refuses it too)")
+    for func in (sc.gammaincinv, sc.gammainccinv):
+        ARGUMENT_REASONS[func, 0] = "a: the inverse's derivative in a needs ∂P/∂a at the result; not done yet"
 
 
 if "scipy.special" in sys.modules:  # imported already: registering costs nothing more

@@ -7,17 +7,34 @@ With ``s = Σ b·exp(a)`` over ``axis`` and ``y = log|s|``:
 * softmax ``p``: ``x̄ = p · (ȳ - Σ ȳ·p)``;
 * log_softmax: ``x̄ = ȳ - p · Σ ȳ`` with ``p = exp(y)``.
 
-``return_sign=True`` returns the sign as a constant (it is piecewise constant).  The other
-``scipy.special`` functions are ufuncs: use them from ``scipy.special`` directly.
+``return_sign=True`` returns the sign as a constant (it is piecewise constant).
+
+And of the Python functions over scipy.special's ufuncs that convert their arguments with ``np.asarray``
+(JAX differentiates each of them in the same arguments):
+
+* polygamma ``ψ⁽ⁿ⁾(x)``: ``x̄ = ȳ · ψ⁽ⁿ⁺¹⁾(x)`` (``n`` is an integer order);
+* multigammaln ``log Γ_d(a) = d(d-1)/4 · log π + Σ_{j<d} log Γ(a - j/2)``: ``ā = ȳ · Σ_{j<d} ψ(a - j/2)``;
+* factorial ``n! = Γ(n + 1)`` (0 for ``n < 0``): ``n̄ = ȳ · n! · ψ(n + 1)`` (0 for ``n < 0``);
+* comb ``C(N, k) = binom(N, k)`` where ``0 <= k <= N`` (0 elsewhere): binom's partials there, 0 elsewhere;
+  with ``repetition=True`` it is ``binom(N + k - 1, k)`` (1 at ``k = 0``).
+
+* sph_harm_y ``Y_n^m(θ, φ)`` (complex) in the real angles: ``θ̄ = Re(ȳ · ∂Y/∂θ)``, ``φ̄ = Re(ȳ · ∂Y/∂φ)`` (JAX's
+  convention for a real argument of a complex result), the partials SciPy's own ``diff_n=1`` gives.
+
+``exact=True`` (integers), factorial's ``extend='complex'`` (complex results of negative ``n``) and
+sph_harm_y's ``diff_n`` (derivatives as results) have no gradient: a tracked argument there is a clear
+error.  The other ``scipy.special`` functions are ufuncs:
+use them from ``scipy.special`` directly (``bernoulli`` gives integers' Bernoulli numbers: no gradient).
 """
 
 import numpy as np
 import scipy.special
 
-from ..registry import defvjp, nondifferentiable
+from ..errors import UnsupportedFunctionError
+from ..registry import defvjp, holds_for_complex, nondifferentiable
 from ..rules.reductions import expand
 from ..tape import primitive
-from ._common import cotangent
+from ._common import cotangent, times
 
 
 def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
@@ -34,6 +51,123 @@ def softmax(x, axis=None):
 def log_softmax(x, axis=None):
     """``scipy.special.log_softmax``, differentiable in ``x``."""
     return log_softmax_of(x, axis)
+
+
+def polygamma(n, x):
+    """``scipy.special.polygamma``, differentiable in ``x``."""
+    return polygamma_of(n, x)
+
+
+def multigammaln(a, d):
+    """``scipy.special.multigammaln``, differentiable in ``a``."""
+    return multigammaln_of(a, d)
+
+
+def factorial(n, exact=False, extend="zero"):
+    """``scipy.special.factorial``, differentiable in ``n`` (``exact=False``, ``extend='zero'``)."""
+    if exact or extend != "zero":
+        return integer_valued(scipy.special.factorial, "n", f"exact={exact!r}, extend={extend!r}",
+                              n, exact=exact, extend=extend)
+    return factorial_of(n)
+
+
+def comb(N, k, *, exact=False, repetition=False):
+    """``scipy.special.comb``, differentiable in ``N`` and ``k`` (``exact=False``)."""
+    if exact:
+        return integer_valued(scipy.special.comb, "N, k", "exact=True", N, k, exact=exact, repetition=repetition)
+    return comb_of(N, k, repetition)
+
+
+def sph_harm_y(n, m, theta, phi, *, diff_n=0):
+    """``scipy.special.sph_harm_y``, differentiable in ``theta`` and ``phi`` (``diff_n=0``)."""
+    if diff_n != 0:
+        return without_gradient(scipy.special.sph_harm_y, "theta, phi", f"diff_n={diff_n!r}", "derivatives",
+                                "diff_n=0 (its gradient is the derivative)", n, m, theta, phi, diff_n=diff_n)
+    return sph_harm_y_of(n, m, theta, phi)
+
+
+def integer_valued(func, names, keywords, *args, **kwargs):
+    return without_gradient(func, names, keywords, "integer or complex",
+                            "the defaults (exact=False) for the float function, differentiable through Γ",
+                            *args, **kwargs)
+
+
+def without_gradient(func, names, keywords, results, instead, *args, **kwargs):
+    """SciPy's ``func`` where its result has no gradient: on plain arrays SciPy's value, on tracked ones an error."""
+    from ..tape import Tracked  # a tracked argument here would be converted by SciPy and its gradient dropped
+
+    if any(type(a) is Tracked for a in args):
+        raise UnsupportedFunctionError(
+            f"scipy.special.{func.__name__} with {keywords} has no gradient in {names} ({results} results); "
+            f"call it with {instead}"
+        )
+    return func(*args, **kwargs)
+
+
+@primitive
+def sph_harm_y_of(n, m, theta, phi):
+    return scipy.special.sph_harm_y(n, m, theta, phi)
+
+
+def sph_harm_y_angle(k):
+    """The maker of ``theta`` (k = 0) or ``phi`` (1): ``Re(ȳ · ∂Y/∂angle)``, SciPy's ``diff_n=1`` partials."""
+    def maker(ans, n, m, theta, phi):
+        d = scipy.special.sph_harm_y(n, m, theta, phi, diff_n=1)[1][..., k]
+        return lambda g: cotangent((theta, phi)[k], np.real(g * d))
+
+    return maker
+
+
+@primitive
+def polygamma_of(n, x):
+    return scipy.special.polygamma(n, x)
+
+
+@primitive
+def multigammaln_of(a, d):
+    return scipy.special.multigammaln(a, d)
+
+
+@primitive
+def factorial_of(n):
+    return scipy.special.factorial(n)
+
+
+@primitive
+def comb_of(N, k, repetition):
+    return scipy.special.comb(N, k, repetition=repetition)
+
+
+def polygamma_x(ans, n, x):
+    """x̄ = ȳ · ψ⁽ⁿ⁺¹⁾(x)."""
+    return times(scipy.special.polygamma(np.add(n, 1), x), x)
+
+
+def multigammaln_a(ans, a, d):
+    """ā = ȳ · Σ_{j<d} ψ(a - j/2)."""
+    halves = np.arange(d) / 2
+    return times(np.sum(scipy.special.digamma(np.expand_dims(a, -1) - halves), axis=-1), a)
+
+
+def factorial_n(ans, n):
+    """n̄ = ȳ · n! · ψ(n + 1), 0 where n < 0 (SciPy's n! is 0 there)."""
+    return times(np.where(np.asarray(n) < 0, 0.0, ans * scipy.special.digamma(np.add(n, 1))), n)
+
+
+def comb_partial(argnum):
+    """The maker of ``N`` (0) or ``k`` (1): binom's partial where comb is binom (0 <= k <= N), 0 elsewhere;
+    with repetition the partials of binom(N + k - 1, k) (k̄ gets both of its slots), 0 at k = 0."""
+    def maker(ans, N, k, repetition):
+        n, kk = np.asarray(N, dtype=float), np.asarray(k, dtype=float)
+        top = n + kk - 1 if repetition else n
+        inside = (kk <= top) & (top >= 0) & (kk >= 0) & ~(repetition & (kk == 0))
+        with np.errstate(invalid="ignore"):  # ψ at a pole outside: not selected
+            d_top = ans * (scipy.special.digamma(top + 1) - scipy.special.digamma(top - kk + 1))
+            d_k = ans * (scipy.special.digamma(top - kk + 1) - scipy.special.digamma(kk + 1))
+        d = d_top if argnum == 0 else d_k + d_top * repetition
+        return times(np.where(inside, d, 0.0), (N, k)[argnum])
+
+    return maker
 
 
 @primitive
@@ -108,7 +242,15 @@ def log_softmax_x(ans, x, axis):
 defvjp(logsumexp_of, logsumexp_a, None, logsumexp_b, None, None)
 defvjp(softmax_of, softmax_x, None)
 defvjp(log_softmax_of, log_softmax_x, None)
+defvjp(sph_harm_y_of, None, None, sph_harm_y_angle(0), sph_harm_y_angle(1))
+holds_for_complex(sph_harm_y_of)  # a complex result of real angles (SciPy takes no complex angle)
+defvjp(polygamma_of, None, polygamma_x)
+defvjp(multigammaln_of, multigammaln_a, None)
+defvjp(factorial_of, factorial_n)
+defvjp(comb_of, comb_partial(0), comb_partial(1), None)
 nondifferentiable(logsumexp_sign, reason="piecewise constant: derivative 0 wherever it exists")
 
 MIRRORS = {scipy.special.logsumexp: logsumexp, scipy.special.softmax: softmax,
-           scipy.special.log_softmax: log_softmax}
+           scipy.special.log_softmax: log_softmax, scipy.special.polygamma: polygamma,
+           scipy.special.multigammaln: multigammaln, scipy.special.factorial: factorial, scipy.special.comb: comb,
+           scipy.special.sph_harm_y: sph_harm_y}

@@ -8,9 +8,11 @@ score ``s = ∂ log f₀ / ∂z``:
 * logpdf: ``∂x = s / scale``, ``∂loc = -s / scale``, ``∂scale = -(s·z + 1) / scale``,
   ``∂θ = ∂ log f₀ / ∂θ``; pdf: the same times the pdf;
 * cdf: ``∂x = pdf``, ``∂loc = -pdf``, ``∂scale = -pdf · z``; logcdf: the same divided by the cdf
-  (``exp(logpdf - logcdf)``).  The cdfs of ``t``, ``gamma`` and ``beta`` in their shape parameters
-  (derivatives of incomplete beta and gamma functions in their parameters, which SciPy does not
-  provide) are a clear error.
+  (``exp(logpdf - logcdf)``).  In a shape parameter: gamma's cdf ``P(a, z)`` has ``∂a`` the derivative of
+  the regularised incomplete gamma function in ``a`` (`rules.scipy_special.gammainc_da`, JAX's
+  series and continued fraction; its logcdf that over the cdf).  The cdfs of ``t`` (in ``df``) and
+  ``beta`` (in ``a``, ``b``), derivatives of the incomplete beta function in its parameters, which
+  neither SciPy nor JAX computes, are a clear error.
 
 =========  =======================  ===============================================================
 family     s(z)                     ∂ log f₀ / ∂θ
@@ -41,6 +43,7 @@ import scipy.stats
 
 from ..errors import UnsupportedFunctionError
 from ..registry import defvjp
+from ..rules.scipy_special import gammainc_da
 from ..tape import primitive
 from ._common import cotangent, times
 
@@ -102,9 +105,10 @@ class Freezable:
 class LocationScale(Freezable):
     """``dist`` with shape parameters named ``shapes``: score ``s(z, *θ)`` and ``∂ log f₀/∂θ``."""
 
-    def __init__(self, dist, shapes, score, shape_scores, cdf_function=None):
+    def __init__(self, dist, shapes, score, shape_scores, cdf_function=None, cdf_shape_partials=None):
         self._dist = dist
         self._cdf_function = cdf_function
+        self._cdf_shape_partials = cdf_shape_partials  # ∂cdf/∂θ(z, *θ) of each shape parameter, where known
         self._score = score
         self._shape_scores = shape_scores
         self._names = ("x", *shapes, "loc", "scale")
@@ -139,6 +143,9 @@ class LocationScale(Freezable):
                 s = self._score(z, *shapes)
                 d = s / scale if i == 0 else -s / scale if self._names[i] == "loc" else -(s * z + 1) / scale
             return in_support(d * ans if method == "pdf" else d, support)
+        if 0 < i <= len(shapes) and self._cdf_shape_partials:
+            d = self._cdf_shape_partials[i - 1](np.where(z > 0, z, 1.0), *shapes)  # 0 below the support
+            return in_support(d if method == "cdf" else d / np.exp(ans), z > 0)
         if 0 < i <= len(shapes):
             raise UnsupportedFunctionError(
                 f"scipy.stats.{self._dist.name}.{method} is differentiable in x, loc and scale, not in its shape "
@@ -184,7 +191,7 @@ class t_gen(LocationScale):
 
 
 class gamma_gen(LocationScale):
-    """``scipy.stats.gamma``: differentiable in x, a, loc and scale (cdf and logcdf: not in a)."""
+    """``scipy.stats.gamma``: differentiable in x, a, loc and scale."""
 
     def logpdf(self, x, a, loc=0, scale=1):
         return self._logpdf(x, a, loc, scale)
@@ -233,7 +240,8 @@ norm = norm_gen(scipy.stats.norm, (), lambda z: -z, ())
 t = t_gen(scipy.stats.t, ("df",), lambda z, df: -(df + 1) * z / (df + z * z), (t_df_score,),
           "regularized incomplete beta function (scipy.special.betainc)")
 gamma = gamma_gen(scipy.stats.gamma, ("a",), lambda z, a: (a - 1) / z - 1, (lambda z, a: np.log(z) - digamma(a),),
-                  "regularized incomplete gamma function (scipy.special.gammainc)")
+                  "regularized incomplete gamma function (scipy.special.gammainc)",
+                  (lambda z, a: gammainc_da(a, z),))
 beta = beta_gen(scipy.stats.beta, ("a", "b"), lambda z, a, b: (a - 1) / z - (b - 1) / (1 - z),
                 (beta_a_score, beta_b_score), "regularized incomplete beta function (scipy.special.betainc)")
 

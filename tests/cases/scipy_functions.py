@@ -53,8 +53,58 @@ def softmax_case(func, kind):
     return Case(func, build, name=f"{func.__name__}_axis_{kind}")
 
 
+def polygamma_case(draw, dtype):
+    """polygamma(n, x) in x, the order n an integer (or integer array) broadcast against x."""
+    sn, sx = broadcast_shapes(draw, 2)
+    n = np.asarray(draw(st.sampled_from([0, 1, 2, 3]))) + np.zeros(sn, dtype=int)
+    f = call(draw, special.polygamma, n, X)
+    return (lambda x: in_dtype_of(f(x), x)), [uniform(draw, sx, dtype, 0.5, 3.0)]
+
+
+def multigammaln_case(draw, dtype):
+    d = draw(st.integers(1, 4))
+    f = call(draw, special.multigammaln, X, d)
+    return (lambda a: in_dtype_of(f(a), a)), [uniform(draw, array_shape(draw, min_dims=0), dtype, d / 2, d / 2 + 3)]
+
+
+def factorial_case(draw, dtype):
+    """factorial of floats, negative ones too (0 there, gradient 0)."""
+    f = call(draw, special.factorial, X, exact=False, extend="zero")
+    return (lambda n: in_dtype_of(f(n), n)), [uniform(draw, array_shape(draw, min_dims=0), dtype, -2.0, 4.0)]
+
+
+def comb_case(repetition):
+    def build(draw, dtype):
+        sn, sk = broadcast_shapes(draw, 2)
+        f = call(draw, special.comb, X, Y, exact=False, repetition=repetition)
+        arrays = [uniform(draw, sn, dtype, 2.5, 6.0), uniform(draw, sk, dtype, 0.2, 2.3)]
+        return (lambda n, k: in_dtype_of(f(n, k), n)), arrays
+
+    return Case(special.comb, build, name="comb" + "_repetition" * repetition)
+
+
+def sph_harm_y_case(draw, dtype):
+    """Y_n^m(θ, φ) in both angles, degrees and orders broadcast against them; of a real dtype the real and
+    imaginary parts (a gradient is of a real function), in the angles' dtype."""
+    sn, st_, sp = broadcast_shapes(draw, 3)
+    n = np.asarray(draw(st.sampled_from([0, 1, 2, 4]))) + np.zeros(sn, dtype=int)
+    m = np.clip(draw(st.sampled_from([-2, 0, 1, 3])), -n, n)
+    f = call(draw, special.sph_harm_y, n, m, X, Y)
+
+    def parts(theta, phi):
+        y = f(theta, phi)
+        return in_dtype_of(np.real(y), theta), in_dtype_of(np.imag(y), theta)
+
+    return parts, [uniform(draw, st_, dtype, 0.2, 2.9), uniform(draw, sp, dtype, 0.0, 6.2)]
+
+
 def special_cases():
     return [
+        Case(special.sph_harm_y, sph_harm_y_case, name="sph_harm_y"),
+        Case(special.polygamma, polygamma_case, name="polygamma"),
+        Case(special.multigammaln, multigammaln_case, name="multigammaln"),
+        Case(special.factorial, factorial_case, name="factorial"),
+        comb_case(False), comb_case(True),
         *(logsumexp_case(kind, keepdims, weighted) for kind in AXIS_KINDS for keepdims in (False, True)
           for weighted in (False, True)),
         logsumexp_case("int", False, True, return_sign=True),
@@ -99,7 +149,7 @@ def location_scale_cases():
         shape_parameters = [n for n in ranges if n not in ("x", "loc", "scale")]
         for method in ("logpdf", "pdf", "cdf", "logcdf"):
             cases.append(location_scale_case(name, method, ("x", "loc", "scale")))
-            if method in ("logpdf", "pdf") and shape_parameters:
+            if (method in ("logpdf", "pdf") or name == "gamma") and shape_parameters:  # gamma's cdf too
                 cases.append(location_scale_case(name, method, ("x", *shape_parameters)))
     return cases
 

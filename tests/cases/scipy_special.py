@@ -30,8 +30,9 @@ def specs():
         sc.expit: [(-3, 3)], sc.logit: [(0.05, 0.95)], sc.log_expit: [(-3, 3)],
         sc.gamma: [(0.5, 3)], sc.rgamma: [(0.5, 3)], sc.gammaln: [(0.5, 3)], sc.loggamma: [(0.5, 3)],
         sc.digamma: [(0.5, 3)], sc.beta: [(0.5, 3), (0.5, 3)], sc.betaln: [(0.5, 3), (0.5, 3)],
-        sc.poch: [(0.5, 2), (0.2, 2)], sc.binom: [(2, 5), (0.5, 1.5)], _ufuncs._zeta: [3.0, (0.5, 3)],
-        sc.gammainc: [1.5, (0.5, 3)], sc.gammaincc: [1.5, (0.5, 3)], sc.gammaincinv: [1.5, unit],
+        sc.poch: [(0.5, 2), (0.2, 2)], sc.binom: [(2, 5), (0.5, 1.5)], _ufuncs._zeta: [(1.5, 4), (0.5, 3)],
+        sc.gammainc: [(0.5, 4), (0.3, 6)], sc.gammaincc: [(0.5, 4), (0.3, 6)],  # a: series and fraction
+        sc.gammaincinv: [1.5, unit],
         sc.gammainccinv: [1.5, unit], sc.betainc: [1.5, 2.5, unit], sc.betaincc: [1.5, 2.5, unit],
         sc.betaincinv: [1.5, 2.5, unit], sc.betainccinv: [1.5, 2.5, unit],
         sc.exp1: [(0.5, 3)], sc.expi: [(0.5, 3)], sc.expn: [2.0, (0.5, 3)], sc.spence: [(0.2, 3)],
@@ -62,6 +63,13 @@ def specs():
 
 
 SPECS = specs()
+# Complex results for real arguments too: reverse rules only, no kernel cases.  Of real arguments a case
+# returns the real and imaginary parts (a gradient is of a real function); tests/test_rules.py sweeps them in
+# float64, float32 and complex128 (real and imaginary parts both drawn from the interval).
+COMPLEX_VALUED = {} if sc is None else {
+    sc.wofz: [(-2, 2)], sc.hankel1: [1.5, (0.5, 4)], sc.hankel2: [1.5, (0.5, 4)], sc.hankel1e: [0.5, (0.5, 4)],
+    sc.hankel2e: [2.5, (0.5, 4)],
+}
 OUTPUTS = {} if sc is None else {sc.sici: (0.5, 3), sc.shichi: (0.5, 2), sc.fresnel: (-2, 2), sc.airy: (-2, 2)}
 # Through the public function: scipy.special.zeta(x, q) calls the ufunc the rule is registered on.
 CALLED_AS = {} if sc is None else {_ufuncs._zeta: sc.zeta}
@@ -79,13 +87,16 @@ def special_case(func, spec):
             it = iter(xs)
             return called(*[next(it) if type(s) is tuple else c for s, c in zip(spec, constants)])
 
+        if func in COMPLEX_VALUED and np.dtype(dtype).kind == "f":  # a real function of real arguments
+            return (lambda *xs: (np.real(fn(*xs)), np.imag(fn(*xs)))), arrays
         return fn, arrays
 
     def promoted():
-        """float64 if the function has no float32 loop for these arguments (gammainc, an integer order)."""
+        """float64 if the function has no float32 loop for these arguments (gammainc, an integer order; wofz
+        has one, but NumPy finds its complex128 loop first)."""
         sample = [np.float32(np.mean(s)) if type(s) is tuple else 1.0 if s == N else s for s in spec]
         with np.errstate(all="ignore"):
-            return np.float64 if np.result_type(func(*sample)) == np.float64 else None
+            return np.float64 if np.result_type(np.real(func(*sample))) == np.float64 else None  # wofz: complex128
 
     name = getattr(func, "__name__", repr(func))
     prefix = "np" if func is np.i0 else "scipy.special"
@@ -108,3 +119,4 @@ def build_softplus(draw, dtype):
 KERNEL_CASES = [special_case(f, s) for f, s in SPECS.items()]
 KERNEL_CASES += [] if sc is None else [Case(np.logaddexp, build_softplus, name="scipy.special.softplus")]
 CASES = KERNEL_CASES + [outputs_case(f, d) for f, d in OUTPUTS.items()]
+CASES += [special_case(f, s) for f, s in COMPLEX_VALUED.items()]
