@@ -29,7 +29,16 @@ from .expr import Sym
 from .guards import RECORDER, Guarded, NotReplayableError
 from .numpy_facts import FLOAT_SCALARS, INFIX, REAL_FLOATS, astype, getitem, qualified_name
 from .pullbacks import FACTORS, IndexPullback, RealPart, add_at, own_buffer, scalar_pullback
-from .registry import COMPOSITION, NONDIFFERENTIABLE, OUTPUTS, PER_ARGUMENT, RULES, SEQUENCE, complex_rule
+from .registry import (
+    COMPOSITION,
+    NONDIFFERENTIABLE,
+    OUTPUTS,
+    PER_ARGUMENT,
+    RULES,
+    SEQUENCE,
+    complex_rule,
+    output_pullbacks,
+)
 
 # The tape of the gradient being evaluated in this thread/context, if any.
 ACTIVE_TAPE = contextvars.ContextVar("dualbroadcast_active_tape", default=None)
@@ -465,13 +474,8 @@ def record_operation(func, args, kwargs):
     if kept and (rest or kwargs):
         keep_constants(tape, [*rest, *kwargs.values()])
     parents = [sequence[i] for i in active]
-    if kind == OUTPUTS and active not in ([0], []):
-        raise UnsupportedFunctionError(
-            f"{qualified_name(func)} is differentiable only in its first argument; "
-            "pass the others as constants (db.cut)"
-        )
     if kind == OUTPUTS and isinstance(ans, (tuple, list)):  # else one array (svd without u, v): output 0
-        results = [_record_result(tape, func, rule, j, a, ans, call_values, kwargs, parents, recorder)
+        results = [_record_result(tape, func, rule, j, a, ans, call_values, kwargs, parents, recorder, active)
                    for j, a in enumerate(ans)]
         outcome = type(ans)(results) if type(ans) in (list, tuple) else type(ans)(*results)  # a named tuple: fields
     else:
@@ -482,7 +486,7 @@ def record_operation(func, args, kwargs):
     return outcome
 
 
-def _record_result(tape, func, rule, j, a, ans, values, kwargs, parents, recorder, active=(0,)):
+def _record_result(tape, func, rule, j, a, ans, values, kwargs, parents, recorder, active):
     """One result ``a`` of ``func`` (output ``j`` of a tuple result, else None) as the tape carries it:
     tracked with one pullback per parent if it is a real float and depends on an active argument;
     where complex values take part, by `_record_complex`; else plain (an integer or a boolean: no
@@ -501,8 +505,8 @@ def _record_result(tape, func, rule, j, a, ans, values, kwargs, parents, recorde
     if j is None:
         backs = rule.pullbacks(func, ans, values, active, kwargs)
     else:
-        backs = [rule.makers(j, ans, *values, **kwargs)]
-        if backs[0] is None:  # the rule declares this output a constant
+        backs = output_pullbacks(func, rule.makers, j, ans, values, active, kwargs)
+        if backs is None:  # the rule declares this output a constant
             return a if recorder is None else recorder.traced(a, func)
     return tape.record(a, _edges(parents, backs), func)
 
@@ -525,8 +529,8 @@ def _record_complex(tape, func, rule, j, a, ans, values, kwargs, parents, record
     if j is None:
         backs = rule.pullbacks(func, ans, values, active, kwargs)
     else:
-        backs = [rule.makers(j, ans, *values, **kwargs)]
-        if backs[0] is None:  # the rule declares this output a constant
+        backs = output_pullbacks(func, rule.makers, j, ans, values, active, kwargs)
+        if backs is None:  # the rule declares this output a constant
             return a
     backs = [back if _is_complex(p.value) or type(back) is IndexPullback else RealPart(back)
              for p, back in zip(parents, backs)]

@@ -15,7 +15,7 @@ import pytest
 
 import dualbroadcast as db
 from dualbroadcast.numpy_facts import qualified_name
-from dualbroadcast.registry import COMPLEX_RULES, COMPOSITION, PER_ARGUMENT, RULES, SAME_RULE
+from dualbroadcast.registry import COMPLEX_RULES, COMPOSITION, OUTPUTS, PER_ARGUMENT, RULES, SAME_RULE
 from dualbroadcast.rules import BUILTIN_RULES
 from dualbroadcast.tape import Tracked
 
@@ -40,6 +40,8 @@ def makers_of(rule):
         return [(m, 1) for m in rule.makers if m is not None]
     if rule.kind == COMPOSITION:  # the function written with NumPy calls: NumPy's own signature
         return [(rule.makers, 0)]
+    if rule.kind == OUTPUTS:  # one maker per argument, (j, ans, ...)
+        return [(m, 2) for m in rule.makers if m is not None]
     return [(rule.makers, 2)]
 
 

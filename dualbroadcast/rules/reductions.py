@@ -19,8 +19,8 @@ method's defaults (``axis=0``): ``add.reduce`` is np.sum's, ``multiply.reduce``
 np.prod's, ``maximum``/``minimum.reduce`` np.max's, ``fmax``/``fmin.reduce``
 np.nanmax's, ``add``/``multiply.accumulate`` np.cumsum's and np.cumprod's.
 ``ufunc.outer(a, b)`` is recorded by the tape as ``ufunc(a reshaped, b)``, the
-derivative table's rule.  ``np.average(..., returned=True)`` on a tracked value
-is an error (a rule differentiable in two arguments has one result).
+derivative table's rule.  ``np.average(..., returned=True)`` is differentiated in
+both results (an outputs rule: the sum of weights in ``weights``).
 
 Conventions (each pinned by tests/test_conventions.py):
 
@@ -66,7 +66,7 @@ import numpy as np
 
 from ..errors import UnsupportedFunctionError
 from ..pullbacks import unbroadcast
-from ..registry import RULES, defvjp
+from ..registry import defvjp, defvjp_outputs
 
 
 def expand(g, shape, axis, keepdims):
@@ -502,11 +502,15 @@ def weights_along(w, shape, axes):
 
 
 def average_maker(wrt):
-    """The vjp maker of np.average for ``a`` (wrt 0) or ``weights`` (wrt 1):
-    ā = ḡ w / Σw, w̄ = Σ ḡ (a - avg) / Σw over the axes the weights were broadcast along."""
-    def maker(ans, a, axis=None, weights=None, returned=False, *, keepdims=False):
+    """The vjp maker of output j of np.average (the average, then with ``returned=True`` the sum of
+    weights) for ``a`` (wrt 0) or ``weights`` (wrt 1): ā = ḡ w / Σw, w̄ = Σ ḡ (a - avg) / Σw over the
+    axes the weights were broadcast along; the sum of weights has w̄ = its ḡ, and no ā."""
+    def maker(j, ans, a, axis=None, weights=None, returned=False, *, keepdims=False):
+        avg = ans[0] if returned else ans
+        if j == 1 and (wrt == 0 or weights is None):
+            return None
         if weights is None:
-            return mean_vjp(ans, a, axis, keepdims=keepdims)
+            return mean_vjp(avg, a, axis, keepdims=keepdims)
         shape = np.shape(a)
         axes = reduced_axes(axis, len(shape))
         w = weights_along(weights, shape, axes)
@@ -514,11 +518,11 @@ def average_maker(wrt):
         if wrt == 0:
             share, dtype = np.broadcast_to(w / total, shape), np.result_type(a)
             return lambda g: (expand(g, shape, axis, keepdims) * share).astype(dtype, copy=False)
-        deviation = (a - expand(ans, shape, axis, keepdims)) / total
+        factor = 1 if j == 1 else (a - expand(avg, shape, axis, keepdims)) / total
         w_shape, dtype = np.shape(weights), np.result_type(weights)
 
         def pullback(g):
-            along = unbroadcast(expand(g, shape, axis, keepdims) * deviation, np.shape(w)).astype(dtype, copy=False)
+            along = unbroadcast(expand(g, shape, axis, keepdims) * factor, np.shape(w)).astype(dtype, copy=False)
             if w_shape == shape:
                 return along
             return np.transpose(along.reshape(np.array(w_shape)[np.argsort(axes)]), np.argsort(np.argsort(axes)))
@@ -526,16 +530,6 @@ def average_maker(wrt):
         return pullback
 
     return maker
-
-
-def average_without_returned(a, axis=None, weights=None, returned=False, *, keepdims=np._NoValue):
-    """np.average; ``returned=True`` on a tracked value is an error (the tape records one result per rule
-    differentiable in two arguments, so the pair would lose its gradient)."""
-    if returned:
-        raise UnsupportedFunctionError(
-            "np.average(..., returned=True) on a tracked value has no derivative rule; call "
-            "np.average(a, axis, weights) and compute the sum of weights with np.sum(weights, ...) yourself")
-    return np.average(a, axis, weights, keepdims=keepdims)
 
 
 # --- cov, corrcoef --------------------------------------------------------------------
@@ -759,8 +753,7 @@ defvjp(np.nanstd, nanstd_vjp)
 defvjp(np.nancumsum, nancumsum_vjp)
 defvjp(np.nancumprod, nancumprod_vjp)
 defvjp(np.ptp, ptp_vjp)
-defvjp(np.average, average_maker(0), None, average_maker(1))
-RULES[np.average].impl = RULES[np.average].plain = average_without_returned
+defvjp_outputs(np.average, average_maker(0), None, average_maker(1))
 defvjp(np.cov, cov_maker(0), cov_maker(1))
 defvjp(np.corrcoef, corrcoef_maker(0), corrcoef_maker(1))
 defvjp(np.cumulative_sum, cumulative_sum_vjp)

@@ -280,6 +280,19 @@ def build_average_weighted(draw, dtype):
     return call(draw, np.average, X, axis, Y, keepdims=keepdims), arrays
 
 
+def build_average_returned(draw, dtype):
+    """np.average(..., returned=True): the average and the sum of weights, weights tracked or not (or none)."""
+    s = array_shape(draw)
+    axis = draw_axis(draw, len(s), draw(st.sampled_from(["none", "int", "tuple"])))
+    w_shape = s if axis is None else tuple(s[a] for a in reduced_axes(axis, len(s)))
+    weights = draw(st.sampled_from(["tracked", "constant", "none"]))
+    arrays = [uniform(draw, s, dtype)]
+    w = Y if weights == "tracked" else uniform(draw, w_shape, dtype, 0.5, 1.5) if weights == "constant" else None
+    if weights == "tracked":
+        arrays.append(uniform(draw, w_shape, dtype, 0.5, 1.5))
+    return call(draw, np.average, X, axis, w, True, keepdims=draw(st.booleans())), arrays
+
+
 def build_average_constant_weights(draw, dtype):
     s = array_shape(draw, min_dims=0)
     axis = draw_axis(draw, len(s), "none") if not s else draw_axis(draw, len(s), draw(st.sampled_from(AXIS_KINDS)))
@@ -431,6 +444,7 @@ CASES += [
     *standard_cases(np.ptp),
     Case(np.average, build_average_weighted, name="average_weighted"),
     Case(np.average, build_average_constant_weights, name="average_constant_or_no_weights"),
+    Case(np.average, build_average_returned, name="average_returned"),
     Case(np.cov, build_cov, name="cov"),
     Case(np.corrcoef, build_corrcoef, name="corrcoef"),
     array_api_cumulative_case(np.cumulative_sum),
