@@ -86,7 +86,8 @@ def signature_mismatches(func, maker, leading):
                 if p.default is np._NoValue else p.default  # a maker may take NumPy's own np._NoValue
             if mine.default is P.empty or type(mine.default) is not type(expected) or mine.default != expected:
                 problems.append(f"{p.name}'s default is {mine.default!r}, NumPy's means {expected!r}")
-    if any(p.kind is P.VAR_KEYWORD for p in ours) and not takes_only_vetted_keywords(func):
+    if any(p.kind is P.VAR_KEYWORD for p in ours) and not takes_only_vetted_keywords(func) \
+            and not any(p.kind is P.VAR_KEYWORD for p in theirs):  # NumPy's own **kwargs, handed on (apply_along_axis)
         problems.append("it takes **kwargs, so keywords it does not know are ignored instead of rejected")
     return problems
 

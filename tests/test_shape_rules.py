@@ -164,9 +164,28 @@ def test_block_of_one_tracked_array_is_that_array_not_its_rows_joined():
     np.testing.assert_array_equal(back(A), A)
 
 
-def test_piecewise_with_functions_names_where():
-    with pytest.raises(db.UnsupportedFunctionError, match=r"np\.where"):
-        db.gradient(lambda x: np.sum(np.piecewise(x, [x > 0], [np.sin, np.cos])), V)
+def test_piecewise_with_functions_matches_jax():
+    pytest.importorskip("jax")
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    x = np.linspace(-2.0, 2.0, 9)
+    cotangent = np.cos(np.arange(9.0))
+    _, back = db.pullback(lambda x: np.piecewise(x, [x > 0.5, x < -0.5], [np.sin, lambda v: v**3, np.tanh]), x)
+    _, expected = jax.vjp(lambda x: jnp.piecewise(x, [x > 0.5, x < -0.5], [jnp.sin, lambda v: v**3, jnp.tanh]), x)
+    np.testing.assert_allclose(back(cotangent), expected(cotangent)[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("write, match", [
+    (lambda x: np.put(x, [0, 2], 1.0), r"np\.where\(mask, np\.take\(v, source"),
+    (lambda x: np.put(np.zeros(5), [0, 2], x[:2]), "in place"),
+    (lambda x: np.place(x, x > 0, [1.0]), r"np\.where\(mask, np\.take\(vals"),
+    (lambda x: np.fill_diagonal(x, 2.0), r"np\.where\(mask, val, a\)"),
+], ids=["put", "put tracked values", "place", "fill_diagonal"])
+def test_writers_in_place_name_the_functional_spelling(write, match):
+    with pytest.raises(db.InPlaceMutationError, match=match):
+        db.gradient(lambda x: (write(x), np.sum(x))[1], A)
 
 
 def test_put_along_axis_says_how_to_build_the_array():

@@ -66,7 +66,7 @@ import numpy as np
 
 from ..errors import UnsupportedFunctionError
 from ..pullbacks import unbroadcast
-from ..registry import defvjp, defvjp_outputs
+from ..registry import defcomposition, defvjp, defvjp_outputs
 
 
 def expand(g, shape, axis, keepdims):
@@ -305,6 +305,14 @@ def tie_group_mean(s, g):
 def sort_axes(a, axis):
     """The array a sort along ``axis`` sees (flattened for None) and its sorted axes."""
     return (np.ravel(a), (0,)) if axis is None else (a, reduced_axes(axis, np.ndim(a)))
+
+
+def sort_complex_written(a):
+    """np.sort_complex as a composition: complex values taken in np.argsort's (lexicographic) order, real ones
+    sorted by np.sort (tied values share) and cast to the complex dtype NumPy gives."""
+    if np.iscomplexobj(a):
+        return np.take_along_axis(a, np.argsort(a, axis=-1), -1)
+    return np.astype(np.sort(a), np.sort_complex(np.zeros(0, np.result_type(a))).dtype)
 
 
 def sort_vjp(ans, a, axis=-1, kind=None, order=None, *, stable=None):
@@ -736,6 +744,7 @@ defvjp(np.cumprod, cumprod_vjp)
 defvjp(np.linalg.norm, norm_vjp)
 
 defvjp(np.sort, sort_vjp)
+defcomposition(np.sort_complex, sort_complex_written)
 defvjp(np.partition, partition_vjp)
 defvjp(np.median, median_vjp)
 defvjp(np.nanmedian, nanmedian_vjp)

@@ -137,6 +137,12 @@ def build_norm_no_axis(draw, dtype):
     return call(draw, np.linalg.norm, X, ord), [uniform(draw, array_shape(draw, ndim, ndim), dtype, 0.2, 2)]
 
 
+def build_sort_complex(draw, dtype):
+    """Real values (cast to complex: its real part is the sorted values) along the last axis."""
+    s = array_shape(draw, 1, 3)
+    return (lambda x: np.real(np.sort_complex(x)) + np.imag(np.sort_complex(x)) * 0), [uniform(draw, s, dtype)]
+
+
 CASES = [
     *standard_cases(np.sum),
     reduction_case(np.sum, "none", True),
@@ -472,4 +478,5 @@ CASES += [
     outer_case(np.multiply),
     outer_case(np.arctan2),
     outer_case(np.power, 0.5, 1.5),
+    Case(np.sort_complex, build_sort_complex, name="sort_complex", out_dtype=np.float64),
 ]
