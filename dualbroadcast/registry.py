@@ -44,10 +44,12 @@ class Rule:
     the record keeps the other argument itself (no partial to evaluate).
     ``keeps_arguments``: its pullbacks may read its constant array arguments, which are then
     read-only until the gradient is taken (`Tape.keep`); False for a rule that copies them.
+    ``tracked_keywords``: None, or the function written with NumPy calls (as `defcomposition`) for a call
+    with a tracked keyword argument (np.pad's ``constant_values``), which the rule's makers cannot take.
     """
 
     __slots__ = ("bilinear", "binary", "impl", "keeps_arguments", "kind", "makers", "plain", "scalar_backs",
-                 "scalar_partials")
+                 "scalar_partials", "tracked_keywords")
 
     def __init__(self, impl, kind, makers):
         self.impl = impl
@@ -59,6 +61,7 @@ class Rule:
         self.scalar_partials = None
         self.bilinear = False
         self.keeps_arguments = True
+        self.tracked_keywords = None
 
     def pullbacks(self, func, ans, values, positions, kwargs):
         """The pullback of each argument at ``positions`` (of a sequence's elements, for a sequence rule)

@@ -441,6 +441,8 @@ def record_operation(func, args, kwargs):
     recorder = RECORDER.get()
     if (kwargs or rest) and (rule is not None or recorder is not None) \
             and Tracked in map(type, [*kwargs.values(), *rest]):
+        if rule is not None and rule.tracked_keywords is not None and Tracked in map(type, kwargs.values()):
+            return rule.tracked_keywords(*args, **kwargs)  # its NumPy calls are recorded one by one
         raise UnsupportedFunctionError(
             f"{qualified_name(func)} got a tracked value as a keyword argument (or after its sequence of "
             "arrays); pass it positionally so its gradient can be recorded"

@@ -233,3 +233,19 @@ def test_row_stack_is_vstack():
         warnings.simplefilter("ignore", DeprecationWarning)
         g = db.gradient(lambda x: np.sum(np.row_stack([x, 2 * x]) ** 2), V)
     np.testing.assert_allclose(g, 10 * V)
+
+
+def test_pad_with_tracked_constant_values_matches_jax():
+    """Constants per axis and side, the corners taken by the later axis's, as NumPy and JAX pad."""
+    pytest.importorskip("jax")
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    values = np.array([[1.0, 2.0], [3.0, 4.0]])
+    y, back = db.pullback(lambda x, c: np.pad(x, ((1, 2), (2, 1)), constant_values=c), A, values)
+    expected_y, expected_back = jax.vjp(lambda x, c: jnp.pad(x, ((1, 2), (2, 1)), constant_values=c), A, values)
+    np.testing.assert_array_equal(y, expected_y)
+    cotangent = np.cos(np.arange(y.size, dtype=float)).reshape(y.shape)
+    for got, expected in zip(back(cotangent), expected_back(cotangent)):
+        np.testing.assert_allclose(got, expected, rtol=1e-12)

@@ -460,6 +460,20 @@ def pad_vjp(ans, array, pad_width, mode="constant", *, stat_length=None, constan
     return pullback
 
 
+def pad_with_tracked_constants(array, pad_width, mode="constant", **kwargs):
+    """np.pad with a tracked ``constant_values``: x padded with zeros, and where NumPy writes constant k of
+    (axis, side) (read off np.pad of the labels 2·axis + side), constant k taken from the values
+    broadcast to (ndim, 2) as NumPy does; a later axis's constants take the corners, as in NumPy."""
+    ndim = np.ndim(array)
+    labels = np.arange(2 * ndim).reshape(ndim, 2)
+    where = np.pad(np.full(np.shape(array), -1), pad_width, mode, **{**kwargs, "constant_values": labels})
+    if not np.any(where >= 0):  # nothing padded (a 0-d array, widths 0): the constants are not used
+        return np.pad(array, pad_width)
+    values = np.reshape(np.broadcast_to(kwargs["constant_values"], (ndim, 2)), -1)
+    constants = np.astype(np.take(values, np.maximum(where, 0)), np.result_type(array))
+    return np.where(where >= 0, constants, np.pad(array, pad_width))
+
+
 def _pad_selection(array, pad_width, mode, stat_length):
     """Each element of the result is the element of x the maxima (minima) chose: np.pad of x with its flat
     positions as imaginary parts chooses the same ones (NumPy orders complex numbers by their real parts
@@ -766,6 +780,7 @@ def _register():
     defvjp_outputs(np.dsplit, dsplit_vjp)
     defvjp(np.diagflat, diagflat_vjp)
     defvjp(np.pad, pad_vjp)
+    RULES[np.pad].tracked_keywords = pad_with_tracked_constants
     defcomposition(np.select, select_written)
     defcomposition(np.broadcast_arrays, broadcast_arrays_written)
     defcomposition(np.meshgrid, meshgrid_written)

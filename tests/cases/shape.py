@@ -634,6 +634,15 @@ def build_piecewise(draw, s):
     return lambda x: np.piecewise(x, [x > 0, x < -1][: max(len(pieces) - 1, 1)], pieces) * x
 
 
+def build_pad_tracked_constants(draw, dtype):
+    """np.pad of a tracked array with tracked constant_values: one value, one pair, or a pair per axis."""
+    s = array_shape(draw, 0, 3, 0)
+    per_axis = [(draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in s] or 1
+    widths = draw(st.sampled_from([1, (1, 2), per_axis]))
+    values = uniform(draw, draw(st.sampled_from([(), (2,), (1, 2), (len(s), 2) if s else ()])), dtype)
+    return call(draw, np.pad, X, widths, "constant", constant_values=Y), [uniform(draw, s, dtype), values]
+
+
 # --- compositions with the user's functions, selections, and the in-place writers' spellings -------------------
 def build_piecewise_functions(draw, s):
     """Functions and constants as pieces, with or without the piece where no condition holds; the functions
@@ -837,6 +846,7 @@ CASES = [
     *(Case(np.pad, build_pad(mode, 0 if mode == "constant" else 1), name=f"pad_{mode}")
       for mode in ("constant", "edge", "linear_ramp", "mean", "reflect", "symmetric", "wrap", "maximum", "minimum",
                    "median")),
+    Case(np.pad, build_pad_tracked_constants, name="pad_tracked_constant_values"),
     Case(np.select, build_select, name="select"),
     Case(np.piecewise, one_array(build_piecewise, 0), name="piecewise_constants"),
     Case(np.piecewise, one_array(build_piecewise_functions, 0), name="piecewise_functions"),
