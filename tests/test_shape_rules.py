@@ -182,7 +182,8 @@ def test_piecewise_with_functions_matches_jax():
     (lambda x: np.put(np.zeros(5), [0, 2], x[:2]), "in place"),
     (lambda x: np.place(x, x > 0, [1.0]), r"np\.where\(mask, np\.take\(vals"),
     (lambda x: np.fill_diagonal(x, 2.0), r"np\.where\(mask, val, a\)"),
-], ids=["put", "put tracked values", "place", "fill_diagonal"])
+    (lambda x: np.full_like(np.zeros(3), x[0, 0]), r"np\.zeros_like\(a\) \+ v"),
+], ids=["put", "put tracked values", "place", "fill_diagonal", "full_like of a constant"])
 def test_writers_in_place_name_the_functional_spelling(write, match):
     with pytest.raises(db.InPlaceMutationError, match=match):
         db.gradient(lambda x: (write(x), np.sum(x))[1], A)

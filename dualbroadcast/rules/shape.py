@@ -540,6 +540,10 @@ _FILL_DIAGONAL = ("np.fill_diagonal writes into its first argument in place, whi
                   "the new array instead: new = np.where(mask, val, a), where the constant mask is np.fill_diagonal "
                   "of True into np.zeros(a.shape, bool)")
 
+_COPYTO = ("np.copyto writes into dst in place, which would drop the gradient (np.full_like(a, v) of a constant a "
+           "and a tracked v calls it); build the new array instead: new = np.where(where, src, dst) "
+           "(np.zeros_like(a) + v for np.full_like(a, v))")
+
 
 # --- compositions: NumPy calls the tape records one by one (`registry.defcomposition`) ----------------
 def piecewise_written(x, condlist, funclist, *args, **kw):
@@ -770,7 +774,8 @@ def _register():
     defvjp(np.take_along_axis, take_along_axis_vjp)
     defvjp(np.put_along_axis, None, None, None)
     _checked_first(np.put_along_axis, _put_along_axis)
-    for func, message in ((np.put, _PUT), (np.place, _PLACE), (np.fill_diagonal, _FILL_DIAGONAL)):
+    for func, message in ((np.put, _PUT), (np.place, _PLACE), (np.fill_diagonal, _FILL_DIAGONAL),
+                          (np.copyto, _COPYTO)):
         defvjp(func, None, None, None)
         _checked_first(func, _in_place(message))
     defvjp_outputs(np.unstack, unstack_vjp)

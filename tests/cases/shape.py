@@ -762,6 +762,24 @@ def build_fill_diagonal(draw, dtype):
     return fill, [uniform(draw, s, dtype), uniform(draw, (), dtype)]
 
 
+def build_copyto(draw, dtype):
+    """np.copyto writes in place: the spelling its error names, np.where(where, src, dst), checked to mean what
+    it does (src broadcast, a mask or none)."""
+    dst_shape, src_shape = broadcast_shapes(draw, 2)
+    dst_shape = np.broadcast_shapes(dst_shape, src_shape)
+    where = np.array(draw(st.lists(st.booleans(), min_size=int(np.prod(dst_shape)),
+                                   max_size=int(np.prod(dst_shape))))).reshape(dst_shape)
+
+    def copy(dst, src):
+        return np.where(where, src, dst)
+
+    expected = uniform(draw, dst_shape, np.float64), uniform(draw, src_shape, np.float64)
+    written = np.array(expected[0], copy=True)
+    np.copyto(written, expected[1], where=where)
+    np.testing.assert_array_equal(copy(*expected), written)
+    return copy, [uniform(draw, dst_shape, dtype), uniform(draw, src_shape, dtype)]
+
+
 CASES = [
     Case(np.reshape, one_array(build_reshape), name="reshape"),
     Case(np.reshape, one_array(build_reshape_fortran, 2), name="reshape_order_F"),
@@ -859,4 +877,5 @@ CASES = [
     Case(np.put, build_put, name="put_as_where"),
     Case(np.place, build_place, name="place_as_where"),
     Case(np.fill_diagonal, build_fill_diagonal, name="fill_diagonal_as_where"),
+    Case(np.copyto, build_copyto, name="copyto_as_where"),
 ]
