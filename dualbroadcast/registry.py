@@ -181,13 +181,15 @@ def defvjp_outputs(func: Callable[..., Any], *makers: Callable[..., Callable[[An
 
 
 def output_maker(makers, i, func=None):
-    """The maker of argument ``i`` of an outputs rule (an error naming ``func`` if it is not differentiable)."""
+    """The maker of argument ``i`` of an outputs rule (an error naming the arguments it differentiates if none)."""
     maker = makers[i] if i < len(makers) else None
     if maker is None:
         name = qualified_name(func) if func is not None else "this function"
+        ruled = [k for k, m in enumerate(makers) if m is not None]
+        which = "its first argument" if ruled == [0] else f"its arguments {', '.join(map(str, ruled))}"
         raise UnsupportedFunctionError(
-            f"argument {i} of {name} is not differentiable (an index, axis, shape or integer argument) "
-            "but received a tracked value; pass a constant or db.cut(x)")
+            f"{name} is differentiable only in {which} (argument {i} received a tracked value); "
+            "pass the others as constants (db.cut)")
     return maker
 
 
