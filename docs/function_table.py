@@ -153,6 +153,11 @@ def table():
               "are constants; they run on tracked values and return plain ones):", "",
               "| why no gradient | functions |", "|---|---|"]
     lines += [f"| {reason} | {', '.join(names)} |" for reason, names in reasons.items()]
+    others = not_applicable()
+    lines += ["", f"**{sum(map(len, others.values()))} functions JAX or autograd have that need no rule here, or have "
+              "none yet** (`python docs/function_table.py --missing` lists any other):", "",
+              "| why | functions |", "|---|---|"]
+    lines += [f"| {reason} | {', '.join(names)} |" for reason, names in others.items()]
     return "\n".join(lines + ["", END])
 
 
@@ -163,15 +168,61 @@ def written(readme):
     return before + table() + after
 
 
+# Functions JAX or autograd have that need no rule here: NumPy never hands them a tracked value (they take
+# numbers, shapes or files, or dispatch on ``like=`` only), or they work through recorded arithmetic, or
+# they have no rule yet and are an error; each with why.  `missing` leaves them out, the README lists them.
+_CONSTRUCTORS = ("constructors from shapes and numbers: NumPy never hands their arguments to the library "
+                 "(np.full(shape, v) is np.broadcast_to(v, shape); np.arange(n) * step for a tracked step)")
+_NO_ARRAY = "shapes, dtypes and Python objects: no array values to differentiate"
+_IO = "input/output and printing options: no array values to differentiate"
+_INDEX_BUILDERS = "index builders from shapes and sizes: integers"
+_WINDOWS = ("window functions of a length M: NumPy converts their arguments itself (np.kaiser's beta too: write "
+            "np.i0(beta * np.sqrt(1 - ((n - a) / a) ** 2)) / np.i0(beta), a = (M - 1) / 2, to differentiate it)")
+_HISTOGRAMS = ("an error, no rule yet: counts are piecewise constant in a, but the weights and, with density=True, "
+               "the edges from a's range carry a gradient; for tracked weights write np.bincount(np.digitize(a, "
+               "edges) - 1, w) with constant edges")
+NOT_APPLICABLE = {
+    **dict.fromkeys(["np.arange", "np.empty", "np.eye", "np.identity", "np.ones", "np.zeros", "np.tri", "np.full"],
+                    _CONSTRUCTORS),
+    **dict.fromkeys(["np.array", "np.asarray"], "conversion to a plain array: an error naming the spelling that "
+                    "keeps the gradient (np.stack, np.concatenate)"),
+    **dict.fromkeys(["np.from_dlpack", "np.frombuffer", "np.fromfile", "np.fromfunction", "np.fromiter",
+                     "np.frompyfunc", "np.fromstring"], "constructors from buffers, files, iterators and Python "
+                    "functions: NumPy converts their input itself"),
+    **dict.fromkeys(["np.broadcast_shapes", "np.can_cast", "np.isdtype", "np.isscalar", "np.issubdtype",
+                     "np.iterable", "np.promote_types"], _NO_ARRAY),
+    **dict.fromkeys(["np.load", "np.get_printoptions", "np.printoptions", "np.set_printoptions"], _IO),
+    **dict.fromkeys(["np.diag_indices", "np.indices", "np.mask_indices", "np.tril_indices", "np.triu_indices"],
+                    _INDEX_BUILDERS),
+    **dict.fromkeys(["np.bartlett", "np.blackman", "np.hamming", "np.hanning", "np.kaiser"], _WINDOWS),
+    **dict.fromkeys(["np.fft.fftfreq", "np.fft.rfftfreq"], "no rule needed: NumPy computes them with arithmetic "
+                    "the tape records, so a tracked spacing d works (tests/test_fft.py)"),
+    **dict.fromkeys(["np.histogram", "np.histogram2d", "np.histogramdd", "np.histogram_bin_edges"], _HISTOGRAMS),
+    "scipy.special.zeta": "a Python function over the ufunc scipy.special._zeta, which has the rule (in x and q)",
+}
+
+
 def missing():
     """``{name: peers}``: functions JAX (``jax.numpy``, its ``linalg`` and ``fft``, ``jax.scipy.special``) or autograd
-    differentiate whose NumPy or SciPy function has neither a rule here nor a nondifferentiable declaration."""
+    differentiate whose NumPy or SciPy function has neither a rule here (or a `dualbroadcast.scipy` mirror), nor
+    a nondifferentiable declaration, nor a reason in `NOT_APPLICABLE`."""
     known = set(RULES) | set(NONDIFFERENTIABLE) | mirrored_originals()
     found = {}
     for func, peer in [*jax_functions(), *autograd_functions()]:
-        if func not in known and callable(func) and not isinstance(func, (type, types.ModuleType)):
+        if func not in known and callable(func) and not isinstance(func, (type, types.ModuleType)) \
+                and public_names(func)[0] not in NOT_APPLICABLE:
             found.setdefault(public_names(func)[0], set()).add(peer)
     return {name: sorted(peers) for name, peers in sorted(found.items())}
+
+
+def not_applicable():
+    """``{reason: [names]}`` of `NOT_APPLICABLE`, but for a function that has a rule after all."""
+    ruled = {public_names(func)[0] for func in RULES}
+    reasons = {}
+    for name, reason in NOT_APPLICABLE.items():
+        if name not in ruled:
+            reasons.setdefault(reason, []).append(f"`{name}`")
+    return {reason: sorted(names) for reason, names in sorted(reasons.items())}
 
 
 def jax_functions():

@@ -19,6 +19,7 @@ make ``f`` recorded again; state it reads otherwise is baked in (see
 import collections
 import types
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,7 @@ from .errors import UnsupportedFunctionError
 from .guards import RECORDER, NotReplayableError
 from .numpy_facts import FLOAT_LEAVES, qualified_name
 from .program import Const, Guard, KernelStep, Pack, Step, unpacked
-from .registry import BY_ARGNUM, OUTPUTS
+from .registry import BY_ARGNUM, OUTPUTS, first_output
 from .replay import _same, compile_program
 from .tape import (
     Tape,
@@ -89,14 +90,14 @@ class Recorder:
             else:
                 outs.append(None)
         kind = rule.kind if rule is not None else None
-        if kind == OUTPUTS and not isinstance(ans, (tuple, list)):
-            kind = BY_ARGNUM  # one array (svd without u, v): its maker is called as maker(0, ans, ...)
+        makers = rule.makers if rule is not None else None
+        if kind == OUTPUTS and not isinstance(ans, (tuple, list)):  # one array (svd without u, v): output 0
+            kind, makers = BY_ARGNUM, partial(first_output, rule.makers)
         if kind == OUTPUTS:
             expected = {j: r for j, (r, o) in enumerate(zip(results, outs)) if o is None}
         else:
             expected = ans if outs == [None] else None
         impl = rule.impl if rule is not None else func
-        makers = rule.makers if rule is not None else None
         self.steps.append(Step(func, impl, kind, refs, rest, kwargs, outs, active, makers, expected))
 
     def reference(self, func, a):

@@ -27,7 +27,7 @@ from .numpy_facts import qualified_name
 PER_ARGUMENT = 0  # makers[i](ans, *args, **kw) for argument i
 BY_ARGNUM = 1  # maker(i, ans, *args, **kw): variadic functions (einsum, ...)
 SEQUENCE = 2  # maker(k, ans, seq, *rest, **kw): element k of the sequence args[0]
-OUTPUTS = 3  # maker(j, ans, *args, **kw): output j of a tuple result, argument 0 only
+OUTPUTS = 3  # makers[i](j, ans, *args, **kw): output j of a tuple result, argument i
 COMPOSITION = 4  # makers(*args, **kw) computes the function with NumPy calls, each recorded by its own rule
 
 
@@ -45,10 +45,12 @@ class Rule:
     the record keeps the other argument itself (no partial to evaluate).
     ``keeps_arguments``: its pullbacks may read its constant array arguments, which are then
     read-only until the gradient is taken (`Tape.keep`); False for a rule that copies them.
+    ``tracked_keywords``: None, or the function written with NumPy calls (as `defcomposition`) for a call
+    with a tracked keyword argument (np.pad's ``constant_values``), which the rule's makers cannot take.
     """
 
     __slots__ = ("bilinear", "binary", "impl", "keeps_arguments", "kind", "makers", "plain", "scalar_backs",
-                 "scalar_partials")
+                 "scalar_partials", "tracked_keywords")
 
     def __init__(self, impl, kind, makers):
         self.impl = impl
@@ -60,11 +62,14 @@ class Rule:
         self.scalar_partials = None
         self.bilinear = False
         self.keeps_arguments = True
+        self.tracked_keywords = None
 
     def pullbacks(self, func, ans, values, positions, kwargs):
         """The pullback of each argument at ``positions`` (of a sequence's elements, for a sequence rule)
         for the result ``ans`` of ``func(*values, **kwargs)``."""
         try:
+            if self.kind == OUTPUTS:  # one array, not a tuple (svd without u, v): output 0
+                return [output_pullback(self.makers, i, 0, ans, values, kwargs) for i in positions]
             if self.kind != PER_ARGUMENT:
                 return [self.makers(i, ans, *values, **kwargs) for i in positions]
             makers = self.makers
@@ -167,16 +172,60 @@ def defvjp_sequence(func: Callable[..., Any], maker: Callable[..., Callable[[Any
     RULES[func] = Rule(_implementation(func), SEQUENCE, maker)
 
 
-def defvjp_outputs(func: Callable[..., Any], maker: Callable[..., Callable[[Any], Any] | None]) -> None:
-    """Register ``maker(j, ans, x, *rest, **kw)`` for output ``j`` of a tuple-valued ``func``.
+def defvjp_outputs(func: Callable[..., Any], *makers: Callable[..., Callable[[Any], Any] | None] | None) -> None:
+    """Register ``makers[i](j, ans, *args, **kw)`` for output ``j`` of a tuple-valued ``func`` in its
+    positional argument ``i`` (None for an argument that is never differentiable, as in `defvjp`).
 
-    A maker returning None declares output ``j`` a constant (it is not recorded).  A call returning
-    one array instead of a tuple (``np.linalg.svd(a, compute_uv=False)``) is output 0.
+    A maker returning None says output ``j`` does not depend on argument ``i``: an output none of whose
+    active arguments it depends on is a constant (it is not recorded).  A call returning one array instead
+    of a tuple (``np.linalg.svd(a, compute_uv=False)``) is output 0.
     """
-    _users_rule(func, maker)
+    _users_rule(func, makers)
     if _users_rules:
-        maker = _checked(func, maker, lambda j, ans, x, *rest, **kw: (0, x))
-    RULES[func] = Rule(_implementation(func), OUTPUTS, maker)
+        makers = [_checked(func, m, lambda j, ans, *args, i=i, **kw: (i, args[i])) if m else m
+                  for i, m in enumerate(makers)]
+    RULES[func] = Rule(_implementation(func), OUTPUTS, tuple(makers))
+
+
+def output_maker(makers, i, func=None):
+    """The maker of argument ``i`` of an outputs rule (an error naming the arguments it differentiates if none)."""
+    maker = makers[i] if i < len(makers) else None
+    if maker is None:
+        name = qualified_name(func) if func is not None else "this function"
+        ruled = [k for k, m in enumerate(makers) if m is not None]
+        which = "its first argument" if ruled == [0] else f"its arguments {', '.join(map(str, ruled))}"
+        raise UnsupportedFunctionError(
+            f"{name} is differentiable only in {which} (argument {i} received a tracked value); "
+            "pass the others as constants (db.cut)")
+    return maker
+
+
+def output_pullbacks(func, makers, j, ans, values, active, kwargs):
+    """The pullbacks of output ``j`` of an outputs rule to the arguments at ``active``; None if the output
+    depends on none of them (a constant).  An argument it does not depend on beside one it does gets zeros."""
+    backs = [output_maker(makers, i, func)(j, ans, *values, **kwargs) for i in active]
+    if all(back is None for back in backs):
+        return None
+    return [zeros_of(values[i]) if back is None else back for i, back in zip(active, backs)]
+
+
+def output_pullback(makers, i, j, ans, values, kwargs):
+    """The pullback of output ``j`` to argument ``i``, zeros where it does not depend on it (prepared
+    replay calls this only for an output that depends on one of its active arguments)."""
+    back = output_maker(makers, i)(j, ans, *values, **kwargs)
+    return zeros_of(values[i]) if back is None else back
+
+
+def first_output(makers, i, ans, *args, **kwargs):
+    """An outputs rule's pullback to argument ``i`` of a call returning one array (output 0), as a
+    `defvjp_argnum` maker is called."""
+    return output_pullback(makers, i, 0, ans, args, kwargs)
+
+
+def zeros_of(x):
+    """The pullback giving a zero cotangent of ``x``'s shape and dtype."""
+    shape, dtype = np.shape(x), np.result_type(x)
+    return lambda g: np.zeros(shape, dtype)
 
 
 def defcomposition(func: Callable[..., Any], written: Callable[..., Any]) -> None:

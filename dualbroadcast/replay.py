@@ -28,7 +28,7 @@ from .kernels import _kind
 from .numpy_facts import as_dtype, getitem, source_of
 from .program import Const, Guard, KernelStep, Pack, Step, unpacked
 from .pullbacks import IndexPullback, apply, kernel_pullback_source, table_pullback, table_pullback_source, unbroadcast
-from .registry import OUTPUTS, PER_ARGUMENT, SEQUENCE
+from .registry import OUTPUTS, PER_ARGUMENT, SEQUENCE, output_pullback
 from .rules.linalg import DOT_PULLBACKS
 
 
@@ -351,7 +351,9 @@ class _Backward(_Writer):
         args = self.args(step)
         kwargs = f", **{self.space.bind(step.kwargs)}" if step.kwargs else ""
         if step.kind == OUTPUTS:
-            return f"{self.space.bind(step.makers, 'm')}({j}, r{k}, {', '.join(args)}{kwargs})"
+            kwargs = self.space.bind(step.kwargs)
+            return f"{self.space.bind(output_pullback)}({self.space.bind(step.makers, 'm')}, {i}, {j}, r{k}, " \
+                   f"({', '.join(args)},), {kwargs})"
         if step.kind == PER_ARGUMENT:
             return f"{self.space.bind(step.makers[i], 'm')}(v{o}, {', '.join(args)}{kwargs})"
         return f"{self.space.bind(step.makers, 'm')}({i}, v{o}, {', '.join(args)}{kwargs})"

@@ -38,6 +38,7 @@ from .registry import (
     RULES,
     SEQUENCE,
     complex_rule,
+    output_pullbacks,
     register_lazy_rules,
 )
 
@@ -444,6 +445,8 @@ def record_operation(func, args, kwargs):
     recorder = RECORDER.get()
     if (kwargs or rest) and (rule is not None or recorder is not None) \
             and Tracked in map(type, [*kwargs.values(), *rest]):
+        if rule is not None and rule.tracked_keywords is not None and Tracked in map(type, kwargs.values()):
+            return rule.tracked_keywords(*args, **kwargs)  # its NumPy calls are recorded one by one
         raise UnsupportedFunctionError(
             f"{qualified_name(func)} got a tracked value as a keyword argument (or after its sequence of "
             "arrays); pass it positionally so its gradient can be recorded"
@@ -477,13 +480,8 @@ def record_operation(func, args, kwargs):
     if kept and (rest or kwargs):
         keep_constants(tape, [*rest, *kwargs.values()])
     parents = [sequence[i] for i in active]
-    if kind == OUTPUTS and active not in ([0], []):
-        raise UnsupportedFunctionError(
-            f"{qualified_name(func)} is differentiable only in its first argument; "
-            "pass the others as constants (db.cut)"
-        )
     if kind == OUTPUTS and isinstance(ans, (tuple, list)):  # else one array (svd without u, v): output 0
-        results = [_record_result(tape, func, rule, j, a, ans, call_values, kwargs, parents, recorder)
+        results = [_record_result(tape, func, rule, j, a, ans, call_values, kwargs, parents, recorder, active)
                    for j, a in enumerate(ans)]
         outcome = type(ans)(results) if type(ans) in (list, tuple) else type(ans)(*results)  # a named tuple: fields
     else:
@@ -494,7 +492,7 @@ def record_operation(func, args, kwargs):
     return outcome
 
 
-def _record_result(tape, func, rule, j, a, ans, values, kwargs, parents, recorder, active=(0,)):
+def _record_result(tape, func, rule, j, a, ans, values, kwargs, parents, recorder, active):
     """One result ``a`` of ``func`` (output ``j`` of a tuple result, else None) as the tape carries it:
     tracked with one pullback per parent if it is a real float and depends on an active argument;
     where complex values take part, by `_record_complex`; else plain (an integer or a boolean: no
@@ -513,8 +511,8 @@ def _record_result(tape, func, rule, j, a, ans, values, kwargs, parents, recorde
     if j is None:
         backs = rule.pullbacks(func, ans, values, active, kwargs)
     else:
-        backs = [rule.makers(j, ans, *values, **kwargs)]
-        if backs[0] is None:  # the rule declares this output a constant
+        backs = output_pullbacks(func, rule.makers, j, ans, values, active, kwargs)
+        if backs is None:  # the rule declares this output a constant
             return a if recorder is None else recorder.traced(a, func)
     return tape.record(a, _edges(parents, backs), func)
 
@@ -537,8 +535,8 @@ def _record_complex(tape, func, rule, j, a, ans, values, kwargs, parents, record
     if j is None:
         backs = rule.pullbacks(func, ans, values, active, kwargs)
     else:
-        backs = [rule.makers(j, ans, *values, **kwargs)]
-        if backs[0] is None:  # the rule declares this output a constant
+        backs = output_pullbacks(func, rule.makers, j, ans, values, active, kwargs)
+        if backs is None:  # the rule declares this output a constant
             return a
     backs = [back if _is_complex(p.value) or type(back) is IndexPullback else RealPart(back)
              for p, back in zip(parents, backs)]

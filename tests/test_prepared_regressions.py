@@ -152,10 +152,10 @@ def test_min_of_min_by_hand(n):
 
 # --- 4. functions without a rule on values that carry no gradient --------------------------------
 def test_a_function_without_a_rule_on_a_cut_argument_is_a_plain_step():
-    f = lambda x, d: np.sum(x * np.sort(d)) + np.sum(np.unique(d)) * np.sum(x)
+    f = lambda x, d: np.sum(x * np.sort(d)) + np.sum(np.histogram_bin_edges(d, 2)) * np.sum(x)
     x, d = np.array([1.0, 2.0, 3.0]), np.array([3.0, 1.0, 2.0])
     prog = assert_replays_like_gradient(f, (x, db.cut(d)), (x * 2, db.cut(d[::-1] * 5)), (x, db.cut(d + 1)))
-    gx, gd = prog(x, db.cut(np.array([9.0, 7.0, 8.0])))  # new data is seen: sort and unique run again
+    gx, gd = prog(x, db.cut(np.array([9.0, 7.0, 8.0])))  # new data is seen: sort and the bin edges run again
     np.testing.assert_array_equal(gx, [7.0 + 24.0, 8.0 + 24.0, 9.0 + 24.0])
     assert gd is None and prog.recordings == 1
 
@@ -166,8 +166,8 @@ def test_a_function_without_a_rule_on_a_cut_value_inside_f():
 
 
 def test_a_function_without_a_rule_on_a_differentiated_value_is_still_gradient_s_error():
-    f = lambda x: np.sum(np.poly(x))
-    with pytest.raises(db.UnsupportedFunctionError, match=r"np\.poly has no derivative rule") as expected:
+    f = lambda x: np.sum(np.histogram_bin_edges(x, 2))
+    with pytest.raises(db.UnsupportedFunctionError, match=r"np\.histogram_bin_edges has no derivative") as expected:
         db.gradient(f, np.ones(3))
     with pytest.raises(db.UnsupportedFunctionError) as got:
         db.prepare_gradient(f, np.ones(3))

@@ -109,11 +109,24 @@ def test_a_differentiated_q_with_linear_is_the_slope_between_order_statistics():
     (lambda x: np.median(x, overwrite_input=True), "overwrite_input"),
     (lambda x: np.quantile(x, 0.5, overwrite_input=True), "overwrite_input"),
     (lambda x: np.quantile(x, 0.5, method="inverted_cdf", weights=np.ones_like(A)), "weights"),
-    (lambda x: np.average(x, 1, np.ones(4), True)[0], "returned=True"),
-], ids=["median overwrite_input", "quantile overwrite_input", "quantile weights", "average returned"])
+], ids=["median overwrite_input", "quantile overwrite_input", "quantile weights"])
 def test_keywords_without_a_derivative_are_clear_errors(f, match):
     with pytest.raises(db.UnsupportedFunctionError, match=match):
         db.gradient(lambda x: np.sum(f(x)), A)
+
+
+def test_average_returned_matches_jax_in_both_results():
+    pytest.importorskip("jax")
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    w = RNG.uniform(0.5, 1.5, A.shape[1])
+    cotangent = (RNG.standard_normal(A.shape[0]), RNG.standard_normal(A.shape[0]))
+    _, back = db.pullback(lambda a, w: np.average(a, 1, w, True), A, w)
+    _, expected = jax.vjp(lambda a, w: jnp.average(a, 1, w, True), A, w)
+    for got, e in zip(back(cotangent), expected(cotangent)):
+        np.testing.assert_allclose(got, e, rtol=1e-12)
 
 
 def test_nanquantile_of_a_2d_q_over_several_axes_is_an_error():

@@ -15,7 +15,7 @@ import pytest
 
 import dualbroadcast as db
 from dualbroadcast.numpy_facts import qualified_name
-from dualbroadcast.registry import COMPLEX_RULES, COMPOSITION, PER_ARGUMENT, RULES, SAME_RULE
+from dualbroadcast.registry import COMPLEX_RULES, COMPOSITION, OUTPUTS, PER_ARGUMENT, RULES, SAME_RULE
 from dualbroadcast.rules import BUILTIN_RULES
 from dualbroadcast.tape import Tracked
 
@@ -40,6 +40,8 @@ def makers_of(rule):
         return [(m, 1) for m in rule.makers if m is not None]
     if rule.kind == COMPOSITION:  # the function written with NumPy calls: NumPy's own signature
         return [(rule.makers, 0)]
+    if rule.kind == OUTPUTS:  # one maker per argument, (j, ans, ...)
+        return [(m, 2) for m in rule.makers if m is not None]
     return [(rule.makers, 2)]
 
 
@@ -84,7 +86,8 @@ def signature_mismatches(func, maker, leading):
                 if p.default is np._NoValue else p.default  # a maker may take NumPy's own np._NoValue
             if mine.default is P.empty or type(mine.default) is not type(expected) or mine.default != expected:
                 problems.append(f"{p.name}'s default is {mine.default!r}, NumPy's means {expected!r}")
-    if any(p.kind is P.VAR_KEYWORD for p in ours) and not takes_only_vetted_keywords(func):
+    if any(p.kind is P.VAR_KEYWORD for p in ours) and not takes_only_vetted_keywords(func) \
+            and not any(p.kind is P.VAR_KEYWORD for p in theirs):  # NumPy's own **kwargs, handed on (apply_along_axis)
         problems.append("it takes **kwargs, so keywords it does not know are ignored instead of rejected")
     return problems
 

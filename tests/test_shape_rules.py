@@ -164,9 +164,29 @@ def test_block_of_one_tracked_array_is_that_array_not_its_rows_joined():
     np.testing.assert_array_equal(back(A), A)
 
 
-def test_piecewise_with_functions_names_where():
-    with pytest.raises(db.UnsupportedFunctionError, match=r"np\.where"):
-        db.gradient(lambda x: np.sum(np.piecewise(x, [x > 0], [np.sin, np.cos])), V)
+def test_piecewise_with_functions_matches_jax():
+    pytest.importorskip("jax")
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    x = np.linspace(-2.0, 2.0, 9)
+    cotangent = np.cos(np.arange(9.0))
+    _, back = db.pullback(lambda x: np.piecewise(x, [x > 0.5, x < -0.5], [np.sin, lambda v: v**3, np.tanh]), x)
+    _, expected = jax.vjp(lambda x: jnp.piecewise(x, [x > 0.5, x < -0.5], [jnp.sin, lambda v: v**3, jnp.tanh]), x)
+    np.testing.assert_allclose(back(cotangent), expected(cotangent)[0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("write, match", [
+    (lambda x: np.put(x, [0, 2], 1.0), r"np\.where\(mask, np\.take\(v, source"),
+    (lambda x: np.put(np.zeros(5), [0, 2], x[:2]), "in place"),
+    (lambda x: np.place(x, x > 0, [1.0]), r"np\.where\(mask, np\.take\(vals"),
+    (lambda x: np.fill_diagonal(x, 2.0), r"np\.where\(mask, val, a\)"),
+    (lambda x: np.full_like(np.zeros(3), x[0, 0]), r"np\.zeros_like\(a\) \+ v"),
+], ids=["put", "put tracked values", "place", "fill_diagonal", "full_like of a constant"])
+def test_writers_in_place_name_the_functional_spelling(write, match):
+    with pytest.raises(db.InPlaceMutationError, match=match):
+        db.gradient(lambda x: (write(x), np.sum(x))[1], A)
 
 
 def test_put_along_axis_says_how_to_build_the_array():
@@ -214,3 +234,19 @@ def test_row_stack_is_vstack():
         warnings.simplefilter("ignore", DeprecationWarning)
         g = db.gradient(lambda x: np.sum(np.row_stack([x, 2 * x]) ** 2), V)
     np.testing.assert_allclose(g, 10 * V)
+
+
+def test_pad_with_tracked_constant_values_matches_jax():
+    """Constants per axis and side, the corners taken by the later axis's, as NumPy and JAX pad."""
+    pytest.importorskip("jax")
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+    values = np.array([[1.0, 2.0], [3.0, 4.0]])
+    y, back = db.pullback(lambda x, c: np.pad(x, ((1, 2), (2, 1)), constant_values=c), A, values)
+    expected_y, expected_back = jax.vjp(lambda x, c: jnp.pad(x, ((1, 2), (2, 1)), constant_values=c), A, values)
+    np.testing.assert_array_equal(y, expected_y)
+    cotangent = np.cos(np.arange(y.size, dtype=float)).reshape(y.shape)
+    for got, expected in zip(back(cotangent), expected_back(cotangent)):
+        np.testing.assert_allclose(got, expected, rtol=1e-12)

@@ -40,6 +40,11 @@ def jax_cases():
              A),
         case("gradient_axis", lambda a: np.gradient(a, COORDINATES, axis=-1),
              lambda a: jnp.gradient(a, COORDINATES, axis=-1), A),
+        case("gradient_in_coordinates", lambda a, x: np.gradient(a, 0.5, x),
+             lambda a, x: tuple(jnp.gradient(a, 0.5, x)), A, COORDINATES),
+        case("gradient_in_the_spacing", lambda a, h: np.gradient(a, h), lambda a, h: tuple(jnp.gradient(a, h)), A, 0.7),
+        case("gradient_in_one_coordinate_array", lambda a, x: np.gradient(a, x, axis=-1),
+             lambda a, x: jnp.gradient(a, x, axis=-1), A, COORDINATES),
         case("trapezoid_x", lambda y, x: np.trapezoid(y, x), lambda y, x: jnp.trapezoid(y, x), A, COORDINATES),
         case("trapezoid_dx", lambda y, dx: np.trapezoid(y, None, dx, 0), lambda y, dx: jnp.trapezoid(y, None, dx, 0),
              A, 0.7),
@@ -54,6 +59,8 @@ def jax_cases():
           for order, args in (("shorter", pair), ("longer", pair[::-1]))],
         case("linspace", lambda a, b: np.linspace(a, b, 6, False, axis=-1),
              lambda a, b: jnp.linspace(a, b, 6, False, axis=-1), RNG.standard_normal((3, 1)), RNG.standard_normal(2)),
+        case("linspace_retstep", lambda a, b: np.linspace(a, b, 4, retstep=True),
+             lambda a, b: jnp.linspace(a, b, 4, retstep=True), RNG.standard_normal(3), RNG.standard_normal(3)),
         case("geomspace", lambda a, b: np.geomspace(a, b, 5, axis=1), lambda a, b: jnp.geomspace(a, b, 5, axis=1),
              RNG.uniform(1, 2, (2, 1)), RNG.uniform(1, 2, 3)),
         case("logspace", lambda a, b: np.logspace(a, b, 5, True, 2.0), lambda a, b: jnp.logspace(a, b, 5, True, 2.0),
@@ -173,11 +180,6 @@ def test_unwrap_has_derivative_one_at_and_between_jumps(mode):
 
 
 # --- errors --------------------------------------------------------------------------------------------------
-def test_linspace_retstep_of_a_tracked_endpoint_is_a_clear_error():
-    with pytest.raises(db.UnsupportedFunctionError, match="retstep"):
-        db.gradient(lambda a: np.sum(np.linspace(a, 2.0, 5, retstep=True)[0]), 0.5)
-
-
 def test_linspace_retstep_of_constants_is_plain():
     def loss(a):
         samples, step = np.linspace(0.0, 2.0, 5, retstep=True)
@@ -186,9 +188,20 @@ def test_linspace_retstep_of_constants_is_plain():
     np.testing.assert_allclose(db.gradient(loss, 0.5), np.sum(np.linspace(0.0, 2.0, 5)) * 0.5)
 
 
-def test_gradient_of_a_tracked_spacing_is_a_clear_error():
-    with pytest.raises(db.UnsupportedFunctionError, match="first argument"):
-        db.gradient(lambda f, h: np.sum(np.gradient(f, h)), V, 0.5)
+def test_gradient_in_coordinates_matches_a_hand_written_stencil():
+    """Interior rows (h_d = x_i - x_{i-1}, h_s = x_{i+1} - x_i) of NumPy's documented second-order formula, written
+    with tracked coordinates: the complex step over NumPy's np.gradient must give the same coordinates' gradient."""
+    f, x = V, np.cumsum(RNG.uniform(0.3, 1.0, V.size))
+
+    def by_hand(f, x):
+        hd, hs = x[1:-1] - x[:-2], x[2:] - x[1:-1]
+        inner = (hd**2 * f[2:] - hs**2 * f[:-2] + (hs**2 - hd**2) * f[1:-1]) / (hd * hs * (hd + hs))
+        return np.sum(np.sin(inner)) + np.sin((f[1] - f[0]) / (x[1] - x[0])) + np.sin((f[-1] - f[-2]) / (x[-1] - x[-2]))
+
+    expected = db.gradient(by_hand, f, x)
+    got = db.gradient(lambda f, x: np.sum(np.sin(np.gradient(f, x))), f, x)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-12)
 
 
 def test_a_tracked_prepend_by_keyword_is_a_clear_error():

@@ -145,14 +145,14 @@ def identity(g):
     return g
 
 
-def one_output_vjp(partial):
-    """The vjp maker of a ufunc with two outputs from one table-like partial per output (None: that output
-    is a constant), w.r.t. its first argument: ``partial(outputs, x)``.  Its other arguments (divmod's
-    divisor) are constants: the tape says so if one is tracked."""
-    def maker(j, ans, x, /, *rest, **ufunc_keywords):
+def one_output_vjp(partial, argnum=0):
+    """The vjp maker of a ufunc with two outputs for its argument ``argnum``, from one table-like partial
+    per output: ``partial(outputs, *args)``, a number, or None where that output does not depend on it."""
+    def maker(j, ans, /, *args, **ufunc_keywords):
         if partial[j] is None:
             return None
-        d = partial[j](ans, x) if callable(partial[j]) else partial[j]
+        x = args[argnum]
+        d = partial[j](ans, *args) if callable(partial[j]) else partial[j]
         back = table_pullback(d, np.shape(x), np.shape(ans[j]))
         return identity if back is None else back
 
@@ -163,8 +163,9 @@ def one_output_vjp(partial):
 defvjp_outputs(np.frexp, one_output_vjp((lambda ans, x: np.ldexp(ans[0] ** 0, -ans[1]), None)))
 # modf: the fractional part x - trunc(x) has partial 1, the integral part trunc(x) none.
 defvjp_outputs(np.modf, one_output_vjp((1, None)))
-# divmod: the quotient floor(x / y) is piecewise constant, the remainder has partial 1 in x.
-defvjp_outputs(np.divmod, one_output_vjp((None, 1)))
+# divmod: the quotient floor(x / y) is piecewise constant; the remainder x - y floor(x / y) has
+# partial 1 in x and -floor(x / y) in y.
+defvjp_outputs(np.divmod, one_output_vjp((None, 1)), one_output_vjp((None, lambda ans, x, y: -ans[0]), 1))
 
 for _func, _partials in list(DERIVATIVES.items()):
     _register(_func, _partials)

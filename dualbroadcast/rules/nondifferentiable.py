@@ -37,3 +37,11 @@ nondifferentiable(
     np.isneginf, np.isposinf, np.iscomplex, np.isreal, np.isin, np.array_equiv,
     reason="comparisons and predicates: truth values",
 )
+nondifferentiable(
+    np.bitwise_and, np.bitwise_or, np.bitwise_xor, np.bitwise_count, np.invert, np.left_shift, np.right_shift,
+    np.gcd, np.lcm, np.packbits, np.unpackbits,
+    reason="integer and bit functions: integers (NumPy refuses floats)",
+)
+nondifferentiable(np.ix_, np.ravel_multi_index, np.unravel_index, reason="indices and counts: integers")
+nondifferentiable(np.einsum_path, reason="an evaluation order for np.einsum: no values")
+nondifferentiable(np.array_repr, np.array_str, np.save, np.savez, reason="printing and saving: text and files")

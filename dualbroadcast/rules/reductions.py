@@ -19,8 +19,8 @@ method's defaults (``axis=0``): ``add.reduce`` is np.sum's, ``multiply.reduce``
 np.prod's, ``maximum``/``minimum.reduce`` np.max's, ``fmax``/``fmin.reduce``
 np.nanmax's, ``add``/``multiply.accumulate`` np.cumsum's and np.cumprod's.
 ``ufunc.outer(a, b)`` is recorded by the tape as ``ufunc(a reshaped, b)``, the
-derivative table's rule.  ``np.average(..., returned=True)`` on a tracked value
-is an error (a rule differentiable in two arguments has one result).
+derivative table's rule.  ``np.average(..., returned=True)`` is differentiated in
+both results (an outputs rule: the sum of weights in ``weights``).
 
 Conventions (each pinned by tests/test_conventions.py):
 
@@ -57,6 +57,13 @@ Conventions (each pinned by tests/test_conventions.py):
   method is differentiable in ``a``; in ``q`` only ``'linear'`` is (the others
   are piecewise constant in q or not supported), with ∂/∂q = (n-1)(s[i+1]-s[i])
   the slope to the right of q (0 at q = 1).
+* np.unique (and unique_values/_counts/_inverse/_all, union1d, setdiff1d,
+  setxor1d): a value that several equal elements hold is taken from the first
+  of them (the element np.unique(..., return_index=True) names), which gets
+  its whole cotangent.  np.intersect1d: a value in both arrays is a tie between
+  them, half to each array's first occurrence.  The array-API unique functions
+  give their values sorted (NumPy leaves the order unspecified).
+* np.bincount is linear in its weights: w̄ᵢ = ḡ[xᵢ].
 """
 
 import math
@@ -66,7 +73,7 @@ import numpy as np
 
 from ..errors import UnsupportedFunctionError
 from ..pullbacks import unbroadcast
-from ..registry import RULES, defvjp
+from ..registry import RULES, defcomposition, defvjp, defvjp_outputs
 
 
 def expand(g, shape, axis, keepdims):
@@ -307,6 +314,105 @@ def sort_axes(a, axis):
     return (np.ravel(a), (0,)) if axis is None else (a, reduced_axes(axis, np.ndim(a)))
 
 
+# --- unique values and set operations: compositions that take each value from one element of x --------
+def _distinct(ar, equal_nan):
+    """The sorted distinct values of ``ar``, each the first of its equal elements in ``ar`` (a tracked
+    selection), and labels: each element's rank among them (plain integers of ar's shape), on which NumPy's
+    own np.unique gives every other result."""
+    flat = np.ravel(ar)
+    order = np.argsort(flat, kind="stable")
+    s = flat[order]
+    new = np.asarray(s[1:] != s[:-1])
+    if equal_nan:
+        new &= ~(np.isnan(s[1:]) & np.isnan(s[:-1]))
+    first = np.concatenate(([True], new))[:len(order)]
+    labels = np.empty(len(order), np.intp)
+    labels[order] = np.cumsum(first) - 1
+    return s[first], labels.reshape(np.shape(ar))
+
+
+def unique_written(ar, return_index=False, return_inverse=False, return_counts=False, axis=None, *, equal_nan=True,
+                   sorted=True):
+    """np.unique: the distinct values (each from its first occurrence), the other results NumPy's of the labels."""
+    if axis is not None:
+        raise UnsupportedFunctionError(
+            "np.unique(..., axis=...) of a tracked array (unique rows) has no derivative rule; take the rows' "
+            "indices from np.unique(db.cut(x), axis=..., return_index=True) and index x with them")
+    distinct, labels = _distinct(ar, equal_nan)
+    result = np.unique(labels, return_index, return_inverse, return_counts, equal_nan=equal_nan, sorted=sorted)
+    if isinstance(result, tuple):
+        return (distinct[result[0]], *result[1:])
+    return distinct[result]
+
+
+def unique_array_api(func):
+    """np.unique_values/_counts/_inverse/_all (NaNs distinct): np.unique's results, sorted (NumPy leaves their
+    order unspecified), in ``func``'s named tuple."""
+
+    def written(x):
+        distinct, labels = _distinct(x, equal_nan=False)
+        found = np.unique(labels, return_index=True, return_inverse=True, return_counts=True, equal_nan=False)
+        values, indices, inverse, counts = distinct[found[0]], *found[1:]
+        if func is np.unique_values:
+            return values
+        fields = {"values": values, "indices": indices, "inverse_indices": inverse, "counts": counts}
+        result = func(labels[:0].reshape(-1))  # an empty call: the named tuple's type
+        return type(result)(**{name: fields[name] for name in result._fields})
+
+    return written
+
+
+def union1d_written(ar1, ar2):
+    """The distinct values of both, ar1's element for a value in both."""
+    return np.unique(np.concatenate((np.ravel(ar1), np.ravel(ar2))))
+
+
+def setdiff1d_written(ar1, ar2, assume_unique=False):
+    """The distinct values of ar1 not in ar2 (ar2's gradient is zero)."""
+    values = np.ravel(ar1) if assume_unique else np.unique(ar1)
+    return values[np.isin(values, ar2, invert=True)]
+
+
+def setxor1d_written(ar1, ar2, assume_unique=False):
+    """The values in exactly one of the two, sorted (no ties among them)."""
+    if not assume_unique:
+        ar1, ar2 = np.unique(ar1), np.unique(ar2)
+    values = np.sort(np.concatenate((np.ravel(ar1), np.ravel(ar2))))
+    if np.size(values) == 0:
+        return values
+    flag = np.concatenate(([True], np.asarray(values[1:] != values[:-1]), [True]))
+    return values[flag[1:] & flag[:-1]]
+
+
+def intersect1d_written(ar1, ar2, assume_unique=False, return_indices=False):
+    """The values in both, half from each array's first occurrence (equal values: a tie, split as ties are)."""
+    flat1, flat2 = np.ravel(ar1), np.ravel(ar2)
+    _, labels = _distinct(np.concatenate((flat1, flat2)), equal_nan=False)  # NaN is in no intersection
+    n = np.size(flat1)
+    _, i1, i2 = np.intersect1d(labels[:n], labels[n:], assume_unique, return_indices=True)
+    values = (flat1[i1] + flat2[i2]) / 2
+    return (values, i1, i2) if return_indices else values
+
+
+def bincount_weights_vjp(ans, x, /, weights=None, minlength=0):
+    """result[b] = Σ_{xᵢ = b} wᵢ: w̄ᵢ = ḡ[xᵢ]."""
+    dtype = np.result_type(weights)
+    return lambda g: np.asarray(g)[x].astype(dtype, copy=False)
+
+
+def bincount_by_position(x, /, weights=None, minlength=0):
+    """np.bincount with tracked weights passed by name: the same call with them in their position."""
+    return np.bincount(x, weights, minlength)
+
+
+def sort_complex_written(a):
+    """np.sort_complex as a composition: complex values taken in np.argsort's (lexicographic) order, real ones
+    sorted by np.sort (tied values share) and cast to the complex dtype NumPy gives."""
+    if np.iscomplexobj(a):
+        return np.take_along_axis(a, np.argsort(a, axis=-1), -1)
+    return np.astype(np.sort(a), np.sort_complex(np.zeros(0, np.result_type(a))).dtype)
+
+
 def sort_vjp(ans, a, axis=-1, kind=None, order=None, *, stable=None):
     """x̄ᵢ = ḡ at the position xᵢ is sorted to, averaged over the positions of the elements tied with xᵢ."""
     shape = np.shape(a)
@@ -502,11 +608,15 @@ def weights_along(w, shape, axes):
 
 
 def average_maker(wrt):
-    """The vjp maker of np.average for ``a`` (wrt 0) or ``weights`` (wrt 1):
-    ā = ḡ w / Σw, w̄ = Σ ḡ (a - avg) / Σw over the axes the weights were broadcast along."""
-    def maker(ans, a, axis=None, weights=None, returned=False, *, keepdims=False):
+    """The vjp maker of output j of np.average (the average, then with ``returned=True`` the sum of
+    weights) for ``a`` (wrt 0) or ``weights`` (wrt 1): ā = ḡ w / Σw, w̄ = Σ ḡ (a - avg) / Σw over the
+    axes the weights were broadcast along; the sum of weights has w̄ = its ḡ, and no ā."""
+    def maker(j, ans, a, axis=None, weights=None, returned=False, *, keepdims=False):
+        avg = ans[0] if returned else ans
+        if j == 1 and (wrt == 0 or weights is None):
+            return None
         if weights is None:
-            return mean_vjp(ans, a, axis, keepdims=keepdims)
+            return mean_vjp(avg, a, axis, keepdims=keepdims)
         shape = np.shape(a)
         axes = reduced_axes(axis, len(shape))
         w = weights_along(weights, shape, axes)
@@ -514,11 +624,11 @@ def average_maker(wrt):
         if wrt == 0:
             share, dtype = np.broadcast_to(w / total, shape), np.result_type(a)
             return lambda g: (expand(g, shape, axis, keepdims) * share).astype(dtype, copy=False)
-        deviation = (a - expand(ans, shape, axis, keepdims)) / total
+        factor = 1 if j == 1 else (a - expand(avg, shape, axis, keepdims)) / total
         w_shape, dtype = np.shape(weights), np.result_type(weights)
 
         def pullback(g):
-            along = unbroadcast(expand(g, shape, axis, keepdims) * deviation, np.shape(w)).astype(dtype, copy=False)
+            along = unbroadcast(expand(g, shape, axis, keepdims) * factor, np.shape(w)).astype(dtype, copy=False)
             if w_shape == shape:
                 return along
             return np.transpose(along.reshape(np.array(w_shape)[np.argsort(axes)]), np.argsort(np.argsort(axes)))
@@ -526,16 +636,6 @@ def average_maker(wrt):
         return pullback
 
     return maker
-
-
-def average_without_returned(a, axis=None, weights=None, returned=False, *, keepdims=np._NoValue):
-    """np.average; ``returned=True`` on a tracked value is an error (the tape records one result per rule
-    differentiable in two arguments, so the pair would lose its gradient)."""
-    if returned:
-        raise UnsupportedFunctionError(
-            "np.average(..., returned=True) on a tracked value has no derivative rule; call "
-            "np.average(a, axis, weights) and compute the sum of weights with np.sum(weights, ...) yourself")
-    return np.average(a, axis, weights, keepdims=keepdims)
 
 
 # --- cov, corrcoef --------------------------------------------------------------------
@@ -742,6 +842,16 @@ defvjp(np.cumprod, cumprod_vjp)
 defvjp(np.linalg.norm, norm_vjp)
 
 defvjp(np.sort, sort_vjp)
+defvjp(np.bincount, None, bincount_weights_vjp)
+RULES[np.bincount].tracked_keywords = bincount_by_position
+defcomposition(np.sort_complex, sort_complex_written)
+defcomposition(np.unique, unique_written)
+for _func in (np.unique_values, np.unique_counts, np.unique_inverse, np.unique_all):
+    defcomposition(_func, unique_array_api(_func))
+defcomposition(np.union1d, union1d_written)
+defcomposition(np.setdiff1d, setdiff1d_written)
+defcomposition(np.setxor1d, setxor1d_written)
+defcomposition(np.intersect1d, intersect1d_written)
 defvjp(np.partition, partition_vjp)
 defvjp(np.median, median_vjp)
 defvjp(np.nanmedian, nanmedian_vjp)
@@ -759,8 +869,7 @@ defvjp(np.nanstd, nanstd_vjp)
 defvjp(np.nancumsum, nancumsum_vjp)
 defvjp(np.nancumprod, nancumprod_vjp)
 defvjp(np.ptp, ptp_vjp)
-defvjp(np.average, average_maker(0), None, average_maker(1))
-RULES[np.average].impl = RULES[np.average].plain = average_without_returned
+defvjp_outputs(np.average, average_maker(0), None, average_maker(1))
 defvjp(np.cov, cov_maker(0), cov_maker(1))
 defvjp(np.corrcoef, corrcoef_maker(0), corrcoef_maker(1))
 defvjp(np.cumulative_sum, cumulative_sum_vjp)

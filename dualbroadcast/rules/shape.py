@@ -27,8 +27,12 @@ middle elements of the stretch sorted by value, then by position.
 arguments, each recorded with its own rule (reshapes, ``np.broadcast_to``, nested ``np.where``,
 ``np.concatenate`` s).
 
-Calls the tape cannot record are errors naming what to write instead: ``np.put_along_axis``
-(writes in place), ``np.piecewise`` with functions (it calls them on plain values).
+``np.piecewise`` (its functions see the tracked slices ``x[cond]``), ``np.choose``, ``np.compress``,
+``np.extract``, ``np.trim_zeros``, ``np.apply_along_axis`` and ``np.apply_over_axes`` are compositions
+too: ``np.where``, ``np.select``, ``np.take``, a slice, the user's function on tracked slices.
+
+Calls the tape cannot record are errors naming what to write instead: ``np.put_along_axis``,
+``np.put``, ``np.place`` and ``np.fill_diagonal`` write in place.
 """
 
 import numpy as np
@@ -456,6 +460,20 @@ def pad_vjp(ans, array, pad_width, mode="constant", *, stat_length=None, constan
     return pullback
 
 
+def pad_with_tracked_constants(array, pad_width, mode="constant", **kwargs):
+    """np.pad with a tracked ``constant_values``: x padded with zeros, and where NumPy writes constant k of
+    (axis, side) (read off np.pad of the labels 2·axis + side), constant k taken from the values
+    broadcast to (ndim, 2) as NumPy does; a later axis's constants take the corners, as in NumPy."""
+    ndim = np.ndim(array)
+    labels = np.arange(2 * ndim).reshape(ndim, 2)
+    where = np.pad(np.full(np.shape(array), -1), pad_width, mode, **{**kwargs, "constant_values": labels})
+    if not np.any(where >= 0):  # nothing padded (a 0-d array, widths 0): the constants are not used
+        return np.pad(array, pad_width)
+    values = np.reshape(np.broadcast_to(kwargs["constant_values"], (ndim, 2)), -1)
+    constants = np.astype(np.take(values, np.maximum(where, 0)), np.result_type(array))
+    return np.where(where >= 0, constants, np.pad(array, pad_width))
+
+
 def _pad_selection(array, pad_width, mode, stat_length):
     """Each element of the result is the element of x the maxima (minima) chose: np.pad of x with its flat
     positions as imaginary parts chooses the same ones (NumPy orders complex numbers by their real parts
@@ -505,20 +523,114 @@ def _pad_widths(pad_width, ndim):
     return widths
 
 
-# --- choosing between arrays -------------------------------------------------------------------------------
-def piecewise_vjp(ans, x, condlist, funclist, *args):
-    """Pieces given as constants: the result is piecewise constant, its gradient zero."""
-    shape, dtype = np.shape(x), x.dtype
-    return lambda g: np.zeros(shape, dtype)
+# --- writing in place: errors naming the functional spelling -------------------------------------------------
+def _in_place(message):
+    def refuse(*args, **kwargs):
+        raise InPlaceMutationError(message)
+
+    return refuse
 
 
-def _constant_pieces(x, condlist, funclist, *args, **kw):
-    if any(callable(f) for f in funclist):
-        raise UnsupportedFunctionError(
-            "np.piecewise with functions has no derivative rule (it applies them to plain values); write it "
-            "with np.where: np.where(x < 0, f(x), g(x)) (where f(x) is not defined everywhere, apply it to "
-            "np.where(x < 0, x, safe value) first)"
-        )
+_PUT = ("np.put writes into its first argument in place, which would drop the gradient; build the new array "
+        "instead: new = np.where(mask, np.take(v, source, mode='wrap'), a), where the constants mask and source are "
+        "np.put of True and of np.arange(len(ind)) into np.zeros(a.shape, bool) and np.zeros(a.shape, int)")
+_PLACE = ("np.place writes into its first argument in place, which would drop the gradient; build the new array "
+          "instead: new = np.where(mask, np.take(vals, np.cumsum(mask).reshape(mask.shape) - 1, mode='wrap'), arr)")
+_FILL_DIAGONAL = ("np.fill_diagonal writes into its first argument in place, which would drop the gradient; build "
+                  "the new array instead: new = np.where(mask, val, a), where the constant mask is np.fill_diagonal "
+                  "of True into np.zeros(a.shape, bool)")
+
+_COPYTO = ("np.copyto writes into dst in place, which would drop the gradient (np.full_like(a, v) of a constant a "
+           "and a tracked v calls it); build the new array instead: new = np.where(where, src, dst) "
+           "(np.zeros_like(a) + v for np.full_like(a, v))")
+
+
+# --- compositions: NumPy calls the tape records one by one (`registry.defcomposition`) ----------------
+def piecewise_written(x, condlist, funclist, *args, **kw):
+    """np.piecewise as nested np.where, a later condition over an earlier one (NumPy's order): a function
+    piece is applied to x[cond] (a tracked slice) and its values are laid back where cond holds."""
+    n2 = len(funclist)
+    if np.isscalar(condlist) or (not isinstance(condlist[0], (list, np.ndarray)) and np.ndim(x) != 0):
+        condlist = [condlist]
+    condlist = np.asarray(condlist, dtype=bool)  # conditions are truth values: plain, never tracked
+    if len(condlist) == n2 - 1:  # the last piece holds where no condition does
+        condlist = np.concatenate([condlist, ~np.any(condlist, axis=0, keepdims=True)], axis=0)
+    elif len(condlist) != n2:
+        raise ValueError(f"with {len(condlist)} condition(s), either {len(condlist)} or {len(condlist) + 1} "
+                         "functions are expected")
+    y = np.zeros(np.shape(x), x.dtype)
+    for cond, func in zip(condlist, funclist):
+        if not callable(func):
+            y = np.where(cond, np.astype(func, x.dtype) if hasattr(func, "dtype") else func, y)
+            continue
+        values = func(x[cond], *args, **kw)
+        if np.size(values) == 0:
+            continue
+        spread = np.reshape(values, -1)[np.maximum(np.cumsum(cond) - 1, 0).reshape(np.shape(cond))]
+        y = np.where(cond, np.astype(spread, x.dtype), y)
+    return y
+
+
+def choose_written(a, choices, out=None, mode="raise"):
+    """np.choose as np.select of ``index == k`` (the index after ``mode``, and NumPy's range check, from
+    np.choose of the plain integers a over 0..n-1)."""
+    if out is not None:
+        raise UnsupportedFunctionError("np.choose with out= writes in place; drop out= and use the result")
+    if np.result_type(a).kind not in "biu":
+        raise TypeError(f"np.choose's index array must hold integers, not {np.result_type(a)}")
+    n = len(choices)
+    index = np.choose(a, np.arange(n), mode=mode)
+    return np.select([index == k for k in range(n)], [choices[k] for k in range(n)])
+
+
+def compress_written(condition, a, axis=None, out=None):
+    """np.compress as np.take of the positions where ``condition`` holds."""
+    if out is not None:
+        raise UnsupportedFunctionError("np.compress with out= writes in place; drop out= and use the result")
+    return np.take(a, np.flatnonzero(condition), axis=axis)
+
+
+def extract_written(condition, arr):
+    """np.extract as np.take of the flat positions where ``condition`` holds."""
+    return np.take(np.ravel(arr), np.flatnonzero(np.ravel(condition)))
+
+
+def trim_zeros_written(filt, trim="fb", axis=None):
+    """np.trim_zeros as the slice it keeps, read off np.trim_zeros of ``filt != 0`` trimmed in front only and
+    in full."""
+    nonzero = np.asarray(filt != 0)
+    kept = np.shape(np.trim_zeros(nonzero, trim, axis))
+    front = np.shape(np.trim_zeros(nonzero, "f", axis)) if "f" in trim.lower() else np.shape(nonzero)
+    return filt[tuple(slice(n - f, n - f + k) for n, f, k in zip(np.shape(nonzero), front, kept))]
+
+
+def apply_along_axis_written(func1d, axis, arr, *args, **kwargs):
+    """np.apply_along_axis as ``func1d`` of each 1-d slice along ``axis``, its results stacked where NumPy
+    lays them (arr's axes before ``axis``, the result's axes, then the others)."""
+    ndim = np.ndim(arr)
+    axis = np.lib.array_utils.normalize_axis_index(axis, ndim)
+    moved = np.moveaxis(arr, axis, -1)
+    outer = np.shape(moved)[:-1]
+    if 0 in outer:
+        raise ValueError("Cannot apply_along_axis when any iteration dimensions are 0")
+    results = [func1d(moved[i], *args, **kwargs) for i in np.ndindex(outer)]
+    inner = np.ndim(results[0])
+    laid = np.reshape(np.stack(results), outer + np.shape(results[0]))
+    return np.moveaxis(laid, tuple(range(ndim - 1, ndim - 1 + inner)), tuple(range(axis, axis + inner)))
+
+
+def apply_over_axes_written(func, a, axes):
+    """np.apply_over_axes: ``func(a, axis)`` for each axis in turn, an axis it drops put back (NumPy's loop)."""
+    value = a
+    for axis in (axes,) if np.ndim(axes) == 0 else axes:
+        axis = axis + np.ndim(a) if axis < 0 else axis
+        result = func(value, axis)
+        if np.ndim(result) != np.ndim(value):
+            result = np.expand_dims(result, axis)
+            if np.ndim(result) != np.ndim(value):
+                raise ValueError("function is not returning an array of the correct shape")
+        value = result
+    return value
 
 
 # --- indexing ----------------------------------------------------------------------------
@@ -549,7 +661,6 @@ def _frozen(index):
     return np.array(index) if isinstance(index, (np.ndarray, list)) else index
 
 
-# --- compositions: NumPy calls the tape records one by one (`registry.defcomposition`) ----------------
 def atleast_written(func):
     """``func`` (np.atleast_1d/2d/3d) as the reshape that adds its axes of length 1, one result per array."""
 
@@ -663,6 +774,10 @@ def _register():
     defvjp(np.take_along_axis, take_along_axis_vjp)
     defvjp(np.put_along_axis, None, None, None)
     _checked_first(np.put_along_axis, _put_along_axis)
+    for func, message in ((np.put, _PUT), (np.place, _PLACE), (np.fill_diagonal, _FILL_DIAGONAL),
+                          (np.copyto, _COPYTO)):
+        defvjp(func, None, None, None)
+        _checked_first(func, _in_place(message))
     defvjp_outputs(np.unstack, unstack_vjp)
     defvjp_outputs(np.array_split, array_split_vjp)
     defvjp_outputs(np.hsplit, hsplit_vjp)
@@ -670,11 +785,17 @@ def _register():
     defvjp_outputs(np.dsplit, dsplit_vjp)
     defvjp(np.diagflat, diagflat_vjp)
     defvjp(np.pad, pad_vjp)
+    RULES[np.pad].tracked_keywords = pad_with_tracked_constants
     defcomposition(np.select, select_written)
     defcomposition(np.broadcast_arrays, broadcast_arrays_written)
     defcomposition(np.meshgrid, meshgrid_written)
-    defvjp(np.piecewise, piecewise_vjp)
-    _checked_first(np.piecewise, _constant_pieces)
+    defcomposition(np.piecewise, piecewise_written)
+    defcomposition(np.choose, choose_written)
+    defcomposition(np.compress, compress_written)
+    defcomposition(np.extract, extract_written)
+    defcomposition(np.trim_zeros, trim_zeros_written)
+    defcomposition(np.apply_along_axis, apply_along_axis_written)
+    defcomposition(np.apply_over_axes, apply_over_axes_written)
 
 
 _register()

@@ -26,9 +26,12 @@ Conventions (each pinned by tests/test_signal.py):
   ∂f/∂xp_hi = -slope t); ``period`` wraps and sorts the knots (piecewise constant).
 * ``np.unwrap`` has derivative 1: the multiples of ``period`` it adds are piecewise constant
   in ``p`` (at a jump, the derivative of the branch taken).
-* ``np.linspace(..., retstep=True)`` of a tracked endpoint is an error (a tuple of results of
-  two differentiated arguments, which the tape does not carry); a tracked spacing of
-  ``np.gradient`` too (it is differentiable in ``f`` only).
+* ``np.linspace(..., retstep=True)`` and ``np.gradient`` with a tracked spacing are outputs
+  rules differentiated in several arguments.  A scalar spacing h divides the unit-spacing
+  result: h̄ = -Σ ḡ·ans / h.  Coordinates x enter each row of D through at most three
+  neighbours (x_{i-1}, x_i, x_{i+1}; x_0..x_2 at an edge), so ∂(D f)/∂x is read off NumPy's own
+  ``np.gradient`` at complex coordinates x + iε·probe (the complex step, exact to rounding:
+  ``Im(D(x + iεe) f) / ε``), five probes as for the band.
 
 NumPy hands a function to the library only for its array arguments (``__array_function__``
 dispatches np.interp on x, xp and fp, np.trapezoid on y and x, np.logspace on start and stop):
@@ -41,7 +44,6 @@ import math
 
 import numpy as np
 
-from ..errors import UnsupportedFunctionError
 from ..pullbacks import unbroadcast
 from ..registry import RULES, defvjp, defvjp_outputs
 from .shape import _along
@@ -108,6 +110,7 @@ def ediff1d_vjp(part):
 # --- np.gradient: a banded linear map along each axis -------------------------------------------------
 BAND = 2  # np.gradient's stencils reach two neighbours at most (edge_order=2 at the ends)
 PROBES = 2 * BAND + 1  # probes whose ones are PROBES apart: no stencil meets two
+MAX_DIMS = 64  # NumPy's: np.gradient takes at most one spacing per axis
 
 
 def band_of(apply, n, dtype):
@@ -138,7 +141,7 @@ def _spacing(varargs, k):
 
 def gradient_vjp(k, ans, f, *varargs, axis=None, edge_order=1):
     """Output k, the derivative along the k-th axis: f̄ = Dᵀ g along that axis."""
-    axes = tuple(range(np.ndim(f))) if axis is None else np.lib.array_utils.normalize_axis_tuple(axis, np.ndim(f))
+    axes = _gradient_axes(f, axis)
     spacing = _spacing(varargs, k)
 
     def stencil(probes):
@@ -146,6 +149,46 @@ def gradient_vjp(k, ans, f, *varargs, axis=None, edge_order=1):
 
     band = band_of(stencil, np.shape(f)[axes[k]], np.result_type(f))
     return lambda g: _cast(transpose_band(band, g, axes[k]), f)
+
+
+def _gradient_axes(f, axis):
+    return tuple(range(np.ndim(f))) if axis is None else np.lib.array_utils.normalize_axis_tuple(axis, np.ndim(f))
+
+
+def spacing_vjp(i):
+    """The maker of np.gradient's spacing argument ``varargs[i]`` for output k (the axis it spaces, or every
+    axis for one scalar): a scalar h gives h̄ = -Σ ḡ·ans_k / h, coordinates x give `coordinates_transpose`."""
+    def maker(k, ans, f, *varargs, axis=None, edge_order=1):
+        h = varargs[i]
+        if i != k and not (len(varargs) == 1 and np.ndim(h) == 0):
+            return None  # output k is spaced by another argument
+        out = ans[k] if isinstance(ans, (tuple, list)) else ans
+        if np.ndim(h) == 0:
+            return lambda g: _cast(-np.sum(g * out) / h, h)
+        along = _gradient_axes(f, axis)[k]
+        return lambda g: _cast(coordinates_transpose(f, h, along, edge_order, g), h)
+
+    return maker
+
+
+def coordinates_transpose(f, x, axis, edge_order, g):
+    """x̄_m = Σ ḡ_i ∂(D f)_i/∂x_m for np.gradient along ``axis`` at coordinates ``x``.  Row i of D reads
+    x_{i-2}..x_{i+2} at most, so perturbing every x_m with m ≡ c mod 5 (probe c) moves each row by one
+    coordinate's effect, read off NumPy at x + iε·probe: ∂(D f)/∂x·probe = Im(D(x + iε·probe) f) / ε."""
+    n = len(x)
+    j = np.arange(n)
+    x = np.asarray(x, np.float64)
+    eps = 1e-20 * max(float(np.max(np.abs(np.diff(x)), initial=0.0)), 1e-300)
+    x_bar = np.zeros(n)
+    other = tuple(a for a in range(np.ndim(f)) if a != axis)
+    for c in range(PROBES):
+        probe = (j % PROBES == c)
+        moved = np.gradient(np.asarray(f, np.complex128), x + 1j * eps * probe, axis=axis, edge_order=edge_order)
+        contributions = np.sum(g * moved.imag / eps, axis=other)  # by row i
+        m = j + (c - j + BAND) % PROBES - BAND  # the probe's coordinate within two of row i
+        inside = (m >= 0) & (m < n)
+        np.add.at(x_bar, m[inside], contributions[inside])
+    return x_bar
 
 
 # --- np.trapezoid: Σ d_i (y_i + y_{i+1}) / 2 ------------------------------------------------------------
@@ -306,25 +349,20 @@ def _over_samples(weights, h, x):
 
 
 def linspace_vjp(argnum):
-    """start̄ = Σ_k (1 - t_k) g_k, stop̄ = Σ_k t_k g_k."""
+    """start̄ = Σ_k (1 - t_k) g_k, stop̄ = Σ_k t_k g_k; with ``retstep=True`` the step (stop - start) / d
+    (d = num - 1, or num without the endpoint) adds start̄ = -ḡ / d, stop̄ = ḡ / d."""
 
-    def maker(ans, start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0, *, device=None):
+    def maker(j, ans, start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0, *, device=None):
+        x = (start, stop)[argnum]
+        if j == 1:
+            div = (num - 1 if endpoint else num) if num > 0 else 0
+            slope = (-1.0, 1.0)[argnum] / div if div > 0 else np.nan  # NumPy's step is NaN then
+            return lambda g: _cast(unbroadcast(g * slope, np.shape(x)), x)
         t = _fractions(num, endpoint)
-        weights, x = ((1 - t, start), (t, stop))[argnum]
+        weights = (1 - t, t)[argnum]
         return lambda g: _cast(_over_samples(weights, np.moveaxis(g, axis, 0), x), x)
 
     return maker
-
-
-def linspace_samples(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0, *, device=None):
-    """``np.linspace`` as the tape runs it on tracked endpoints: the samples only."""
-    if retstep:
-        raise UnsupportedFunctionError(
-            "np.linspace(..., retstep=True) of a differentiated start or stop gives two results depending "
-            "on two arguments, which the tape does not carry; call it without retstep and compute the step "
-            "as (stop - start) / (num - 1) (or / num with endpoint=False)"
-        )
-    return np.linspace(start, stop, num, endpoint, retstep, dtype, axis, device=device)
 
 
 def geomspace_vjp(argnum):
@@ -393,15 +431,14 @@ def unwrap_vjp(ans, p, discont=None, axis=-1, *, period=2 * math.pi):
 def _register():
     defvjp(np.diff, diff_vjp(1), None, None, diff_vjp(0), diff_vjp(2))
     defvjp(np.ediff1d, ediff1d_vjp(0), ediff1d_vjp(1), ediff1d_vjp(2))
-    defvjp_outputs(np.gradient, gradient_vjp)
+    defvjp_outputs(np.gradient, gradient_vjp, *map(spacing_vjp, range(MAX_DIMS)))
     for func in (np.diff, np.ediff1d, np.gradient):  # their pullbacks keep no constant argument (only shapes,
         RULES[func].keeps_arguments = False  # and the band read off the spacing when recorded)
     defvjp(np.trapezoid, trapezoid_y, trapezoid_x, trapezoid_dx)
     defvjp(np.interp, *map(interp_vjp, range(5)))
     defvjp(np.convolve, convolution_vjp(0, False), convolution_vjp(1, False))
     defvjp(np.correlate, convolution_vjp(0, True), convolution_vjp(1, True))
-    defvjp(np.linspace, linspace_vjp(0), linspace_vjp(1))
-    RULES[np.linspace].impl = RULES[np.linspace].plain = linspace_samples
+    defvjp_outputs(np.linspace, linspace_vjp(0), linspace_vjp(1))
     defvjp(np.geomspace, geomspace_vjp(0), geomspace_vjp(1))
     defvjp(np.logspace, logspace_vjp(0), logspace_vjp(1), None, None, logspace_vjp(4))
     defvjp(np.polyval, polyval_p, polyval_x)

@@ -96,6 +96,14 @@ def build_outputs(func, low=-3.0, high=3.0, divisor=False):
     return build
 
 
+def build_divmod_in_both(draw, dtype):
+    """np.divmod differentiated in the divisor too: the remainder x - y floor(x / y), away from its jumps."""
+    xs, ys = broadcast_shapes(draw, 2)
+    y = on_grid(uniform(draw, ys, dtype, 0.5, 1.5), 1 / 128)
+    x = on_grid(uniform(draw, xs, dtype, -3.0, 3.0), 1 / 256)
+    return np.divmod, [x, y]
+
+
 def build_where(draw, dtype):
     cs, xs, ys = broadcast_shapes(draw, 3)
     cond = uniform(draw, cs, np.float64) > 0
@@ -157,4 +165,5 @@ CASES = KERNEL_CASES + [
     Case(np.frexp, build_outputs(np.frexp)),
     Case(np.modf, build_outputs(np.modf)),
     Case(np.divmod, build_outputs(np.divmod, divisor=True)),
+    Case(np.divmod, build_divmod_in_both, name="divmod_in_both"),
 ]

@@ -137,6 +137,60 @@ def build_norm_no_axis(draw, dtype):
     return call(draw, np.linalg.norm, X, ord), [uniform(draw, array_shape(draw, ndim, ndim), dtype, 0.2, 2)]
 
 
+def build_bincount(draw, dtype):
+    """Weights summed into the bins of drawn non-negative integers (repeats, empty bins, minlength), by position
+    or by name; float64 out, as NumPy gives."""
+    n = draw(st.integers(0, 6))
+    x = np.array(draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)), dtype=np.intp)
+    minlength = draw(st.integers(0, 7))
+    if draw(st.booleans()):
+        return (lambda w: np.bincount(x, weights=w, minlength=minlength)), [uniform(draw, (n,), dtype)]
+    return (lambda w: np.bincount(x, w, minlength)), [uniform(draw, (n,), dtype)]
+
+
+def build_unique(func):
+    """np.unique and the array-API unique functions of x with its values repeated (x joined with a part of
+    itself, so finite differences move the copies together), every result, NaNs never drawn."""
+
+    def build(draw, dtype):
+        s = array_shape(draw, 1, 2)
+        k = draw(st.integers(0, int(np.prod(s))))
+        of = call(draw, np.unique, X, *[draw(st.booleans()) for _ in range(3)]) if func is np.unique else func
+
+        def unique(x):
+            result = of(np.concatenate((np.ravel(x), np.ravel(x)[:k])))
+            return tuple(result) if isinstance(result, tuple) else result
+
+        return unique, [uniform(draw, s, dtype)]
+
+    return build
+
+
+def build_set_operation(func):
+    """``func(a, b)`` of two arrays sharing values (parts of each other: finite differences move the copies
+    together), or of x and a constant."""
+
+    def build(draw, dtype):
+        x, y = uniform(draw, (draw(st.integers(1, 4)),), dtype), uniform(draw, (draw(st.integers(0, 3)),), dtype)
+        k = draw(st.integers(0, len(x)))
+        extra = {"assume_unique": draw(st.booleans())} if func is not np.union1d else {}
+        if func is np.intersect1d:
+            extra["return_indices"] = draw(st.booleans())
+
+        def operation(x, y):
+            return func(np.concatenate((x, y)), np.concatenate((y, x[:k])), **extra)
+
+        return operation, [x, y]
+
+    return build
+
+
+def build_sort_complex(draw, dtype):
+    """Real values (cast to complex: its real part is the sorted values) along the last axis."""
+    s = array_shape(draw, 1, 3)
+    return (lambda x: np.real(np.sort_complex(x)) + np.imag(np.sort_complex(x)) * 0), [uniform(draw, s, dtype)]
+
+
 CASES = [
     *standard_cases(np.sum),
     reduction_case(np.sum, "none", True),
@@ -278,6 +332,19 @@ def build_average_weighted(draw, dtype):
     keepdims = draw(st.booleans())
     arrays = [uniform(draw, s, dtype), uniform(draw, w_shape, dtype, 0.5, 1.5)]
     return call(draw, np.average, X, axis, Y, keepdims=keepdims), arrays
+
+
+def build_average_returned(draw, dtype):
+    """np.average(..., returned=True): the average and the sum of weights, weights tracked or not (or none)."""
+    s = array_shape(draw)
+    axis = draw_axis(draw, len(s), draw(st.sampled_from(["none", "int", "tuple"])))
+    w_shape = s if axis is None else tuple(s[a] for a in reduced_axes(axis, len(s)))
+    weights = draw(st.sampled_from(["tracked", "constant", "none"]))
+    arrays = [uniform(draw, s, dtype)]
+    w = Y if weights == "tracked" else uniform(draw, w_shape, dtype, 0.5, 1.5) if weights == "constant" else None
+    if weights == "tracked":
+        arrays.append(uniform(draw, w_shape, dtype, 0.5, 1.5))
+    return call(draw, np.average, X, axis, w, True, keepdims=draw(st.booleans())), arrays
 
 
 def build_average_constant_weights(draw, dtype):
@@ -431,6 +498,7 @@ CASES += [
     *standard_cases(np.ptp),
     Case(np.average, build_average_weighted, name="average_weighted"),
     Case(np.average, build_average_constant_weights, name="average_constant_or_no_weights"),
+    Case(np.average, build_average_returned, name="average_returned"),
     Case(np.cov, build_cov, name="cov"),
     Case(np.corrcoef, build_corrcoef, name="corrcoef"),
     array_api_cumulative_case(np.cumulative_sum),
@@ -458,4 +526,10 @@ CASES += [
     outer_case(np.multiply),
     outer_case(np.arctan2),
     outer_case(np.power, 0.5, 1.5),
+    Case(np.sort_complex, build_sort_complex, name="sort_complex", out_dtype=np.float64),
+    Case(np.bincount, build_bincount, name="bincount_weights", out_dtype=np.float64),
+    *[Case(f, build_unique(f), name=f.__name__)
+      for f in (np.unique, np.unique_values, np.unique_counts, np.unique_inverse, np.unique_all)],
+    *[Case(f, build_set_operation(f), name=f.__name__)
+      for f in (np.union1d, np.setdiff1d, np.setxor1d, np.intersect1d)],
 ]

@@ -634,6 +634,152 @@ def build_piecewise(draw, s):
     return lambda x: np.piecewise(x, [x > 0, x < -1][: max(len(pieces) - 1, 1)], pieces) * x
 
 
+def build_pad_tracked_constants(draw, dtype):
+    """np.pad of a tracked array with tracked constant_values: one value, one pair, or a pair per axis."""
+    s = array_shape(draw, 0, 3, 0)
+    per_axis = [(draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in s] or 1
+    widths = draw(st.sampled_from([1, (1, 2), per_axis]))
+    values = uniform(draw, draw(st.sampled_from([(), (2,), (1, 2), (len(s), 2) if s else ()])), dtype)
+    return call(draw, np.pad, X, widths, "constant", constant_values=Y), [uniform(draw, s, dtype), values]
+
+
+# --- compositions with the user's functions, selections, and the in-place writers' spellings -------------------
+def build_piecewise_functions(draw, s):
+    """Functions and constants as pieces, with or without the piece where no condition holds; the functions
+    see the tracked slices x[cond] (a piece that meets no element is never called)."""
+    pieces = draw(st.sampled_from([[np.sin, lambda v: v**2], [np.sin, 0.5, lambda v: np.exp(v) * 2],
+                                   [lambda v: v * 3], [np.cos, np.tanh]]))
+    conditions = draw(st.integers(max(len(pieces) - 1, 1), len(pieces)))
+
+    def piecewise(x):
+        return np.piecewise(x, [x > 0.5, x < -0.5][:conditions], pieces)
+
+    return piecewise
+
+
+def build_choose(draw, dtype):
+    """Choices as a list of broadcast arrays (a constant among them) or as one array's rows, every mode."""
+    mode = draw(st.sampled_from(["raise", "wrap", "clip"]))
+    a_shape, x_shape, y_shape = broadcast_shapes(draw, 3)
+    a = np.array(draw(st.lists(st.integers(-2 if mode != "raise" else 0, 4 if mode != "raise" else 2),
+                               min_size=int(np.prod(a_shape)), max_size=int(np.prod(a_shape)))),
+                 dtype=int).reshape(a_shape)
+    if draw(st.booleans()):
+        rows = uniform(draw, (3,) + x_shape, dtype)
+        return call(draw, np.choose, a, X, mode=mode), [rows]
+    third = uniform(draw, x_shape, dtype)
+    return (lambda x, y: np.choose(a, [x, y, third], mode=mode)), [uniform(draw, x_shape, dtype),
+                                                                   uniform(draw, y_shape, dtype)]
+
+
+def build_compress(draw, s):
+    axis = draw(st.sampled_from([None, axis_of(draw, len(s))]))
+    n = int(np.prod(s)) if axis is None else s[axis]
+    condition = draw(st.lists(st.booleans(), min_size=0, max_size=n))
+    return call(draw, np.compress, condition, X, axis)
+
+
+def build_extract(draw, s):
+    condition = np.array(draw(st.lists(st.booleans(), min_size=int(np.prod(s)), max_size=int(np.prod(s))))).reshape(s)
+    return call(draw, np.extract, condition, X)
+
+
+def build_trim_zeros(draw, dtype):
+    """Zeros (exact, not drawn) around and inside, trimmed in front, at the back or both, along every axis or some."""
+    s = array_shape(draw, 1, 3, 1, 5)
+    zeros = np.array(draw(st.lists(st.booleans(), min_size=int(np.prod(s)), max_size=int(np.prod(s))))).reshape(s)
+    trim = draw(st.sampled_from(["fb", "f", "b"]))
+    axis = draw(st.sampled_from([None, axis_of(draw, len(s))]))
+    values = uniform(draw, s, dtype, 0.5, 2.0)
+    return (lambda x: np.trim_zeros(np.where(zeros, 0, x), trim, axis)), [values]
+
+
+def build_apply_along_axis(draw, s):
+    """A function of each 1-d slice giving a scalar, a vector or a matrix, with an extra argument."""
+    axis = axis_of(draw, len(s))
+    func1d = draw(st.sampled_from([lambda v, c: np.sum(v**2) * c, lambda v, c: np.cumsum(v) * c,
+                                   lambda v, c: np.outer(v, v) * c]))
+    return call(draw, np.apply_along_axis, func1d, axis, X, 1.5)
+
+
+def build_apply_over_axes(draw, s):
+    """A reduction that drops its axis (put back) and one that keeps it, over one axis or several."""
+    axes = draw(st.sampled_from([axis_of(draw, len(s)), tuple(draw(st.permutations(range(len(s)))))[:2]]))
+    func = draw(st.sampled_from([np.sum, lambda a, axis: np.cumsum(a, axis) * a]))
+    return call(draw, np.apply_over_axes, func, X, axes)
+
+
+def build_put(draw, dtype):
+    """np.put writes in place: an error naming the spelling checked here (np.where of the values taken where
+    each index put them; cycled values; the last write wins)."""
+    s = array_shape(draw, 1, 3)
+    ind = np.array(draw(st.lists(st.integers(0, int(np.prod(s)) - 1), min_size=1, max_size=4)))
+    mask, source = np.zeros(s, bool), np.zeros(s, int)
+    np.put(mask, ind, True)
+    np.put(source, ind, np.arange(len(ind)))
+    n_values = draw(st.integers(1, 4))
+
+    def put(a, v):
+        return np.where(mask, np.take(v, source, mode="wrap"), a)
+
+    expected = uniform(draw, s, np.float64), uniform(draw, (n_values,), np.float64)
+    written = expected[0].copy()
+    np.put(written, ind, expected[1])
+    np.testing.assert_array_equal(put(*expected), written)  # the spelling means what np.put does
+    return put, [uniform(draw, s, dtype), uniform(draw, (n_values,), dtype)]
+
+
+def build_place(draw, dtype):
+    """np.place writes in place: the spelling its error names, checked to mean what it does."""
+    s = array_shape(draw, 1, 3)
+    mask = np.array(draw(st.lists(st.booleans(), min_size=int(np.prod(s)), max_size=int(np.prod(s))))).reshape(s)
+    n_values = draw(st.integers(1, 4))
+
+    def place(arr, vals):
+        return np.where(mask, np.take(vals, np.cumsum(mask).reshape(mask.shape) - 1, mode="wrap"), arr)
+
+    expected = uniform(draw, s, np.float64), uniform(draw, (n_values,), np.float64)
+    written = expected[0].copy()
+    np.place(written, mask, expected[1])
+    np.testing.assert_array_equal(place(*expected), written)
+    return place, [uniform(draw, s, dtype), uniform(draw, (n_values,), dtype)]
+
+
+def build_fill_diagonal(draw, dtype):
+    """np.fill_diagonal writes in place: the spelling its error names, checked to mean what it does."""
+    s = draw(st.sampled_from([array_shape(draw, 2, 2), (3, 3, 3)]))
+    wrap = draw(st.booleans())
+    mask = np.zeros(s, bool)
+    np.fill_diagonal(mask, True, wrap)
+
+    def fill(a, val):
+        return np.where(mask, val, a)
+
+    expected = uniform(draw, s, np.float64), uniform(draw, (), np.float64)
+    written = expected[0].copy()
+    np.fill_diagonal(written, expected[1], wrap)
+    np.testing.assert_array_equal(fill(*expected), written)
+    return fill, [uniform(draw, s, dtype), uniform(draw, (), dtype)]
+
+
+def build_copyto(draw, dtype):
+    """np.copyto writes in place: the spelling its error names, np.where(where, src, dst), checked to mean what
+    it does (src broadcast, a mask or none)."""
+    dst_shape, src_shape = broadcast_shapes(draw, 2)
+    dst_shape = np.broadcast_shapes(dst_shape, src_shape)
+    where = np.array(draw(st.lists(st.booleans(), min_size=int(np.prod(dst_shape)),
+                                   max_size=int(np.prod(dst_shape))))).reshape(dst_shape)
+
+    def copy(dst, src):
+        return np.where(where, src, dst)
+
+    expected = uniform(draw, dst_shape, np.float64), uniform(draw, src_shape, np.float64)
+    written = np.array(expected[0], copy=True)
+    np.copyto(written, expected[1], where=where)
+    np.testing.assert_array_equal(copy(*expected), written)
+    return copy, [uniform(draw, dst_shape, dtype), uniform(draw, src_shape, dtype)]
+
+
 CASES = [
     Case(np.reshape, one_array(build_reshape), name="reshape"),
     Case(np.reshape, one_array(build_reshape_fortran, 2), name="reshape_order_F"),
@@ -718,6 +864,18 @@ CASES = [
     *(Case(np.pad, build_pad(mode, 0 if mode == "constant" else 1), name=f"pad_{mode}")
       for mode in ("constant", "edge", "linear_ramp", "mean", "reflect", "symmetric", "wrap", "maximum", "minimum",
                    "median")),
+    Case(np.pad, build_pad_tracked_constants, name="pad_tracked_constant_values"),
     Case(np.select, build_select, name="select"),
     Case(np.piecewise, one_array(build_piecewise, 0), name="piecewise_constants"),
+    Case(np.piecewise, one_array(build_piecewise_functions, 0), name="piecewise_functions"),
+    Case(np.choose, build_choose, name="choose"),
+    Case(np.compress, one_array(build_compress), name="compress"),
+    Case(np.extract, one_array(build_extract, 0), name="extract"),
+    Case(np.trim_zeros, build_trim_zeros, name="trim_zeros"),
+    Case(np.apply_along_axis, one_array(build_apply_along_axis), name="apply_along_axis"),
+    Case(np.apply_over_axes, one_array(build_apply_over_axes), name="apply_over_axes"),
+    Case(np.put, build_put, name="put_as_where"),
+    Case(np.place, build_place, name="place_as_where"),
+    Case(np.fill_diagonal, build_fill_diagonal, name="fill_diagonal_as_where"),
+    Case(np.copyto, build_copyto, name="copyto_as_where"),
 ]

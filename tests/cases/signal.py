@@ -4,7 +4,7 @@ arguments tracked or constant, over drawn shapes, axes, orders, spacings and mod
 import numpy as np
 from hypothesis import strategies as st
 
-from . import Case, X, Y, Z, array_shape, broadcast_shapes, call, uniform
+from . import Arg, Case, X, Y, Z, array_shape, broadcast_shapes, call, uniform
 from .shape import axis_of
 
 
@@ -104,6 +104,29 @@ def build_gradient_1d(draw, dtype):
     n = draw(st.integers(edge_order + 1, 7))
     spacing = draw(st.sampled_from([(), (spacing_of(draw, n),)]))
     return call(draw, np.gradient, X, *spacing, edge_order=edge_order), [uniform(draw, (n,), dtype)]
+
+
+def build_gradient_tracked_spacing(draw, dtype):
+    """np.gradient differentiated in its spacing too: one scalar for every axis, or one scalar or
+    coordinate array per axis, each tracked or constant."""
+    edge_order = draw(st.sampled_from([1, 2]))
+    s = array_shape(draw, 1, 3, min_side=edge_order + 1, max_side=5)
+    axis = draw(st.sampled_from([None, axis_of(draw, len(s)), tuple(draw(st.permutations(range(len(s)))))[:2]]))
+    axes = range(len(s)) if axis is None else [a % len(s) for a in (axis if isinstance(axis, tuple) else (axis,))]
+    arrays = [uniform(draw, s, dtype)]
+    if draw(st.booleans()):
+        spacing = [Y]
+        arrays.append(dtype(draw(st.floats(0.25, 2.0))))
+    else:
+        spacing = []
+        for a in axes:
+            value = knots(draw, s[a]).astype(dtype) if draw(st.booleans()) else dtype(draw(st.floats(0.25, 2.0)))
+            if len(arrays) < 3 and (draw(st.booleans()) or (a == axes[-1] and len(arrays) == 1)):  # X, Y, Z
+                spacing.append(Arg(len(arrays)))
+                arrays.append(value)
+            else:
+                spacing.append(value)
+    return call(draw, np.gradient, X, *spacing, axis=axis, edge_order=edge_order), arrays
 
 
 # --- np.trapezoid -----------------------------------------------------------------------------------------
@@ -213,6 +236,14 @@ def build_linspace(draw, dtype):
     return linspace, [uniform(draw, start, dtype), uniform(draw, stop, dtype)]
 
 
+def build_linspace_retstep(draw, dtype):
+    """Both results, samples and step, of tracked endpoints."""
+    start, stop, num, endpoint, axis = range_layout(draw)
+    num = max(num, 2)
+    linspace = call(draw, np.linspace, X, Y, num, endpoint, True, axis=axis)
+    return linspace, [uniform(draw, start, dtype), uniform(draw, stop, dtype)]
+
+
 def build_linspace_one_end(draw, dtype):
     start, stop, num, endpoint, _ = range_layout(draw)
     return call(draw, np.linspace, uniform(draw, start, dtype), X, num, endpoint), [uniform(draw, stop, dtype)]
@@ -278,6 +309,7 @@ CASES = [
     Case(np.ediff1d, build_ediff1d_constant_ends, name="ediff1d_constant_ends"),
     Case(np.gradient, build_gradient, name="gradient"),
     Case(np.gradient, build_gradient_1d, name="gradient_1d"),
+    Case(np.gradient, build_gradient_tracked_spacing, name="gradient_tracked_spacing"),
     Case(np.trapezoid, build_trapezoid, name="trapezoid"),
     Case(np.trapezoid, build_trapezoid_x, name="trapezoid_x"),
     Case(np.trapezoid, build_trapezoid_dx, name="trapezoid_dx"),
@@ -289,6 +321,7 @@ CASES = [
     Case(np.correlate, build_convolution(np.correlate, 1), name="correlate"),
     Case(np.linspace, build_linspace, name="linspace"),
     Case(np.linspace, build_linspace_one_end, name="linspace_stop"),
+    Case(np.linspace, build_linspace_retstep, name="linspace_retstep"),
     Case(np.geomspace, build_geomspace, name="geomspace"),
     Case(np.logspace, build_logspace, name="logspace"),
     Case(np.polyval, build_polyval, name="polyval"),
