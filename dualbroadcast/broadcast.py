@@ -146,6 +146,8 @@ def _run(f, args, reduce, backend):
     for leaf, on in zip(leaves, activity):
         if type(leaf) is Tracked or _is_array_input(leaf):
             value = leaf.value if type(leaf) is Tracked else leaf
+            if type(value) is Tracked:  # tracked by two nested gradients
+                return _evaluated(f, args, reduce)
             kind = value.dtype if type(value) is np.ndarray else (
                 float if type(value) is float else np.result_type(value))
             if type(leaf) is Tracked and on and leaf.index not in inactive:
@@ -157,6 +159,8 @@ def _run(f, args, reduce, backend):
         else:  # baked into the kernel: ints, bools, None, strings, objects
             names = tuple(sorted(reads.names)) if names is None else names
             kinds.append(("baked", reads.key(leaf, names)))
+    if _nested(inputs):
+        return _evaluated(f, args, reduce)
     key = (structure, tuple(kinds), tuple(active), reduce)
     kernel = _kernel(key, f, treedef, leaves, len(values), active, reduce, input_kinds)
     if active and len(kernel.outputs) == 1:
@@ -240,6 +244,8 @@ class _Plan:
             return value
         tape = parents[0].tape
         if tape.closed or len(parents) > 1:
+            if _nested(parents):
+                return None
             tape = tape_of(parents)  # a clear error for a stale or mixed value
         if len(parents) == 1:  # the usual case, one differentiated array
             x = parents[0]
@@ -268,6 +274,32 @@ def _plan(f, kernel, values, active, reduce, call, reads):
             _plans[(id(f.__code__), reduce)] = plan
             if len(_plans) > CACHE_SIZE:
                 del _plans[next(iter(_plans))]
+
+
+def _nested(inputs):
+    """Whether tracked ``inputs`` belong to the tapes of nested gradients (a value of the outer gradient in a
+    kernel inside the inner one): a fused kernel, on plain values, would lose the outer gradient's."""
+    tape = None
+    for a in inputs:
+        if type(a) is Tracked:
+            if tape is not None and a.tape is not tape and not a.tape.closed and not tape.closed \
+                    and a.tape.level != tape.level:
+                return True
+            tape = a.tape
+    return False
+
+
+def _evaluated(f, args, reduce):
+    """``broadcast(f, *args)`` (or its sum) with ``f`` run on the arguments as they are, each NumPy call
+    recorded by its own rule: a kernel inside a gradient of a gradient, whose values are tracked by several
+    gradients (each records what it sees; a fused kernel computes on plain values and would lose them)."""
+    args = [pytree.without_markers(a) for a in args]
+    shape = np.broadcast_shapes(*[np.shape(leaf) for leaf in pytree.flatten(args)[0]
+                                  if type(leaf) is Tracked or _is_array_input(leaf)])
+    out = f(*args)
+    if np.shape(out) != shape:
+        out = np.broadcast_to(out, shape)
+    return np.sum(out) if reduce else out
 
 
 def _record(parents, value, partials, shapes, call, tape=None):

@@ -163,6 +163,12 @@ class IndexPullback:
         """The sweep's step: add ``g`` into ``grads[p]``, made our own buffer first."""
         self.add(own_buffer(grads, owned, p, self.shape, self.dtype), g)
 
+    def scatter(self, g):
+        """The cotangent as a new array: ``g`` added at the index into zeros (`scatter`).  The nested sweep's
+        step, where ``g`` may be tracked on an outer tape, so no buffer is written in place."""
+        return scatter(g if self.transform is None else self.transform(g), self.index, self.shape, self.dtype,
+                       self.repeats)
+
     def add(self, buffer, g):
         """Add ``g`` at the index into ``buffer`` (x's gradient buffer) in place."""
         if self.transform is not None:
@@ -171,6 +177,23 @@ class IndexPullback:
             np.add.at(buffer, self.index, g)
         else:
             add_at(buffer, self.index, g)
+
+
+def scatter(g, index, shape, dtype, repeats=False):
+    """Zeros of ``shape`` and ``dtype`` with ``g`` added at ``index`` (``repeats``: an integer index may repeat,
+    `np.add.at`'s semantics): the pullback of ``x[index]``, as a function of ``g``.  On a tracked ``g``
+    it is recorded (its rule is in rules/shape.py: the pullback of a scatter is the gather ``ḡ[index]``)."""
+    if type(g) is not np.ndarray and not isinstance(g, (np.generic, float, int, complex)):
+        return SCATTER_RECORDED(g, index, shape, dtype, repeats)
+    buffer = np.zeros(shape, dtype)
+    if repeats:
+        np.add.at(buffer, index, g)
+    else:
+        add_at(buffer, index, g)
+    return buffer
+
+
+SCATTER_RECORDED = None  # `scatter` as a tape primitive, set by rules/shape.py (the rules import this module)
 
 
 def own_buffer(grads, owned, p, shape, dtype):

@@ -35,8 +35,10 @@ import numpy as np
 
 from ..errors import InPlaceMutationError, UnsupportedFunctionError
 from ..numpy_facts import astype, getitem
+from .. import pullbacks
 from ..pullbacks import IndexPullback, unbroadcast
 from ..registry import RULES, defcomposition, defvjp, defvjp_outputs, defvjp_sequence
+from ..tape import primitive
 
 
 # --- helpers ------------------------------------------------------------------
@@ -540,6 +542,12 @@ def getitem_vjp(ans, x, index):
     return _into(x, index)  # basic indexing: a view, no repeats, nothing to copy
 
 
+def scatter_vjp(ans, g, index, shape, dtype, repeats=False):
+    """ḡ of ``scatter(g, index)`` (the pullback of ``x[index]``, recorded by a gradient of a gradient): the
+    gather ``h[index]``."""
+    return lambda h: h[index]
+
+
 def _frozen(index):
     """``index`` with its arrays and lists copied: user code may change them after indexing."""
     if type(index) is tuple:
@@ -639,6 +647,8 @@ def _register():
     defvjp(np.tril, tril_vjp)
     defvjp(np.take, take_vjp)
     defvjp(getitem, getitem_vjp)
+    pullbacks.SCATTER_RECORDED = primitive(pullbacks.scatter)
+    defvjp(pullbacks.SCATTER_RECORDED, scatter_vjp, None, None, None, None)
     RULES[getitem].keeps_arguments = False  # getitem_vjp copies an index array it keeps (`_frozen`)
     defvjp(astype, lambda ans, x, dtype, order="K", casting="unsafe", subok=True, copy=True: _cast_back(x))
     defvjp(np.copy, lambda ans, a, order="K", subok=False: lambda g: g)
