@@ -572,7 +572,7 @@ def _marked_like(originals, values):
     does."""
     marked = []
     for original, value in zip(originals, values):
-        leaves, treedef = pytree.flatten(original)
+        treedef = pytree.flatten(original)[1]
         marked.append(pytree.unflatten(treedef, pytree.flatten(value)[0], strip_markers=False)
                       if pytree.has_markers(treedef) else value)
     return marked
@@ -678,6 +678,8 @@ def _check_second_derivatives(f, args, rtol, atol, step):
 
     g, back = pullback(flat_gradient, *args64)
     n = np.size(g)
+    if n == 0:
+        return 0.0
     rows = []
     for j in range(n):
         seed = np.zeros(n)
@@ -695,10 +697,18 @@ def _check_second_derivatives(f, args, rtol, atol, step):
                 continue
             for index in np.ndindex(np.shape(leaf)):
                 h = step * max(1.0, abs(np.asarray(leaf)[index]))
-                moved = [_moved_args(args64, position, leaves, treedef, k, index, t) for t in (h, -h)]
-                fd = (flat_gradient(*moved[0]) - flat_gradient(*moved[1])) / (2 * h)
-                errors = np.abs(hess[:, column] - fd) / (atol * scale + rtol * np.abs(fd))
-                errors[~np.isfinite(errors)] = np.inf
+                at = functools.partial(_moved_args, args64, position, leaves, treedef, k, index)
+                fd = (flat_gradient(*at(h)) - flat_gradient(*at(-h))) / (2 * h)
+
+                def error(fd, column=column):
+                    errors = np.abs(hess[:, column] - fd) / (atol * scale + rtol * np.abs(fd))
+                    errors[~np.isfinite(errors)] = np.inf  # a NaN or infinite derivative never passes
+                    return errors
+
+                errors = error(fd)
+                if np.any(errors > 1):  # where the gradient has a kink (a tie, |x|), judge against each side
+                    sides = _one_sided_differences(lambda t: flat_gradient(*at(t)), h)
+                    errors = np.minimum(errors, np.minimum(*map(error, sides)))
                 failures += int(np.sum(errors > 1))
                 j = int(np.argmax(errors))
                 if errors[j] > worst[0]:

@@ -32,6 +32,7 @@ from .program import Const, Guard, KernelStep, Pack, Step, unpacked
 from .registry import BY_ARGNUM, OUTPUTS
 from .replay import _same, compile_program
 from .tape import (
+    ACTIVE_TAPE,
     Tape,
     Tracked,
     _check_tape,
@@ -265,6 +266,10 @@ class PreparedGradient:
                     return run(leaves, (out,))[0], out
                 except GuardFailed:
                     continue
+        if plain is None and ACTIVE_TAPE.get() is not None:  # in a gradient of this one: its values are tracked
+            if out is not None:
+                raise ValueError("out= cannot hold a gradient that an outer gradient differentiates; drop out=")
+            return value_and_gradient(self.f, *args)
         flat = [pytree.flatten(arg) for arg in args]
         signature = _signature(flat)
         if plain is not None:

@@ -24,6 +24,8 @@ import warnings
 
 import numpy as np
 
+from .guards import Guarded
+
 # Partials a record holds as they are: the sweep multiplies the cotangent by them itself
 # (no pullback object per operation, no call per edge).
 FACTORS = frozenset((np.float64, np.float32, float, int, np.ndarray))
@@ -37,6 +39,22 @@ def multiply_by(d):
 def scalar_pullback(d):
     """The pullback of a scalar result's partial ``d`` as a record holds it: ``d`` itself if it is a factor."""
     return d if type(d) in FACTORS else multiply_by(d)
+
+
+def as_array(x, dtype=None):
+    """``np.asarray(x, dtype)`` for a rule's argument or cotangent, except that a value tracked by an outer
+    gradient (a pullback differentiated again) stays tracked, so that its operations are recorded."""
+    if isinstance(x, Guarded):
+        return x if dtype is None or x.dtype == dtype else x.astype(dtype)
+    return np.asarray(x, dtype)
+
+
+def plain(x):
+    """``x``'s value untracked by any gradient: for what a rule computes only to choose elements (positions,
+    masks, orders), through which no derivative flows."""
+    while isinstance(x, Guarded):
+        x = x.value
+    return x
 
 
 def unbroadcast(g, shape):

@@ -330,14 +330,28 @@ def _sweep_nested(tape, seeds):
             for p, view, partial in products[i]:
                 _add_cotangent(grads, p, scatter(g * partial, view, *view_bases[p]))
             continue
-        for p, back in records[i][0]:
-            if type(back) is tuple:  # into a view's base: (its index, the consumer's pullback)
-                view, consumer = back
-                ct = scatter(apply(consumer, g), view, *view_bases[p])
-            else:
-                ct = back.scatter(g) if type(back) is IndexPullback else apply(back, g)
-            _add_cotangent(grads, p, ct)
+        try:
+            for p, back in records[i][0]:
+                if type(back) is tuple:  # into a view's base: (its index, the consumer's pullback)
+                    view, consumer = back
+                    ct = scatter(apply(consumer, g), view, *view_bases[p])
+                else:
+                    ct = back.scatter(g) if type(back) is IndexPullback else apply(back, g)
+                _add_cotangent(grads, p, ct)
+        except (TypeError, AttributeError) as error:
+            raise not_twice_differentiable(records[i][1], error) from error
     return grads
+
+
+def not_twice_differentiable(func, error):
+    """The error for a rule whose pullback cannot run on values tracked by an outer gradient (``error``)."""
+    name = qualified_name(func) if callable(func) else str(func)
+    return UnsupportedFunctionError(
+        f"the derivative rule of {name} cannot be differentiated again (a gradient of a gradient through it): "
+        f"its pullback does not run on tracked values ({type(error).__name__}: {error}). Differentiate through "
+        f"{name} once only (db.cut its argument in the outer function), or write it with functions whose "
+        "rules can be."
+    )
 
 
 def _add_cotangent(grads, p, ct):
@@ -543,12 +557,17 @@ def _record_result(tape, func, rule, j, a, ans, values, kwargs, parents, recorde
         return a  # a plain result (a shape, a count): the recorder guards it by equality
     if not (parents and floating):
         return a if recorder is None else recorder.traced(a, func)
-    if j is None:
-        backs = rule.pullbacks(func, ans, values, active, kwargs)
-    else:
-        backs = [rule.makers(j, ans, *values, **kwargs)]
-        if backs[0] is None:  # the rule declares this output a constant
-            return a if recorder is None else recorder.traced(a, func)
+    try:
+        if j is None:
+            backs = rule.pullbacks(func, ans, values, active, kwargs)
+        else:
+            backs = [rule.makers(j, ans, *values, **kwargs)]
+            if backs[0] is None:  # the rule declares this output a constant
+                return a if recorder is None else recorder.traced(a, func)
+    except (TypeError, AttributeError) as error:
+        if not tape.level or isinstance(error, UnsupportedFunctionError):
+            raise
+        raise not_twice_differentiable(func, error) from error
     return tape.record(a, _edges(parents, backs), func)
 
 

@@ -65,7 +65,7 @@ import warnings
 import numpy as np
 
 from ..errors import UnsupportedFunctionError
-from ..pullbacks import unbroadcast
+from ..pullbacks import as_array, unbroadcast
 from ..registry import RULES, defvjp
 
 
@@ -108,7 +108,7 @@ def product_of_others(x, axes):
     Exclusive prefix products times exclusive suffix products over the reduced
     axes laid out as one row: exact when elements are zero, unlike ``prod / x``.
     """
-    x = np.asarray(x)
+    x = as_array(x)
     last = tuple(range(x.ndim - len(axes), x.ndim))
     moved = np.moveaxis(x, axes, last)
     kept = moved.shape[: x.ndim - len(axes)]
@@ -265,7 +265,7 @@ def norm_vjp(ans, x, ord=None, axis=None, keepdims=False):
 # --- sort, partition: permutations ------------------------------------------------
 def as_rows(x, axes):
     """``x`` with ``axes`` moved last and merged into one: shape (kept..., n)."""
-    x = np.asarray(x)
+    x = as_array(x)
     moved = np.moveaxis(x, axes, range(x.ndim - len(axes), x.ndim))
     kept = moved.shape[: x.ndim - len(axes)]
     return moved.reshape(kept + (math.prod(moved.shape[len(kept) :]),))
@@ -486,6 +486,12 @@ def nancumprod_vjp(ans, a, axis=None, dtype=None, out=None):
 
 
 # --- ptp, average ----------------------------------------------------------------
+def bincount_weights_vjp(ans, x, /, weights=None, minlength=0):
+    """c[k] = Σ_{xᵢ = k} wᵢ (in float64, as NumPy computes it): w̄ᵢ = ḡ[xᵢ] in the weights' dtype."""
+    dtype = weights.dtype
+    return lambda g: as_array(g[x], dtype)
+
+
 def ptp_vjp(ans, a, axis=None, out=None, keepdims=False):
     """np.ptp = max - min, each with its tie rule."""
     top = extreme_vjp(np.max(a, axis, keepdims=keepdims), a, axis, keepdims=keepdims)
@@ -763,6 +769,7 @@ defvjp(np.average, average_maker(0), None, average_maker(1))
 RULES[np.average].impl = RULES[np.average].plain = average_without_returned
 defvjp(np.cov, cov_maker(0), cov_maker(1))
 defvjp(np.corrcoef, corrcoef_maker(0), corrcoef_maker(1))
+defvjp(np.bincount, None, bincount_weights_vjp)
 defvjp(np.cumulative_sum, cumulative_sum_vjp)
 defvjp(np.cumulative_prod, cumulative_prod_vjp)
 

@@ -33,10 +33,10 @@ Calls the tape cannot record are errors naming what to write instead: ``np.put_a
 
 import numpy as np
 
+from .. import pullbacks
 from ..errors import InPlaceMutationError, UnsupportedFunctionError
 from ..numpy_facts import astype, getitem
-from .. import pullbacks
-from ..pullbacks import IndexPullback, unbroadcast
+from ..pullbacks import IndexPullback, as_array, plain, unbroadcast
 from ..registry import RULES, defcomposition, defvjp, defvjp_outputs, defvjp_sequence
 from ..tape import primitive
 
@@ -122,7 +122,7 @@ def _index_order(x, order):
 
 def _regroup_back(x, order="C"):
     """Pullback of a function that only regroups x's elements in ``order``: reshape g back."""
-    shape, order = np.shape(x), _index_order(x, order)
+    shape, order = np.shape(x), _index_order(plain(x), order)  # its memory layout: of the plain value
     return lambda g: np.reshape(g, shape, order=order)
 
 
@@ -425,10 +425,10 @@ _LINEAR_PADS = ("mean", "reflect", "symmetric")  # reflect_type="odd": 2 x_edge 
 def pad_vjp(ans, array, pad_width, mode="constant", *, stat_length=None, constant_values=0, end_values=0,
             reflect_type="even"):
     """g summed into the elements each padded element copies, or x̄ = g with each axis i contracted with Mᵢ."""
-    if mode in ("maximum", "minimum"):
-        return _pad_selection(array, pad_width, mode, stat_length)
+    if mode in ("maximum", "minimum"):  # the positions selected: plain values (a second derivative records none)
+        return _pad_selection(plain(array), pad_width, mode, stat_length)
     if mode == "median":
-        return _pad_medians(ans, array, pad_width, stat_length)
+        return _pad_medians(ans, plain(array), pad_width, stat_length)
     if mode in _COPYING_PADS and reflect_type != "odd":
         marks = {"constant_values": -1} if mode == "constant" else {}
         return _into_labelled(array, np.pad(_positions(array), pad_width, mode, **marks))
@@ -453,7 +453,7 @@ def pad_vjp(ans, array, pad_width, mode="constant", *, stat_length=None, constan
     def pullback(g):
         for i, m in enumerate(matrices):
             g = np.moveaxis(np.tensordot(g, m, axes=([i], [0])), -1, i)
-        return np.asarray(g, dtype=dtype)
+        return as_array(g, dtype)
 
     return pullback
 
