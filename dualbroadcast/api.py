@@ -707,7 +707,7 @@ def _check_second_derivatives(f, args, rtol, atol, step):
 
                 errors = error(fd)
                 if np.any(errors > 1):  # where the gradient has a kink (a tie, |x|), judge against each side
-                    sides = _one_sided_differences(lambda t: flat_gradient(*at(t)), h)
+                    sides = _one_sided_differences(lambda t, at=at: flat_gradient(*at(t)), h)
                     errors = np.minimum(errors, np.minimum(*map(error, sides)))
                 failures += int(np.sum(errors > 1))
                 j = int(np.argmax(errors))
