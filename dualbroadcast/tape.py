@@ -608,13 +608,14 @@ def _complex_message(func):
 
 
 def _any_complex(values, kwargs):
-    """Whether a complex value is among ``values`` (or in a list or tuple among them) or ``kwargs``'s."""
+    """Whether a complex value is among ``values`` (or in a list or tuple among them) or ``kwargs``'s (a value
+    tracked by an outer gradient too)."""
     for v in [*values, *kwargs.values()]:
         kind = type(v)
         if kind is list or kind is tuple:
             if _any_complex(v, {}):
                 return True
-        elif kind is complex or (isinstance(v, (np.ndarray, np.generic)) and v.dtype.kind == "c"):
+        elif kind is complex or (isinstance(v, (np.ndarray, np.generic, Tracked)) and v.dtype.kind == "c"):
             return True
     return False
 

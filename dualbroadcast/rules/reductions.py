@@ -360,7 +360,7 @@ def order_statistic_pullback(wrt, ans, a, q, axis, method, keepdims, nan, scale=
     axes = reduced_axes(axis, len(shape))
     order, s = sorted_rows(as_rows(a, axes))
     kept, n = s.shape[:-1], s.shape[-1]
-    qs = np.asarray(q, dtype=float) / scale
+    qs = as_array(q, np.float64) / scale
     expected = qs.shape + (tuple(1 if i in axes else k for i, k in enumerate(shape)) if keepdims else kept)
     if np.shape(ans) != expected:  # never seen but for the case refused above
         raise UnsupportedFunctionError(
