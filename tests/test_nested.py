@@ -66,7 +66,7 @@ def test_hessian_and_hvp_match_a_hand_written_hessian(x):
 
 
 def test_hessian_of_a_pytree_is_a_pytree_of_pytrees():
-    f = lambda p: np.sum(p["a"] ** 2 * p["b"] ** 3)  # noqa: E731
+    f = lambda p: np.sum(p["a"] ** 2 * p["b"] ** 3)
     p = {"a": 1.5, "b": np.array([2.0, -1.0])}
     h = db.hessian(f, p)
     np.testing.assert_allclose(h["a"]["a"], 2 * np.sum(p["b"] ** 3))
@@ -76,7 +76,7 @@ def test_hessian_of_a_pytree_is_a_pytree_of_pytrees():
 
 
 def test_hvp_of_several_arguments_with_a_cut_one():
-    f = lambda x, y, c: np.sum(x ** 2 * y ** 2 * c)  # noqa: E731
+    f = lambda x, y, c: np.sum(x ** 2 * y ** 2 * c)
     x, y, c = np.array([1.0, 2.0]), np.array([3.0, 4.0]), np.array([0.5, 2.0])
     hx, hy, hc = db.hvp(f, x, y, db.cut(c), vectors=(np.ones(2), np.zeros(2), np.ones(2)))
     np.testing.assert_allclose(hx, 2 * y ** 2 * c)  # ∂²f/∂x² · 1
@@ -106,7 +106,7 @@ def test_check_gradient_order_2_catches_a_wrong_second_derivative():
 def test_hessian_through_a_sum_kernel_against_its_formula():
     """E(a, b) = Σ a exp(-b r): ∂²E/∂a² = 0, ∂²E/∂a∂b = -Σ r e, ∂²E/∂b² = Σ a r² e."""
     r = np.linspace(1.0, 3.0, 50)
-    energy = lambda c: db.sum(lambda r, a, b: a * np.exp(-b * r), r, c[0], c[1])  # noqa: E731
+    energy = lambda c: db.sum(lambda r, a, b: a * np.exp(-b * r), r, c[0], c[1])
     c = np.array([1.3, 0.7])
     e = np.exp(-c[1] * r)
     want = np.array([[0.0, -np.sum(r * e)], [-np.sum(r * e), np.sum(c[0] * r * r * e)]])
@@ -159,7 +159,7 @@ def test_float32_stays_float32():
 
 
 def test_prepared_gradient_inside_a_gradient():
-    f = lambda x: np.sum(np.sin(x) * x)  # noqa: E731
+    f = lambda x: np.sum(np.sin(x) * x)
     prog = db.prepare_gradient(f, np.ones(3))
     x = np.array([0.1, 0.2, 0.3])
     np.testing.assert_allclose(db.jacobian(lambda x: prog(x), x), db.hessian(f, x))
