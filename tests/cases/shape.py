@@ -5,6 +5,7 @@ import warnings
 import numpy as np
 from hypothesis import strategies as st
 
+from dualbroadcast import pullbacks
 from dualbroadcast.numpy_facts import astype, getitem
 
 from . import Case, X, Y, Z, array_shape, broadcast_shapes, call, uniform
@@ -634,6 +635,20 @@ def build_piecewise(draw, s):
     return lambda x: np.piecewise(x, [x > 0, x < -1][: max(len(pieces) - 1, 1)], pieces) * x
 
 
+def build_scatter(draw, dtype):
+    """The pullback of x[index] as a function (what a gradient of a gradient records): g added at the index
+    into zeros, rows that may repeat (np.add.at's semantics) or a basic slice."""
+    shape = array_shape(draw)
+    if draw(st.booleans()):
+        n = draw(st.integers(0, 5))
+        index, repeats = np.array(draw(st.lists(st.integers(0, shape[0] - 1), min_size=n, max_size=n)), int), True
+        g_shape = (n,) + shape[1:]
+    else:
+        index, repeats = (slice(None), slice(0, None, 2)) if len(shape) > 1 else slice(1, None), False
+        g_shape = np.zeros(shape)[index].shape
+    return (lambda g: pullbacks.SCATTER_RECORDED(g, index, shape, g.dtype, repeats)), [uniform(draw, g_shape, dtype)]
+
+
 CASES = [
     Case(np.reshape, one_array(build_reshape), name="reshape"),
     Case(np.reshape, one_array(build_reshape_fortran, 2), name="reshape_order_F"),
@@ -720,4 +735,5 @@ CASES = [
                    "median")),
     Case(np.select, build_select, name="select"),
     Case(np.piecewise, one_array(build_piecewise, 0), name="piecewise_constants"),
+    Case(pullbacks.SCATTER_RECORDED, lambda draw, dtype: build_scatter(draw, dtype), name="scatter"),
 ]
