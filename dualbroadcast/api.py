@@ -515,23 +515,25 @@ def hessian(f: Callable[..., Any], x: Any) -> Any:
     array([[4., 2.],
            [2., 0.]])
     """
-    g, back = pullback(lambda x: gradient(f, x), x)
+    g, back = pullback(lambda y: gradient(f, *_marked_like((x,), (y,))), x)
     leaves, treedef = pytree.flatten(x)
-    g_leaves, g_def = pytree.flatten(g)
-    blocks = []  # blocks[i][j]: ∂²f/∂x_i∂x_j
+    active = pytree.leaf_activity(treedef)
+    g_leaves, g_def = pytree.flatten(g)  # None at a cut leaf
+    blocks = []  # blocks[i][j]: ∂²f/∂x_i∂x_j, None where either leaf is cut
     for i, leaf in enumerate(leaves):
         rows = [pytree.flatten(back(pytree.unflatten(g_def, _one_hot(g_leaves, i, e))))[0]
-                for e in np.ndindex(np.shape(leaf))]
+                for e in np.ndindex(np.shape(leaf))] if active[i] else []
         blocks.append([np.reshape(np.array([row[j] for row in rows]), np.shape(leaf) + np.shape(other))
-                       for j, other in enumerate(leaves)])
+                       if active[i] and active[j] else None for j, other in enumerate(leaves)])
     if treedef is pytree.LEAF:
         return float(blocks[0][0]) if type(x) is float else blocks[0][0]
     return pytree.unflatten(treedef, [pytree.unflatten(treedef, row) for row in blocks])
 
 
 def _one_hot(leaves, i, index):
-    """The cotangent with the structure of ``leaves`` that is 1 at ``index`` of leaf ``i``, 0 elsewhere."""
-    cotangent = [np.zeros(np.shape(leaf), np.result_type(leaf)) for leaf in leaves]
+    """The cotangent with the structure of ``leaves`` that is 1 at ``index`` of leaf ``i``, 0 elsewhere (None
+    where a leaf is None: a cut leaf's gradient)."""
+    cotangent = [None if leaf is None else np.zeros(np.shape(leaf), np.result_type(leaf)) for leaf in leaves]
     cotangent[i][index] = 1
     return cotangent
 

@@ -202,3 +202,78 @@ def test_values_of_a_finished_inner_gradient_are_stale():
 
     with pytest.raises(db.StaleValueError):
         db.gradient(outer, np.ones(2))
+
+
+# --- second-order kernels: a db.sum inside a gradient of a gradient, in one fused pass -------------------
+def exp_poly(c, xs):
+    def term(x, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9):
+        return np.exp(c0 + x * (c1 + x * (c2 + x * (c3 + x * (c4 + x * (c5 + x * (c6 + x * (c7 + x * (c8 + x * c9)))))))))
+
+    return db.sum(term, db.cut(xs), *[c[k] for k in range(10)])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "blocked", "numexpr"])
+def test_hessian_of_ten_coefficients_is_one_pass_of_width_10_and_55(backend):
+    xs = np.random.default_rng(0).uniform(-1, 1, 5000)
+    c = np.linspace(-0.1, 0.1, 10)
+    db.set_backend(backend)  # a backend that cannot run the call runs it on NumPy
+    try:
+        with db.kernel_log() as calls:
+            h = db.hessian(lambda c: exp_poly(c, xs), c)
+    finally:
+        db.set_backend(None)
+    assert [(k.width, k.second) for k in calls] == [(10, 55)]
+    e = np.exp(np.polyval(c[::-1], xs))
+    powers = xs[None, :] ** np.arange(10)[:, None]
+    np.testing.assert_allclose(h, (powers * e) @ powers.T, rtol=1e-11)
+
+
+KERNELS = [
+    lambda x, a, b: a * np.exp(-b * x) + np.sin(a * x) * b,
+    lambda x, a, b: np.log1p(x * x * a) / (1 + b * b) - np.sqrt(1 + a * a * x * x),
+    lambda x, a, b: np.where(x > 0, a * x ** 3, b * np.tanh(x)) + a * b * x,
+]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from(range(len(KERNELS))), st.integers(1, 40), st.floats(-1.5, 1.5), st.floats(-1.5, 1.5),
+       st.booleans(), st.sampled_from([np.float64, np.float32]))
+def test_second_order_kernels_match_the_same_function_op_by_op(k, n, a, b, x_active, dtype):
+    """Hessians with respect to scalars and a full-size array (its diagonal terms, its cross terms with the
+    scalars), through the fused second-order kernel and through the NumPy operations one by one."""
+    f = KERNELS[k]
+    x = np.linspace(-1.3, 1.7, n).astype(dtype)
+    params = {"x": x if x_active else db.cut(x), "a": dtype(a), "b": dtype(b)}
+
+    def fused(p):
+        return db.sum(f, p["x"], p["a"], p["b"])
+
+    def plain(p):
+        return np.sum(f(p["x"], p["a"], p["b"]))
+
+    with db.kernel_log() as calls:
+        got = db.hessian(fused, params)
+    assert calls and calls[-1].second == (6 if x_active else 3)
+    want = db.hessian(plain, params)
+    rtol = 1e-4 if dtype is np.float32 else 1e-10
+    for i in want:
+        for j in want[i]:
+            if want[i][j] is None:
+                assert got[i][j] is None
+                continue
+            assert np.result_type(got[i][j]) == dtype
+            np.testing.assert_allclose(got[i][j], want[i][j], rtol=rtol, atol=rtol)
+
+
+def test_hvp_of_the_eam_model_against_its_hand_written_hessian():
+    from dualbroadcast.demo import eam_fused
+
+    x = np.random.default_rng(0).random(50)
+    v = np.random.default_rng(1).standard_normal(50)
+    r = np.exp(-3 * (x + 1))
+    p = np.sum(r)
+    want = (2 + 6 * p + 3 * p ** 2) * (-3 * r) * np.dot(-3 * r, v) + (2 * p + 3 * p ** 2 + p ** 3) * 9 * r * v
+    with db.kernel_log() as calls:
+        got = db.hvp(eam_fused, x, v)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert [(c.width, c.second) for c in calls] == [(1, 1)]
