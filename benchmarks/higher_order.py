@@ -18,7 +18,7 @@ from .timing import ratio_table
 
 
 def eam_hvp_hand(x, v):
-    """H·v of E = P² + P³ + P⁴/4, P = Σρ(x), ρ = exp(-3(x+1)): H = E''(P) ∇P ∇Pᵀ + E'(P) diag(9ρ)."""
+    """H·v of E = P² + P³ + P⁴/4, P = Σr(x), r = exp(-3(x+1)): H = E''(P) ∇P ∇Pᵀ + E'(P) diag(9r)."""
     r = np.exp(-3 * (x + 1))
     p = np.sum(r)
     return (2 + 6 * p + 3 * p**2) * (-3 * r) * np.dot(-3 * r, v) + (2 * p + 3 * p**2 + p**3) * 9 * r * v
@@ -32,7 +32,8 @@ def exp_poly(c, xs):
 def exp_poly_db(c, xs):
     """The same with db.sum over the points, the ten coefficients its variables (Horner's rule)."""
     def term(x, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9):
-        return np.exp(c0 + x * (c1 + x * (c2 + x * (c3 + x * (c4 + x * (c5 + x * (c6 + x * (c7 + x * (c8 + x * c9)))))))))
+        inner = c5 + x * (c6 + x * (c7 + x * (c8 + x * c9)))
+        return np.exp(c0 + x * (c1 + x * (c2 + x * (c3 + x * (c4 + x * inner)))))
 
     return db.sum(term, db.cut(xs), *[c[k] for k in range(10)])
 

@@ -207,7 +207,8 @@ def test_values_of_a_finished_inner_gradient_are_stale():
 # --- second-order kernels: a db.sum inside a gradient of a gradient, in one fused pass -------------------
 def exp_poly(c, xs):
     def term(x, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9):
-        return np.exp(c0 + x * (c1 + x * (c2 + x * (c3 + x * (c4 + x * (c5 + x * (c6 + x * (c7 + x * (c8 + x * c9)))))))))
+        inner = c5 + x * (c6 + x * (c7 + x * (c8 + x * c9)))
+        return np.exp(c0 + x * (c1 + x * (c2 + x * (c3 + x * (c4 + x * inner)))))
 
     return db.sum(term, db.cut(xs), *[c[k] for k in range(10)])
 
