@@ -234,7 +234,8 @@ class PreparedGradient:
         self.variants = collections.OrderedDict()  # signature -> [Program, ...]
         self.globals_read = ()  # (namespace, name, value) the variants were recorded with
         self.unreplayable = set()  # signatures whose recording cannot be replayed: `gradient` evaluates them
-        self._record(example_args, _signature([pytree.flatten(arg) for arg in example_args]))
+        if ACTIVE_TAPE.get() is None:  # inside a gradient, every call is a nested gradient (`_evaluate`)
+            self._record(example_args, _signature([pytree.flatten(arg) for arg in example_args]))
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
         return self._evaluate(args, out, False)[1]
@@ -244,7 +245,13 @@ class PreparedGradient:
 
     def _evaluate(self, args, out, with_value):
         """Replay a program recorded for arguments like ``args`` (plain ones by a cheap key), or record
-        one; ``with_value``: also compute the value (else it may be None)."""
+        one; ``with_value``: also compute the value (else it may be None).  Inside a gradient (a prepared gradient
+        in a function another differentiates), `value_and_gradient`: f may read that gradient's values, which a
+        replay could not see."""
+        if ACTIVE_TAPE.get() is not None:
+            if out is not None:
+                raise ValueError("out= cannot hold a gradient that an outer gradient differentiates; drop out=")
+            return value_and_gradient(self.f, *args)
         for namespace, name, value in self.globals_read:
             if namespace.get(name) is not value:  # a global f reads was rebound: every variant baked the old one
                 self.variants.clear()
@@ -266,10 +273,6 @@ class PreparedGradient:
                     return run(leaves, (out,))[0], out
                 except GuardFailed:
                     continue
-        if plain is None and ACTIVE_TAPE.get() is not None:  # in a gradient of this one: its values are tracked
-            if out is not None:
-                raise ValueError("out= cannot hold a gradient that an outer gradient differentiates; drop out=")
-            return value_and_gradient(self.f, *args)
         flat = [pytree.flatten(arg) for arg in args]
         signature = _signature(flat)
         if plain is not None:
