@@ -278,3 +278,12 @@ def test_hvp_of_the_eam_model_against_its_hand_written_hessian():
         got = db.hvp(eam_fused, x, v)
     np.testing.assert_allclose(got, want, rtol=1e-12)
     assert [(c.width, c.second) for c in calls] == [(1, 1)]
+
+
+def test_explain_of_a_function_taking_a_gradient_shows_the_second_order_kernel():
+    xs = np.linspace(-1, 1, 100)
+    c = np.full(10, 0.1)
+    report = db.explain(lambda c: np.sum(db.gradient(lambda c: exp_poly(c, xs), c)), c)
+    forward = [op for op in report.operations if op.mode == "forward"]
+    assert forward and all(op.width == 10 and "second order: 55 second partials" in op.name for op in forward)
+    assert "second order: 55" in str(report)
