@@ -68,9 +68,12 @@ def family(rule):
 
 
 def differentiated():
-    """``{family: [public names of each function]}`` of the library's own rules."""
+    """``{family: [public names of each function]}`` of the library's own rules (not the internal scatter a
+    gradient of a gradient records, which no user calls)."""
     families = {}
     for func, rule in RULES.items():
+        if getattr(func, "__module__", "") == "dualbroadcast.pullbacks":
+            continue
         kind = family(rule)
         if kind not in ("user", None):
             families.setdefault(kind, []).append(public_names(func))

@@ -9,7 +9,7 @@ array([2., 4.])
 """
 
 from . import rules  # noqa: F401  (registers every rule)
-from .api import check_gradient, cut, gradient, jacobian, pullback, uncut, value_and_gradient
+from .api import check_gradient, cut, gradient, hessian, hvp, jacobian, pullback, uncut, value_and_gradient
 from .broadcast import KernelCall, broadcast, clear_cache, elementwise, kernel_log, sum
 from .errors import (
     ArgumentTypeError,
@@ -33,7 +33,7 @@ from .tape import primitive
 __all__ = [
     "gradient", "value_and_gradient", "broadcast", "sum", "elementwise", "kernel_log", "KernelCall",
     "set_backend", "clear_cache", "explain", "prepare_gradient", "PreparedGradient", "pullback", "jacobian", "cut",
-    "uncut", "check_gradient",
+    "uncut", "check_gradient", "hessian", "hvp",
     "defderivative", "defvjp", "defvjp_argnum", "defvjp_sequence", "defvjp_outputs", "nondifferentiable", "primitive",
     "DifferentiationError", "GradientMismatchError", "InPlaceMutationError", "KernelError",
     "NonScalarOutputError", "UnsupportedFunctionError", "ValueConversionError", "ArgumentTypeError",

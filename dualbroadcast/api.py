@@ -85,12 +85,13 @@ def _cut_leaf(leaf, constant):
 
 
 def _cut_value(x):
-    """The plain value of a possibly tracked ``x``, kept read-only while its tape's pullbacks may read it."""
-    if type(x) is not Tracked:
-        return x
-    if type(x.value) is np.ndarray:
-        x.tape.keep(x.value)
-    return x.value
+    """The plain value of a possibly tracked ``x`` (tracked by nested gradients: by none of them), kept
+    read-only while its tape's pullbacks may read it."""
+    while type(x) is Tracked:
+        if type(x.value) is np.ndarray:
+            x.tape.keep(x.value)
+        x = x.value
+    return x
 
 
 # --- tracing ----------------------------------------------------------------
@@ -166,8 +167,13 @@ def _float_value(x, position, leaf=None, tape=None):
         what = "boolean"
     elif isinstance(x, int) or kind in ("i", "u"):
         what = "integer"
+    elif type(x) is Tracked and tape is not None and x.tape.level < tape.level and x.dtype.kind in "fc":
+        if x.dtype.kind == "c":  # a gradient inside a gradient: the inner input is tracked by the outer one
+            tape.complex = True
+        return x
     elif type(x) is Tracked:
-        raise ArgumentTypeError("nested gradients (a gradient of a function that takes a gradient) are not supported")
+        raise StaleValueError("a tracked value from a finished gradient evaluation was passed to a gradient; "
+                              "pass the array itself (or db.cut(x) for its value)")
     else:
         what = f"of type {type(x).__name__}" + (f" with dtype {x.dtype}" if hasattr(x, "dtype") else "")
     where = "" if leaf is None else f" (leaf {leaf})"
@@ -178,11 +184,20 @@ def _float_value(x, position, leaf=None, tape=None):
     )
 
 
+def new_tape(single_sweep=False):
+    """The tape of one evaluation.  Inside another's function (a gradient of a gradient) it is one level
+    deeper (see `Tape`) and never reuses a buffer, since its cotangents may be tracked by the outer one."""
+    outer = ACTIVE_TAPE.get()
+    if outer is None:
+        return Tape(single_sweep)
+    return Tape(level=outer.level + 1)
+
+
 def _trace(f, args):
     """Run ``f`` on tracked arguments; return the tape, the output and the arguments.
 
     The constants the tape keeps stay read-only as long as the tape (its pullbacks) lives."""
-    tape = Tape()
+    tape = new_tape()
     weakref.finalize(tape, thaw, tape.kept)
     call_args, arguments = _prepare(tape, args)
     return tape, _call_on_tape(tape, f, call_args), arguments
@@ -254,7 +269,12 @@ def _scalar_seed(out, tape):
         )
     value = value_of(out)
     if type(out) is Tracked and out.tape is not tape:
-        raise StaleValueError("the function returned a tracked value from another gradient evaluation")
+        if out.tape.closed or out.tape.level >= tape.level:
+            raise StaleValueError("the function returned a tracked value from another gradient evaluation")
+        out, value = None, out  # tracked by an outer gradient only: a constant of this one
+    if type(value) is Tracked:  # a gradient inside a gradient: its value is tracked by the outer one
+        _scalar_seed(value, value.tape)
+        return value, (None if out is None else out.dtype.type(1))
     if not isinstance(value, (int, float, np.generic, np.ndarray)):
         raise NonScalarOutputError(
             f"gradient needs a function with a real scalar result, but it returned {type(value).__name__} "
@@ -303,7 +323,9 @@ _PYTHON_NUMBERS = (float, complex)
 
 
 def _python_number(g, original):
-    """The gradient of a Python float or complex leaf, of its type."""
+    """The gradient of a Python float or complex leaf, of its type (tracked by an outer gradient: as it is)."""
+    if type(g) is Tracked:
+        return g
     return float(g) if type(original) is float else complex(g)
 
 
@@ -314,12 +336,15 @@ def _python_floats(cotangents):
     converting them; ``float(None)`` fails instead, for the rare unused leaf."""
     try:
         return list(map(float, cotangents))
-    except TypeError:
-        return [0.0 if g is None else float(g) for g in cotangents]
+    except (TypeError, ValueConversionError):  # an unused leaf, or one tracked by an outer gradient
+        return [0.0 if g is None else g if type(g) is Tracked else float(g) for g in cotangents]
 
 
 def _leaf_gradient(g, original, seen):
-    """The gradient of one leaf with its shape and dtype: a buffer of its own, never shared."""
+    """The gradient of one leaf with its shape and dtype: a buffer of its own, never shared (a cotangent
+    tracked by an outer gradient: recorded there as it is cast and reshaped)."""
+    if type(g) is Tracked:
+        return _tracked_gradient(g, original)
     if type(g) is np.ndarray and type(original) is np.ndarray and g.base is None and g.shape == original.shape \
             and g.dtype is original.dtype and g.flags.writeable and id(g) not in seen:
         seen.add(id(g))  # the usual case: the sweep's own buffer
@@ -338,6 +363,14 @@ def _leaf_gradient(g, original, seen):
     return g.reshape(original.shape)
 
 
+def _tracked_gradient(g, original):
+    """`_leaf_gradient` of a cotangent ``g`` tracked by an outer gradient (a gradient inside a gradient)."""
+    dtype = np.result_type(value_of(original)) if type(original) is not Tracked else original.dtype
+    if g.dtype != dtype and dtype.kind in "fc":
+        g = g.astype(dtype)
+    return g if g.shape == np.shape(original) else np.reshape(g, np.shape(original))
+
+
 def _one_or_tuple(items):
     return items[0] if len(items) == 1 else tuple(items)
 
@@ -349,7 +382,7 @@ def value_and_gradient(f: Callable[..., Any], *args: Any) -> tuple[Any, Any]:
     >>> db.value_and_gradient(lambda x: np.sum(x**2), np.array([1.0, 2.0]))
     (np.float64(5.0), array([2., 4.]))
     """
-    tape = Tape(single_sweep=True)
+    tape = new_tape(single_sweep=True)
     try:
         if len(args) == 1:  # the common calls first, without argument trees
             x = args[0]
@@ -416,7 +449,7 @@ def pullback(f: Callable[..., Any], *args: Any) -> tuple[Any, Callable[[Any], An
         shape, dtype = out.shape, out.dtype
 
         def back_one(ybar):
-            yb = np.array(ybar, dtype=dtype)  # a copy: the gradient may be this very array
+            yb = _cotangent(ybar, dtype)
             if yb.shape != shape:
                 raise ShapeMismatchError(
                     f"cotangent of shape {yb.shape} for an output of shape {shape}; pass one of the output's shape")
@@ -433,7 +466,7 @@ def pullback(f: Callable[..., Any], *args: Any) -> tuple[Any, Callable[[Any], An
         for o, yb in zip(out_leaves, ybar_leaves):
             if type(o) is not Tracked:
                 continue
-            yb = np.array(yb, dtype=o.dtype)  # a copy: the gradient may be this very array
+            yb = _cotangent(yb, o.dtype)
             if yb.shape != o.shape:
                 raise ShapeMismatchError(
                     f"cotangent of shape {yb.shape} for an output of shape {o.shape}; pass one of the output's shape")
@@ -442,6 +475,14 @@ def pullback(f: Callable[..., Any], *args: Any) -> tuple[Any, Callable[[Any], An
         return _one_or_tuple(_gradients(arguments, grads))
 
     return pytree.unflatten(out_def, [value_of(o) for o in out_leaves]), back
+
+
+def _cotangent(ybar, dtype):
+    """A cotangent given to a pullback, as an array of the output's dtype: a copy (the gradient may be this very
+    array), or, tracked by an outer gradient (a pullback inside a gradient), recorded there as it is cast."""
+    if type(ybar) is Tracked:
+        return ybar if ybar.dtype == dtype else ybar.astype(dtype)
+    return np.array(ybar, dtype=dtype)
 
 
 def jacobian(f: Callable[[Any], ArrayLike], x: NDArray[np.floating] | float) -> NDArray[np.floating]:
@@ -465,8 +506,83 @@ def jacobian(f: Callable[[Any], ArrayLike], x: NDArray[np.floating] | float) -> 
     return jac
 
 
+def hessian(f: Callable[..., Any], x: Any) -> Any:
+    """Dense Hessian of the real scalar ``f`` at ``x``: shape ``x.shape + x.shape``; for a pytree ``x``, a
+    pytree of pytrees (``H[i][j]`` of shape ``x_i.shape + x_j.shape``), as JAX's.  A pullback of the gradient
+    (reverse over reverse): the gradient is recorded once and swept once per element of ``x``.
+
+    >>> db.hessian(lambda x: x[0] ** 2 * x[1], np.array([1.0, 2.0]))
+    array([[4., 2.],
+           [2., 0.]])
+    """
+    g, back = pullback(lambda y: gradient(f, *_marked_like((x,), (y,))), x)
+    leaves, treedef = pytree.flatten(x)
+    active = pytree.leaf_activity(treedef)
+    g_leaves, g_def = pytree.flatten(g)  # None at a cut leaf
+    blocks = []  # blocks[i][j]: ∂²f/∂x_i∂x_j, None where either leaf is cut
+    for i, leaf in enumerate(leaves):
+        rows = [pytree.flatten(back(pytree.unflatten(g_def, _one_hot(g_leaves, i, e))))[0]
+                for e in np.ndindex(np.shape(leaf))] if active[i] else []
+        blocks.append([np.reshape(np.array([row[j] for row in rows]), np.shape(leaf) + np.shape(other))
+                       if active[i] and active[j] else None for j, other in enumerate(leaves)])
+    if treedef is pytree.LEAF:
+        return float(blocks[0][0]) if type(x) is float else blocks[0][0]
+    return pytree.unflatten(treedef, [pytree.unflatten(treedef, row) for row in blocks])
+
+
+def _one_hot(leaves, i, index):
+    """The cotangent with the structure of ``leaves`` that is 1 at ``index`` of leaf ``i``, 0 elsewhere (None
+    where a leaf is None: a cut leaf's gradient)."""
+    cotangent = [None if leaf is None else np.zeros(np.shape(leaf), np.result_type(leaf)) for leaf in leaves]
+    cotangent[i][index] = 1
+    return cotangent
+
+
+def hvp(f: Callable[..., Any], *args: Any, vectors: Any = None) -> Any:
+    """Hessian-vector product of the real scalar ``f``: ``hvp(f, x, v)`` is ``H(x) · v``; ``hvp(f, *args,
+    vectors=(v1, ...))`` the products with respect to several arguments (pytrees, `cut` as in `gradient`).
+    The gradient of ``⟨∇f, v⟩`` (reverse over reverse): one evaluation of f, two sweeps, no dense Hessian.
+
+    >>> db.hvp(lambda x: np.sum(x ** 3), np.array([1.0, 2.0]), np.array([1.0, 0.0]))
+    array([6., 0.])
+    """
+    if vectors is None:
+        if len(args) != 2:
+            raise TypeError("hvp(f, x, v) takes one argument and its vector; for several arguments write "
+                            "hvp(f, *args, vectors=(v1, v2, ...))")
+        args, vectors = args[:1], (args[1],)
+    elif len(args) == 1:
+        vectors = (vectors,)
+    if len(vectors) != len(args):
+        raise ShapeMismatchError(f"hvp got {len(vectors)} vectors for {len(args)} arguments; pass one per argument")
+
+    def directional(*xs):
+        grads = gradient(f, *_marked_like(args, xs))
+        total = 0.0
+        for g, v in zip(grads if len(xs) > 1 else (grads,), vectors):
+            for gl, vl in zip(pytree.flatten(g)[0] if g is not None else (), pytree.flatten(v)[0]):
+                if gl is not None:
+                    total = total + np.sum(gl * vl)
+        return total
+
+    return gradient(directional, *args)
+
+
+def _marked_like(originals, values):
+    """``values`` (arguments as a differentiated function receives them: markers removed) with the `cut` and
+    `uncut` markers of ``originals`` put back, so that a gradient inside it differentiates what the outer one
+    does."""
+    marked = []
+    for original, value in zip(originals, values):
+        treedef = pytree.flatten(original)[1]
+        marked.append(pytree.unflatten(treedef, pytree.flatten(value)[0], strip_markers=False)
+                      if pytree.has_markers(treedef) else value)
+    return marked
+
+
 def check_gradient(
-    f: Callable[..., Any], *args: Any, rtol: float | None = None, atol: float | None = None, step: float | None = None
+    f: Callable[..., Any], *args: Any, rtol: float | None = None, atol: float | None = None, step: float | None = None,
+    order: int = 1,
 ) -> float:
     """Compare `gradient` with central finite differences, element by element.
 
@@ -478,9 +594,16 @@ def check_gradient(
     error relative to the tolerance (< 1 means it passed).  At a kink it also
     accepts a gradient that matches the one-sided differences of either side.
 
+    ``order=2`` checks the second derivatives (nested gradients) against central differences of the
+    gradient instead, real arguments only.
+
     >>> print(db.check_gradient(lambda x: np.sum(np.sin(x)), np.array([0.5, 1.0])) < 1)
     True
     """
+    if order == 2:
+        return _check_second_derivatives(f, args, rtol, atol, step)
+    if order != 1:
+        raise ValueError(f"check_gradient checks order 1 or 2, not {order!r}")
     grads = gradient(f, *args)
     grads = (grads,) if len(args) == 1 else grads
     low_precision = any(
@@ -537,6 +660,86 @@ def check_gradient(
 _WIDER = {np.dtype(np.float32): np.float64, np.dtype(np.complex64): np.complex128}
 
 
+def _check_second_derivatives(f, args, rtol, atol, step):
+    """`check_gradient(order=2)`: every ∂²f/∂a_i∂a_j of the active elements, a row of the Hessian per pullback
+    of the gradient, against central differences of the gradient (taken in float64)."""
+    if any(np.iscomplexobj(leaf) for a in args for leaf in pytree.flatten(a)[0]):
+        raise ArgumentTypeError("check_gradient(order=2) checks real arguments; pass the real and imaginary "
+                                "parts as separate real arguments")
+    low_precision = any(getattr(leaf, "dtype", None) == np.float32 for a in args for leaf in pytree.flatten(a)[0])
+    rtol = rtol if rtol is not None else (2e-3 if low_precision else 1e-5)
+    atol = atol if atol is not None else (2e-3 if low_precision else 1e-6)
+    step = step if step is not None else 1e-5
+    args64 = [_to_float64(a) for a in args]
+
+    def flat_gradient(*xs):
+        grads = gradient(f, *_marked_like(args64, xs))
+        pieces = [np.ravel(leaf) for g in (grads if len(xs) > 1 else (grads,)) if g is not None
+                  for leaf in pytree.flatten(g)[0] if leaf is not None]
+        return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+
+    g, back = pullback(flat_gradient, *args64)
+    n = np.size(g)
+    if n == 0:
+        return 0.0
+    rows = []
+    for j in range(n):
+        seed = np.zeros(n)
+        seed[j] = 1.0
+        cotangents = back(seed)
+        rows.append(np.concatenate([np.ravel(leaf) for c in (cotangents if len(args) > 1 else (cotangents,))
+                                    if c is not None for leaf in pytree.flatten(c)[0] if leaf is not None]))
+    hess = np.array(rows).reshape(n, -1)
+    scale = max(1.0, float(np.max(np.abs(g), initial=0.0)))
+    worst, column, failures = (0.0, None), 0, 0
+    for position, arg in enumerate(args64):
+        leaves, treedef = pytree.flatten(arg)
+        for k, (leaf, on) in enumerate(zip(leaves, pytree.leaf_activity(treedef))):
+            if not on or leaf is None:
+                continue
+            for index in np.ndindex(np.shape(leaf)):
+                h = step * max(1.0, abs(np.asarray(leaf)[index]))
+                at = functools.partial(_moved_args, args64, position, leaves, treedef, k, index)
+                fd = (flat_gradient(*at(h)) - flat_gradient(*at(-h))) / (2 * h)
+
+                def error(fd, column=column):
+                    errors = np.abs(hess[:, column] - fd) / (atol * scale + rtol * np.abs(fd))
+                    errors[~np.isfinite(errors)] = np.inf  # a NaN or infinite derivative never passes
+                    return errors
+
+                errors = error(fd)
+                if np.any(errors > 1):  # where the gradient has a kink (a tie, |x|), judge against each side
+                    sides = _one_sided_differences(lambda t, at=at: flat_gradient(*at(t)), h)
+                    errors = np.minimum(errors, np.minimum(*map(error, sides)))
+                failures += int(np.sum(errors > 1))
+                j = int(np.argmax(errors))
+                if errors[j] > worst[0]:
+                    worst = (float(errors[j]), (position, k, index, j, hess[j, column], fd[j]))
+                column += 1
+    if worst[0] > 1:
+        position, k, index, j, value, fd = worst[1]
+        raise GradientMismatchError(
+            f"second derivatives disagree with finite differences of the gradient at {failures} element(s); "
+            f"worst: ∂(gradient element {j})/∂(argument {position}, leaf {k}, index {index}) is {value!r}, "
+            f"finite difference {fd!r} (error {worst[0]:.3g}x the tolerance rtol={rtol}, atol={atol})")
+    return worst[0]
+
+
+def _moved_args(args, position, leaves, treedef, k, index, h):
+    """The arguments with element ``index`` of leaf ``k`` of argument ``position`` moved by ``h``."""
+    leaf = leaves[k]
+    x = np.asarray(leaf)[index] + h
+    x = complex(x) if np.iscomplexobj(leaf) else float(x)
+    if np.ndim(leaf) == 0:
+        moved = type(leaf)(x) if not isinstance(leaf, np.ndarray) else np.asarray(x)
+    else:
+        moved = np.array(leaf, dtype=np.result_type(leaf, np.float64))
+        moved[index] = x
+    call = list(args)
+    call[position] = pytree.unflatten(treedef, leaves[:k] + [moved] + leaves[k + 1 :], strip_markers=False)
+    return call
+
+
 def _to_float64(x):
     leaves, treedef = pytree.flatten(x)
     leaves = [np.asarray(v, _WIDER[v.dtype]) if getattr(v, "dtype", None) in _WIDER else v for v in leaves]
@@ -546,16 +749,7 @@ def _to_float64(x):
 def _moved_value(f, args, position, leaves, treedef, k, index, h):
     """``f`` at the arguments with element ``index`` of leaf ``k`` of argument ``position`` moved by ``h``
     (an imaginary ``h`` moves a complex element's imaginary part)."""
-    leaf = leaves[k]
-    x = np.asarray(leaf)[index] + h
-    x = complex(x) if np.iscomplexobj(leaf) else float(x)
-    if np.ndim(leaf) == 0:
-        moved = type(leaf)(x) if not isinstance(leaf, np.ndarray) else np.asarray(x)
-    else:
-        moved = np.array(leaf, dtype=np.result_type(leaf, np.float64))
-        moved[index] = x
-    call = [pytree.without_markers(a) for a in args]
-    call[position] = pytree.unflatten(treedef, leaves[:k] + [moved] + leaves[k + 1 :])
+    call = [pytree.without_markers(a) for a in _moved_args(args, position, leaves, treedef, k, index, h)]
     return float(np.asarray(value_of(f(*call))))
 
 

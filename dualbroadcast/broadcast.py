@@ -33,7 +33,7 @@ from .guards import RECORDER, NotReplayableError
 from .kernel_source import needed_nodes
 from .kernels import FORCED_BACKEND, Kernel
 from .numpy_facts import FLOAT_LEAVES, REAL_FLOATS
-from .pullbacks import RealPart, fitting_kernel_pullback, kernel_pullback
+from .pullbacks import FACTORS, RealPart, fitting_kernel_pullback, kernel_pullback, plain, unbroadcast
 from .registry import COMPLEX_RULES, SAME_RULE
 from .tape import Tracked, _edge, _edges, tape_of
 
@@ -48,13 +48,15 @@ _log = contextvars.ContextVar("dualbroadcast_kernel_log", default=None)
 
 
 class KernelCall(NamedTuple):
-    """What one `broadcast`/`sum` call did: its dual width is the number of partials carried."""
+    """What one `broadcast`/`sum` call did: its dual width is the number of partials carried; ``second``, of a
+    second-order kernel (a `sum` inside a gradient of a gradient), the number of second partials."""
 
     function: str
     width: int
     backend: str
     size: int
     reduce: bool
+    second: int = 0
 
 
 class kernel_log:
@@ -143,9 +145,12 @@ def _run(f, args, reduce, backend):
         structure = _structure_key(treedef, reads)
     names = None  # every name the code reads: how a baked object's class is read
     inputs, values, active, kinds, input_kinds = [], [], [], [], []
+    nested = False
     for leaf, on in zip(leaves, activity):
         if type(leaf) is Tracked or _is_array_input(leaf):
             value = leaf.value if type(leaf) is Tracked else leaf
+            if type(value) is Tracked:  # tracked by two nested gradients: the kernel computes on the plain value
+                nested, value = True, plain(value)
             kind = value.dtype if type(value) is np.ndarray else (
                 float if type(value) is float else np.result_type(value))
             if type(leaf) is Tracked and on and leaf.index not in inactive:
@@ -157,6 +162,11 @@ def _run(f, args, reduce, backend):
         else:  # baked into the kernel: ints, bools, None, strings, objects
             names = tuple(sorted(reads.names)) if names is None else names
             kinds.append(("baked", reads.key(leaf, names)))
+    if nested or _nested(inputs):
+        levels = _two_levels(inputs, activity if treedef is not None else None, leaves)
+        if levels is None or not reduce or recorder is not None:
+            return _evaluated(f, args, reduce)
+        return _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, levels, backend)
     key = (structure, tuple(kinds), tuple(active), reduce)
     kernel = _kernel(key, f, treedef, leaves, len(values), active, reduce, input_kinds)
     if active and len(kernel.outputs) == 1:
@@ -240,6 +250,8 @@ class _Plan:
             return value
         tape = parents[0].tape
         if tape.closed or len(parents) > 1:
+            if _nested(parents):
+                return None
             tape = tape_of(parents)  # a clear error for a stale or mixed value
         if len(parents) == 1:  # the usual case, one differentiated array
             x = parents[0]
@@ -268,6 +280,102 @@ def _plan(f, kernel, values, active, reduce, call, reads):
             _plans[(id(f.__code__), reduce)] = plan
             if len(_plans) > CACHE_SIZE:
                 del _plans[next(iter(_plans))]
+
+
+def _nested(inputs):
+    """Whether tracked ``inputs`` belong to the tapes of nested gradients (a value of the outer gradient in a
+    kernel inside the inner one): a fused kernel, on plain values, would lose the outer gradient's."""
+    tape = None
+    for a in inputs:
+        if type(a) is Tracked:
+            if tape is not None and a.tape is not tape and not a.tape.closed and not tape.closed \
+                    and a.tape.level != tape.level:
+                return True
+            tape = a.tape
+    return False
+
+
+def _two_levels(inputs, activity, leaves):
+    """For a `sum` whose inputs two nested gradients track: ``(inner, outer, inner positions, outer parents)``,
+    the inner tape and its tracked inputs' positions, the outer tape and ``{position: its tracked value}`` (an
+    inner input's value, or an input of the outer tape itself); None where a second-order kernel cannot
+    serve (more levels, a cut leaf, values of another shape than the sum's or a scalar)."""
+    tracked = [(p, a) for p, a in enumerate(inputs) if type(a) is Tracked]
+    if activity is not None and not all(on for leaf, on in zip(leaves, activity) if type(leaf) is Tracked):
+        return None
+    tapes = {a.tape for _, a in tracked} | {a.value.tape for _, a in tracked if type(a.value) is Tracked}
+    if len(tapes) != 2 or any(type(a.value) is Tracked and type(a.value.value) is Tracked for _, a in tracked):
+        return None
+    outer, inner = sorted(tapes, key=lambda t: t.level)
+    if outer.closed or inner.closed or outer.level == inner.level:
+        return None
+    shape = np.broadcast_shapes(*[np.shape(plain(a)) for a in inputs])
+    if any(np.shape(plain(a)) not in ((), shape) for _, a in tracked):
+        return None
+    inner_positions = [p for p, a in tracked if a.tape is inner]
+    outer_parents = {p: a.value if a.tape is inner else a for p, a in tracked
+                     if a.tape is outer or type(a.value) is Tracked}
+    return inner, outer, inner_positions, outer_parents
+
+
+def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, levels, backend):
+    """``sum(f, ...)`` whose inputs two nested gradients track (``levels``, see `_two_levels`), in one fused pass
+    of second-order dual numbers: the value, a partial per input either gradient tracks and their second
+    partials.  The outer tape records the value (pullbacks: the partials) and each partial of an inner input
+    (pullbacks: the second partials), the inner tape the value with pullbacks ``g · partial``, those
+    partials the outer tape's values: so the inner gradient's pullback is differentiable in one pass."""
+    inner, outer, inner_positions, outer_parents = levels
+    active = sorted(set(inner_positions) | set(outer_parents))
+    key = (structure, tuple(kinds), ("second order", tuple(active)), True)
+    kernel = _kernel(key, f, treedef, leaves, len(values), active, True, input_kinds, order=2)
+    shape = np.broadcast_shapes(*[np.shape(v) for v in values])
+    shapes = {p: np.shape(values[p]) for p in active}
+    pairs = [(a, b) for i, a in enumerate(active) for b in active[i:]]
+    pair_shapes = [() if shapes[a] == shapes[b] == () else shape for a, b in pairs]
+    value, results, used, size = kernel(values, [shapes[p] for p in active] + pair_shapes, backend)
+    partial = dict(zip(active, results))
+    second = {}
+    for (a, b), h in zip(pairs, results[len(active):]):
+        second[a, b] = second[b, a] = h
+    call = KernelCall(kernel.name, len(active), used, size, True, len(pairs))
+    calls = _log.get()
+    if calls is not None:
+        calls.append(call)
+    outer_at = list(outer_parents)
+    if outer_at:
+        value = outer.record(value, _edges([outer_parents[p] for p in outer_at],
+                                           [kernel_pullback(partial[p], shapes[p], (), False) for p in outer_at]), call)
+    backs = []
+    for p in inner_positions:
+        d = partial[p]
+        if outer_at:  # the partial as the outer tape's value: its pullbacks are the second partials
+            d = outer.record(d, _edges([outer_parents[q] for q in outer_at],
+                                       [_second_partial_pullback(second[p, q], shapes[q], shapes[p])
+                                        for q in outer_at]), call)
+        backs.append(kernel_pullback(d, shapes[p], (), False))
+    return inner.record(value, _edges([inputs[p] for p in inner_positions], backs), call)
+
+
+def _second_partial_pullback(h, shape, partial_shape):
+    """The pullback, into an argument of ``shape``, of a partial of ``partial_shape`` whose derivative in it is
+    ``h``: ``h`` itself, a factor the sweep multiplies by, where ``g · h`` has the argument's shape (a Hessian
+    of k coefficients: k² of them per sweep), else ``g · h`` summed back to the argument's shape."""
+    if type(h) in FACTORS and np.shape(h) == shape and partial_shape in ((), shape):
+        return h
+    return lambda g: unbroadcast(g * h, shape)
+
+
+def _evaluated(f, args, reduce):
+    """``broadcast(f, *args)`` (or its sum) with ``f`` run on the arguments as they are, each NumPy call
+    recorded by its own rule: a kernel inside a gradient of a gradient, whose values are tracked by several
+    gradients (each records what it sees; a fused kernel computes on plain values and would lose them)."""
+    args = [pytree.without_markers(a) for a in args]
+    shape = np.broadcast_shapes(*[np.shape(leaf) for leaf in pytree.flatten(args)[0]
+                                  if type(leaf) is Tracked or _is_array_input(leaf)])
+    out = f(*args)
+    if np.shape(out) != shape:
+        out = np.broadcast_to(out, shape)
+    return np.sum(out) if reduce else out
 
 
 def _record(parents, value, partials, shapes, call, tape=None):
@@ -564,13 +672,13 @@ def _names_read(code):
     return names
 
 
-def _kernel(key, f, treedef, leaves, n_inputs, active, reduce, kinds):
+def _kernel(key, f, treedef, leaves, n_inputs, active, reduce, kinds, order=1):
     with _cache_lock:
         kernel = _cache.get(key)
         if kernel is not None:
             _cache.move_to_end(key)
             return kernel
-    kernel = _build(f, treedef, leaves, n_inputs, active, reduce, kinds)
+    kernel = _build(f, treedef, leaves, n_inputs, active, reduce, kinds, order)
     with _cache_lock:
         _cache[key] = kernel
         if len(_cache) > CACHE_SIZE:
@@ -578,8 +686,9 @@ def _kernel(key, f, treedef, leaves, n_inputs, active, reduce, kinds):
     return kernel
 
 
-def _build(f, treedef, leaves, n_inputs, active, reduce, kinds):
-    """Trace ``f`` on symbols (array leaves) and literals (baked leaves) into a kernel."""
+def _build(f, treedef, leaves, n_inputs, active, reduce, kinds, order=1):
+    """Trace ``f`` on symbols (array leaves) and literals (baked leaves) into a kernel; ``order=2`` adds the
+    second partials ∂²f/∂aᵢ∂aⱼ (i ≤ j, row by row) after the first: forward mode over the first partials."""
 
     def call(symbols):
         symbols = iter(symbols)
@@ -595,6 +704,9 @@ def _build(f, treedef, leaves, n_inputs, active, reduce, kinds):
     has_complex = _has_complex(graph, output, kinds)
     seeds = [np.dtype(kinds[i]).type(1) for i in active]
     partials = derivatives(graph, output, [inputs[i] for i in active], seeds)
+    if order == 2:
+        partials += [h for i, p in enumerate(partials)
+                     for h in derivatives(graph, p, [inputs[j] for j in active], seeds)[i:]]
     outputs = without_cuts(graph, [output] + partials)
     kernel = Kernel(graph, inputs, outputs, reduce, name)
     kernel.complex = has_complex  # NumPy's backend only, no `_Plan`

@@ -116,7 +116,8 @@ def explain(f: Callable[..., Any], *args: Any) -> Explanation:
 
 def _operation(op, active, kept):
     if isinstance(op, KernelCall):
-        name = f"{'sum' if op.reduce else 'broadcast'}({op.function}) [{op.backend}, {op.size}]"
+        order = f", second order: {op.second} second partials" if op.second else ""
+        name = f"{'sum' if op.reduce else 'broadcast'}({op.function}) [{op.backend}, {op.size}{order}]"
         return Operation(name, "forward", active, op.width, kept)
     return Operation(qualified_name(op), "reverse", active, 0, kept)
 

@@ -33,6 +33,7 @@ from .program import Const, Guard, KernelStep, Pack, Step, unpacked
 from .registry import BY_ARGNUM, OUTPUTS, first_output
 from .replay import _same, compile_program
 from .tape import (
+    ACTIVE_TAPE,
     Tape,
     Tracked,
     _check_tape,
@@ -234,7 +235,8 @@ class PreparedGradient:
         self.variants = collections.OrderedDict()  # signature -> [Program, ...]
         self.globals_read = ()  # (namespace, name, value) the variants were recorded with
         self.unreplayable = set()  # signatures whose recording cannot be replayed: `gradient` evaluates them
-        self._record(example_args, _signature([pytree.flatten(arg) for arg in example_args]))
+        if ACTIVE_TAPE.get() is None:  # inside a gradient, every call is a nested gradient (`_evaluate`)
+            self._record(example_args, _signature([pytree.flatten(arg) for arg in example_args]))
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
         return self._evaluate(args, out, False)[1]
@@ -244,7 +246,13 @@ class PreparedGradient:
 
     def _evaluate(self, args, out, with_value):
         """Replay a program recorded for arguments like ``args`` (plain ones by a cheap key), or record
-        one; ``with_value``: also compute the value (else it may be None)."""
+        one; ``with_value``: also compute the value (else it may be None).  Inside a gradient (a prepared gradient
+        in a function another differentiates), `value_and_gradient`: f may read that gradient's values, which a
+        replay could not see."""
+        if ACTIVE_TAPE.get() is not None:
+            if out is not None:
+                raise ValueError("out= cannot hold a gradient that an outer gradient differentiates; drop out=")
+            return value_and_gradient(self.f, *args)
         for namespace, name, value in self.globals_read:
             if namespace.get(name) is not value:  # a global f reads was rebound: every variant baked the old one
                 self.variants.clear()

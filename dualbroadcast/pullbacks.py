@@ -24,6 +24,8 @@ import warnings
 
 import numpy as np
 
+from .guards import Guarded
+
 # Partials a record holds as they are: the sweep multiplies the cotangent by them itself
 # (no pullback object per operation, no call per edge).
 FACTORS = frozenset((np.float64, np.float32, float, int, np.ndarray))
@@ -37,6 +39,22 @@ def multiply_by(d):
 def scalar_pullback(d):
     """The pullback of a scalar result's partial ``d`` as a record holds it: ``d`` itself if it is a factor."""
     return d if type(d) in FACTORS else multiply_by(d)
+
+
+def as_array(x, dtype=None):
+    """``np.asarray(x, dtype)`` for a rule's argument or cotangent, except that a value tracked by an outer
+    gradient (a pullback differentiated again) stays tracked, so that its operations are recorded."""
+    if isinstance(x, Guarded):
+        return x if dtype is None or x.dtype == dtype else x.astype(dtype)
+    return np.asarray(x, dtype)
+
+
+def plain(x):
+    """``x``'s value untracked by any gradient: for what a rule computes only to choose elements (positions,
+    masks, orders), through which no derivative flows."""
+    while isinstance(x, Guarded):
+        x = x.value
+    return x
 
 
 def unbroadcast(g, shape):
@@ -163,6 +181,12 @@ class IndexPullback:
         """The sweep's step: add ``g`` into ``grads[p]``, made our own buffer first."""
         self.add(own_buffer(grads, owned, p, self.shape, self.dtype), g)
 
+    def scatter(self, g):
+        """The cotangent as a new array: ``g`` added at the index into zeros (`scatter`).  The nested sweep's
+        step, where ``g`` may be tracked on an outer tape, so no buffer is written in place."""
+        return scatter(g if self.transform is None else self.transform(g), self.index, self.shape, self.dtype,
+                       self.repeats)
+
     def add(self, buffer, g):
         """Add ``g`` at the index into ``buffer`` (x's gradient buffer) in place."""
         if self.transform is not None:
@@ -171,6 +195,23 @@ class IndexPullback:
             np.add.at(buffer, self.index, g)
         else:
             add_at(buffer, self.index, g)
+
+
+def scatter(g, index, shape, dtype, repeats=False):
+    """Zeros of ``shape`` and ``dtype`` with ``g`` added at ``index`` (``repeats``: an integer index may repeat,
+    `np.add.at`'s semantics): the pullback of ``x[index]``, as a function of ``g``.  On a tracked ``g``
+    it is recorded (its rule is in rules/shape.py: the pullback of a scatter is the gather ``ḡ[index]``)."""
+    if type(g) is not np.ndarray and not isinstance(g, (np.generic, float, int, complex)):
+        return SCATTER_RECORDED(g, index, shape, dtype, repeats)
+    buffer = np.zeros(shape, dtype)
+    if repeats:
+        np.add.at(buffer, index, g)
+    else:
+        add_at(buffer, index, g)
+    return buffer
+
+
+SCATTER_RECORDED = None  # `scatter` as a tape primitive, set by rules/shape.py (the rules import this module)
 
 
 def own_buffer(grads, owned, p, shape, dtype):

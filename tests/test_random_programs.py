@@ -4,7 +4,8 @@
    against ``jax.grad`` of the same source on jax.numpy when JAX is installed;
 2. ``db.prepare_gradient`` replayed on new inputs and on the example, against ``db.gradient``;
 3. each ``db.sum`` / ``db.broadcast`` kernel, with random cuts, on every backend, against the plain reverse form;
-4. float32 against float64.
+4. float32 against float64;
+5. ``db.hvp`` (a gradient of a gradient) against central differences of the gradient.
 
 A failure prints a standalone reproduction, which hypothesis shrinks.
 
@@ -32,6 +33,7 @@ else:
 
 NORMAL = 400
 JAX_SHARE = 5  # the normal run compares one program in JAX_SHARE with jax.grad (its first call of a shape compiles)
+SECOND_ORDER_SHARE = 2  # the normal run checks db.hvp on one program in SECOND_ORDER_SHARE (three evaluations)
 LONG = int(os.environ.get("DB_LONG") or 0)  # 0: not asked for; 1: 10^4 programs; N > 1: N programs
 SLOW_DRAWS = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
 
@@ -53,6 +55,8 @@ def check_program(data, jax_share):
     programs.check_pullback(program, grads)
     programs.check_kernels(program)
     programs.check_float32(program, grads)
+    if data.draw(st.integers(0, SECOND_ORDER_SHARE - 1), label="second order not checked") == 0:
+        programs.check_second_order(program, grads)
 
 
 @settings(max_examples=NORMAL, deadline=None, suppress_health_check=SLOW_DRAWS)

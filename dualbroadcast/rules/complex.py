@@ -101,8 +101,17 @@ defvjp(np.angle, angle_vjp)
 defvjp(np.real_if_close, real_if_close_vjp)
 holds_for_complex(np.real, np.imag, np.conjugate, np.angle, np.real_if_close)
 
+def absolute_vjp(ans, x, /):
+    """|z|: z̄ = g · conj(z) / |z|, 0 at z = 0 (as sign(0) is for reals).  Written out, not as the real rule's
+    np.sign(z) conjugated: z / |z| is no constant, and a second derivative must see it."""
+    nonzero = ans != 0
+    unit = np.where(nonzero, np.conjugate(x) / np.where(nonzero, ans, 1), 0)
+    return lambda g: g * unit
+
+
 defvjp_complex(np.vdot, vdot_a, vdot_b)
-for _func in (np.absolute, np.var, np.std, np.linalg.norm):
+defvjp_complex(np.absolute, absolute_vjp)
+for _func in (np.var, np.std, np.linalg.norm):
     defvjp_complex(_func, *map(conjugated, RULES[_func].makers))
 
 # Holomorphic functions, and linear ones written with plain transposes: their rules hold as they are.

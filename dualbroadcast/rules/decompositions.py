@@ -65,12 +65,14 @@ def inverse_gaps(values):
     gaps = values[..., None, :] - values[..., :, None]
     eps = np.finfo(values.dtype).eps
     tie = 8 * values.shape[-1] * eps * np.max(np.abs(values), axis=-1, initial=0)[..., None, None]
-    return np.divide(1, gaps, out=np.zeros_like(gaps), where=np.abs(gaps) > tie)
+    return reciprocal(gaps, np.abs(gaps) > tie)
 
 
-def reciprocal(s):
-    """1/s, and 0 where s = 0."""
-    return np.divide(1, s, out=np.zeros_like(s), where=s != 0)
+def reciprocal(s, where=None):
+    """1/s where ``where`` (default: s ≠ 0), 0 elsewhere; written with np.where (no out=), so that a second
+    derivative records it."""
+    where = s != 0 if where is None else where
+    return np.where(where, 1 / np.where(where, s, 1), 0)
 
 
 def one_triangle(g, lower):
@@ -327,9 +329,9 @@ def cond_vjp(ans, x, p=None):
     if p is None or p in (2, -2):
         u, s, vt = np.linalg.svd(x, full_matrices=False)
         top, bottom = (0, -1) if p != -2 else (-1, 0)
-        weights = np.zeros_like(s)
-        weights[..., bottom] -= s[..., top] / s[..., bottom] ** 2
-        weights[..., top] += 1 / s[..., bottom]  # added last: a 1 x 1 matrix gets 1/s - s/s² = 0
+        n = np.shape(s)[-1]
+        first, last = (np.arange(n) == top % n), (np.arange(n) == bottom % n)  # a 1 x 1 matrix: 1/s - s/s² = 0
+        weights = (first - last * s[..., top, None] / s[..., bottom, None]) / s[..., bottom, None]
         return lambda g: singular_values_adjoint(u, vt, np.expand_dims(g, -1) * weights)
     inverse = np.linalg.inv(x)
     norms = [np.linalg.norm(m, p, axis=(-2, -1)) for m in (x, inverse)]

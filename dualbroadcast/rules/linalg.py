@@ -22,7 +22,7 @@ import string
 
 import numpy as np
 
-from ..pullbacks import unbroadcast
+from ..pullbacks import as_array, unbroadcast
 from ..registry import RULES, defvjp, defvjp_argnum, defvjp_outputs, defvjp_sequence
 from .reductions import norm_vjp
 from .shape import diagonal_vjp
@@ -307,7 +307,7 @@ def slogdet_vjp(j, ans, a):
 
 def matrix_power_vjp(ans, a, n):
     """Aⁿ: Ā = Σₖ (Aᵀ)ᵏ G (Aᵀ)ⁿ⁻¹⁻ᵏ; n < 0 as (A⁻¹)⁻ⁿ through inv's rule; n = 0 (I) has gradient 0."""
-    base = np.linalg.inv(a) if n < 0 else np.asarray(a)
+    base = np.linalg.inv(a) if n < 0 else as_array(a)
     powers = [np.broadcast_to(np.eye(base.shape[-1], dtype=base.dtype), base.shape)]
     for _ in range(abs(n) - 1):
         powers.append(powers[-1] @ matrix_transpose(base))

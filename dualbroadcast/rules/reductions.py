@@ -72,7 +72,7 @@ import warnings
 import numpy as np
 
 from ..errors import UnsupportedFunctionError
-from ..pullbacks import unbroadcast
+from ..pullbacks import as_array, unbroadcast
 from ..registry import RULES, defcomposition, defvjp, defvjp_outputs
 
 
@@ -115,7 +115,7 @@ def product_of_others(x, axes):
     Exclusive prefix products times exclusive suffix products over the reduced
     axes laid out as one row: exact when elements are zero, unlike ``prod / x``.
     """
-    x = np.asarray(x)
+    x = as_array(x)
     last = tuple(range(x.ndim - len(axes), x.ndim))
     moved = np.moveaxis(x, axes, last)
     kept = moved.shape[: x.ndim - len(axes)]
@@ -272,7 +272,7 @@ def norm_vjp(ans, x, ord=None, axis=None, keepdims=False):
 # --- sort, partition: permutations ------------------------------------------------
 def as_rows(x, axes):
     """``x`` with ``axes`` moved last and merged into one: shape (kept..., n)."""
-    x = np.asarray(x)
+    x = as_array(x)
     moved = np.moveaxis(x, axes, range(x.ndim - len(axes), x.ndim))
     kept = moved.shape[: x.ndim - len(axes)]
     return moved.reshape(kept + (math.prod(moved.shape[len(kept) :]),))
@@ -395,9 +395,9 @@ def intersect1d_written(ar1, ar2, assume_unique=False, return_indices=False):
 
 
 def bincount_weights_vjp(ans, x, /, weights=None, minlength=0):
-    """result[b] = Σ_{xᵢ = b} wᵢ: w̄ᵢ = ḡ[xᵢ]."""
-    dtype = np.result_type(weights)
-    return lambda g: np.asarray(g)[x].astype(dtype, copy=False)
+    """result[b] = Σ_{xᵢ = b} wᵢ (in float64, as NumPy computes it): w̄ᵢ = ḡ[xᵢ] in the weights' dtype."""
+    dtype = weights.dtype
+    return lambda g: as_array(g[x], dtype)
 
 
 def bincount_by_position(x, /, weights=None, minlength=0):
@@ -466,7 +466,7 @@ def order_statistic_pullback(wrt, ans, a, q, axis, method, keepdims, nan, scale=
     axes = reduced_axes(axis, len(shape))
     order, s = sorted_rows(as_rows(a, axes))
     kept, n = s.shape[:-1], s.shape[-1]
-    qs = np.asarray(q, dtype=float) / scale
+    qs = as_array(q, np.float64) / scale
     expected = qs.shape + (tuple(1 if i in axes else k for i, k in enumerate(shape)) if keepdims else kept)
     if np.shape(ans) != expected:  # never seen but for the case refused above
         raise UnsupportedFunctionError(

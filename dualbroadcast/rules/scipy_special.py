@@ -77,6 +77,11 @@ LN2 = math.log(2.0)
 LN10 = math.log(10.0)
 
 
+def lowered(polynomial, n, *args):
+    """``polynomial(n - 1, *args)``, of the degree one less that a derivative gives; 0 for a polynomial of
+    degree 0 (scipy evaluates degree -1, and -2 in a second derivative, as NaN)."""
+    return np.where(n >= 1, polynomial(np.maximum(n - 1, 0), *args), 0)
+
 def dividing(numerator, x, at_zero):
     """``numerator / x``, and ``at_zero`` where x is 0 (the limit, where the quotient is 0/0)."""
     return np.where(x == 0, at_zero, numerator / np.where(x == 0, 1, x))
@@ -346,20 +351,20 @@ def special_partials():
             real(a) + 1, real(b) + 1, real(c) + 1, z)),
         sc.hyperu: (None, None, lambda ans, a, b, x: -a * sc.hyperu(a + 1, b + 1, x)),
         # orthogonal polynomials, in x: derivatives are polynomials of one degree less
-        sc.eval_legendre: (None, lambda ans, n, x: sc.eval_gegenbauer(n - 1, 1.5, x)),
-        sc.eval_sh_legendre: (None, lambda ans, n, x: 2 * sc.eval_gegenbauer(n - 1, 1.5, 2 * x - 1)),
-        sc.eval_chebyt: (None, lambda ans, n, x: n * sc.eval_chebyu(n - 1, x)),
-        sc.eval_sh_chebyt: (None, lambda ans, n, x: 2 * n * sc.eval_chebyu(n - 1, 2 * x - 1)),
-        sc.eval_chebyu: (None, lambda ans, n, x: 2 * sc.eval_gegenbauer(n - 1, 2.0, x)),
-        sc.eval_sh_chebyu: (None, lambda ans, n, x: 4 * sc.eval_gegenbauer(n - 1, 2.0, 2 * x - 1)),
-        sc.eval_chebyc: (None, lambda ans, n, x: n * sc.eval_chebys(n - 1, x)),
-        sc.eval_chebys: (None, lambda ans, n, x: sc.eval_gegenbauer(n - 1, 2.0, 0.5 * x)),
-        sc.eval_gegenbauer: (None, None, lambda ans, n, alpha, x: 2 * alpha * sc.eval_gegenbauer(
-            n - 1, alpha + 1, x)),
-        sc.eval_jacobi: (None, None, None, lambda ans, n, alpha, beta, x: (n + alpha + beta + 1) / 2 * sc.eval_jacobi(
-            n - 1, alpha + 1, beta + 1, x)),
-        sc.eval_laguerre: (None, lambda ans, n, x: -sc.eval_genlaguerre(n - 1, 1.0, x)),
-        sc.eval_genlaguerre: (None, None, lambda ans, n, alpha, x: -sc.eval_genlaguerre(n - 1, alpha + 1, x)),
+        sc.eval_legendre: (None, lambda ans, n, x: lowered(sc.eval_gegenbauer, n, 1.5, x)),
+        sc.eval_sh_legendre: (None, lambda ans, n, x: 2 * lowered(sc.eval_gegenbauer, n, 1.5, 2 * x - 1)),
+        sc.eval_chebyt: (None, lambda ans, n, x: n * lowered(sc.eval_chebyu, n, x)),
+        sc.eval_sh_chebyt: (None, lambda ans, n, x: 2 * n * lowered(sc.eval_chebyu, n, 2 * x - 1)),
+        sc.eval_chebyu: (None, lambda ans, n, x: 2 * lowered(sc.eval_gegenbauer, n, 2.0, x)),
+        sc.eval_sh_chebyu: (None, lambda ans, n, x: 4 * lowered(sc.eval_gegenbauer, n, 2.0, 2 * x - 1)),
+        sc.eval_chebyc: (None, lambda ans, n, x: n * lowered(sc.eval_chebys, n, x)),
+        sc.eval_chebys: (None, lambda ans, n, x: lowered(sc.eval_gegenbauer, n, 2.0, 0.5 * x)),
+        sc.eval_gegenbauer: (None, None, lambda ans, n, alpha, x: 2 * alpha * lowered(
+            sc.eval_gegenbauer, n, alpha + 1, x)),
+        sc.eval_jacobi: (None, None, None, lambda ans, n, alpha, beta, x: (n + alpha + beta + 1) / 2 * lowered(
+            sc.eval_jacobi, n, alpha + 1, beta + 1, x)),
+        sc.eval_laguerre: (None, lambda ans, n, x: -lowered(sc.eval_genlaguerre, n, 1.0, x)),
+        sc.eval_genlaguerre: (None, None, lambda ans, n, alpha, x: -lowered(sc.eval_genlaguerre, n, alpha + 1, x)),
     }
 
 

@@ -37,10 +37,12 @@ Calls the tape cannot record are errors naming what to write instead: ``np.put_a
 
 import numpy as np
 
+from .. import pullbacks
 from ..errors import InPlaceMutationError, UnsupportedFunctionError
 from ..numpy_facts import astype, getitem
-from ..pullbacks import IndexPullback, unbroadcast
+from ..pullbacks import IndexPullback, as_array, plain, unbroadcast
 from ..registry import RULES, defcomposition, defvjp, defvjp_outputs, defvjp_sequence
+from ..tape import primitive
 
 
 # --- helpers ------------------------------------------------------------------
@@ -124,7 +126,7 @@ def _index_order(x, order):
 
 def _regroup_back(x, order="C"):
     """Pullback of a function that only regroups x's elements in ``order``: reshape g back."""
-    shape, order = np.shape(x), _index_order(x, order)
+    shape, order = np.shape(x), _index_order(plain(x), order)  # its memory layout: of the plain value
     return lambda g: np.reshape(g, shape, order=order)
 
 
@@ -427,10 +429,10 @@ _LINEAR_PADS = ("mean", "reflect", "symmetric")  # reflect_type="odd": 2 x_edge 
 def pad_vjp(ans, array, pad_width, mode="constant", *, stat_length=None, constant_values=0, end_values=0,
             reflect_type="even"):
     """g summed into the elements each padded element copies, or x̄ = g with each axis i contracted with Mᵢ."""
-    if mode in ("maximum", "minimum"):
-        return _pad_selection(array, pad_width, mode, stat_length)
+    if mode in ("maximum", "minimum"):  # the positions selected: plain values (a second derivative records none)
+        return _pad_selection(plain(array), pad_width, mode, stat_length)
     if mode == "median":
-        return _pad_medians(ans, array, pad_width, stat_length)
+        return _pad_medians(ans, plain(array), pad_width, stat_length)
     if mode in _COPYING_PADS and reflect_type != "odd":
         marks = {"constant_values": -1} if mode == "constant" else {}
         return _into_labelled(array, np.pad(_positions(array), pad_width, mode, **marks))
@@ -455,7 +457,7 @@ def pad_vjp(ans, array, pad_width, mode="constant", *, stat_length=None, constan
     def pullback(g):
         for i, m in enumerate(matrices):
             g = np.moveaxis(np.tensordot(g, m, axes=([i], [0])), -1, i)
-        return np.asarray(g, dtype=dtype)
+        return as_array(g, dtype)
 
     return pullback
 
@@ -652,6 +654,12 @@ def getitem_vjp(ans, x, index):
     return _into(x, index)  # basic indexing: a view, no repeats, nothing to copy
 
 
+def scatter_vjp(ans, g, index, shape, dtype, repeats=False):
+    """ḡ of ``scatter(g, index)`` (the pullback of ``x[index]``, recorded by a gradient of a gradient): the
+    gather ``h[index]``."""
+    return lambda h: h[index]
+
+
 def _frozen(index):
     """``index`` with its arrays and lists copied: user code may change them after indexing."""
     if type(index) is tuple:
@@ -750,6 +758,8 @@ def _register():
     defvjp(np.tril, tril_vjp)
     defvjp(np.take, take_vjp)
     defvjp(getitem, getitem_vjp)
+    pullbacks.SCATTER_RECORDED = primitive(pullbacks.scatter)
+    defvjp(pullbacks.SCATTER_RECORDED, scatter_vjp, None, None, None, None)
     RULES[getitem].keeps_arguments = False  # getitem_vjp copies an index array it keeps (`_frozen`)
     defvjp(astype, lambda ans, x, dtype, order="K", casting="unsafe", subok=True, copy=True: _cast_back(x))
     defvjp(np.copy, lambda ans, a, order="K", subok=False: lambda g: g)

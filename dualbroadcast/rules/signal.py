@@ -44,14 +44,14 @@ import math
 
 import numpy as np
 
-from ..pullbacks import unbroadcast
+from ..pullbacks import as_array, unbroadcast
 from ..registry import RULES, defvjp, defvjp_outputs
 from .shape import _along
 
 
 def _cast(cotangent, x):
     """``cotangent`` in the dtype of the argument ``x`` (a float32 argument gets float32)."""
-    return np.asarray(cotangent).astype(np.result_type(x), copy=False)
+    return as_array(cotangent, np.result_type(x))
 
 
 # --- differences -------------------------------------------------------------------------------
@@ -262,7 +262,7 @@ def _interpolation(x, xp, fp, period):
     """How np.interp evaluates each x: the knots ``lo``, ``hi`` of its interval (indices into xp and fp as
     given), its position t in it (clipped to [0, 1] beyond the knots), the slope of fp there (0 beyond
     the knots), and whether x lies below or above them.  ``period`` wraps and sorts the knots as NumPy does."""
-    x, xp, fp = (np.asarray(a, np.float64) for a in (x, xp, fp))
+    x, xp, fp = (as_array(a, np.float64) for a in (x, xp, fp))
     source = np.arange(len(xp))
     if period is not None:
         period = abs(period)
@@ -397,14 +397,14 @@ def logspace_vjp(argnum):
 # --- polynomials ------------------------------------------------------------------------------------------
 def polyval_p(ans, p, x):
     """p̄_k = Σ g x^(N-1-k), over x's elements (summed back to p's trailing shape)."""
-    p = np.asarray(p)
+    p = as_array(p)
     exponents, each = range(len(p) - 1, -1, -1), p.shape[1:]
     return lambda g: _cast(np.stack([unbroadcast(g * x**e, each) for e in exponents]) if len(p) else p, p)
 
 
 def polyval_x(ans, p, x):
     """x̄ = g p'(x), p' = np.polyder(p) (its coefficients (N-1-k) p_k for each trailing position)."""
-    p = np.asarray(p)
+    p = as_array(p)
     powers = np.arange(len(p) - 1, 0, -1).reshape((-1,) + (1,) * (p.ndim - 1))
     derivative = np.polyval(p[:-1] * powers, x)
     return lambda g: _cast(unbroadcast(g * derivative, np.shape(x)), x)

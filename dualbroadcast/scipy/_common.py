@@ -2,13 +2,13 @@
 
 import numpy as np
 
-from ..pullbacks import unbroadcast
+from ..pullbacks import as_array, unbroadcast
 
 
 def cotangent(x, gx):
     """``gx`` summed back to the shape of the argument ``x`` (where broadcasting stretched it), in its dtype
     (a float32 argument of a function that computes in float64 gets a float32 cotangent)."""
-    return np.asarray(unbroadcast(gx, np.shape(x)), dtype=np.result_type(x))
+    return as_array(unbroadcast(gx, np.shape(x)), np.result_type(x))
 
 
 def times(d, x):

@@ -15,6 +15,7 @@ The pullbacks use the same ``method`` as the call (``'auto'`` lets SciPy choose 
 import numpy as np
 import scipy.signal
 
+from ..pullbacks import as_array
 from ..registry import defvjp
 from ..tape import primitive
 from ._common import cotangent
@@ -40,35 +41,35 @@ def correlate_of(in1, in2, mode, method):
     return scipy.signal.correlate(in1, in2, mode=mode, method=method)
 
 
+# The pullbacks call the mirrors' primitives, not scipy's functions: on a cotangent tracked by an outer
+# gradient (a second derivative) they are recorded.
 def in_full(g, in1, in2):
     """The cotangent ``g`` of a convolution of ``in1`` and ``in2`` placed in the full output's shape."""
     full = tuple(n1 + n2 - 1 for n1, n2 in zip(np.shape(in1), np.shape(in2)))
-    g = np.asarray(g)
+    g = as_array(g)
     if g.shape == full:
         return g
-    placed = np.zeros(full, dtype=g.dtype)
-    placed[tuple(slice((f - n) // 2, (f - n) // 2 + n) for f, n in zip(full, g.shape))] = g
-    return placed
+    return np.pad(g, [((f - n) // 2, f - n - (f - n) // 2) for f, n in zip(full, g.shape)])
 
 
 def convolve_in1(ans, in1, in2, mode, method):
     """in1̄ = correlate(G, in2, 'valid')."""
-    return lambda g: cotangent(in1, scipy.signal.correlate(in_full(g, in1, in2), in2, "valid", method))
+    return lambda g: cotangent(in1, correlate_of(in_full(g, in1, in2), in2, "valid", method))
 
 
 def convolve_in2(ans, in1, in2, mode, method):
     """in2̄ = correlate(G, in1, 'valid')."""
-    return lambda g: cotangent(in2, scipy.signal.correlate(in_full(g, in1, in2), in1, "valid", method))
+    return lambda g: cotangent(in2, correlate_of(in_full(g, in1, in2), in1, "valid", method))
 
 
 def correlate_in1(ans, in1, in2, mode, method):
     """in1̄ = convolve(G, in2, 'valid')."""
-    return lambda g: cotangent(in1, scipy.signal.convolve(in_full(g, in1, in2), in2, "valid", method))
+    return lambda g: cotangent(in1, convolve_of(in_full(g, in1, in2), in2, "valid", method))
 
 
 def correlate_in2(ans, in1, in2, mode, method):
     """in2̄ = flip(correlate(G, in1, 'valid'))."""
-    return lambda g: cotangent(in2, np.flip(scipy.signal.correlate(in_full(g, in1, in2), in1, "valid", method)))
+    return lambda g: cotangent(in2, np.flip(correlate_of(in_full(g, in1, in2), in1, "valid", method)))
 
 
 defvjp(convolve_of, convolve_in1, convolve_in2, None, None)

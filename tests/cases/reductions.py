@@ -447,6 +447,14 @@ def build_add_reduceat(draw, dtype):
     return call(draw, np.add.reduceat, X, indices, **arguments), [uniform(draw, s, dtype)]
 
 
+def build_bincount_weights(draw, dtype):
+    """Weighted label counts (a sum per label): labels may repeat or be missing, minlength may pad."""
+    n = draw(st.integers(0, 6))
+    labels = np.array(draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)), dtype=np.intp)
+    minlength = draw(st.sampled_from([0, 3, 7]))
+    return (lambda w: np.bincount(labels, w, minlength)), [uniform(draw, (n,), dtype)]
+
+
 def outer_case(ufunc, low=-2.0, high=2.0):
     """``ufunc.outer(x, y)``: recorded as ``ufunc(x reshaped, y)``, the derivative table's rule."""
 
@@ -459,6 +467,7 @@ def outer_case(ufunc, low=-2.0, high=2.0):
 
 
 CASES += [
+    Case(np.bincount, build_bincount_weights, "bincount_weights", out_dtype=np.float64),
     sort_case("default"),
     sort_case("int"),
     sort_case("none"),

@@ -5,6 +5,7 @@ import warnings
 import numpy as np
 from hypothesis import strategies as st
 
+from dualbroadcast import pullbacks
 from dualbroadcast.numpy_facts import astype, getitem
 
 from . import Case, X, Y, Z, array_shape, broadcast_shapes, call, uniform
@@ -780,6 +781,20 @@ def build_copyto(draw, dtype):
     return copy, [uniform(draw, dst_shape, dtype), uniform(draw, src_shape, dtype)]
 
 
+def build_scatter(draw, dtype):
+    """The pullback of x[index] as a function (what a gradient of a gradient records): g added at the index
+    into zeros, rows that may repeat (np.add.at's semantics) or a basic slice."""
+    shape = array_shape(draw)
+    if draw(st.booleans()):
+        n = draw(st.integers(0, 5))
+        index, repeats = np.array(draw(st.lists(st.integers(0, shape[0] - 1), min_size=n, max_size=n)), int), True
+        g_shape = (n,) + shape[1:]
+    else:
+        index, repeats = (slice(None), slice(0, None, 2)) if len(shape) > 1 else slice(1, None), False
+        g_shape = np.zeros(shape)[index].shape
+    return (lambda g: pullbacks.SCATTER_RECORDED(g, index, shape, g.dtype, repeats)), [uniform(draw, g_shape, dtype)]
+
+
 CASES = [
     Case(np.reshape, one_array(build_reshape), name="reshape"),
     Case(np.reshape, one_array(build_reshape_fortran, 2), name="reshape_order_F"),
@@ -878,4 +893,5 @@ CASES = [
     Case(np.place, build_place, name="place_as_where"),
     Case(np.fill_diagonal, build_fill_diagonal, name="fill_diagonal_as_where"),
     Case(np.copyto, build_copyto, name="copyto_as_where"),
+    Case(pullbacks.SCATTER_RECORDED, lambda draw, dtype: build_scatter(draw, dtype), name="scatter"),
 ]
