@@ -4,25 +4,40 @@ and of the functions NumPy computes through the SVD: pinv, lstsq, cond.
 (The other np.linalg functions, inv, solve, det, matrix_power, tensorsolve, the products..., are in
 linalg.py; np.linalg.norm is in reductions.py.)
 
-Notation: ``Xᵀ`` transposes the last two axes, and every formula is batched over leading axes as
-NumPy's functions are; ``Ā`` is the cotangent of the input, ``Ū``, ``s̄``, ... those of the outputs.
+Notation: ``Xᵀ`` transposes the last two axes, ``Xᴴ`` conjugates and transposes them (``Xᵀ`` for a real X),
+and every formula is batched over leading axes as NumPy's functions are; ``Ā`` is the cotangent of the
+input, ``Ū``, ``s̄``, ... those of the outputs.
 Each output has its own pullback (the formulas are linear in the output cotangents).  The formulas
 are those of Giles 2008 ("An extended collection of matrix derivative results") for eig, eigh and
 svd, Townsend 2016 for the complement terms of a non-square svd, Murray 2016 for Cholesky, Walter &
 Lehmann 2010 (arXiv:1001.1654) for a tall or square QR (a wide one splits A = [A₁ A₂], R₂ = QᵀA₂),
-Golub & Pereyra 1973 for pinv; ``tests/test_decompositions.py`` checks each against ``jax.vjp`` and
-``tests/test_rules.py`` against finite differences.
+Golub & Pereyra 1973 for pinv; ``tests/test_decompositions.py`` checks each against ``jax.vjp`` (float64 and
+complex128) and ``tests/test_rules.py`` against finite differences (complex128: in x and y apart).
+
+Complex matrices, in JAX's convention (rules/complex.py).  Every formula but eig's is written with ``Xᴴ``,
+as the literature writes complex matrix derivatives, for the pairing Re tr(Āᴴ dA): for a real matrix it is
+the real formula, and for a complex one JAX's cotangents are its conjugates (`conjugate_cotangents`: in and
+out).  The complex case adds to the real formulas only what the phases need: svd's phase term
+i Im diag(UᴴŪ)/s (`rotation_factors`' diagonal), a real diagonal wherever LAPACK reads or makes one (the
+diagonal of a Hermitian input, R's in qr: `one_triangle`, `copyltu`).  eig and eigvals are holomorphic in A
+(but for the unit norm of V's columns), so their rule is written in JAX's convention, plain transposes; a
+real matrix with complex eigenvalues gets the real part of its complex gradient.
 
 Conventions:
 
 * One triangle.  eigh and eigvalsh (``UPLO``), cholesky (``upper=``) and svd with ``hermitian=True``
   read one triangle of A (the other never changes NumPy's result), so the gradient lands in that
-  triangle: ``Ā = tril(G + Gᵀ, -1) + diag(G)`` for the lower one, G the gradient on symmetric
-  matrices.  For a symmetric A built from other variables the chain rule gives the same gradient
-  as JAX's (which symmetrises A first and spreads G over both triangles); on a non-symmetric A
-  finite differences agree with this one.
-* Signs.  Singular vectors and eigenvectors are unique up to sign: the gradient is that of the
-  vectors NumPy returned, exact for any loss that does not depend on their signs (u uᵀ, U diag(s) Vᵀ).
+  triangle: ``Ā = tril(G + Gᴴ, -1) + Re diag(G)`` for the lower one, G the gradient on Hermitian
+  (symmetric) matrices; LAPACK reads the real part of a complex diagonal.  For a Hermitian A built from
+  other variables the chain rule gives the same gradient as JAX's (which symmetrises A first and spreads
+  G over both triangles); on a non-Hermitian A finite differences agree with this one.
+* Signs and phases.  Singular vectors and eigenvectors are unique up to sign, complex ones up to a phase
+  e^{iθ} (for svd one phase for the pair uⱼ, vⱼ): the gradient is that of the vectors NumPy returned, exact
+  for any loss that does not depend on their signs or phases (u uᴴ, U diag(s) Vᴴ, v conj(v₀)).  A loss that
+  depends on the phases (Re u₀₀) gets JAX's gauge: the derivative along the path on which V's phases are
+  held, Im diag(Vᴴ dV) = 0, for eigh and svd (whose U's turn with V's); eig's, along which V⁻¹ dV has a zero
+  diagonal but for the unit norm.  LAPACK's phases follow no such path, so finite differences of such a
+  loss disagree (tests/test_decompositions.py pins the path).
 * Repeated values.  Two eigenvalues or singular values equal within rounding (8 n ε max|v|) are a tie,
   where JAX gives inf or nan.  eigh: the factor 1/(wⱼ - wᵢ) of the eigenvectors' cotangent is 0 at a
   tie, exact for a loss of the repeated eigenvalue's eigenspace (its projector), whatever basis LAPACK
@@ -30,8 +45,7 @@ Conventions:
   tie, exact for a loss invariant under U → UQ, V → VQ within a repeated value's singular subspaces
   (U Vᵀ, U diag(s) Vᵀ, projectors).  A zero singular value of a non-square matrix gets 1/s = 0 in
   its complement term, as in JAX.  eig's eigenvectors at a repeated eigenvalue are an error (when their
-  gradient is needed); eig and eigvals with complex eigenvalues are an error (complex results are not
-  supported yet).
+  gradient is needed).
 * Completing columns.  svd(full_matrices=True) of a non-square matrix and qr(mode='complete') of a
   tall one add orthonormal columns completing a basis, which are not unique: their cotangent must
   be zero (use only ``u[..., :k]``), else an error.  JAX refuses svd's; for qr it differentiates the

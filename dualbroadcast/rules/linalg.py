@@ -15,6 +15,13 @@ other operands, producing that operand's subscripts.  matmul is written with
 axes are summed back with `unbroadcast`.  The matrix functions use the
 classical formulas (Ā = -A⁻ᵀ G A⁻ᵀ for inv, det · A⁻ᵀ for det, ...), so they
 need invertible matrices.
+
+Complex values (JAX's convention, rules/complex.py): the products and matrix functions are holomorphic and
+their rules, written with plain transposes, hold as they are; np.vecdot/np.linalg.vecdot (Σ conj(x₁) x₂)
+and np.vecmat (xᴴ A) conjugate their first argument and have complex rules of their own; vector_norm and
+matrix_norm are np.linalg.norm's rule, written with conjugates (x / ‖x‖, u vᴴ), whose complex rule
+conjugates the cotangents (`conjugate_cotangents`, also the decompositions').  slogdet is not done: its
+sign, det / |det|, is not piecewise constant for complex matrices (an error on them).
 """
 import functools
 import math
@@ -23,7 +30,7 @@ import string
 import numpy as np
 
 from ..pullbacks import unbroadcast
-from ..registry import RULES, defvjp, defvjp_argnum, defvjp_complex, defvjp_outputs, defvjp_sequence
+from ..registry import RULES, defvjp, defvjp_argnum, defvjp_complex, defvjp_outputs, defvjp_sequence, holds_for_complex
 from .reductions import norm_vjp
 from .shape import diagonal_vjp
 
@@ -595,3 +602,4 @@ for _func in (np.vecdot, np.linalg.vecdot):
 defvjp_complex(np.vecmat, conjugated_vecmat_vector, conjugated_vecmat_matrix)
 for _func in (np.linalg.vector_norm, np.linalg.matrix_norm):
     defvjp_complex(_func, *map(conjugate_cotangents, RULES[_func].makers))
+holds_for_complex(np.linalg.matrix_power, np.linalg.tensorsolve, np.linalg.tensorinv, np.cross, np.linalg.cross)

@@ -24,6 +24,10 @@ Conventions (each pinned by tests/test_signal.py):
   0 outside ``[xp[0], xp[-1]]`` (on ``left``/``right`` or the end values): the derivative of
   JAX's ``jnp.interp``.  ``xp`` may be differentiated too (∂f/∂xp_lo = -slope (1 - t),
   ∂f/∂xp_hi = -slope t); ``period`` wraps and sorts the knots (piecewise constant).
+* Complex values (JAX's convention): ``np.interp`` of a complex ``fp`` (and ``left``/``right``) is linear
+  in them with real weights, its real ``x`` and ``xp`` get the real parts of their cotangents;
+  ``np.correlate(a, v)`` is ``convolve(a, conj(v) reversed)``: linear in ``a``, conjugate-linear in ``v``
+  (v̄ the conjugate of the real rule's).  np.convolve is linear in both (rules/complex.py).
 * ``np.unwrap`` has derivative 1: the multiples of ``period`` it adds are piecewise constant
   in ``p`` (at a jump, the derivative of the branch taken).
 * ``np.linspace(..., retstep=True)`` of a tracked endpoint is an error (a tuple of results of
