@@ -459,6 +459,33 @@ def test_complex_eig_and_eigvals_match_jax(jnp, real):
                        lambda a: jnp.real(jnp.sum(jnp.linalg.eigvals(a) ** 3 * (1 - 2j))), a)
 
 
+@pytest.mark.parametrize("real", [False, True], ids=["complex matrix", "real matrix, complex eigenvalues"])
+def test_eig_differentiates_lapack_normalisation_so_a_loss_of_the_phases_is_exact(jnp, real):
+    """eig's eigenvectors are LAPACK's: unit norm, largest component real.  A loss of V itself (not phase-free)
+    has the gradient of that normalisation: JAX's (the same vectors here), and finite differences'."""
+    import jax
+
+    p = np.eye(4) + 0.3 * (RNG.standard_normal((2, 4, 4)) if real else complex_normal(2, 4, 4))
+    b = np.diag([-1.0, 0.5, 2.0, 3.0]) + np.array([[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, -1.5], [0, 0, 1.5, 0]])
+    a = p @ (b if real else b + np.diag(complex_normal(4))) @ np.linalg.inv(p)
+    w = complex_normal(2, 4, 4)
+
+    def loss(a):
+        return np.real(np.sum(np.linalg.eig(a)[1] * w))
+
+    order = [np.argsort(np.asarray(jax.lax.linalg.eig(m, compute_left_eigenvectors=False)[0]))
+             for m in map(jnp.asarray, a)]
+    mine = [np.argsort(np.linalg.eigvals(m)) for m in a]
+    assert all(np.array_equal(o, m) for o, m in zip(order, mine)), "JAX and NumPy order the eigenvalues alike"
+
+    def jax_loss(a):
+        v = jax.lax.linalg.eig(a, compute_left_eigenvectors=False, enable_eigvec_derivs=True)[1]
+        return jnp.real(jnp.sum(v * w))
+
+    np.testing.assert_allclose(db.gradient(loss, a), np.asarray(jax_gradient(jax_loss, a)), rtol=1e-8, atol=1e-10)
+    db.check_gradient(loss, a)
+
+
 @pytest.mark.parametrize("upper", [False, True])
 def test_complex_cholesky_matches_jax_on_the_triangle_read(jnp, upper):
     b = complex_normal(2, 4, 4)

@@ -34,10 +34,11 @@ Conventions:
 * Signs and phases.  Singular vectors and eigenvectors are unique up to sign, complex ones up to a phase
   e^{iθ} (for svd one phase for the pair uⱼ, vⱼ): the gradient is that of the vectors NumPy returned, exact
   for any loss that does not depend on their signs or phases (u uᴴ, U diag(s) Vᴴ, v conj(v₀)).  A loss that
-  depends on the phases (Re u₀₀) gets JAX's gauge: the derivative along the path on which V's phases are
-  held, Im diag(Vᴴ dV) = 0, for eigh and svd (whose U's turn with V's); eig's, along which V⁻¹ dV has a zero
-  diagonal but for the unit norm.  LAPACK's phases follow no such path, so finite differences of such a
-  loss disagree (tests/test_decompositions.py pins the path).
+  depends on the phases (Re u₀₀) gets JAX's gauge: for eigh and svd the derivative along the path on which
+  V's phases are held, Im diag(Vᴴ dV) = 0 (svd's U's turn with V's); LAPACK's phases follow no such path,
+  so finite differences of such a loss disagree (tests/test_decompositions.py pins the path).  eig's
+  eigenvectors are LAPACK's, each of unit norm with its largest component real, and that normalisation is
+  differentiated (as JAX does): exact for every loss, finite differences agree.
 * Repeated values.  Two eigenvalues or singular values equal within rounding (8 n ε max|v|) are a tie,
   where JAX gives inf or nan.  eigh: the factor 1/(wⱼ - wᵢ) of the eigenvectors' cotangent is 0 at a
   tie, exact for a loss of the repeated eigenvalue's eigenspace (its projector), whatever basis LAPACK
@@ -194,10 +195,23 @@ def eigenvector_basis_adjoint(v, d):
     return np.linalg.solve(vt, d @ vt)
 
 
+def lapack_normalisation_adjoint(v, g):
+    """V̄' = V̄ - conj(V) Re(d) - i eₖ Im(d) / vₖ (per column, d = diag(VᵀV̄), k its largest component): the
+    cotangent of U in dV = U + V diag(c), where c fixes LAPACK's normalisation of each column, a unit norm
+    (Re c = -Re vᴴu) and its largest component real (Im c = -Im uₖ / vₖ)."""
+    d = np.sum(v * g, axis=-2, keepdims=True)
+    g = g - np.conjugate(v) * np.real(d)
+    if not np.iscomplexobj(v):
+        return g
+    largest = np.argmax(np.abs(v), axis=-2)[..., None, :]  # the first of equal ones, as LAPACK's
+    at_largest = np.arange(v.shape[-2])[:, None] == largest
+    return g - 1j * at_largest * np.imag(d) / np.real(np.take_along_axis(v, largest, axis=-2))
+
+
 def eig_vjp(j, ans, a):
-    """(w, V) = eig(A), V's columns of unit norm: Ā = V⁻ᵀ diag(w̄) Vᵀ, or Ā = V⁻ᵀ [F∘(Vᵀ V̄')] Vᵀ with
-    V̄' = V̄ - conj(V) Re diag(VᵀV̄) (the normalisation, ‖vⱼ‖ = 1) and Fᵢⱼ = 1/(wⱼ - wᵢ).  In JAX's convention
-    as written: w and V⁻¹ dA V are holomorphic in A, the normalisation is not."""
+    """(w, V) = eig(A), V's columns as LAPACK normalises them: Ā = V⁻ᵀ diag(w̄) Vᵀ, or Ā = V⁻ᵀ [F∘(Vᵀ V̄')] Vᵀ
+    with V̄' the cotangent before the normalisation (`lapack_normalisation_adjoint`) and Fᵢⱼ = 1/(wⱼ - wᵢ).
+    In JAX's convention as written: w and V⁻¹ dA V are holomorphic in A, the normalisation is not."""
     w, v = ans
     if j == 0:
         return lambda g: eigenvector_basis_adjoint(v, diagonal_matrix(g))
@@ -210,7 +224,7 @@ def eig_vjp(j, ans, a):
                 "the eigenvectors of np.linalg.eig have no derivative at a repeated eigenvalue; differentiate "
                 "the eigenvalues only, or use np.linalg.eigh for a symmetric matrix"
             )
-        g = g - np.conjugate(v) * np.real(np.sum(v * g, axis=-2, keepdims=True))
+        g = lapack_normalisation_adjoint(v, g)
         return eigenvector_basis_adjoint(v, gaps * (np.swapaxes(v, -1, -2) @ g))
 
     return pullback
