@@ -311,3 +311,59 @@ def test_a_python_complex_times_a_numpy_float_scalar_is_recorded(dtype):
     assert g.dtype == dtype
     np.testing.assert_allclose(g, -np.sin(np.sum(x)) + 2, rtol=1e-5)
     db.check_gradient(f, x)
+
+
+# --- complex linear algebra and signal functions that conjugate an argument (or are linear in a complex fp) -------
+def conjugating_cases(jnp):
+    """(name, our function, JAX's function, arguments): each pullback compared with jax.vjp below."""
+    rng = np.random.default_rng(11)
+
+    def complex_normal(*shape):
+        return rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+
+    x1, x2, m = complex_normal(2, 3, 4), complex_normal(3, 4), complex_normal(4, 5)
+    xp = np.sort(rng.uniform(0, 5, 6))
+    x, fp = rng.uniform(-1, 6, 7), complex_normal(6)
+    a, v, w = complex_normal(5), complex_normal(3), complex_normal(7)
+    return [
+        ("vecdot", np.vecdot, jnp.vecdot, (x1, x2)),
+        ("vecdot of a real and a complex", np.vecdot, jnp.vecdot, (x1.real, x2)),
+        ("linalg.vecdot axis 0", lambda p, q: np.linalg.vecdot(p, q, axis=0),
+         lambda p, q: jnp.linalg.vecdot(p, q, axis=0), (x1, complex_normal(2, 1, 4))),
+        ("vecmat", np.vecmat, jnp.vecmat, (x1[:, 0, :], m)),
+        ("matvec", np.matvec, jnp.matvec, (m.T, x1[:, 0, :])),
+        *[(f"correlate {mode} {len(p)},{len(q)}", lambda p, q, mode=mode: np.correlate(p, q, mode),
+           lambda p, q, mode=mode: jnp.correlate(p, q, mode), (p, q))
+          for mode in ("valid", "same", "full") for p, q in ((a, v), (v, a), (a.real, w[:5]))],
+        ("interp in x, xp and a complex fp", np.interp, jnp.interp, (x, xp, fp)),
+        ("interp with complex left and right", lambda x, fp: np.interp(x, xp, fp, left=1j, right=2 - 1j),
+         lambda x, fp: jnp.interp(x, xp, fp, left=1j, right=2 - 1j), (x, fp)),
+        ("matrix_power", lambda p: np.linalg.matrix_power(p, 3), lambda p: jnp.linalg.matrix_power(p, 3),
+         (complex_normal(2, 3, 3),)),
+        ("cross", np.cross, jnp.cross, (complex_normal(2, 3), complex_normal(3))),
+        ("tensorinv", lambda p: np.linalg.tensorinv(p, ind=1), lambda p: jnp.linalg.tensorinv(p, ind=1),
+         (complex_normal(6, 2, 3) + 3 * np.eye(6).reshape(6, 2, 3),)),
+    ]
+
+
+@pytest.mark.parametrize("index", range(20))
+def test_conjugating_pullback_matches_jax_vjp(index):
+    jax, jnp = jax_numpy()
+    all_cases = conjugating_cases(jnp)
+    if index >= len(all_cases):
+        pytest.skip("no such case")
+    name, ours, theirs, args = all_cases[index]
+    y, back = db.pullback(ours, *args)
+    expected_y, jax_back = jax.vjp(theirs, *map(jnp.asarray, args))
+    np.testing.assert_allclose(y, np.asarray(expected_y), rtol=1e-10, err_msg=name)
+    ybar = cotangent_like(y)
+    got = back(ybar)
+    got = got if isinstance(got, tuple) else (got,)
+    for g, e, a in zip(got, jax_back(jnp.asarray(ybar)), args):
+        assert np.result_type(g) == np.result_type(a), name  # a real argument's cotangent stays real
+        np.testing.assert_allclose(g, np.asarray(e), rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+def test_there_are_no_more_conjugating_cases_than_the_parametrization_covers():
+    _, jnp = jax_numpy()
+    assert len(conjugating_cases(jnp)) <= 20

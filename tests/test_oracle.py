@@ -189,6 +189,14 @@ def drawn_call(fn, n_args):
     return getattr(fn, "form", None)
 
 
+def drawn_keywords(func, front, named):
+    """Every argument of the drawn call by name (``hermitian`` may be drawn positionally)."""
+    try:
+        return dict(inspect.signature(func).bind(*front, **named).arguments)
+    except (TypeError, ValueError):  # a ufunc, or a function without a signature
+        return named
+
+
 def complex_projection(outs, seed, xp):
     """Re Σ w·o over every output with fixed complex weights w: a real scalar reading each real and imaginary
     part, written on the array module ``xp`` (NumPy on tracked values, or jax.numpy)."""
@@ -210,6 +218,8 @@ def test_complex_rule_matches_jax(case, data):
     if call is None:
         pytest.skip("a case of several calls (tests/test_complex.py compares complex compositions with JAX)")
     func, front, named = call
+    if func in ONE_TRIANGLE or drawn_keywords(func, front, named).get("hermitian") is True:
+        pytest.skip("NumPy reads one triangle of this non-Hermitian input, JAX symmetrises it")
     seed = data.draw(st.integers(0, 1000))
     ours = db.gradient(lambda *a: complex_projection(fn(*a), seed, np), *args)
     ours = ours if len(args) > 1 else (ours,)

@@ -15,6 +15,13 @@ other operands, producing that operand's subscripts.  matmul is written with
 axes are summed back with `unbroadcast`.  The matrix functions use the
 classical formulas (Ā = -A⁻ᵀ G A⁻ᵀ for inv, det · A⁻ᵀ for det, ...), so they
 need invertible matrices.
+
+Complex values (JAX's convention, rules/complex.py): the products and matrix functions are holomorphic and
+their rules, written with plain transposes, hold as they are; np.vecdot/np.linalg.vecdot (Σ conj(x₁) x₂)
+and np.vecmat (xᴴ A) conjugate their first argument and have complex rules of their own; vector_norm and
+matrix_norm are np.linalg.norm's rule, written with conjugates (x / ‖x‖, u vᴴ), whose complex rule
+conjugates the cotangents (`conjugate_cotangents`, also the decompositions').  slogdet is not done: its
+sign, det / |det|, is not piecewise constant for complex matrices (an error on them).
 """
 import functools
 import math
@@ -23,7 +30,7 @@ import string
 import numpy as np
 
 from ..pullbacks import as_array, unbroadcast
-from ..registry import RULES, defvjp, defvjp_argnum, defvjp_outputs, defvjp_sequence
+from ..registry import RULES, defvjp, defvjp_argnum, defvjp_complex, defvjp_outputs, defvjp_sequence, holds_for_complex
 from .reductions import norm_vjp
 from .shape import diagonal_vjp
 
@@ -31,6 +38,24 @@ from .shape import diagonal_vjp
 def matrix_transpose(x):
     """Swap the last two axes (a stack of matrices transposed)."""
     return np.swapaxes(x, -1, -2)
+
+
+def adjoint(x):
+    """Xᴴ: the conjugate transpose of a stack of matrices (the transpose of a real one)."""
+    return np.conjugate(np.swapaxes(x, -1, -2)) if np.iscomplexobj(x) else np.swapaxes(x, -1, -2)
+
+
+def conjugate_cotangents(maker):
+    """The complex rule (JAX's convention) of a rule written with conjugate transposes, as the literature
+    writes complex matrix derivatives: for the pairing Re tr(Āᴴ dA) instead of JAX's Re tr(Āᵀ dA), so
+    JAX's cotangents are the conjugates of its, on the way in and out: ``Ā = conj(rule(conj(G)))``.
+    ``maker`` may take any arguments (a per-argument, argnum or output rule); a None pullback stays None."""
+    @functools.wraps(maker)
+    def complex_maker(*args, **kwargs):
+        back = maker(*args, **kwargs)
+        return None if back is None else (lambda g: np.conjugate(back(np.conjugate(g))))
+
+    return complex_maker
 
 
 # --- einsum and the contractions written as einsum ------------------------------
@@ -471,6 +496,19 @@ def vecdot_vjp(k):
     return vjp
 
 
+def conjugated_vecdot_vjp(k):
+    """Complex values: c = Σ conj(x₁) x₂, so x̄₁ = conj(c̄ x₂) and x̄₂ = c̄ conj(x₁) (as np.vdot's)."""
+    maker = vecdot_vjp(k)
+
+    def vjp(ans, x1, x2, /, *, axis=-1, casting="same_kind", order="K", subok=True):
+        if k == 0:
+            back = maker(ans, x1, x2, axis=axis)
+            return lambda g: np.conjugate(back(g))
+        return maker(ans, np.conjugate(x1), x2, axis=axis)
+
+    return vjp
+
+
 def matvec_matrix(ans, x1, x2, /, *, casting="same_kind", order="K", subok=True):
     """y = A x (np.matvec): Ā = ȳ xᵀ, summed over broadcast axes."""
     shape = np.shape(x1)
@@ -493,6 +531,17 @@ def vecmat_matrix(ans, x1, x2, /, *, casting="same_kind", order="K", subok=True)
     """y = xᵀ A (np.vecmat): Ā = x ȳᵀ."""
     shape = np.shape(x2)
     return lambda g: unbroadcast(x1[..., :, None] * g[..., None, :], shape)
+
+
+def conjugated_vecmat_vector(ans, x1, x2, /, *, casting="same_kind", order="K", subok=True):
+    """Complex values: y = xᴴ A, so x̄ = conj(A ȳ)."""
+    back = vecmat_vector(ans, x1, x2)
+    return lambda g: np.conjugate(back(g))
+
+
+def conjugated_vecmat_matrix(ans, x1, x2, /, *, casting="same_kind", order="K", subok=True):
+    """Complex values: y = xᴴ A, so Ā = conj(x) ȳᵀ."""
+    return vecmat_matrix(ans, np.conjugate(x1), x2)
 
 
 def vector_norm_vjp(ans, x, /, *, axis=None, keepdims=False, ord=2):
@@ -544,3 +593,13 @@ defvjp(np.matvec, matvec_matrix, matvec_vector)
 defvjp(np.vecmat, vecmat_vector, vecmat_matrix)
 defvjp(np.linalg.vector_norm, vector_norm_vjp)
 defvjp(np.linalg.matrix_norm, matrix_norm_vjp)
+
+# Complex values (JAX's convention): vecdot and vecmat conjugate their first argument; the norms' rules, as
+# np.linalg.norm's, are written with conjugates (∂‖z‖ = Re(conj(z/‖z‖) dz), u vᴴ, ...), so JAX's cotangent is
+# their conjugate.  matvec is linear with plain transposes (rules/complex.py declares it).
+for _func in (np.vecdot, np.linalg.vecdot):
+    defvjp_complex(_func, conjugated_vecdot_vjp(0), conjugated_vecdot_vjp(1))
+defvjp_complex(np.vecmat, conjugated_vecmat_vector, conjugated_vecmat_matrix)
+for _func in (np.linalg.vector_norm, np.linalg.matrix_norm):
+    defvjp_complex(_func, *map(conjugate_cotangents, RULES[_func].makers))
+holds_for_complex(np.linalg.matrix_power, np.linalg.tensorsolve, np.linalg.tensorinv, np.cross, np.linalg.cross)

@@ -24,6 +24,10 @@ Conventions (each pinned by tests/test_signal.py):
   0 outside ``[xp[0], xp[-1]]`` (on ``left``/``right`` or the end values): the derivative of
   JAX's ``jnp.interp``.  ``xp`` may be differentiated too (∂f/∂xp_lo = -slope (1 - t),
   ∂f/∂xp_hi = -slope t); ``period`` wraps and sorts the knots (piecewise constant).
+* Complex values (JAX's convention): ``np.interp`` of a complex ``fp`` (and ``left``/``right``) is linear
+  in them with real weights, its real ``x`` and ``xp`` get the real parts of their cotangents;
+  ``np.correlate(a, v)`` is ``convolve(a, conj(v) reversed)``: linear in ``a``, conjugate-linear in ``v``
+  (v̄ the conjugate of the real rule's).  np.convolve is linear in both (rules/complex.py).
 * ``np.unwrap`` has derivative 1: the multiples of ``period`` it adds are piecewise constant
   in ``p`` (at a jump, the derivative of the branch taken).
 * ``np.linspace(..., retstep=True)`` and ``np.gradient`` with a tracked spacing are outputs
@@ -45,13 +49,17 @@ import math
 import numpy as np
 
 from ..pullbacks import as_array, unbroadcast
-from ..registry import RULES, defvjp, defvjp_outputs
+from ..registry import RULES, defvjp, defvjp_complex, defvjp_outputs, holds_for_complex
 from .shape import _along
 
 
 def _cast(cotangent, x):
-    """``cotangent`` in the dtype of the argument ``x`` (a float32 argument gets float32)."""
-    return as_array(cotangent, np.result_type(x))
+    """``cotangent`` in the dtype of the argument ``x`` (a float32 argument gets float32; a real argument of a
+    complex result the real part, JAX's convention)."""
+    cotangent, dtype = as_array(cotangent), np.result_type(x)
+    if cotangent.dtype.kind == "c" and dtype.kind != "c":
+        cotangent = np.real(cotangent)
+    return as_array(cotangent, dtype)
 
 
 # --- differences -------------------------------------------------------------------------------
@@ -262,7 +270,8 @@ def _interpolation(x, xp, fp, period):
     """How np.interp evaluates each x: the knots ``lo``, ``hi`` of its interval (indices into xp and fp as
     given), its position t in it (clipped to [0, 1] beyond the knots), the slope of fp there (0 beyond
     the knots), and whether x lies below or above them.  ``period`` wraps and sorts the knots as NumPy does."""
-    x, xp, fp = (as_array(a, np.float64) for a in (x, xp, fp))
+    x, xp = (as_array(a, np.float64) for a in (x, xp))
+    fp = as_array(fp, np.complex128 if np.iscomplexobj(fp) else np.float64)
     source = np.arange(len(xp))
     if period is not None:
         period = abs(period)
@@ -284,7 +293,10 @@ def _interpolation(x, xp, fp, period):
 
 
 def _to_knots(lo, hi, t, h, n):
-    """Σ over the points of h (1 - t) into knot lo and h t into knot hi: n knot cotangents."""
+    """Σ over the points of h (1 - t) into knot lo and h t into knot hi: n knot cotangents (a complex h by
+    its real and imaginary parts: np.bincount adds real weights)."""
+    if np.iscomplexobj(h):
+        return _to_knots(lo, hi, t, np.real(h), n) + 1j * _to_knots(lo, hi, t, np.imag(h), n)
     return np.bincount(lo.ravel(), (h * (1 - t)).ravel(), n) + np.bincount(hi.ravel(), (h * t).ravel(), n)
 
 
@@ -333,6 +345,20 @@ def convolution_vjp(argnum, correlated):
             return _cast((c[::-1] if reverse else c).reshape(np.shape(x)), x)
 
         return back
+
+    return maker
+
+
+def conjugated_correlation_vjp(argnum):
+    """Complex values: ``correlate(a, v) = convolve(a, conj(v) reversed)``, linear in a with the kernel
+    conj(v) (ā as for real values with conj(v)), conjugate-linear in v (v̄ = conj of the real rule's)."""
+    real = convolution_vjp(argnum, True)
+
+    def maker(ans, a, v, mode="valid"):
+        if argnum == 0:
+            return real(ans, a, np.conjugate(v), mode)
+        back = real(ans, a, v, mode)
+        return lambda g: np.conjugate(back(g))
 
     return maker
 
@@ -438,6 +464,8 @@ def _register():
     defvjp(np.interp, *map(interp_vjp, range(5)))
     defvjp(np.convolve, convolution_vjp(0, False), convolution_vjp(1, False))
     defvjp(np.correlate, convolution_vjp(0, True), convolution_vjp(1, True))
+    defvjp_complex(np.correlate, conjugated_correlation_vjp(0), conjugated_correlation_vjp(1))
+    holds_for_complex(np.interp)  # linear in a complex fp; x and xp are real (NumPy refuses complex ones)
     defvjp_outputs(np.linspace, linspace_vjp(0), linspace_vjp(1))
     defvjp(np.geomspace, geomspace_vjp(0), geomspace_vjp(1))
     defvjp(np.logspace, logspace_vjp(0), logspace_vjp(1), None, None, logspace_vjp(4))

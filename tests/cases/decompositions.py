@@ -2,9 +2,11 @@
 eigvals, cholesky, qr, over matrices built with well-separated singular values or eigenvalues (no near-tie
 makes finite differences unreliable), batched (no batch axis, one or two) and k x k up to 4 x 4.
 
-Singular vectors and eigenvectors are unique up to sign, so each case differentiates a function of the
-outputs that does not depend on the signs: each column times its own first element (u uᵢ₀ ...), or Q and R
-scaled by R's diagonal."""
+Singular vectors and eigenvectors are unique up to sign (up to a phase e^{iθ} for complex matrices), so each
+case differentiates a function of the outputs that does not depend on them: each column times the conjugate of
+its own first element (u conj(uᵢ₀) ...), or Q and R scaled by R's diagonal.  In complex128 (the complex sweep)
+the matrices are complex: unitary factors, Hermitian matrices with noise in the unread triangle and in the
+imaginary part of the diagonal (LAPACK reads its real part), complex eigenvalues for eig."""
 
 import numpy as np
 from hypothesis import strategies as st
@@ -20,9 +22,14 @@ def batch_shape(draw):
     return array_shape(draw, 0, 2, max_side=3)
 
 
-def orthogonal(draw, batch, n):
-    """A random orthogonal (n, n) matrix per batch element (float64)."""
-    return np.linalg.qr(uniform(draw, batch + (n, n), np.float64))[0]
+def working(dtype):
+    """The dtype matrices are built in: complex128 for a complex ``dtype``, else float64."""
+    return np.complex128 if np.dtype(dtype).kind == "c" else np.float64
+
+
+def orthogonal(draw, batch, n, dtype=np.float64):
+    """A random orthogonal (unitary, for a complex ``dtype``) (n, n) matrix per batch element."""
+    return np.linalg.qr(uniform(draw, batch + (n, n), working(dtype)))[0]
 
 
 def spaced(draw, batch, n, low=1.0):
@@ -35,24 +42,35 @@ def spaced(draw, batch, n, low=1.0):
 def with_singular_values(draw, dtype, batch, m, n):
     """U diag(s) Vᵀ with s spaced (1, 1.5, 2, ...): well-conditioned, no near-repeated singular value."""
     k = min(m, n)
-    u, v = orthogonal(draw, batch, m)[..., :k], orthogonal(draw, batch, n)[..., :k]
-    return ((u * spaced(draw, batch, k)[..., None, :]) @ np.swapaxes(v, -1, -2)).astype(dtype)
+    u, v = orthogonal(draw, batch, m, dtype)[..., :k], orthogonal(draw, batch, n, dtype)[..., :k]
+    return ((u * spaced(draw, batch, k)[..., None, :]) @ np.conjugate(np.swapaxes(v, -1, -2))).astype(dtype)
 
 
 def symmetric_with_noise(draw, dtype, batch, n, eigenvalues):
-    """Q diag(w) Qᵀ plus noise in the upper triangle, which NumPy's default (lower) reading ignores."""
-    q = orthogonal(draw, batch, n)
-    a = (q * eigenvalues[..., None, :]) @ np.swapaxes(q, -1, -2)
-    return (a + np.triu(uniform(draw, batch + (n, n), np.float64), 1)).astype(dtype)
+    """Q diag(w) Qᴴ plus noise in the upper triangle, which NumPy's default (lower) reading ignores, and (complex)
+    in the imaginary part of the diagonal, which LAPACK ignores."""
+    q = orthogonal(draw, batch, n, dtype)
+    a = (q * eigenvalues[..., None, :]) @ np.conjugate(np.swapaxes(q, -1, -2))
+    noise = np.triu(uniform(draw, batch + (n, n), working(dtype)), 1)
+    if np.dtype(dtype).kind == "c":
+        noise = noise + 1j * np.eye(n) * uniform(draw, batch + (n, 1), np.float64)
+    return (a + noise).astype(dtype)
+
+
+def transposed(a):
+    """The matrices of ``a`` transposed (not conjugated: the unread triangle's noise moves to the other one,
+    and the matrix read becomes the conjugate of the one read before)."""
+    return np.swapaxes(a, -1, -2).copy()
 
 
 def columns_sign_free(v):
-    """vᵢⱼ v₀ⱼ: each column times its own first element, unchanged by the column's sign."""
-    return v * v[..., :1, :]
+    """vᵢⱼ conj(v₀ⱼ): each column times the conjugate of its own first element, unchanged by the column's sign
+    (or phase)."""
+    return v * np.conjugate(v[..., :1, :])
 
 
 def rows_sign_free(vt):
-    return vt * vt[..., :, :1]
+    return vt * np.conjugate(vt[..., :, :1])
 
 
 # --- svd, svdvals -------------------------------------------------------------------------------------------
@@ -113,7 +131,7 @@ def build_eigh(uplo, values_only=False):
         n, batch = side(draw), batch_shape(draw)
         a = symmetric_with_noise(draw, dtype, batch, n, spaced(draw, batch, n, low=-1.0))
         if uplo == "U":
-            a = np.swapaxes(a, -1, -2).copy()  # the noise in the lower triangle, which UPLO='U' ignores
+            a = transposed(a)  # the noise in the lower triangle, which UPLO='U' ignores
         if values_only:
             return call(draw, np.linalg.eigvalsh, X, UPLO=uplo), [a]
         eigh = call(draw, np.linalg.eigh, X, UPLO=uplo)
@@ -128,25 +146,57 @@ def build_eigh(uplo, values_only=False):
 
 
 def with_real_eigenvalues(draw, dtype, batch, n):
-    """P diag(w) P⁻¹, P = I + noise well-conditioned, w spaced: real distinct eigenvalues, generic vectors."""
-    p = np.eye(n) + uniform(draw, batch + (n, n), np.float64, -0.3, 0.3)
-    a = (p * spaced(draw, batch, n, low=-1.0)[..., None, :]) @ np.linalg.inv(p)
+    """P diag(w) P⁻¹, P = I + noise well-conditioned, w spaced: real distinct eigenvalues, generic vectors
+    (complex ``dtype``: complex P and w, the real parts of w spaced)."""
+    p = np.eye(n) + uniform(draw, batch + (n, n), working(dtype), -0.3, 0.3)
+    w = spaced(draw, batch, n, low=-1.0)
+    if np.dtype(dtype).kind == "c":
+        w = w + 1j * uniform(draw, batch + (n,), np.float64, -1.0, 1.0)
+    a = (p * w[..., None, :]) @ np.linalg.inv(p)
     return a.astype(dtype)
 
 
-def build_eig(draw, dtype):
-    n = side(draw)
-    a = with_real_eigenvalues(draw, dtype, batch_shape(draw), n)
+def with_complex_eigenvalues(draw, dtype, batch, n):
+    """A real matrix (complex for a complex ``dtype``) P B P⁻¹ with B of 2 x 2 blocks [[a, -b], [b, a]],
+    eigenvalues a ± ib (b >= 0.5, the real parts a spaced), and one real eigenvalue when n is odd."""
+    p = np.eye(n) + uniform(draw, batch + (n, n), working(dtype), -0.3, 0.3)
+    real, imag = spaced(draw, batch, n, low=-1.0), uniform(draw, batch + (n,), np.float64, 0.5, 1.5)
+    b = np.zeros(batch + (n, n))
+    for k in range(0, n - 1, 2):
+        b[..., k, k] = b[..., k + 1, k + 1] = real[..., k]
+        b[..., k + 1, k], b[..., k, k + 1] = imag[..., k], -imag[..., k]
+    if n % 2:
+        b[..., -1, -1] = real[..., -1]
+    return (p @ b @ np.linalg.inv(p)).astype(dtype)
 
-    def fn(a):
-        w, v = np.linalg.eig(a)
-        return w, columns_sign_free(v)
 
-    return fn, [a]
+def parts(outputs):
+    """The real and imaginary parts of each output: real results of a real matrix's complex eigenvalues
+    (the sweeps of real dtypes project real results)."""
+    return [p for o in outputs for p in (np.real(o), np.imag(o))]
 
 
-def build_eigvals(draw, dtype):
-    return np.linalg.eigvals, [with_real_eigenvalues(draw, dtype, batch_shape(draw), side(draw))]
+def build_eig(eigenvalues):
+    def build(draw, dtype):
+        a = eigenvalues(draw, dtype, batch_shape(draw), side(draw))
+
+        def fn(a):
+            w, v = np.linalg.eig(a)
+            return parts([w, columns_sign_free(v)])
+
+        return fn, [a]
+
+    return build
+
+
+def build_eigvals(eigenvalues):
+    def build(draw, dtype):
+        a = eigenvalues(draw, dtype, batch_shape(draw), side(draw))
+        if eigenvalues is with_real_eigenvalues:
+            return call(draw, np.linalg.eigvals, X), [a]
+        return (lambda a: parts([np.linalg.eigvals(a)])), [a]
+
+    return build
 
 
 # --- cholesky, qr ------------------------------------------------------------------------------------------------
@@ -156,7 +206,7 @@ def build_cholesky(draw, dtype):
     upper = draw(st.booleans())
     a = symmetric_with_noise(draw, dtype, batch, n, spaced(draw, batch, n))
     if upper:
-        a = np.swapaxes(a, -1, -2).copy()
+        a = transposed(a)
     cholesky = call(draw, np.linalg.cholesky, X, upper=upper) if upper or draw(st.booleans()) \
         else call(draw, np.linalg.cholesky, X)
     return cholesky, [a]
@@ -197,8 +247,10 @@ CASES = [
     Case(np.linalg.eigh, build_eigh("U"), name="eigh_upper"),
     Case(np.linalg.eigvalsh, build_eigh("L", values_only=True), name="eigvalsh_lower"),
     Case(np.linalg.eigvalsh, build_eigh("U", values_only=True), name="eigvalsh_upper"),
-    Case(np.linalg.eig, build_eig, name="eig_real_distinct"),
-    Case(np.linalg.eigvals, build_eigvals, name="eigvals_real_distinct"),
+    Case(np.linalg.eig, build_eig(with_real_eigenvalues), name="eig_real_distinct"),
+    Case(np.linalg.eigvals, build_eigvals(with_real_eigenvalues), name="eigvals_real_distinct"),
+    Case(np.linalg.eig, build_eig(with_complex_eigenvalues), name="eig_complex_eigenvalues"),
+    Case(np.linalg.eigvals, build_eigvals(with_complex_eigenvalues), name="eigvals_complex_eigenvalues"),
     Case(np.linalg.cholesky, build_cholesky, name="cholesky"),
     *[Case(np.linalg.qr, build_qr(mode, shape), name=f"qr_{mode}_{shape}")
       for mode in ("reduced", "r") for shape in ("square", "tall", "wide")],

@@ -10,8 +10,27 @@ from .shape import axis_of
 
 def cast_to(fn):
     """``fn``, whose result NumPy computes in float64 whatever the input, cast back to its first argument's
-    dtype (float64 when finite differences evaluate it in float64)."""
-    return lambda *args: fn(*args).astype(args[0].dtype)
+    dtype (float64 when finite differences evaluate it in float64); a complex result (of a complex fp) as it is."""
+    def cast(*args):
+        out = fn(*args)
+        return out if np.iscomplexobj(out) else out.astype(args[0].dtype)
+
+    return cast
+
+
+def coordinates(dtype):
+    """The dtype of np.interp's x and xp in a case of ``dtype``: float64 for a complex one (only fp, left and
+    right may be complex)."""
+    return np.float64 if np.dtype(dtype).kind == "c" else dtype
+
+
+def interp_case(dtype, interp, args, fp_index):
+    """The case of ``interp`` at ``args``; in complex dtypes of fp alone (``args[fp_index]``), x and xp held constant
+    (they are real: the complex sweep moves every argument in both directions; tests/test_complex.py
+    checks x's and xp's gradients of a complex interpolation against JAX)."""
+    if np.dtype(dtype).kind != "c":
+        return cast_to(interp), args
+    return (lambda fp: interp(*args[:fp_index], fp, *args[fp_index + 1:])), [args[fp_index]]
 
 
 def knots(draw, n, low=-2.0, gap=0.3):
@@ -171,10 +190,10 @@ def away_from(draw, points, shape, dtype, low=-3.0, high=3.0, margin=0.05):
 def build_interp(draw, dtype):
     """fp and x tracked; left and right absent or given."""
     xp = knots(draw, draw(st.integers(1, 6)))
-    x = away_from(draw, xp, array_shape(draw, 0, 2), dtype)
+    x = away_from(draw, xp, array_shape(draw, 0, 2), coordinates(dtype))
     bounds = draw(st.sampled_from([{}, {"left": -0.5}, {"right": 1.5}, {"left": 2.0, "right": -1.0}]))
     interp = call(draw, np.interp, X, xp, Y, **bounds)
-    return cast_to(interp), [x, uniform(draw, xp.shape, dtype)]
+    return interp_case(dtype, interp, [x, uniform(draw, xp.shape, dtype)], 1)
 
 
 def build_interp_knots(draw, dtype):
@@ -182,15 +201,17 @@ def build_interp_knots(draw, dtype):
     xp = knots(draw, draw(st.integers(2, 6)))
     x = away_from(draw, xp, array_shape(draw, 1, 2), np.float64)
     interp = call(draw, np.interp, X, Y, Z, -0.5, 1.5)
-    return cast_to(interp), [x.astype(dtype), xp.astype(dtype),
-                                                                uniform(draw, xp.shape, dtype)]
+    return interp_case(dtype, interp, [x.astype(coordinates(dtype)), xp.astype(coordinates(dtype)),
+                                             uniform(draw, xp.shape, dtype)], 2)
 
 
 def build_interp_bounds(draw, dtype):
     """left and right tracked, with x (NumPy dispatches np.interp on x, xp and fp only)."""
     xp = knots(draw, draw(st.integers(1, 5)))
-    x = away_from(draw, xp, array_shape(draw, 1, 2), dtype)
+    x = away_from(draw, xp, array_shape(draw, 1, 2), coordinates(dtype))
     fp = uniform(draw, xp.shape, dtype)
+    if np.dtype(dtype).kind == "c":  # fp tracked, complex left and right (tracked, they need a tracked x)
+        return call(draw, np.interp, x, xp, X, -0.5 + 0.25j, 1.5 - 0.25j), [fp]
     interp = call(draw, np.interp, X, xp, fp, Y, Z)
     return cast_to(interp), [x, dtype(-0.5), dtype(1.5)]
 
@@ -205,7 +226,9 @@ def build_interp_period(draw, dtype):
     wrapped = np.concatenate([base + k * abs(period) for k in range(-3, 4)])
     x = away_from(draw, wrapped, array_shape(draw, 0, 2), np.float64, -6.0, 6.0)
     interp = call(draw, np.interp, X, Y, Z, period=period)
-    return cast_to(interp), [np.asarray(x).astype(dtype)[()], xp.astype(dtype), uniform(draw, (n,), dtype)]
+    position = coordinates(dtype)
+    return interp_case(dtype, interp, [np.asarray(x).astype(position)[()], xp.astype(position),
+                                             uniform(draw, (n,), dtype)], 2)
 
 
 # --- convolutions -------------------------------------------------------------------------------------------
