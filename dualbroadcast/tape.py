@@ -26,7 +26,7 @@ from .errors import (
     UnsupportedFunctionError,
 )
 from .expr import Sym
-from .guards import RECORDER, Guarded, NotReplayableError
+from .guards import RECORDER, Guarded
 from .numpy_facts import FLOAT_SCALARS, INFIX, REAL_FLOATS, astype, getitem, qualified_name
 from .pullbacks import FACTORS, IndexPullback, RealPart, add_at, own_buffer, scalar_pullback
 from .registry import COMPOSITION, NONDIFFERENTIABLE, OUTPUTS, PER_ARGUMENT, RULES, SEQUENCE, complex_rule
@@ -512,9 +512,6 @@ def _record_complex(tape, func, rule, j, a, ans, values, kwargs, parents, record
     recorded with ``func``'s complex rule (`registry.complex_rule`: JAX's convention, in which the
     pullback of a holomorphic function is ``g`` times its derivative).  A real parent's cotangent is
     the real part of what the rule gives (`RealPart`), so a real value's cotangent stays real."""
-    if recorder is not None:
-        raise NotReplayableError(
-            f"{qualified_name(func)} on complex values: a prepared gradient leaves complex computations to db.gradient")
     rule = complex_rule(func)
     if rule is None:
         raise UnsupportedFunctionError(_complex_message(func))
@@ -527,7 +524,7 @@ def _record_complex(tape, func, rule, j, a, ans, values, kwargs, parents, record
     else:
         backs = [rule.makers(j, ans, *values, **kwargs)]
         if backs[0] is None:  # the rule declares this output a constant
-            return a
+            return a if recorder is None else recorder.traced(a, func)
     backs = [back if _is_complex(p.value) or type(back) is IndexPullback else RealPart(back)
              for p, back in zip(parents, backs)]
     return tape.record(a, _edges(parents, backs), func)
