@@ -118,9 +118,9 @@ def _operand_refs(kernel, node, ref, dtype_of, namespace):
     computes the same (a ufunc takes a 0-d array ~250 ns faster than a Python or NumPy scalar).
 
     Only a ufunc's literals are typed (``np.round(x, 2)`` wants an integer).  A NumPy scalar literal keeps
-    its dtype.  A Python int or float is weak: NumPy casts it to the dtype of the other operands, so it is
-    cast here once, when every other operand is a float array of one dtype (``dtype_of(node)``: its dtype
-    if it is such an array, else None).  ``dtype_of`` None: no literal typed.
+    its dtype.  A Python int, float or complex is weak: NumPy casts it to the dtype of the other operands, so
+    it is cast here once, when every other operand is a float (a complex literal: complex) array of one dtype
+    (``dtype_of(node)``: its dtype if it is such an array, else None).  ``dtype_of`` None: no literal typed.
     """
     typing = dtype_of is not None and isinstance(node.op, np.ufunc)
     operands = {dtype_of(a) for a in node.args if type(a) is Sym} if typing else ()
