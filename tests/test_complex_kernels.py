@@ -7,6 +7,8 @@ differences the backends' size thresholds are lowered (`small_thresholds`), so a
 run blocked (over several blocks and chunks) and on numexpr, as large ones do.
 """
 
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, note, settings
@@ -187,3 +189,31 @@ def test_the_measured_choice_takes_every_backend_for_a_large_complex_kernel(redu
         np.testing.assert_allclose(v, value, rtol=1e-12)
         np.testing.assert_allclose(hz, gz, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(hx, gx, rtol=1e-12, atol=1e-12)
+
+
+def plan_kernel(a, b):
+    return np.exp(a * b) + a * a * (0.5 - 2j)
+
+
+@pytest.mark.parametrize("reduce", [False, True], ids=["broadcast", "sum"])
+def test_a_repeated_complex_kernel_takes_the_cached_plan_with_new_values(reduce, monkeypatch):
+    """Complex arrays of one shape and dtype: the second and third calls take the cached plan (the kernel
+    called without building a key), and give what plain NumPy in reverse mode gives."""
+    broadcast_module = sys.modules["dualbroadcast.broadcast"]  # not db.broadcast, the function
+    runs, run = [], broadcast_module._Plan.run
+
+    def spy(self, f, args):
+        runs.append(run(self, f, args))
+        return runs[-1]
+
+    monkeypatch.setattr(broadcast_module._Plan, "run", spy)
+    kernel = db.sum if reduce else db.broadcast
+    rng = np.random.default_rng(11)
+    for _ in range(3):
+        z, w = (rng.standard_normal(30) + 1j * rng.standard_normal(30) for _ in range(2))
+        got = db.gradient(lambda z, w: projection(kernel(plan_kernel, z, w), 2), z, w)
+        want = db.gradient(lambda z, w: projection(np.sum(plan_kernel(z, w)) if reduce else plan_kernel(z, w), 2), z, w)
+        for g, e in zip(got, want):
+            assert g.dtype == np.complex128
+            np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
+    assert sum(result is not None for result in runs) >= 2
