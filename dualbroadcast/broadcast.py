@@ -29,7 +29,7 @@ from . import pytree
 from .errors import KernelError
 from .expr import Sym, complex_kernel_message, derivatives, trace, without_cuts
 from .expr import _cut as _cut_op
-from .guards import RECORDER, NotReplayableError
+from .guards import RECORDER
 from .kernel_source import needed_nodes
 from .kernels import FORCED_BACKEND, Kernel
 from .numpy_facts import FLOAT_LEAVES, REAL_FLOATS
@@ -180,9 +180,6 @@ def _run(f, args, reduce, backend):
     parents = [inputs[i] for i in active]
     if treedef is None and recorder is None and used == "numpy" and backend is None and FORCED_BACKEND.get() is None:
         _plan(f, kernel, values, active, reduce, call, reads)
-    if recorder is not None and kernel.complex and active:
-        raise NotReplayableError(f"db.{'sum' if reduce else 'broadcast'} of {kernel.name} on complex values: "
-                                 "a prepared gradient leaves complex computations to db.gradient")
     if recorder is not None and any(type(leaf) is Tracked for leaf in inputs):
         record = lambda: _record(parents, value, partials, active_shapes, call, recorder.tape)  # noqa: E731
         return recorder.kernel(kernel, inputs, values, active, used, reduce, record)
@@ -267,7 +264,7 @@ def _plan(f, kernel, values, active, reduce, call, reads):
     """Remember a `_Plan` for this call if its kernel's whole-array results need no reshaping,
     copying or casting (all inputs arrays of one shape, every partial an array of its own), and
     if the bindings ``f`` reads pin what it reads (``reads``: the walk of ``f`` that keyed its kernel)."""
-    if not reads.pinned or type(f) is not FunctionType or f.__closure__ or not values or kernel.complex:
+    if not reads.pinned or type(f) is not FunctionType or f.__closure__ or not values:
         return
     shape, dtype = np.shape(values[0]), getattr(values[0], "dtype", None)
     if not all(type(v) is np.ndarray and v.shape == shape and v.dtype == dtype for v in values) \
@@ -389,9 +386,10 @@ def _record(parents, value, partials, shapes, call, tape=None):
 
 
 def _is_array_input(leaf):
-    """Floats and arrays are kernel inputs; everything else is baked into the kernel."""
+    """Floats, arrays and NumPy scalars are kernel inputs; everything else is baked into the kernel (a
+    Python complex too: a literal, weakly typed as NumPy types it)."""
     return type(leaf) is float or isinstance(leaf, np.ndarray) or (
-        isinstance(leaf, np.generic) and leaf.dtype.kind in "fiub"
+        isinstance(leaf, np.generic) and leaf.dtype.kind in "fiubc"
     )
 
 
@@ -708,10 +706,9 @@ def _build(f, treedef, leaves, n_inputs, active, reduce, kinds, order=1):
         partials += [h for i, p in enumerate(partials)
                      for h in derivatives(graph, p, [inputs[j] for j in active], seeds)[i:]]
     outputs = without_cuts(graph, [output] + partials)
-    kernel = Kernel(graph, inputs, outputs, reduce, name)
-    kernel.complex = has_complex  # NumPy's backend only, no `_Plan`
+    kernel = Kernel(graph, inputs, outputs, reduce, name, has_complex)
     if active and np.dtype(kernel.dtype_for(tuple(kinds))).kind not in "fc":
-        return Kernel(graph, inputs, outputs[:1], reduce, name)  # a truth value or a count: no gradient, as x > 0
+        return Kernel(graph, inputs, outputs[:1], reduce, name, has_complex)  # a truth value or a count: no gradient
     return kernel
 
 

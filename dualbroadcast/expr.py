@@ -342,7 +342,8 @@ def _simplify(graph, op, args):
                 if negated is not None:
                     other = args[1 - position]
                     return graph.apply(np.negative, (other,)) if negated else other
-    if op is np.power and _is_literal(args[1]) and float(args[1]).is_integer() and 0 < abs(args[1]) <= 16:
+    if op is np.power and _is_literal(args[1]) and not isinstance(args[1], (complex, np.complexfloating)) \
+            and float(args[1]).is_integer() and 0 < abs(args[1]) <= 16:
         return _integer_power(graph, args[0], int(args[1]))
     if op is np.negative and type(args[0]) is Sym and args[0].op is np.negative:
         return args[0].args[0]

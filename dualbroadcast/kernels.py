@@ -74,7 +74,8 @@ def _check_backend(name):
 class Kernel:
     """Value and partials of one traced function; ``reduce`` sums them (``db.sum``)."""
 
-    def __init__(self, graph, inputs, outputs, reduce, name):
+    def __init__(self, graph, inputs, outputs, reduce, name, complex=False):
+        self.complex = complex  # complex numbers take part: holomorphic, numexpr only where it has complex forms
         self.inputs = inputs
         self.outputs = outputs  # [value, ∂value/∂active_0, ...]: Syms or literals
         self.reduce = reduce
@@ -86,7 +87,6 @@ class Kernel:
         self.dtypes = {}  # input kinds -> dtype of the value
         self.backends = {"numpy": _WholeArrays(self), "blocked": _Blocked(self), "numexpr": _Numexpr(self)}
         self.choice = BackendChoice(self)
-        self.complex = False  # complex numbers take part: NumPy's backend only (`broadcast._has_complex`)
 
     def __call__(self, values, active_shapes, backend=None):
         """Return ``(value, partials, backend, size)``; partials reduced to ``active_shapes`` if reducing."""
@@ -100,9 +100,7 @@ class Kernel:
 
     def _candidates(self, values, size):
         """The backends that can run a call on ``values``: numpy always, the others from their sizes
-        (and never for complex numbers)."""
-        if self.complex:
-            return ["numpy"]
+        (numexpr also from the operations it has)."""
         return [name for name, backend in self.backends.items() if backend.eligible(values, size)]
 
     def run(self, backend, values, shape, size, active_shapes):
@@ -306,7 +304,9 @@ class _Numexpr:
         if not all(np.size(v) in (1, size) for v in values):
             results = [_evaluate(src, local, shape) for src in self.sources]
             return _finish(self.kernel, results, shape, active_shapes)
-        return _reduce_numexpr_blocked(self.sources, local, values, size, active_shapes)
+        # numexpr computes complex numbers in complex128 (`Kernel.run` casts back to complex64)
+        dtype = np.dtype(np.complex128) if self.kernel.complex else np.result_type(*values)
+        return _reduce_numexpr_blocked(self.sources, local, dtype, size, active_shapes)
 
 
 def _finish(kernel, results, shape, active_shapes):
@@ -356,8 +356,8 @@ def _evaluate(source, local, shape):
     return np.array(np.broadcast_to(result, shape)) if result.shape != shape else result
 
 
-def _reduce_numexpr_blocked(sources, local, values, size, active_shapes):
-    """Sum each output over blocks, never materialising more than a block."""
+def _reduce_numexpr_blocked(sources, local, dtype, size, active_shapes):
+    """Sum each output over blocks, never materialising more than a block; ``dtype``: numexpr's for them."""
     full = [k for k, v in local.items() if np.size(v) == size and np.ndim(v) > 0]
     flat = {k: np.ravel(local[k]) for k in full}
     local = {k: np.reshape(v, ()) if np.size(v) == 1 and np.ndim(v) > 0 else v for k, v in local.items()}
@@ -367,7 +367,7 @@ def _reduce_numexpr_blocked(sources, local, values, size, active_shapes):
     partials_full = {}
     for s, shape in enumerate(active_shapes, start=1):
         if math.prod(shape) == size and size > 1:
-            partials_full[s] = np.empty(size, np.result_type(*values))
+            partials_full[s] = np.empty(size, dtype)
     for lo in range(0, size, NUMEXPR_BLOCK):
         hi = min(lo + NUMEXPR_BLOCK, size)
         block = dict(local)
@@ -381,13 +381,13 @@ def _reduce_numexpr_blocked(sources, local, values, size, active_shapes):
             else:
                 part = numexpr.evaluate(source, local_dict=block)
                 totals[s] += np.sum(part) * ((hi - lo) // max(part.size, 1))
-    value = np.result_type(*values).type(totals[0])
+    value = dtype.type(totals[0])
     partials = []
     for s, shape in enumerate(active_shapes, start=1):
         if s in partials_full:
             partials.append(partials_full[s].reshape(shape))
         else:
-            partials.append(np.reshape(np.result_type(*values).type(totals[s]), shape))
+            partials.append(np.reshape(dtype.type(totals[s]), shape))
     return value, partials
 
 

@@ -30,7 +30,7 @@ from .errors import UnsupportedFunctionError
 from .guards import RECORDER, NotReplayableError
 from .numpy_facts import FLOAT_LEAVES, qualified_name
 from .program import Const, Guard, KernelStep, Pack, Step, unpacked
-from .registry import BY_ARGNUM, OUTPUTS, first_output
+from .registry import BY_ARGNUM, OUTPUTS, complex_rule, first_output
 from .replay import _same, compile_program
 from .tape import (
     ACTIVE_TAPE,
@@ -90,6 +90,9 @@ class Recorder:
                 outs.append(r.index)
             else:
                 outs.append(None)
+        complex_step = rule is not None and self.tape.complex and self.holds_complex(refs, rest, kwargs, results)
+        if complex_step:
+            rule = complex_rule(func)  # the rule `tape._record_complex` recorded it with
         kind = rule.kind if rule is not None else None
         makers = rule.makers if rule is not None else None
         if kind == OUTPUTS and not isinstance(ans, (tuple, list)):  # one array (svd without u, v): output 0
@@ -99,7 +102,17 @@ class Recorder:
         else:
             expected = ans if outs == [None] else None
         impl = rule.impl if rule is not None else func
-        self.steps.append(Step(func, impl, kind, refs, rest, kwargs, outs, active, makers, expected))
+        self.steps.append(Step(func, impl, kind, refs, rest, kwargs, outs, active, makers, expected, complex_step))
+
+    def holds_complex(self, refs, rest, kwargs, results):
+        """Whether a complex value took part in a step (an argument, a result): on a tape holding complex
+        values, the tape then recorded it with the function's complex rule (`tape._record_result`)."""
+        refs = list(unpacked(refs))
+        if any(self.meta[r][1].kind == "c" for r in refs if type(r) is int):
+            return True
+        values = [r.value for r in refs if type(r) is not int] + list(rest) + list(kwargs.values())
+        values += [r.value if type(r) is Tracked else r for r in results]
+        return any(map(_is_complex, values))
 
     def reference(self, func, a):
         """How a step refers to its argument ``a`` (a value index, a `Const` or a `Pack`), and its value."""
@@ -179,6 +192,13 @@ def _identity(x):
     return x
 
 
+def _is_complex(value):
+    """Whether ``value`` is (or a tuple or list of it holds) a complex number or array."""
+    if type(value) in (tuple, list):
+        return any(map(_is_complex, value))
+    return type(value) is complex or (isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind == "c")
+
+
 def _constants(refs):
     """The `Const` s among ``refs`` and in their Packs."""
     return [r for r in unpacked(refs) if type(r) is Const]
@@ -203,7 +223,7 @@ def _holds_traced(items):
 class Program:
     """One recorded variant, compiled to straight-line Python (see `replay.compile_program`)."""
 
-    def __init__(self, tape, recorder, arguments, out, float_leaves):
+    def __init__(self, tape, recorder, arguments, out, float_leaves, complex_leaves=()):
         self.steps = recorder.steps
         self.meta = recorder.meta
         self.tape = tape  # the recorded pullbacks' kinds shape the generated code
@@ -213,6 +233,7 @@ class Program:
         self.out = out.index if type(out) is Tracked else None
         self.constant = None if type(out) is Tracked else out  # a result that depends on no argument
         self.float_leaves = float_leaves  # value indices of the leaves passed as Python floats
+        self.complex_leaves = complex_leaves  # ... and as Python complex numbers
         self.run, self.gradient, self.source = compile_program(self, GuardFailed)
         self.tape = None  # the recording's values are not needed any more
 
@@ -322,7 +343,8 @@ class PreparedGradient:
             tape.thaw()  # the steps' constant arrays, read-only while f ran (see `Recorder.hold`)
         recorder.settle()
         leaf_keys = [key for _, keys in signature for key in keys]
-        program = Program(tape, recorder, arguments, out, {i for k, i in _leaves(arguments) if leaf_keys[k] is float})
+        program = Program(tape, recorder, arguments, out, {i for k, i in _leaves(arguments) if leaf_keys[k] is float},
+                          {i for k, i in _leaves(arguments) if leaf_keys[k] is complex})
         self.globals_read = _globals_read(self.f)  # after f ran: what it rebinds itself is not a change
         self.recordings += 1
         programs = self.variants.setdefault(signature, [])
@@ -445,12 +467,15 @@ def _signature(flat):
     (arrays and floats) or its value (anything else is baked into the program)."""
     from .broadcast import _structure_key
 
-    return tuple((_structure_key(treedef), tuple(map(_leaf_key, leaves))) for leaves, treedef in flat)
+    return tuple((_structure_key(treedef), tuple(map(_leaf_key, leaves, pytree.leaf_activity(treedef))))
+                 for leaves, treedef in flat)
 
 
-def _leaf_key(leaf):
+def _leaf_key(leaf, active=True):
     if type(leaf) is float:
         return float
+    if type(leaf) is complex and active:  # a cut one is baked into the recording: by its value, below
+        return complex
     if isinstance(leaf, (np.ndarray, np.generic)):
         return (leaf.shape, leaf.dtype)
     return (type(leaf), leaf if pytree.hashable(leaf) else id(leaf))

@@ -30,9 +30,9 @@ class Pack:
 class Step:
     """One recorded operation: how to recompute its outputs and rebuild their pullbacks."""
 
-    __slots__ = ("func", "impl", "kind", "refs", "rest", "kwargs", "outs", "active", "makers", "expected")
+    __slots__ = ("func", "impl", "kind", "refs", "rest", "kwargs", "outs", "active", "makers", "expected", "complex")
 
-    def __init__(self, func, impl, kind, refs, rest, kwargs, outs, active, makers, expected=None):
+    def __init__(self, func, impl, kind, refs, rest, kwargs, outs, active, makers, expected=None, complex=False):
         self.func = func
         self.impl = impl
         self.kind = kind
@@ -43,6 +43,7 @@ class Step:
         self.active = active  # argument positions whose cotangents are needed
         self.makers = makers
         self.expected = expected  # a plain result, checked on replay ({position: result} of a tuple's)
+        self.complex = complex  # recorded with its complex rule: a real argument's cotangent is the real part
 
 
 class KernelStep:

@@ -27,8 +27,16 @@ from .kernel_source import _infer_dtypes, _out_dtypes
 from .kernels import _kind
 from .numpy_facts import as_dtype, getitem, source_of
 from .program import Const, Guard, KernelStep, Pack, Step, unpacked
-from .pullbacks import IndexPullback, apply, kernel_pullback_source, table_pullback, table_pullback_source, unbroadcast
-from .registry import OUTPUTS, PER_ARGUMENT, SEQUENCE, output_pullback
+from .pullbacks import (
+    IndexPullback,
+    RealPart,
+    apply,
+    kernel_pullback_source,
+    table_pullback,
+    table_pullback_source,
+    unbroadcast,
+)
+from .registry import COMPLEX_RULES, OUTPUTS, PER_ARGUMENT, SAME_RULE, SEQUENCE, output_pullback
 from .rules.linalg import DOT_PULLBACKS
 
 
@@ -105,6 +113,8 @@ def compile_program(program, guard_failed):
     else:
         value = f"v{program.out}"
     leaves = f"    {''.join(f'v{i}, ' for _, i in program.leaves)}= leaves"
+    for i in sorted(program.complex_leaves):  # a Python complex is weak in NumPy; its tape value is np.complex128
+        leaves += f"\n    v{i} = {space.bind(np.complex128)}(v{i})"
     functions = []
     for name, returned in (("run", value), ("gradient", "None")):
         backward = _Backward(program, space).lines(returned)
@@ -304,11 +314,13 @@ class _Backward(_Writer):
         dot = self.dot_formulas(step)
         for slot, i in enumerate(step.active):
             parent, recorded = step.refs[i], backs[slot]
-            if _inline(step):
-                lines += self.cotangents.accumulate(parent, self.inline_adjoint(step, i, o))
+            real = step.complex and self.p.meta[parent][1].kind != "c"  # its cotangent is the real part
+            if _inline(step) and (not step.complex or COMPLEX_RULES.get(step.func) is SAME_RULE):
+                lines += self.cotangents.accumulate(parent, _real_part(self.inline_adjoint(step, i, o), real))
             elif dot is not None:
                 other = Src(self.ref(step.refs[1 - i]), self.space)
-                lines += self.cotangents.accumulate(parent, dot[i](other, Src(f"g{o}", self.space)).text)
+                term = dot[i](other, Src(f"g{o}", self.space)).text
+                lines += self.cotangents.accumulate(parent, _real_part(term, real))
             elif type(recorded) is IndexPullback and step.func is getitem and type(step.refs[1]) is Const:
                 index = self.ref(step.refs[1])
                 add = f"np.add.at(g{parent}, {index}, g{o})" if recorded.repeats else f"g{parent}[{index}] += g{o}"
@@ -316,6 +328,9 @@ class _Backward(_Writer):
             elif type(recorded) is IndexPullback:
                 lines.append(f"    b = {self.maker(step, i, j, k, o)}")
                 lines += self.cotangents.owned(parent) + [f"    b.add(g{parent}, g{o})"]
+            elif real:  # as the tape applies it: `pullbacks.RealPart`
+                maker = self.maker(step, i, j, k, o)
+                lines += self.cotangents.accumulate(parent, f"{self.space.bind(RealPart, 'a')}({maker})(g{o})")
             else:
                 maker = self.maker(step, i, j, k, o)
                 lines += self.cotangents.accumulate(parent, f"{self.space.bind(apply, 'a')}({maker}, g{o})")
@@ -363,14 +378,17 @@ class _Backward(_Writer):
         (`_Cotangents.defer`) when the partial has the leaf's shape."""
         lines = []
         out_shape = () if step.reduce else self.p.meta[step.out][0]
+        complex_value = self.p.meta[step.out][1].kind == "c"
         for slot, i in enumerate(step.active):
             parent = step.refs[i]
             shape = self.p.shape_of(parent)
             partial = f"p{step.out}[{slot}]"
-            if shape and (shape == out_shape or step.reduce) and self.cotangents.defer(parent, partial, step.out):
+            real = complex_value and self.p.meta[parent][1].kind != "c"  # a real parent's: the real part
+            if shape and (shape == out_shape or step.reduce) and not real \
+                    and self.cotangents.defer(parent, partial, step.out):
                 continue
             term = kernel_pullback_source(f"g{step.out}", partial, shape, out_shape)
-            lines += self.cotangents.accumulate(parent, term)
+            lines += self.cotangents.accumulate(parent, _real_part(term, real))
         return lines
 
 
@@ -493,6 +511,14 @@ class _Cotangents:
             "    else:",
             f"        {assign}{multiply}({partial}, g{o}, {target})",
         ]
+
+
+def _real_part(term, real):
+    """A cotangent term (source or `Folded`), its real part if ``real``: a real argument's where complex values
+    take part (`pullbacks.RealPart`)."""
+    if not real:
+        return term
+    return Folded(np.real(term.value)) if type(term) is Folded else f"np.real({term})"
 
 
 def _partials_typed_as_value(kernel, examples):

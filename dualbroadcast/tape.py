@@ -26,7 +26,7 @@ from .errors import (
     UnsupportedFunctionError,
 )
 from .expr import Sym
-from .guards import RECORDER, Guarded, NotReplayableError
+from .guards import RECORDER, Guarded
 from .numpy_facts import FLOAT_SCALARS, INFIX, REAL_FLOATS, astype, getitem, qualified_name
 from .pullbacks import FACTORS, IndexPullback, RealPart, add_at, apply, own_buffer, scalar_pullback, scatter
 from .registry import (
@@ -586,9 +586,6 @@ def _record_complex(tape, func, rule, j, a, ans, values, kwargs, parents, record
     recorded with ``func``'s complex rule (`registry.complex_rule`: JAX's convention, in which the
     pullback of a holomorphic function is ``g`` times its derivative).  A real parent's cotangent is
     the real part of what the rule gives (`RealPart`), so a real value's cotangent stays real."""
-    if recorder is not None:
-        raise NotReplayableError(
-            f"{qualified_name(func)} on complex values: a prepared gradient leaves complex computations to db.gradient")
     rule = complex_rule(func)
     if rule is None:
         raise UnsupportedFunctionError(_complex_message(func))
@@ -601,7 +598,7 @@ def _record_complex(tape, func, rule, j, a, ans, values, kwargs, parents, record
     else:
         backs = output_pullbacks(func, rule.makers, j, ans, values, active, kwargs)
         if backs is None:  # the rule declares this output a constant
-            return a
+            return a if recorder is None else recorder.traced(a, func)
     backs = [back if _is_complex(p.value) or type(back) is IndexPullback else RealPart(back)
              for p, back in zip(parents, backs)]
     return tape.record(a, _edges(parents, backs), func)

@@ -61,6 +61,7 @@ class Kernel:
     name: str
     params: tuple
     steps: list
+    complex: bool = False  # its value is complex (`complex_kernel_step`): compared through `COMPLEX_PROJECTION`
 
     def lines(self):
         body = [f"    {step.line()}" for step in self.steps]
@@ -234,8 +235,10 @@ class Trace:
     largest: float = 0.0
 
     def note(self, value, kink):
+        value = np.asarray(value)
         with np.errstate(all="ignore"):
-            magnitude = float(np.max(np.abs(np.asarray(value, np.float64)), initial=0.0))
+            magnitude = float(np.max(np.abs(value if value.dtype.kind == "c" else np.asarray(value, np.float64)),
+                                     initial=0.0))
         self.largest = max(self.largest, magnitude if math.isfinite(magnitude) else math.inf)
         self.kink = min(self.kink, kink)
 
@@ -784,6 +787,38 @@ def kernel_step(draw, pool, name):
     return Step(name, call.format(k=kernel.name, a=arguments), tuple(a.name for a in args), body=kernel)
 
 
+# Entire holomorphic functions (no branch cut, no pole), for kernels of complex values.
+HOLOMORPHIC = [
+    ("np.exp({0})", None), ("np.sin({0})", None), ("np.cos({0})", None), ("np.sinh({0})", None),
+    ("np.cosh({0})", None), ("np.expm1({0})", None), ("{0} * {0}", None), ("{0} ** 3", None), ("-{0}", None),
+    ("(0.5 - 0.25j) * {0}", None),
+]
+HOLOMORPHIC_BINARY = [("{0} * {1}", None), ("{0} + {1}", None), ("{0} - {1}", None)]
+COMPLEX_LITERALS = [("{0} + 0.5j", None), ("{0} * (0.75 - 0.5j)", None), ("np.exp(1j * {0})", None)]
+COMPLEX_PROJECTION = "np.real({} * (0.3 - 0.7j))"  # a real number every real and imaginary part counts in
+
+
+def complex_kernel_step(draw, pool, name):
+    """db.sum / db.broadcast of a kernel whose real arguments meet a complex literal, holomorphic from there,
+    its value's real part (a kernel cannot take np.real) projected outside (`COMPLEX_PROJECTION`)."""
+    args = [pick(draw, pool)]
+    shape = args[0].shape
+    if draw(st.booleans()):
+        args.append(pick(draw, pool, lambda v, shape=shape: fits(broadcast(shape, v.shape))))
+        shape = broadcast(shape, args[-1].shape)
+    params = tuple(f"p{k}" for k in range(len(args)))
+    template, _ = draw(st.sampled_from(COMPLEX_LITERALS))
+    body = [Step("u0", template, (params[0],))]
+    for k in range(1, draw(st.integers(2, 3))):
+        template, _ = draw(st.sampled_from(HOLOMORPHIC + HOLOMORPHIC_BINARY))
+        body.append(Step(f"u{k}", template, (f"u{k - 1}", params[-1])[:arity(template)]))
+    kernel = Kernel("k" + name[1:], params, body, complex=True)
+    cuts = [draw(st.sampled_from([False, False, False, True])) for _ in args]
+    arguments = ", ".join(f"db.cut({{{k}}})" if c else f"{{{k}}}" for k, c in enumerate(cuts))
+    call = draw(st.sampled_from(["db.sum({k}, {a})", "db.broadcast({k}, {a})"])).format(k=kernel.name, a=arguments)
+    return Step(name, COMPLEX_PROJECTION.format(call), tuple(a.name for a in args), body=kernel)
+
+
 def cut_step(draw, pool, name):
     x = pick(draw, pool)
     return Step(name, draw(st.sampled_from(["db.cut({0})", "{0} * db.cut(np.exp({0}))"])), (x.name,))
@@ -824,7 +859,7 @@ DRAWERS = [
     elementwise_step, elementwise_step, elementwise_step, reduction_step, kernel_step, getitem_step, reshape_step,
     contraction_step, cumulative_step, norm_step, transpose_step, new_axis_step, join_step, copies_step,
     diagonal_step, take_step, copy_step, loop_step, einsum_step, matrix_step, cut_step, kernel_step, escape_step,
-    mutation_step,
+    mutation_step, complex_kernel_step,
 ]
 
 
@@ -1307,11 +1342,15 @@ def check_kernel(program, step, backend, sizes):
     space["w"] = space["weights"](1, shape)
     params = ", ".join(names)
     call = ", ".join(f"db.cut({n})" if c else n for n, c in zip(names, program.kernel_cuts[step.name]))
+    project = COMPLEX_PROJECTION.format if step.body.complex else "{}".format
+    summed = f"db.sum(g, {params}, backend={backend!r})"
+    broadcast_call = f"db.broadcast(g, {params}, backend={backend!r})"
     forms = [
-        (f"db.sum(g, {params}, backend={backend!r})", f"np.sum(np.broadcast_to(g({params}), {shape}))"),
-        (f"np.sum(w * db.broadcast(g, {params}, backend={backend!r}))", f"np.sum(w * g({params}))"),
+        (project(summed), project(f"np.sum(np.broadcast_to(g({params}), {shape}))")),
+        (f"np.sum(w * {project(broadcast_call)})", f"np.sum(w * {project(f'g({params})')})"),
     ]
-    value_scale, scales = kernel_scales(space["g"], args, shape)
+    projected = eval(f"lambda *a: {project('g(*a)')}", {"g": space["g"], "np": np})
+    value_scale, scales = kernel_scales(projected, args, shape)
     for fused, plain in forms:
         fused, plain = (f"db.value_and_gradient(lambda {params}: {body}, {call})" for body in (fused, plain))
         script = snippet(program, setup + [f"print({fused})", f"print({plain})"])

@@ -182,12 +182,13 @@ def test_value_and_gradient_and_prepare_gradient_with_complex_arguments():
     assert value == pytest.approx(f(Z, x))
     assert (gz.dtype, gx.dtype) == (Z.dtype, x.dtype)
     prog = db.prepare_gradient(f, Z, x)
-    for scale in (1.0, 0.5):  # left to db.gradient: the same gradient on new arguments
+    for scale in (1.0, 0.5):  # replayed: the same gradient on new arguments
         expected = db.gradient(f, Z * scale, x)
         got = prog(Z * scale, x)
         for a, b in zip(got, expected):
             assert a.dtype == b.dtype
             np.testing.assert_allclose(a, b, rtol=1e-12)
+    assert prog.recordings == 1 and not prog.unreplayable
 
 
 # --- errors ------------------------------------------------------------------------------------------------
@@ -222,7 +223,7 @@ def test_a_wrong_complex_rule_is_caught_by_check_gradient():
     db.check_gradient(lambda z: np.sum(np.abs(square(z))), Z)
 
 
-# --- kernels: holomorphic functions of complex numbers, on NumPy's backend ----------------------------------
+# --- kernels: holomorphic functions of complex numbers (every backend: tests/test_complex_kernels.py) -----
 KERNELS = {
     "polynomial": lambda a: a**3 - 2 * a + 1j,
     "exp sin": lambda a: np.exp(a) * np.sin(a) / (1 + a * a),
@@ -253,12 +254,13 @@ def test_a_kernel_keeps_complex64_and_a_real_argument_gets_a_real_gradient():
     db.check_gradient(f, z, x)
 
 
-def test_a_prepared_gradient_leaves_a_complex_kernel_to_gradient():
+def test_a_prepared_gradient_replays_a_complex_kernel():
     f = lambda x: np.sum(np.abs(db.broadcast(lambda r: np.exp(1j * r) * r, x)) ** 3)
     x = np.array([0.5, 1.0, 2.0])
     prog = db.prepare_gradient(f, x)
     for scale in (1.0, 1.5):
         np.testing.assert_allclose(prog(x * scale), db.gradient(f, x * scale), rtol=1e-12)
+    assert prog.recordings == 1 and not prog.unreplayable
 
 
 def test_a_kernel_of_two_complex_arguments_whose_partials_compare_values():

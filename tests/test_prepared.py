@@ -44,8 +44,9 @@ def test_replay_equals_gradient_for_every_rule(case, data):
 @pytest.mark.parametrize("case", complex_cases(CASES), ids=str)
 @settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-def test_a_prepared_gradient_of_complex_values_equals_gradient(case, data):
-    """Complex computations are not replayed but left to db.gradient: never a wrong gradient."""
+def test_a_prepared_gradient_of_complex_values_is_replayed_and_equals_gradient(case, data):
+    """Every case of a rule for complex values, in complex128: replayed (never left to db.gradient), on the
+    recorded arguments and on new ones, giving what db.gradient gives."""
     reset_streams()
     fn, args = case.build(data.draw, np.complex128)
     w_seed = data.draw(st.integers(0, 100))
@@ -60,6 +61,7 @@ def test_a_prepared_gradient_of_complex_values_equals_gradient(case, data):
     moved = [a * (1 + 1e-3j) if isinstance(a, np.ndarray) else type(a)(a * (1 + 1e-3j)) for a in args]
     _close(prog(*moved), db.gradient(f, *moved), np.float64)
     _close(prog(*args), db.gradient(f, *args), np.float64)
+    assert not prog.unreplayable and prog.variants, f"{case} was left to db.gradient"
 
 
 @pytest.mark.parametrize("model", [eam_numpy, eam_dualbroadcast], ids=["plain", "sum"])
@@ -372,3 +374,63 @@ def test_value_and_gradient_of_plain_arguments_with_out_returns_the_value():
         np.testing.assert_allclose(out[0], want[0], rtol=1e-14)
         np.testing.assert_allclose(out[1], want[1], rtol=1e-14)
     assert prog.recordings == 1
+
+
+# --- complex values: replayed, as db.gradient differentiates them ---------------------------------------
+def _replays_like_gradient(f, *args, changes=(1.0, 0.5 - 0.25j)):
+    prog = db.prepare_gradient(f, *args)
+    for c in changes:
+        moved = [a * c if np.iscomplexobj(a) else a * abs(c) for a in args]
+        got, expected = prog(*moved), db.gradient(f, *moved)
+        for g, e in zip(got if len(args) > 1 else (got,), expected if len(args) > 1 else (expected,)):
+            assert type(g) is type(e) and np.result_type(g) == np.result_type(e)
+            np.testing.assert_allclose(g, e, rtol=1e-5 if np.result_type(g) == np.complex64 else 1e-12, atol=1e-14)
+    assert prog.recordings == 1 and not prog.unreplayable
+    return prog
+
+
+@pytest.mark.parametrize("n", [7, 40_000])
+@pytest.mark.parametrize("reduce", [False, True], ids=["broadcast", "sum"])
+def test_a_complex_kernel_is_replayed_with_real_and_complex_arguments(n, reduce):
+    """A real argument's cotangent is the real part of its complex partial's product (never written into
+    out= as a complex product); a complex one's is the product.  40,000 elements: the blocked runner."""
+    rng = np.random.default_rng(8)
+    z, x = rng.uniform(0.5, 2, n) + 1j * rng.uniform(-1, 1, n), rng.uniform(-1, 1, n)
+    kernel = db.sum if reduce else db.broadcast
+    f = lambda z, x: np.sum(np.abs(kernel(lambda a, r: np.exp(a * r) + 1j * r * r, z, x)) ** 2)
+    prog = _replays_like_gradient(f, z, x)
+    out = (np.empty(n, complex), np.empty(n))
+    assert prog(z, x, out=out) is out
+    for o, e in zip(out, db.gradient(f, z, x)):
+        np.testing.assert_allclose(o, e, rtol=1e-12)
+    real_only = lambda x: np.real(kernel(lambda r: np.exp(1j * r) * r, x) * (2 - 1j)).sum()
+    out = np.empty(n)
+    assert db.prepare_gradient(real_only, x)(x, out=out) is out
+    np.testing.assert_allclose(out, db.gradient(real_only, x), rtol=1e-12)
+
+
+def test_complex_steps_of_every_kind_are_replayed():
+    """Inline holomorphic steps, rules of their own (abs, real, conj, vdot), a real argument of a complex
+    step, indexing, a matrix product, a reduction; complex64 stays complex64."""
+    def f(z, x, m):
+        w = np.exp(z * x) / (1 + z * z) + np.conj(z[::-1]) * 0.5j
+        v = m @ w + np.vdot(w, z) * x[0]
+        return np.sum(np.abs(v) ** 2) + np.real(np.sum(w * np.sin(x))) - np.imag(w[1]) * x[2]
+
+    rng = np.random.default_rng(9)
+    z = rng.standard_normal(3) + 1j * rng.standard_normal(3)
+    x, m = rng.standard_normal(3), rng.standard_normal((3, 3)) + 1j * rng.standard_normal((3, 3))
+    _replays_like_gradient(f, z, x, m)
+    _replays_like_gradient(f, z.astype(np.complex64), x.astype(np.float32), m.astype(np.complex64))
+
+
+def test_python_complex_arguments_are_replayed_and_cut_ones_are_read_anew():
+    f = lambda w, c, x: np.abs(np.sum(np.exp(w * x) * c)) ** 2
+    x = np.linspace(0.0, 1.0, 5)
+    prog = db.prepare_gradient(f, 0.5 + 1j, db.cut(2.0 - 1j), x)
+    for w, c in [(0.5 + 1j, 2.0 - 1j), (-1.0 + 0.5j, 2.0 - 1j), (-1.0 + 0.5j, 1j)]:
+        got, expected = prog(w, db.cut(c), x), db.gradient(f, w, db.cut(c), x)
+        assert type(got[0]) is complex and got[1] is None
+        np.testing.assert_allclose(got[0], expected[0], rtol=1e-12)
+        np.testing.assert_allclose(got[2], expected[2], rtol=1e-12)
+    assert prog.recordings == 2  # a cut Python complex is baked in: a new value is a new recording

@@ -47,11 +47,11 @@ def test_rule_second_derivatives_match_finite_differences(case, data):
     reset_streams()
     fn, args = case.build(data.draw, np.float64)
     seed = data.draw(st.integers(0, 1000))
-    if str(case) in NOT_TWICE:
-        with pytest.raises((db.UnsupportedFunctionError, db.ValueConversionError)):
-            db.check_gradient(lambda *a: projection(fn(*a), seed), *args, order=2)
-        return
-    db.check_gradient(lambda *a: projection(fn(*a), seed), *args, order=2, **case.tolerance)
+    try:
+        db.check_gradient(lambda *a: projection(fn(*a), seed), *args, order=2, **case.tolerance)
+    except (db.UnsupportedFunctionError, db.ValueConversionError):
+        if str(case) not in NOT_TWICE:  # these may refuse (a clear error), never give a wrong value
+            raise
 
 
 def test_the_refusal_list_names_only_cases_that_exist():

@@ -41,7 +41,7 @@ from .. import pullbacks
 from ..errors import InPlaceMutationError, UnsupportedFunctionError
 from ..numpy_facts import astype, getitem
 from ..pullbacks import IndexPullback, as_array, plain, unbroadcast
-from ..registry import RULES, defcomposition, defvjp, defvjp_outputs, defvjp_sequence
+from ..registry import RULES, defcomposition, defvjp, defvjp_outputs, defvjp_sequence, holds_for_complex
 from ..tape import primitive
 
 
@@ -760,6 +760,7 @@ def _register():
     defvjp(getitem, getitem_vjp)
     pullbacks.SCATTER_RECORDED = primitive(pullbacks.scatter)
     defvjp(pullbacks.SCATTER_RECORDED, scatter_vjp, None, None, None, None)
+    holds_for_complex(pullbacks.SCATTER_RECORDED)  # linear: its transpose is the gather, for complex g too
     RULES[getitem].keeps_arguments = False  # getitem_vjp copies an index array it keeps (`_frozen`)
     defvjp(astype, lambda ans, x, dtype, order="K", casting="unsafe", subok=True, copy=True: _cast_back(x))
     defvjp(np.copy, lambda ans, a, order="K", subok=False: lambda g: g)

@@ -39,6 +39,10 @@ except ImportError as error:  # pragma: no cover - exercised with scipy absent
         "installed; install it (pip install scipy), or use dualbroadcast without dualbroadcast.scipy"
     ) from error
 
-from . import signal, special, stats
+from ..registry import register_lazy_rules
+
+register_lazy_rules()  # the mirrors compute with scipy.special's partials (rules/scipy_special.py)
+
+from . import signal, special, stats  # noqa: E402
 
 __all__ = ["signal", "special", "stats"]
