@@ -18,7 +18,7 @@ A function that is not holomorphic needs a rule of its own (`defvjp_complex`, in
 
 A function without either (``maximum``, ``sort``, ``max``, ``clip``: orders, which complex numbers do not
 have; ``sign``; a function NumPy defines for reals only) is an error on complex values, never a wrong
-gradient.  Prepared gradients leave complex computations to `db.gradient` (they are not replayed).
+gradient.  Prepared gradients replay complex computations with these same rules (`prepared.Recorder`).
 """
 
 import functools
