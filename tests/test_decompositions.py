@@ -184,13 +184,13 @@ def test_lstsq_matches_jax(jnp, m, n, k):
     wx = RNG.standard_normal((n,) if k is None else (n, k))
 
     def loss(lib):
-        def f(a):
+        def f(a, b):
             x, residuals, _, s = lib.linalg.lstsq(a, b, rcond=None)
             return lib.sum(x * wx) + lib.sum(residuals) + lib.sum(s**2)
 
         return f
 
-    assert_matches_jax(loss(np), loss(jnp), a)
+    assert_matches_jax(loss(np), loss(jnp), a, b)
 
 
 @pytest.mark.parametrize("p", [None, 2, -2, "fro", "nuc", 1, -1, np.inf, -np.inf])
@@ -344,11 +344,18 @@ def test_rank_deficient_pinv_and_lstsq_are_an_error():
     np.testing.assert_allclose(singular_values, db.gradient(lambda a: np.sum(np.linalg.svdvals(a)), a), rtol=1e-12)
 
 
-def test_lstsq_in_b_is_a_clear_error():
-    """lstsq's rule, like every tuple-valued rule, differentiates its first argument only."""
+def test_lstsq_in_b_is_pinv_transposed_and_twice_the_residual():
+    """x = A⁺b: b̄ = A⁺ᵀ x̄; the residual ‖b - Ax‖²: b̄ = 2 r.  Rank-deficient A: the clear error."""
     a = spaced_matrix((), 4, 2)
-    with pytest.raises(db.UnsupportedFunctionError, match="first argument"):
-        db.gradient(lambda b: np.sum(np.linalg.lstsq(a, b, rcond=None)[0]), np.ones(4))
+    b = np.array([1.0, -2.0, 0.5, 3.0])
+    w = np.array([0.3, -1.1])
+    got = db.gradient(lambda b: np.sum(np.linalg.lstsq(a, b, rcond=None)[0] * w), b)
+    np.testing.assert_allclose(got, np.linalg.pinv(a).T @ w, rtol=1e-12)
+    x = np.linalg.lstsq(a, b, rcond=None)[0]
+    got = db.gradient(lambda b: np.sum(np.linalg.lstsq(a, b, rcond=None)[1]), b)
+    np.testing.assert_allclose(got, 2 * (b - a @ x), rtol=1e-10, atol=1e-12)
+    with pytest.raises(db.UnsupportedFunctionError, match="rank-deficient"):
+        db.gradient(lambda b: np.sum(np.linalg.lstsq(np.outer([1.0, 2.0, 3.0, 4.0], [1.0, -1.0]), b)[0]), b)
 
 
 def test_matrix_rank_is_a_constant():

@@ -56,8 +56,7 @@ Conventions:
   definite A (as NumPy itself).  pinv and lstsq's solution and residuals need a matrix of full rank
   (no singular value cut by rcond/rtol): at a rank change they are not differentiable, an error
   (for lstsq, when their gradient is needed: its singular values are differentiable).
-* lstsq is differentiable in ``a`` only (the tape differentiates a tuple-valued function in its first
-  argument; a tracked ``b`` is an error saying so): for ``b``, write ``np.linalg.pinv(a) @ b``.
+* lstsq is differentiable in ``a`` and in ``b`` (its rank and singular values do not depend on ``b``).
 """
 
 import numpy as np
@@ -342,6 +341,24 @@ def lstsq_vjp(j, ans, a, b, rcond=None):
     return lambda g: pseudo_inverse_adjoint(a, inverse, np.reshape(g, x.shape) @ H(b))
 
 
+def lstsq_b_vjp(j, ans, a, b, rcond=None):
+    """(x, residuals, rank, s) = lstsq(A, b) in b, A of full rank: x = A⁺ b, so b̄ = A⁺ᴴ x̄; residuals
+    ‖b - A x‖², whose gradient in b is 2 r (r = b - A x is orthogonal to A's range): b̄ = 2 r diag(ḡ); rank and
+    s do not depend on b."""
+    if j >= 2:
+        return None
+    x, residuals, rank, _ = ans
+    if j == 1 and np.size(residuals) == 0:  # NumPy returns none (rank-deficient, square or wide A)
+        return None
+    if rank < min(np.shape(a)):
+        return rank_deficient_lstsq
+    shape = np.shape(b)
+    if j == 1:
+        r = b - a @ x
+        return lambda g: np.reshape(2 * np.reshape(r, (shape[0], -1)) * g, shape)
+    return lambda g: H(np.linalg.pinv(a)) @ g
+
+
 def rank_deficient_lstsq(g):
     """The pullback of lstsq's solution for a rank-deficient matrix: an error once its gradient is needed."""
     raise UnsupportedFunctionError(
@@ -377,7 +394,7 @@ defvjp(np.linalg.eigvals, eigvals_vjp)
 defvjp(np.linalg.cholesky, cholesky_vjp)
 defvjp_outputs(np.linalg.qr, qr_vjp)
 defvjp(np.linalg.pinv, pinv_vjp)
-defvjp_outputs(np.linalg.lstsq, lstsq_vjp)
+defvjp_outputs(np.linalg.lstsq, lstsq_vjp, lstsq_b_vjp)
 defvjp(np.linalg.cond, cond_vjp)
 
 

@@ -11,7 +11,7 @@ imaginary part of the diagonal (LAPACK reads its real part), complex eigenvalues
 import numpy as np
 from hypothesis import strategies as st
 
-from . import Case, X, array_shape, call, uniform
+from . import Case, X, Y, array_shape, call, uniform
 
 
 def side(draw):
@@ -275,19 +275,18 @@ def build_pinv(draw, dtype):
 
 
 def build_lstsq(draw, dtype):
-    """x, residuals (tall A: ‖b - Ax‖² per column) and s; b a vector or k columns (a constant: lstsq is
-    differentiable in its first argument only)."""
+    """x, residuals (tall A: ‖b - Ax‖² per column) and s, in A and in b (a vector or k columns)."""
     n = side(draw)
     m = n + draw(st.integers(-min(n - 1, 2), 2))
     a = with_singular_values(draw, dtype, (), m, n)
     b = uniform(draw, (m,) if draw(st.booleans()) else (m, side(draw)), dtype)
-    lstsq = call(draw, np.linalg.lstsq, X, b, rcond=None)
+    lstsq = call(draw, np.linalg.lstsq, X, Y, rcond=None)
 
-    def fn(a):
-        x, residuals, _, s = lstsq(a)
+    def fn(a, b):
+        x, residuals, _, s = lstsq(a, b)
         return x, residuals, s
 
-    return fn, [a]
+    return fn, [a, b]
 
 
 def build_cond(p):
