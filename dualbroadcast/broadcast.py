@@ -29,6 +29,7 @@ from . import pytree
 from .errors import KernelError
 from .expr import Sym, complex_kernel_message, derivatives, trace, without_cuts
 from .expr import _cut as _cut_op
+from .forward import Dual, kernel_tangent
 from .guards import RECORDER, NotReplayableError
 from .kernel_source import needed_nodes
 from .kernels import FORCED_BACKEND, Kernel
@@ -144,11 +145,13 @@ def _run(f, args, reduce, backend):
     names = None  # every name the code reads: how a baked object's class is read
     inputs, values, active, kinds, input_kinds = [], [], [], [], []
     for leaf, on in zip(leaves, activity):
-        if type(leaf) is Tracked or _is_array_input(leaf):
-            value = leaf.value if type(leaf) is Tracked else leaf
+        if type(leaf) is Dual:
+            leaf = _kernel_dual(leaf, on)
+        if type(leaf) is Tracked or type(leaf) is Dual or _is_array_input(leaf):
+            value = leaf.value if type(leaf) is Tracked or type(leaf) is Dual else leaf
             kind = value.dtype if type(value) is np.ndarray else (
                 float if type(value) is float else np.result_type(value))
-            if type(leaf) is Tracked and on and leaf.index not in inactive:
+            if (type(leaf) is Tracked and on and leaf.index not in inactive) or type(leaf) is Dual:
                 active.append(len(values))
             inputs.append(leaf)
             values.append(value)
@@ -168,6 +171,8 @@ def _run(f, args, reduce, backend):
     if calls is not None:
         calls.append(call)
     parents = [inputs[i] for i in active]
+    if Dual in map(type, parents):
+        return _dual_result(parents, value, partials, reduce)
     if treedef is None and recorder is None and used == "numpy" and backend is None and FORCED_BACKEND.get() is None:
         _plan(f, kernel, values, active, reduce, call, reads)
     if recorder is not None and kernel.complex and active:
@@ -278,6 +283,29 @@ def _record(parents, value, partials, shapes, call, tape=None):
         tape.complex = True
         backs = [b if np.iscomplexobj(p.value) else RealPart(b) for p, b in zip(parents, backs)]
     return tape.record(value, _edges(parents, backs), call)
+
+
+def _kernel_dual(leaf, on):
+    """A dual argument of a kernel: its value is an active input (the tangent comes from the partials,
+    `forward.kernel_tangent`); a cut one is a constant."""
+    if not on:
+        return leaf.value
+    if type(leaf.value) is Dual:
+        raise KernelError("db.sum/db.broadcast of a nested db.jvp (a dual of a dual) is not supported; compute "
+                          "it with NumPy functions outside a kernel")
+    return leaf
+
+
+def _dual_result(parents, value, partials, reduce):
+    """The dual result of a kernel whose active arguments are duals (forward mode, `db.jvp`)."""
+    if Tracked in map(type, parents):
+        raise KernelError("a db.sum/db.broadcast mixes a value of db.jvp (a dual) and one of db.gradient "
+                          "(tracked); differentiate the kernel with one of them")
+    top = max(p.level for p in parents)
+    if any(p.level != top for p in parents):
+        raise KernelError("db.sum/db.broadcast of duals of two nested db.jvp calls is not supported; compute "
+                          "it with NumPy functions outside a kernel")
+    return kernel_tangent(parents, partials, value, reduce)
 
 
 def _is_array_input(leaf):
@@ -583,7 +611,7 @@ def _build(f, treedef, leaves, n_inputs, active, reduce, kinds):
 
     def call(symbols):
         symbols = iter(symbols)
-        mixed = [next(symbols) if type(x) is Tracked or _is_array_input(x) else x for x in leaves]
+        mixed = [next(symbols) if type(x) is Tracked or type(x) is Dual or _is_array_input(x) else x for x in leaves]
         if treedef is None:
             return f(*mixed)
         g, args = pytree.unflatten(treedef, mixed)

@@ -23,7 +23,7 @@ import string
 import numpy as np
 
 from ..pullbacks import unbroadcast
-from ..registry import RULES, defvjp, defvjp_argnum, defvjp_outputs, defvjp_sequence
+from ..registry import RULES, deflinear, defmultilinear, defvjp, defvjp_argnum, defvjp_outputs, defvjp_sequence
 from .reductions import norm_vjp
 from .shape import diagonal_vjp
 
@@ -544,3 +544,9 @@ defvjp(np.matvec, matvec_matrix, matvec_vector)
 defvjp(np.vecmat, vecmat_vector, vecmat_matrix)
 defvjp(np.linalg.vector_norm, vector_norm_vjp)
 defvjp(np.linalg.matrix_norm, matrix_norm_vjp)
+
+# Forward mode: products are linear in each factor (the product rule), traces and transposes linear.
+defmultilinear(np.dot, np.inner, np.tensordot, np.einsum, np.matmul, np.outer, np.vdot, np.kron, np.cross,
+               np.linalg.cross, np.linalg.matmul, np.linalg.outer, np.linalg.tensordot, np.linalg.vecdot, np.vecdot,
+               np.matvec, np.vecmat, np.linalg.multi_dot)
+deflinear(np.trace, np.linalg.trace, np.linalg.diagonal, np.linalg.matrix_transpose)

@@ -8,7 +8,11 @@ from ..pullbacks import unbroadcast
 def cotangent(x, gx):
     """``gx`` summed back to the shape of the argument ``x`` (where broadcasting stretched it), in its dtype
     (a float32 argument of a function that computes in float64 gets a float32 cotangent)."""
-    return np.asarray(unbroadcast(gx, np.shape(x)), dtype=np.result_type(x))
+    g = unbroadcast(gx, np.shape(x))
+    dtype = np.result_type(x)
+    if getattr(g, "dtype", None) == dtype:
+        return g
+    return g.astype(dtype) if hasattr(g, "astype") else np.asarray(g, dtype)  # astype: traceable (forward.py)
 
 
 def times(d, x):
