@@ -19,7 +19,7 @@ from .errors import (
     ValueConversionError,
 )
 from .expr import TRACING, Sym
-from .forward import Dual, check_tangent, new_level
+from .forward import JVP_DEPTH, Dual, check_tangent, new_level, primal
 from .guards import RECORDER
 from .numpy_facts import FLOAT_LEAVES, FLOAT_SCALARS
 from .pytree import Cut, Uncut
@@ -41,7 +41,7 @@ def cut(x: Any) -> Any:
     >>> db.gradient(lambda x, y: np.sum(x * y), np.ones(2), db.cut(np.arange(2.0)))
     (array([0., 1.]), None)
     """
-    if ACTIVE_TAPE.get() is None and TRACING.get() is None:
+    if ACTIVE_TAPE.get() is None and TRACING.get() is None and not JVP_DEPTH.get():
         return Cut(x)
     return strip(x)
 
@@ -61,6 +61,8 @@ def strip(x):
     constant = _cut_value if recorder is None else (lambda v: recorder.alias(v) if type(v) is Tracked else v)
     if type(x) is Tracked:
         return constant(x)
+    if type(x) is Dual:
+        return primal(x)
     if isinstance(x, _FLOAT_TYPES):
         return x
     if type(x) is Sym:  # inside a kernel: a constant of it
@@ -78,6 +80,8 @@ def _cut_leaf(leaf, constant):
     attributes of a plain object made constant (a copy of it, where one was tracked)."""
     if type(leaf) is Tracked:
         return constant(leaf)
+    if type(leaf) is Dual:
+        return primal(leaf)
     if type(leaf) is Sym:
         return leaf.graph.cut(leaf)
     if pytree.has_plain_attributes(leaf):
@@ -483,7 +487,11 @@ def jvp(f: Callable[..., Any], primals: Any, tangents: Any) -> tuple[Any, Any]:
             value = _float_value(leaf, position, None if k_of is None else k)
             new_leaves.append(Dual(value, check_tangent(value, t, position, None if k_of is None else k), level))
         call_args.append(new_leaves[0] if treedef is pytree.LEAF else pytree.unflatten(treedef, new_leaves))
-    out = f(*call_args)
+    token = JVP_DEPTH.set(JVP_DEPTH.get() + 1)  # db.cut inside f is a stop-gradient
+    try:
+        out = f(*call_args)
+    finally:
+        JVP_DEPTH.reset(token)
     out_leaves, out_def = pytree.flatten(out)
     values, out_tangents = [], []
     for leaf in out_leaves:

@@ -30,6 +30,7 @@ duals of outer levels as values (whose own operations carry their tangents), so 
 outer variable is no perturbation confusion.
 """
 
+import contextvars
 import inspect
 import itertools
 import warnings
@@ -38,7 +39,7 @@ import numpy as np
 
 from . import tape
 from .derivatives import DERIVATIVES
-from .errors import InPlaceMutationError, ShapeMismatchError, UnsupportedFunctionError
+from .errors import InPlaceMutationError, ShapeMismatchError, UnsupportedFunctionError, ValueConversionError
 from .guards import Guarded
 from .numpy_facts import as_dtype, astype, getitem, qualified_name
 from .pullbacks import IndexPullback, apply
@@ -67,6 +68,7 @@ from .tape import (
 )
 
 _levels = itertools.count(1)
+JVP_DEPTH = contextvars.ContextVar("dualbroadcast_jvp_depth", default=0)  # db.jvp calls running in this context
 
 
 def new_level():
@@ -170,6 +172,13 @@ for _name, _func in [
     ("nonzero", np.nonzero), ("any", np.any), ("all", np.all),
 ]:
     setattr(Dual, _name, _method(_func))
+
+
+def primal(x):
+    """The plain value of ``x``, a dual of any level (what ``db.cut`` keeps)."""
+    while type(x) is Dual:
+        x = x.value
+    return x
 
 
 def value_of(x):
@@ -427,13 +436,11 @@ def transposed(func, rule, ans, values, positions, tangents, kwargs):
 
 def _transpose(func, back, out, t):
     """``J·t`` from the pullback ``back`` (``g ↦ Jᵀg``, linear in ``g``): the gradient in ``g`` of the real
-    part of ``Σ back(g)·t`` at ``g = 0``, taken on a tape of its own."""
+    part of ``Σ back(g)·t`` at ``g = 0``, taken on a tape of its own.  A pullback that is not NumPy code
+    traceable in ``g`` (it scatters with np.bincount, calls SciPy) is transposed densely instead, one call per
+    element of a small result (``J·t``'s element k is ``⟨back(e_k), t⟩``); a large one is a clear error."""
     from .api import gradient  # the reverse mode this transposes (api does not import this module)
 
-    if type(back) is IndexPullback:
-        raise UnsupportedFunctionError(
-            f"{qualified_name(func)}'s pullback adds into a buffer, which cannot be transposed; declare it "
-            "linear (db.deflinear) or give it a jvp rule (db.defjvp)")
     g0 = np.zeros(np.shape(out), np.result_type(out))
 
     def pairing(g):
@@ -441,12 +448,31 @@ def _transpose(func, back, out, t):
         return np.real(product) if _is_complex(product) else product
 
     try:
+        if type(back) is IndexPullback:
+            raise UnsupportedFunctionError("the pullback adds into a buffer")
         return gradient(pairing, g0)
-    except Exception as error:
-        raise UnsupportedFunctionError(
-            f"the tangent of {qualified_name(func)} is computed by transposing its pullback, which failed "
-            f"({type(error).__name__}: {error}); give it a jvp rule beside its vjp rule (db.defjvp), or "
-            "declare it linear (db.deflinear)") from error
+    except (UnsupportedFunctionError, ValueConversionError, InPlaceMutationError) as error:
+        if g0.size > DENSE_TRANSPOSE_LIMIT:
+            raise UnsupportedFunctionError(
+                f"the tangent of {qualified_name(func)} is computed by transposing its pullback, which is not "
+                f"traceable ({type(error).__name__}: {error}), and its result has more than "
+                f"{DENSE_TRANSPOSE_LIMIT} elements to transpose one by one; give it a jvp rule beside its vjp "
+                "rule (db.defjvp), or declare it linear (db.deflinear)") from error
+    tangent = np.zeros(g0.shape, np.result_type(g0, t))
+    flat = tangent.reshape(-1)
+    for k in range(g0.size):
+        e = np.zeros_like(g0)
+        e.reshape(-1)[k] = 1
+        flat[k] = np.real(np.sum(apply(back, e) * t)) if not _is_complex(tangent) else _complex_entry(back, e, t)
+    return tangent
+
+
+def _complex_entry(back, e, t):
+    """Element k of a complex ``J·t`` densely: the pairing with the real and the imaginary unit at k."""
+    return np.real(np.sum(apply(back, e) * t)) + 1j * np.real(np.sum(apply(back, 1j * e) * t))
+
+
+DENSE_TRANSPOSE_LIMIT = 256  # result elements: one pullback call each
 
 
 # --- kernels -----------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import string
 import numpy as np
 
 from ..pullbacks import unbroadcast
-from ..registry import RULES, deflinear, defmultilinear, defvjp, defvjp_argnum, defvjp_outputs, defvjp_sequence
+from ..registry import RULES, defjvp, deflinear, defmultilinear, defvjp, defvjp_argnum, defvjp_outputs, defvjp_sequence
 from .reductions import norm_vjp
 from .shape import diagonal_vjp
 
@@ -545,6 +545,26 @@ defvjp(np.vecmat, vecmat_vector, vecmat_matrix)
 defvjp(np.linalg.vector_norm, vector_norm_vjp)
 defvjp(np.linalg.matrix_norm, matrix_norm_vjp)
 
+
+def inv_jvp(tangents, ans, a):
+    """d(A⁻¹) = -A⁻¹ dA A⁻¹."""
+    return -ans @ tangents[0] @ ans
+
+
+def solve_jvp(tangents, ans, a, b):
+    """x = A⁻¹ b: dx = A⁻¹ (db - dA x) (b a vector only when it is 1-d, as in NumPy 2)."""
+    ta, tb = (*tangents, None)[:2]  # b may come by name: a constant
+    vector = np.ndim(b) == 1
+    x = np.expand_dims(ans, -1) if vector else ans
+    rhs = 0 if tb is None else (np.expand_dims(tb, -1) if vector else tb)
+    if ta is not None:
+        rhs = rhs - ta @ x
+    dx = np.linalg.solve(a, np.broadcast_to(rhs, np.shape(x)))
+    return dx[..., 0] if vector else dx
+
+
+defjvp(np.linalg.inv, inv_jvp)
+defjvp(np.linalg.solve, solve_jvp)
 # Forward mode: products are linear in each factor (the product rule), traces and transposes linear.
 defmultilinear(np.dot, np.inner, np.tensordot, np.einsum, np.matmul, np.outer, np.vdot, np.kron, np.cross,
                np.linalg.cross, np.linalg.matmul, np.linalg.outer, np.linalg.tensordot, np.linalg.vecdot, np.vecdot,

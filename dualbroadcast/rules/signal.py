@@ -420,7 +420,7 @@ def gradient_jvp(k, t, ans, f, *varargs, axis=None, edge_order=1):
 
 def polyval_jvp(tangents, ans, p, x):
     """Σ ṗ_k x^(N-1-k) + p'(x) ẋ: linear in the coefficients, p' the derivative's coefficients in x."""
-    tp, tx = tangents
+    tp, tx = (*tangents, None)[:2]  # x may come by name: a constant
     terms = [] if tp is None else [np.polyval(tp, x)]
     if tx is not None:
         p = np.asarray(p)
