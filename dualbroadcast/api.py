@@ -484,7 +484,7 @@ def jvp(f: Callable[..., Any], primals: Any, tangents: Any) -> tuple[Any, Any]:
             if not on or leaf is None:
                 new_leaves.append(leaf)
                 continue
-            value = _float_value(leaf, position, None if k_of is None else k)
+            value = leaf if type(leaf) is Dual else _float_value(leaf, position, None if k_of is None else k)
             new_leaves.append(Dual(value, check_tangent(value, t, position, None if k_of is None else k), level))
         call_args.append(new_leaves[0] if treedef is pytree.LEAF else pytree.unflatten(treedef, new_leaves))
     token = JVP_DEPTH.set(JVP_DEPTH.get() + 1)  # db.cut inside f is a stop-gradient
@@ -498,14 +498,16 @@ def jvp(f: Callable[..., Any], primals: Any, tangents: Any) -> tuple[Any, Any]:
         if type(leaf) is Dual and leaf.level == level:
             values.append(leaf.value)
             out_tangents.append(leaf.tangent)
-        elif type(leaf) is Dual:
-            raise StaleValueError("f returned a dual value of another db.jvp call (one kept from an earlier call, "
-                                  "or of an outer one); return values computed from f's own arguments")
-        else:
+        elif type(leaf) is Dual and leaf.level > level:
+            raise StaleValueError("f returned a dual value of another db.jvp call (one kept from an inner or earlier "
+                                  "call); return values computed from f's own arguments")
+        else:  # a constant (a value of an outer jvp included): its tangent is zero
             values.append(leaf)
-            float_leaf = isinstance(leaf, (float, complex)) or getattr(getattr(leaf, "dtype", None), "kind", "") in "fc"
-            out_tangents.append(np.zeros_like(leaf)[()] if float_leaf and not isinstance(leaf, np.ndarray)
-                                else np.zeros_like(leaf) if float_leaf else None)
+            plain = primal(leaf)
+            kind = getattr(getattr(plain, "dtype", None), "kind", "")
+            float_leaf = isinstance(plain, (float, complex)) or kind in ("f", "c")
+            out_tangents.append(None if not float_leaf else np.zeros_like(plain) if isinstance(plain, np.ndarray)
+                                else np.zeros_like(plain)[()])
     if out_def is pytree.LEAF:
         return values[0], out_tangents[0]
     return pytree.unflatten(out_def, values), pytree.unflatten(out_def, out_tangents)

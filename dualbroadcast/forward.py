@@ -275,16 +275,17 @@ def _dual(ans, tangent, level):
 
 def _like(t, ans):
     """The tangent ``t`` with ``ans``'s shape and dtype (a NumPy scalar for a scalar result)."""
-    dtype = np.result_type(ans)
-    if type(t) is np.ndarray and type(ans) is np.ndarray and t.dtype == dtype and t.shape == ans.shape:
+    if type(t) is np.ndarray and type(ans) is np.ndarray and t.dtype == ans.dtype and t.shape == ans.shape:
         return t
-    if type(t) is Dual or type(ans) is Dual:  # a tangent of an outer level: NumPy functions carry it
-        return np.broadcast_to(t, np.shape(ans)) + np.zeros((), dtype)
+    plain = primal(ans)
+    dtype, shape = np.result_type(plain), np.shape(plain)
+    if type(t) is Dual or type(ans) is Dual:  # of a nested jvp: NumPy functions carry the outer tangents
+        return t if np.shape(primal(t)) == shape else np.broadcast_to(t, shape)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
         t = np.asarray(t, dtype)
-    if t.shape != np.shape(ans):
-        t = np.broadcast_to(t, np.shape(ans)).copy()
+    if t.shape != shape:
+        t = np.broadcast_to(t, shape).copy()
     return t if isinstance(ans, np.ndarray) else t[()]
 
 
@@ -493,21 +494,24 @@ def kernel_tangent(duals, partials, value, reduce):
 
 # --- the public entry point ----------------------------------------------------------------------------------
 def check_tangent(leaf, tangent, position, k):
-    """The tangent given for a primal leaf, as an array of its shape and dtype (a clear error otherwise)."""
+    """The tangent given for a primal leaf (a dual of an outer `jvp` in a nested call), as an array of its
+    shape and dtype (a clear error otherwise)."""
+    plain = primal(leaf)
     if tangent is None:
-        return np.zeros_like(leaf)
-    shape = np.shape(leaf)
+        return np.zeros_like(plain)
+    shape = np.shape(plain)
     if np.shape(tangent) != shape:
         where = "" if k is None else f" (leaf {k})"
         raise ShapeMismatchError(
             f"the tangent of argument {position}{where} has shape {np.shape(tangent)}, its primal {shape}; "
             "give each primal a tangent of its own shape")
-    dtype = np.result_type(leaf)
-    if not _is_complex(leaf) and np.iscomplexobj(tangent):
+    if not _is_complex(plain) and np.iscomplexobj(primal(tangent)):
         raise ShapeMismatchError(
             f"the tangent of argument {position} is complex, its primal real; give a real tangent")
-    t = np.asarray(tangent, dtype)
-    return t if isinstance(leaf, np.ndarray) else t[()]
+    if type(tangent) is Dual:
+        return tangent
+    t = np.asarray(tangent, np.result_type(plain))
+    return t if isinstance(plain, np.ndarray) else t[()]
 
 
 tape.FORWARD[:] = [Dual, apply_function]  # a `db.primitive` called on a dual value computes its tangent here

@@ -118,7 +118,7 @@ UNSUPPORTED = {
 }
 
 
-# --- random programs: jvp against the gradient ----------------------------------------------------------------
+# --- random programs: jvp against the gradient ---------------------------------------------------------------------
 @settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_jvp_of_random_programs_matches_reverse_mode(data):
@@ -141,3 +141,174 @@ def test_jvp_of_random_programs_matches_reverse_mode(data):
     np.testing.assert_allclose(value, f(*values) if not any(x.cut for x in program.inputs) else value)
     assert abs(float(tangent) - expected) <= 1e-8 * max(1.0, abs(expected)) + 1e-9 * programs.gradient_scale(grads), \
         programs.snippet(program, [f"print(db.jvp(f, ...))  # {float(tangent)} against ⟨∇f, t⟩ = {expected}"])
+
+
+# --- kernels -------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("reduce", [False, True])
+def test_kernels_on_duals_match_plain_numpy(dtype, reduce):
+    """db.sum / db.broadcast of dual arguments (broadcast shapes, a scalar, a cut one) give the tangent of the
+    same computation in plain NumPy, in the arguments' dtype."""
+    rng = np.random.default_rng(0)
+    x, y, c = rng.uniform(0.5, 2, (3, 4)).astype(dtype), rng.uniform(0.5, 2, (4,)).astype(dtype), dtype(1.5)
+    tx, ty, tc = (random_like(a, rng) for a in (x, y, c))
+
+    def body(a, b, s):
+        return np.exp(-a * b) * s + np.sqrt(a) / b
+
+    kernel = db.sum if reduce else db.broadcast
+    plain = (lambda a, b, s: np.sum(body(a, b, s))) if reduce else body
+    value, tangent = db.jvp(lambda a, b, s: kernel(body, a, b, s), (x, y, c), (tx, ty, tc))
+    want_value, want_tangent = db.jvp(plain, (x, y, c), (tx, ty, tc))
+    tight = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(value, want_value, rtol=tight)
+    np.testing.assert_allclose(tangent, want_tangent, rtol=100 * tight, atol=100 * tight)
+    assert np.result_type(tangent) == dtype and np.shape(tangent) == np.shape(want_tangent)
+    _, cut_tangent = db.jvp(lambda a, b: kernel(body, a, db.cut(b), c), (x, y), (tx, ty))
+    _, only_x = db.jvp(lambda a: kernel(body, a, y, c), (x,), (tx,))
+    np.testing.assert_allclose(cut_tangent, only_x, rtol=tight)
+
+
+def test_kernel_of_eam_matches_its_hand_gradient():
+    from dualbroadcast.demo import eam_fused, eam_hand_gradient
+
+    x, t = np.linspace(0.1, 2.0, 50), np.cos(np.arange(50.0))
+    with db.kernel_log() as calls:
+        _, tangent = db.jvp(eam_fused, (x,), (t,))
+    assert calls[0].width == 1
+    np.testing.assert_allclose(tangent, eam_hand_gradient(x) @ t, rtol=1e-12)
+
+
+# --- pytrees, cut, numbers -----------------------------------------------------------------------------------------
+def test_pytrees_cut_and_python_floats():
+    params = {"w": np.array([1.0, 2.0]), "b": 0.5, "frozen": db.uncut(3.0)}
+
+    def f(p, x, scale):
+        return {"y": np.tanh(p["w"] * x + p["b"]) * scale, "n": 2, "c": np.ones(2)}
+
+    x = np.array([0.3, -0.2])
+    tw, tb = np.array([0.1, -1.0]), 2.0
+    out, tangent = db.jvp(f, (params, x, db.cut(4.0)), ({"w": tw, "b": tb, "frozen": 0.0}, np.zeros(2), None))
+    want = (1 - np.tanh(params["w"] * x + 0.5) ** 2) * (tw * x + tb) * 4.0
+    np.testing.assert_allclose(tangent["y"], want, rtol=1e-12)
+    assert tangent["n"] is None and np.array_equal(tangent["c"], np.zeros(2))
+    np.testing.assert_allclose(out["y"], np.tanh(params["w"] * x + 0.5) * 4.0)
+    value, t = db.jvp(lambda a: a * a, (3.0,), (1.0,))
+    assert value == 9.0 and t == 6.0
+
+
+def test_float32_stays_float32():
+    x = np.linspace(0, 1, 5, dtype=np.float32)
+    value, tangent = db.jvp(lambda x: np.sum(np.sin(x) @ np.outer(x, x)), (x,), (np.ones(5, np.float32),))
+    assert value.dtype == np.float32 and tangent.dtype == np.float32
+
+
+def test_complex_holomorphic_tangent_is_the_derivative_times_t():
+    z = np.array([0.3 + 0.4j, -1.0 + 0.2j])
+    t = np.array([1.0 - 2.0j, 0.5j])
+    _, tangent = db.jvp(lambda z: np.exp(z) * z ** 2, (z,), (t,))
+    np.testing.assert_allclose(tangent, (np.exp(z) * z**2 + 2 * z * np.exp(z)) * t, rtol=1e-12)
+    _, of_abs = db.jvp(np.abs, (z,), (t,))  # not holomorphic: d|z| = Re(conj(z) dz) / |z|
+    np.testing.assert_allclose(of_abs, np.real(np.conj(z) * t) / np.abs(z), rtol=1e-12)
+
+
+# --- nesting: no perturbation confusion ----------------------------------------------------------------------------
+def test_nested_jvp_has_no_perturbation_confusion():
+    """d/dx (x · d/dy (x + y)) = 1: the inner derivative of a closure over the outer x is 1, not 2."""
+    def f(x):
+        inner = db.jvp(lambda y: x + y, (1.0,), (1.0,))[1]
+        return x * inner
+
+    assert db.jvp(f, (2.0,), (1.0,))[1] == 1.0
+    # second derivative by forward over forward: d²/dx² x³ = 6x
+    d2 = db.jvp(lambda x: db.jvp(lambda y: y ** 3, (x,), (1.0,))[1], (2.0,), (1.0,))[1]
+    assert d2 == 12.0
+
+
+# --- jacobian modes ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(), (3,), (2, 2)])
+def test_jacobian_forward_equals_reverse(shape):
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, shape)
+
+    def f(x):
+        return np.stack([np.sin(x) * np.sum(x), np.cumsum(np.ravel(x ** 2)).reshape(np.shape(x))])
+
+    forward = db.jacobian(f, x, mode="forward")
+    reverse = db.jacobian(f, x, mode="reverse")
+    assert forward.shape == reverse.shape == (2,) + shape + shape
+    np.testing.assert_allclose(forward, reverse, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(db.jacobian(f, x), reverse, rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="mode"):
+        db.jacobian(f, x, mode="sideways")
+
+
+def test_jacobian_auto_picks_forward_for_few_inputs(monkeypatch):
+    calls = []
+    real_jvp = db.api.jvp
+    monkeypatch.setattr(db.api, "jvp", lambda *a: calls.append(1) or real_jvp(*a))
+    db.jacobian(lambda x: np.outer(x, x), np.ones(2))  # 2 inputs, 4 outputs: forward, one jvp per input
+    assert len(calls) == 2
+    calls.clear()
+    db.jacobian(lambda x: np.sum(x), np.ones(3))  # 3 inputs, 1 output: reverse
+    assert not calls
+
+
+# --- against JAX ---------------------------------------------------------------------------------------------------
+def test_jvp_matches_jax():
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+    rng = np.random.default_rng(2)
+    a, x = rng.standard_normal((3, 3)) + 3 * np.eye(3), rng.standard_normal(3)
+    ta, tx = rng.standard_normal((3, 3)), rng.standard_normal(3)
+
+    def f(xp, a, x):
+        y = xp.linalg.solve(a, xp.tanh(x)) @ xp.linalg.inv(a)
+        return xp.sort(y) * xp.max(xp.abs(a), axis=0) + xp.cumsum(xp.fft.fft(y).real)
+
+    value, tangent = db.jvp(lambda a, x: f(np, a, x), (a, x), (ta, tx))
+    want_value, want_tangent = jax.jvp(lambda a, x: f(jnp, a, x), (a, x), (ta, tx))
+    np.testing.assert_allclose(value, want_value, rtol=1e-12)
+    np.testing.assert_allclose(tangent, want_tangent, rtol=1e-10, atol=1e-12)
+
+
+# --- errors --------------------------------------------------------------------------------------------------------
+def test_errors_are_clear():
+    x = np.ones(3)
+    with pytest.raises(db.UnsupportedFunctionError, match="cannot be differentiated"):
+        db.jvp(lambda x: np.frompyfunc(lambda v: v, 1, 1)(x), (x,), (x,))
+    with pytest.raises(db.UnsupportedFunctionError, match="keyword argument"):
+        db.jvp(lambda x: np.polyval(np.ones(2), x=x), (x,), (x,))
+    with pytest.raises(db.ShapeMismatchError, match="shape"):
+        db.jvp(np.sin, (x,), (np.ones(2),))
+    with pytest.raises(db.ArgumentTypeError, match="integer"):
+        db.jvp(np.sin, (np.arange(3),), (x,))
+    with pytest.raises(db.ValueConversionError):
+        db.jvp(lambda x: float(x[0]), (x,), (x,))
+    with pytest.raises(db.ArgumentTypeError, match="tuple"):
+        db.jvp(np.sin, x, x)
+
+
+def test_a_rule_without_a_forward_derivation_is_a_clear_error_naming_it():
+    """A user's rule whose pullback cannot be traced (it writes into a buffer) has no jvp: beyond a small
+    result, the error names the function."""
+    @db.primitive
+    def doubled(x):
+        return 2 * x
+
+    def doubled_vjp(ans, x):
+        def back(g):
+            out = np.empty(np.shape(g))
+            out[...] = 2 * g
+            return out
+        return back
+
+    db.defvjp(doubled, doubled_vjp)
+    small = np.ones(3)
+    np.testing.assert_allclose(db.jvp(doubled, (small,), (small,))[1], 2 * small)  # transposed densely
+    large = np.ones(1000)
+    with pytest.raises(db.UnsupportedFunctionError, match=r"doubled.*db\.defjvp"):
+        db.jvp(doubled, (large,), (large,))
+    db.defjvp(doubled, lambda tangents, ans, x: 2 * tangents[0])
+    np.testing.assert_allclose(db.jvp(doubled, (large,), (large,))[1], 2 * large)
