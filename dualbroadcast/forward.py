@@ -21,8 +21,8 @@ The tangent of ``f(a₁, …, aₙ)`` is found by the first of these that applie
 
 A function with a vjp rule but none of these (a pullback that writes into a buffer) is a clear
 error naming it.  Complex values follow JAX: the tangent of a holomorphic ``f`` is ``f'(z) t``.
-Inside `db.sum`/`db.broadcast` a dual argument is an active input of the kernel, whose partials
-give the tangent (`kernel_tangent`).
+Inside `db.sum`/`db.broadcast` a dual argument is an active input of the kernel, which computes the
+value and the tangent ``Σ ∂f/∂aᵢ · tᵢ`` in one fused pass (the tangents its extra inputs; `broadcast._build`).
 
 Each `jvp` call is one level: nested calls (a jvp of a function taking a jvp) give their duals
 increasing levels, and an operation propagates only the tangents of its highest level, treating
@@ -474,22 +474,6 @@ def _complex_entry(back, e, t):
 
 
 DENSE_TRANSPOSE_LIMIT = 256  # result elements: one pullback call each
-
-
-# --- kernels -----------------------------------------------------------------------------------------------
-def kernel_tangent(duals, partials, value, reduce):
-    """The tangent of a `db.sum` (``reduce``) or `db.broadcast` of value ``value`` whose kernel computed
-    ``partials``, one per dual argument (for a sum already reduced to that argument's shape):
-    ``Σᵢ Σ ∂f/∂aᵢ · tᵢ`` or ``Σᵢ ∂f/∂aᵢ · tᵢ``."""
-    total = None
-    for d, p in zip(duals, partials):
-        t = d.tangent
-        if reduce:
-            term = np.vdot(p, t) if np.ndim(t) else p * t
-        else:
-            term = p * t
-        total = term if total is None else total + term
-    return Dual(value, _like(total, value), duals[0].level)
 
 
 # --- the public entry point ----------------------------------------------------------------------------------
