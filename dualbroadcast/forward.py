@@ -226,7 +226,7 @@ def apply_function(func, args, kwargs):
     if rule is None:
         if func not in NONDIFFERENTIABLE:
             raise UnsupportedFunctionError(_unsupported_message(func))
-        ans = func(*call_values, **kwargs)
+        ans = func(*[type(a)(map(value_of, a)) if type(a) in (list, tuple) else a for a in call_values], **kwargs)
         if func is np.sign and _is_complex(ans):
             raise UnsupportedFunctionError("np.sign of a complex value is z / |z|, which is not piecewise constant: "
                                            "write z / np.abs(z) to differentiate it")
@@ -235,6 +235,12 @@ def apply_function(func, args, kwargs):
     if not positions:  # only duals of outer levels: they carried their tangents through the call
         return ans
     tangents = [sequence[i].tangent for i in positions]
+    if kind == PER_ARGUMENT:
+        for i in positions:
+            if i >= len(rule.makers) or rule.makers[i] is None:
+                raise UnsupportedFunctionError(
+                    f"argument {i} of {qualified_name(func)} is not differentiable (an index, axis, shape or "
+                    "integer argument) but received a dual value; pass a constant or db.cut(x)")
     if kind == OUTPUTS:
         if positions != [0]:
             raise UnsupportedFunctionError(
@@ -308,7 +314,8 @@ def tangent_of(func, rule, ans, values, positions, tangents, kwargs):
     if jvp is not None:
         return jvp(_aligned(positions, tangents, len(values)), ans, *values, **kwargs)
     partials = DERIVATIVES.get(func)
-    if partials is not None and isinstance(func, np.ufunc) and rule.kind == PER_ARGUMENT:
+    elementwise = isinstance(func, np.ufunc) or (hasattr(func, "__wrapped_primitive__") and not kwargs)
+    if partials is not None and elementwise and rule.kind == PER_ARGUMENT:  # a ufunc, or a db.defderivative
         return _elementwise(func, partials, ans, values, positions, tangents)
     return transposed(func, rule, ans, values, positions, tangents, kwargs)
 

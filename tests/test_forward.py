@@ -318,3 +318,16 @@ def test_a_rule_without_a_forward_derivation_is_a_clear_error_naming_it():
         db.jvp(doubled, (large,), (large,))
     db.defjvp(doubled, lambda tangents, ans, x: 2 * tangents[0])
     np.testing.assert_allclose(db.jvp(doubled, (large,), (large,))[1], 2 * large)
+
+
+def test_a_users_derivative_gives_the_tangent_everywhere():
+    """db.defderivative's partial gives the jvp of a primitive, called alone and inside a kernel."""
+    @db.primitive
+    def softplus(x):
+        return np.logaddexp(0.0, x)
+
+    db.defderivative(softplus, lambda ans, x: 1 / (1 + np.exp(-x)))
+    x, t = np.array([-1.0, 0.0, 2.0]), np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(db.jvp(softplus, (x,), (t,))[1], t / (1 + np.exp(-x)), rtol=1e-14)
+    np.testing.assert_allclose(db.jvp(lambda x: db.sum(softplus, x), (x,), (t,))[1], np.sum(t / (1 + np.exp(-x))),
+                               rtol=1e-14)
