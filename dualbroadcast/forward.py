@@ -476,8 +476,9 @@ def _transpose(func, back, out, t):
 
 
 def _complex_entry(back, e, t):
-    """Element k of a complex ``J·t`` densely: the pairing with the real and the imaginary unit at k."""
-    return np.real(np.sum(apply(back, e) * t)) + 1j * np.real(np.sum(apply(back, 1j * e) * t))
+    """Element k of a complex ``J·t`` densely: Re(v) pairs with the real unit at k, -Im(v) with the imaginary
+    one (Re(i v) = -Im v)."""
+    return np.real(np.sum(apply(back, e) * t)) - 1j * np.real(np.sum(apply(back, 1j * e) * t))
 
 
 DENSE_TRANSPOSE_LIMIT = 256  # result elements: one pullback call each
