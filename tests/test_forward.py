@@ -81,8 +81,18 @@ def check_case(case, dtype, data, rtol, atol):
     h = 1e-6
     plus, minus = moved(fn, args, tangents, h), moved(fn, args, tangents, -h)
     scale = max([1.0] + [float(np.max(np.abs(o), initial=0.0)) for o in outs])
-    for t, p, m in zip(out_tangents, plus, minus):
+    centre, plus2, minus2 = moved(fn, args, tangents, 0.0), moved(fn, args, tangents, 2 * h), \
+        moved(fn, args, tangents, -2 * h)
+    for t, p, m, c, p2, m2 in zip(out_tangents, plus, minus, centre, plus2, minus2):
         fd = (p - m) / (2 * h)
+        # at a kink (a tie of a maximum...) the convention lies between the one-sided derivatives
+        right, left = (-3 * c + 4 * p - p2) / (2 * h), (3 * c - 4 * m + m2) / (2 * h)
+        tolerance = 1e-4 * np.abs(fd) + 1e-5 * scale
+        low, high = np.real(np.minimum(left, right)), np.real(np.maximum(left, right))
+        between = (low - tolerance <= np.real(t)) & (np.real(t) <= high + tolerance)
+        kink = np.abs(right - left) > 1e-3 * scale
+        if not np.iscomplexobj(t):
+            t = np.where(kink & between, fd, t)
         np.testing.assert_allclose(t, fd, rtol=1e-4, atol=1e-5 * scale, err_msg=f"{case}: jvp vs finite differences")
 
 
