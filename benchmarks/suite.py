@@ -164,6 +164,36 @@ def eam_workload(quick, peers):
                     [lambda n=n: build(n) for n in sizes])
 
 
+def eam_jvp_workload(quick, peers):
+    """db.jvp of EAM along a random direction, beside JAX's jvp (issue 16: at most 1.0x the primal at N=1e6)."""
+
+    def build(n):
+        rng = np.random.default_rng(0)
+        x, t = rng.random(n), rng.standard_normal(n)
+        impls = {"db": lambda: (lambda: db.jvp(m.eam_numpy, (x,), (t,))[1]),
+                 "db.sum": lambda: (lambda: db.jvp(m.eam_dualbroadcast, (x,), (t,))[1])}
+        for peer in peers:
+            if peer.name == "jax":
+                impls.update(_jax_jvp_columns(peer, pm.eam, x, t))
+        return Row(f"N={_sci(n)}", lambda: m.eam_numpy(x), lambda: m.eam_hand_gradient(x) @ t, impls, 1e-8, {"N": n})
+
+    return Workload("eam_jvp", "EAM jvp: dE/dx · t along a random t (float64; hand: the gradient · t)",
+                    [lambda n=n: build(n) for n in (100, 10**6)])
+
+
+def _jax_jvp_columns(peer, model, x, t):
+    """``jax`` and ``jax.jit`` columns timing ``jax.jvp`` of ``model`` (its tangent, finished)."""
+    jax, xp = peer.jax, peer.xp
+    xj, tj = peer.convert(x), peer.convert(t)
+
+    def tangent(x, t):
+        return jax.jvp(lambda x: model(xp, x), (x,), (t,))[1]
+
+    compiled = jax.jit(tangent)
+    return {"jax": lambda: (lambda: jax.block_until_ready(tangent(xj, tj))),
+            "jax.jit": lambda: (lambda: jax.block_until_ready(compiled(xj, tj)))}
+
+
 def poly9_workload(quick, peers):
     sizes = [1000, 10**5] if quick else [1000, 10**6]
     c = np.array(m.COEFFICIENTS)
@@ -298,6 +328,7 @@ def foldminus_workload(quick, peers):
 def workloads(quick, peers):
     return [
         eam_workload(quick, peers),
+        eam_jvp_workload(quick, peers),
         poly9_workload(quick, peers),
         sum_of_squares_workload(quick, peers),
         sum_arctan2_workload(quick, peers),
@@ -308,7 +339,8 @@ def workloads(quick, peers):
     ]
 
 
-WORKLOAD_KEYS = ("eam", "poly9", "sumsq", "arctan2", "const_index", "const_proj", "slices", "qux", "foldminus")
+WORKLOAD_KEYS = ("eam", "eam_jvp", "poly9", "sumsq", "arctan2", "const_index", "const_proj", "slices", "qux",
+                 "foldminus")
 
 
 # --- checking ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ array([2., 4.])
 """
 
 from . import rules  # noqa: F401  (registers every rule)
-from .api import check_gradient, cut, gradient, hessian, hvp, jacobian, pullback, uncut, value_and_gradient
+from .api import check_gradient, cut, gradient, hessian, hvp, jacobian, jvp, pullback, uncut, value_and_gradient
 from .broadcast import KernelCall, broadcast, clear_cache, elementwise, kernel_log, sum
 from .errors import (
     ArgumentTypeError,
@@ -26,15 +26,25 @@ from .errors import (
 from .explain import explain
 from .kernels import set_backend
 from .prepared import PreparedGradient, prepare_gradient
-from .registry import defvjp, defvjp_argnum, defvjp_outputs, defvjp_sequence, nondifferentiable
+from .registry import (
+    defjvp,
+    deflinear,
+    defmultilinear,
+    defvjp,
+    defvjp_argnum,
+    defvjp_outputs,
+    defvjp_sequence,
+    nondifferentiable,
+)
 from .rules.elementwise import defderivative
 from .tape import primitive
 
 __all__ = [
     "gradient", "value_and_gradient", "broadcast", "sum", "elementwise", "kernel_log", "KernelCall",
     "set_backend", "clear_cache", "explain", "prepare_gradient", "PreparedGradient", "pullback", "jacobian", "cut",
-    "uncut", "check_gradient", "hessian", "hvp",
+    "uncut", "check_gradient", "hessian", "hvp", "jvp",
     "defderivative", "defvjp", "defvjp_argnum", "defvjp_sequence", "defvjp_outputs", "nondifferentiable", "primitive",
+    "defjvp", "deflinear", "defmultilinear",
     "DifferentiationError", "GradientMismatchError", "InPlaceMutationError", "KernelError",
     "NonScalarOutputError", "UnsupportedFunctionError", "ValueConversionError", "ArgumentTypeError",
     "StaleValueError", "ShapeMismatchError",

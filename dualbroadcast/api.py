@@ -19,6 +19,7 @@ from .errors import (
     ValueConversionError,
 )
 from .expr import TRACING, Sym
+from .forward import JVP_DEPTH, Dual, check_tangent, new_level, primal
 from .guards import RECORDER
 from .numpy_facts import FLOAT_LEAVES, FLOAT_SCALARS
 from .pytree import Cut, Uncut
@@ -40,7 +41,7 @@ def cut(x: Any) -> Any:
     >>> db.gradient(lambda x, y: np.sum(x * y), np.ones(2), db.cut(np.arange(2.0)))
     (array([0., 1.]), None)
     """
-    if ACTIVE_TAPE.get() is None and TRACING.get() is None:
+    if ACTIVE_TAPE.get() is None and TRACING.get() is None and not JVP_DEPTH.get():
         return Cut(x)
     return strip(x)
 
@@ -60,6 +61,8 @@ def strip(x):
     constant = _cut_value if recorder is None else (lambda v: recorder.alias(v) if type(v) is Tracked else v)
     if type(x) is Tracked:
         return constant(x)
+    if type(x) is Dual:
+        return primal(x)
     if isinstance(x, _FLOAT_TYPES):
         return x
     if type(x) is Sym:  # inside a kernel: a constant of it
@@ -77,6 +80,8 @@ def _cut_leaf(leaf, constant):
     attributes of a plain object made constant (a copy of it, where one was tracked)."""
     if type(leaf) is Tracked:
         return constant(leaf)
+    if type(leaf) is Dual:
+        return primal(leaf)
     if type(leaf) is Sym:
         return leaf.graph.cut(leaf)
     if pytree.has_plain_attributes(leaf):
@@ -485,15 +490,93 @@ def _cotangent(ybar, dtype):
     return np.array(ybar, dtype=dtype)
 
 
-def jacobian(f: Callable[[Any], ArrayLike], x: NDArray[np.floating] | float) -> NDArray[np.floating]:
-    """Dense Jacobian of ``f`` at ``x``: shape ``f(x).shape + x.shape``, one `pullback` per output element.
+def jvp(f: Callable[..., Any], primals: Any, tangents: Any) -> tuple[Any, Any]:
+    """``(f(*primals), J·t)``: forward mode through the whole program, as JAX's ``jvp``.
+
+    ``primals`` is the tuple of ``f``'s arguments, ``tangents`` the same structure with a tangent of
+    each differentiated leaf's shape (cast to its dtype; None, or anything, for a `cut` argument).
+    ``f`` may return any shape or pytree; the tangent has its structure (zeros for a float result
+    that does not depend on the arguments, None for an integer or boolean one).
+
+    >>> db.jvp(lambda x: np.sin(x) * 2, (np.zeros(2),), (np.array([1.0, 3.0]),))
+    (array([0., 0.]), array([2., 6.]))
+    """
+    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+        raise ArgumentTypeError("jvp takes the tuple of f's arguments and the tuple of their tangents, as "
+                                "JAX's: db.jvp(f, (x,), (t,))")
+    if len(primals) != len(tangents):
+        raise ShapeMismatchError(f"{len(primals)} primal argument(s) but {len(tangents)} tangent(s): give one "
+                                 "tangent per argument")
+    level = new_level()
+    call_args = []
+    for position, (arg, tangent) in enumerate(zip(primals, tangents)):
+        leaves, treedef = pytree.flatten(arg)
+        flags = pytree.leaf_activity(treedef)
+        if not any(flags) or all(leaf is None for leaf in leaves):
+            call_args.append(pytree.without_markers(arg))
+            continue
+        t_leaves = pytree.flatten(tangent)[0]
+        if len(t_leaves) != len(leaves):
+            raise ShapeMismatchError(f"the tangent of argument {position} has {len(t_leaves)} leaves, its primal "
+                                     f"{len(leaves)}; give the tangents the primals' structure")
+        k_of = None if len(leaves) == 1 and treedef is pytree.LEAF else True
+        new_leaves = []
+        for k, (leaf, on, t) in enumerate(zip(leaves, flags, t_leaves)):
+            if not on or leaf is None:
+                new_leaves.append(leaf)
+                continue
+            value = leaf if type(leaf) is Dual else _float_value(leaf, position, None if k_of is None else k)
+            new_leaves.append(Dual(value, check_tangent(value, t, position, None if k_of is None else k), level))
+        call_args.append(new_leaves[0] if treedef is pytree.LEAF else pytree.unflatten(treedef, new_leaves))
+    token = JVP_DEPTH.set(JVP_DEPTH.get() + 1)  # db.cut inside f is a stop-gradient
+    try:
+        out = f(*call_args)
+    finally:
+        JVP_DEPTH.reset(token)
+    out_leaves, out_def = pytree.flatten(out)
+    values, out_tangents = [], []
+    for leaf in out_leaves:
+        if type(leaf) is Dual and leaf.level == level:
+            values.append(leaf.value)
+            out_tangents.append(leaf.tangent)
+        elif type(leaf) is Dual and leaf.level > level:
+            raise StaleValueError("f returned a dual value of another db.jvp call (one kept from an inner or earlier "
+                                  "call); return values computed from f's own arguments")
+        else:  # a constant (a value of an outer jvp included): its tangent is zero
+            values.append(leaf)
+            plain = primal(leaf)
+            kind = getattr(getattr(plain, "dtype", None), "kind", "")
+            float_leaf = isinstance(plain, (float, complex)) or kind in ("f", "c")
+            out_tangents.append(None if not float_leaf else np.zeros_like(plain) if isinstance(plain, np.ndarray)
+                                else np.zeros_like(plain)[()])
+    if out_def is pytree.LEAF:
+        return values[0], out_tangents[0]
+    return pytree.unflatten(out_def, values), pytree.unflatten(out_def, out_tangents)
+
+
+_JACOBIAN_MODES = ("auto", "forward", "reverse")
+
+
+def jacobian(
+    f: Callable[[Any], ArrayLike], x: NDArray[np.floating] | float, mode: str = "auto"
+) -> NDArray[np.floating]:
+    """Dense Jacobian of ``f`` at ``x``: shape ``f(x).shape + x.shape``.
+
+    ``mode="reverse"``: one `pullback` per output element; ``"forward"``: one `jvp` per input
+    element; ``"auto"``: forward when ``x`` has fewer elements than ``f(x)``, else reverse.
 
     >>> db.jacobian(lambda x: x ** 2, np.array([1.0, 2.0]))
     array([[2., 0.],
            [0., 4.]])
     """
+    if mode not in _JACOBIAN_MODES:
+        raise ValueError(f"jacobian's mode is one of {_JACOBIAN_MODES}, not {mode!r}")
     if not isinstance(x, (np.ndarray, float, complex, np.floating, np.complexfloating)):
         raise ArgumentTypeError("jacobian takes one array or scalar argument; for pytrees use db.pullback")
+    if mode == "auto":
+        mode = "forward" if np.size(x) < np.size(value_of(f(x))) else "reverse"
+    if mode == "forward":
+        return _forward_jacobian(f, x)
     y, back = pullback(f, x)
     y = np.asarray(y)
     x_shape = np.shape(x)
@@ -504,6 +587,25 @@ def jacobian(f: Callable[[Any], ArrayLike], x: NDArray[np.floating] | float) -> 
         jac[i] = back(seed)
         seed[i] = 0
     return jac
+
+
+def _forward_jacobian(f, x):
+    """The Jacobian column by column: ``jvp`` with each unit tangent."""
+    x_shape = np.shape(x)
+    x_dtype = np.result_type(x)
+    columns = []
+    y = None
+    for k in range(int(np.prod(x_shape))):
+        e = np.zeros(x_shape, x_dtype)
+        e.reshape(-1)[k] = 1
+        y, column = jvp(f, (x,), (e if isinstance(x, np.ndarray) else e[()],))
+        columns.append(np.asarray(column))
+    if y is None:  # x is empty
+        y = np.asarray(value_of(f(x)))
+        return np.zeros(y.shape + x_shape, np.result_type(y, x))
+    y = np.asarray(y)
+    jac = np.stack(columns, axis=-1).astype(np.result_type(y, x), copy=False)
+    return jac.reshape(y.shape + x_shape)
 
 
 def hessian(f: Callable[..., Any], x: Any) -> Any:

@@ -29,6 +29,7 @@ from . import pytree
 from .errors import KernelError
 from .expr import Sym, complex_kernel_message, derivatives, trace, without_cuts
 from .expr import _cut as _cut_op
+from .forward import Dual
 from .guards import RECORDER
 from .kernel_source import needed_nodes
 from .kernels import FORCED_BACKEND, Kernel
@@ -147,13 +148,15 @@ def _run(f, args, reduce, backend):
     inputs, values, active, kinds, input_kinds = [], [], [], [], []
     nested = False
     for leaf, on in zip(leaves, activity):
-        if type(leaf) is Tracked or _is_array_input(leaf):
-            value = leaf.value if type(leaf) is Tracked else leaf
+        if type(leaf) is Dual:
+            leaf = _kernel_dual(leaf, on)
+        if type(leaf) is Tracked or type(leaf) is Dual or _is_array_input(leaf):
+            value = leaf.value if type(leaf) is Tracked or type(leaf) is Dual else leaf
             if type(value) is Tracked:  # tracked by two nested gradients: the kernel computes on the plain value
                 nested, value = True, plain(value)
             kind = value.dtype if type(value) is np.ndarray else (
                 float if type(value) is float else np.result_type(value))
-            if type(leaf) is Tracked and on and leaf.index not in inactive:
+            if (type(leaf) is Tracked and on and leaf.index not in inactive) or type(leaf) is Dual:
                 active.append(len(values))
             inputs.append(leaf)
             values.append(value)
@@ -167,16 +170,30 @@ def _run(f, args, reduce, backend):
         if levels is None or not reduce or recorder is not None:
             return _evaluated(f, args, reduce)
         return _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, levels, backend)
-    key = (structure, tuple(kinds), tuple(active), reduce)
-    kernel = _kernel(key, f, treedef, leaves, len(values), active, reduce, input_kinds)
+    duals = [inputs[i] for i in active if type(inputs[i]) is Dual]
+    if duals:  # forward mode (db.jvp): the value and its tangent Σ ∂f/∂aᵢ · tᵢ in one pass
+        _check_duals([inputs[i] for i in active])
+        tangents = [d.tangent for d in duals]
+        kinds += [np.result_type(t) for t in tangents]
+        key = (structure, tuple(kinds), tuple(active), reduce, "tangent")
+        kernel = _kernel(key, f, treedef, leaves, len(values), active, reduce, input_kinds + kinds[-len(duals):],
+                         tangents=len(duals))
+        values = values + tangents
+    else:
+        key = (structure, tuple(kinds), tuple(active), reduce)
+        kernel = _kernel(key, f, treedef, leaves, len(values), active, reduce, input_kinds)
     if active and len(kernel.outputs) == 1:
         active = []  # its value is not a real number: a constant (`_build`)
     active_shapes = [getattr(values[i], "shape", ()) for i in active]  # arrays, NumPy scalars or floats
+    if duals and active:  # one output beside the value: the tangent, summed whole by db.sum
+        active_shapes = [() if reduce else np.broadcast_shapes(*(np.shape(v) for v in values))]
     value, partials, used, size = kernel(values, active_shapes, backend)
-    call = KernelCall(kernel.name, len(active), used, size, reduce)
+    call = KernelCall(kernel.name, 1 if duals else len(active), used, size, reduce)
     calls = _log.get()
     if calls is not None:
         calls.append(call)
+    if duals:
+        return value if not active else Dual(value, _fitted_tangent(partials[0], value), duals[0].level)
     parents = [inputs[i] for i in active]
     if treedef is None and recorder is None and used == "numpy" and backend is None and FORCED_BACKEND.get() is None:
         _plan(f, kernel, values, active, reduce, call, reads)
@@ -383,6 +400,37 @@ def _record(parents, value, partials, shapes, call, tape=None):
         tape.complex = True
         backs = [b if np.iscomplexobj(p.value) else RealPart(b) for p, b in zip(parents, backs)]
     return tape.record(value, _edges(parents, backs), call)
+
+
+def _kernel_dual(leaf, on):
+    """A dual argument of a kernel: its value is an active input (its tangent another input, see `_build`);
+    a cut one is a constant."""
+    if not on:
+        return leaf.value
+    if type(leaf.value) is Dual:
+        raise KernelError("db.sum/db.broadcast of a nested db.jvp (a dual of a dual) is not supported; compute "
+                          "it with NumPy functions outside a kernel")
+    return leaf
+
+
+def _check_duals(parents):
+    """The active arguments of a kernel in forward mode: duals of one `db.jvp` level, no tracked value."""
+    if Tracked in map(type, parents):
+        raise KernelError("a db.sum/db.broadcast mixes a value of db.jvp (a dual) and one of db.gradient "
+                          "(tracked); differentiate the kernel with one of them")
+    if len({p.level for p in parents}) > 1:
+        raise KernelError("db.sum/db.broadcast of duals of two nested db.jvp calls is not supported; compute "
+                          "it with NumPy functions outside a kernel")
+
+
+def _fitted_tangent(tangent, value):
+    """The kernel's tangent output with the value's shape and dtype (a literal one broadcast)."""
+    if type(tangent) is np.ndarray and type(value) is np.ndarray and tangent.shape == value.shape \
+            and tangent.dtype == value.dtype:
+        return tangent
+    dtype = np.result_type(value)
+    t = np.broadcast_to(np.asarray(tangent, dtype), np.shape(value))
+    return t.copy() if isinstance(value, np.ndarray) else t[()]
 
 
 def _is_array_input(leaf):
@@ -670,13 +718,13 @@ def _names_read(code):
     return names
 
 
-def _kernel(key, f, treedef, leaves, n_inputs, active, reduce, kinds, order=1):
+def _kernel(key, f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, tangents=0):
     with _cache_lock:
         kernel = _cache.get(key)
         if kernel is not None:
             _cache.move_to_end(key)
             return kernel
-    kernel = _build(f, treedef, leaves, n_inputs, active, reduce, kinds, order)
+    kernel = _build(f, treedef, leaves, n_inputs, active, reduce, kinds, order, tangents)
     with _cache_lock:
         _cache[key] = kernel
         if len(_cache) > CACHE_SIZE:
@@ -684,13 +732,15 @@ def _kernel(key, f, treedef, leaves, n_inputs, active, reduce, kinds, order=1):
     return kernel
 
 
-def _build(f, treedef, leaves, n_inputs, active, reduce, kinds, order=1):
-    """Trace ``f`` on symbols (array leaves) and literals (baked leaves) into a kernel; ``order=2`` adds the
-    second partials ∂²f/∂aᵢ∂aⱼ (i ≤ j, row by row) after the first: forward mode over the first partials."""
+def _build(f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, tangents=0):
+    """Trace ``f`` on symbols (array leaves) and literals (baked leaves) into a kernel: its outputs are the
+    value and one partial per active input; ``order=2`` adds the second partials ∂²f/∂aᵢ∂aⱼ (i ≤ j, row by
+    row: forward mode over the first partials); with ``tangents`` (forward mode: that many more inputs, one
+    tangent per active input) the value and the directional derivative Σ ∂f/∂aᵢ · tᵢ."""
 
     def call(symbols):
         symbols = iter(symbols)
-        mixed = [next(symbols) if type(x) is Tracked or _is_array_input(x) else x for x in leaves]
+        mixed = [next(symbols) if type(x) is Tracked or type(x) is Dual or _is_array_input(x) else x for x in leaves]
         if treedef is None:
             return f(*mixed)
         g, args = pytree.unflatten(treedef, mixed)
@@ -698,18 +748,28 @@ def _build(f, treedef, leaves, n_inputs, active, reduce, kinds, order=1):
 
     name = getattr(f, "__name__", type(f).__name__)
     _check_kinds(name, kinds)
-    graph, inputs, output = trace(call, n_inputs)
+    graph, inputs, output = trace(call, n_inputs + tangents)
     has_complex = _has_complex(graph, output, kinds)
-    seeds = [np.dtype(kinds[i]).type(1) for i in active]
+    seeds = inputs[n_inputs:] if tangents else [np.dtype(kinds[i]).type(1) for i in active]
     partials = derivatives(graph, output, [inputs[i] for i in active], seeds)
     if order == 2:
         partials += [h for i, p in enumerate(partials)
                      for h in derivatives(graph, p, [inputs[j] for j in active], seeds)[i:]]
+    if tangents:  # the terms ∂f/∂aᵢ · tᵢ (each slot seeded with its tangent), added
+        total = 0
+        for term in partials:
+            total = term if _is_zero(total) else total if _is_zero(term) else graph.apply(np.add, (total, term))
+        partials = [total]
     outputs = without_cuts(graph, [output] + partials)
     kernel = Kernel(graph, inputs, outputs, reduce, name, has_complex)
     if active and np.dtype(kernel.dtype_for(tuple(kinds))).kind not in "fc":
         return Kernel(graph, inputs, outputs[:1], reduce, name, has_complex)  # a truth value or a count: no gradient
     return kernel
+
+
+def _is_zero(a):
+    """Whether ``a`` is the literal 0 `derivatives` gives where the output does not depend on an input."""
+    return type(a) is not Sym and not isinstance(a, np.ndarray) and a == 0
 
 
 def _check_kinds(name, kinds):

@@ -292,6 +292,53 @@ def _checked(func, maker, argument):
     return checked_maker
 
 
+# Forward mode (`forward.py`): function -> its jvp rule, or LINEAR / MULTILINEAR.  A function with a vjp rule
+# and none here gets its tangent from the derivative table (elementwise) or by transposing its pullback.
+JVP_RULES = {}
+MULTILINEAR = "multilinear"
+
+
+class Linear:
+    """The forward rule of a linear (or affine) function: ``constants`` names its parameters that hold data
+    entering additively though the vjp rule does not differentiate them (``np.sum``'s ``initial``)."""
+
+    __slots__ = ("constants",)
+
+    def __init__(self, constants=()):
+        self.constants = frozenset(constants)
+
+
+def deflinear(*funcs: Callable[..., Any], constants: tuple[str, ...] = ()) -> None:
+    """Declare ``funcs`` linear in their array arguments (``np.reshape``, ``np.sum``, ``np.fft.fft``): the
+    tangent of ``f(a, ...)`` is ``f(t, ...)`` with the same keywords, a constant data argument (one the vjp
+    rule differentiates, or named in ``constants``: an affine function's offset) given as zeros."""
+    JVP_RULES.update(dict.fromkeys(funcs, Linear(constants)))
+
+
+def defmultilinear(*funcs: Callable[..., Any]) -> None:
+    """Declare ``funcs`` linear in each array argument separately (``np.matmul``, ``np.einsum``): the tangent
+    is the product rule, ``Σᵢ f(a₁, …, tᵢ, …, aₙ)`` over the arguments that carry one."""
+    JVP_RULES.update(dict.fromkeys(funcs, MULTILINEAR))
+
+
+def defjvp(func: Callable[..., Any], jvp: Callable[..., Any]) -> None:
+    """Register the forward rule of ``func`` beside its vjp rule: ``jvp(tangents, ans, *args, **kwargs)``
+    returns the tangent ``J·t`` of ``ans = func(*args, **kwargs)``, ``tangents`` holding one tangent per
+    positional argument (None for a constant one).  For a tuple-valued function (`defvjp_outputs`):
+    ``jvp(j, t, ans, x, *rest, **kwargs)``, the tangent of output ``j`` (None: a constant).  Without one, the
+    tangent comes from the derivative table or from transposing the vjp rule's pullback.
+
+    >>> @db.primitive
+    ... def cube(x):
+    ...     return x ** 3
+    >>> db.defvjp(cube, lambda ans, x: lambda g: 3 * x ** 2 * g)
+    >>> db.defjvp(cube, lambda tangents, ans, x: 3 * x ** 2 * tangents[0])
+    >>> db.jvp(cube, (2.0,), (1.0,))
+    (np.float64(8.0), np.float64(12.0))
+    """
+    JVP_RULES[func] = jvp
+
+
 def nondifferentiable(*funcs: Callable[..., Any], reason: str = "declared nondifferentiable") -> None:
     """Declare functions whose results carry no gradient (indices, booleans, shapes), and why."""
     NONDIFFERENTIABLE.update(dict.fromkeys(funcs, reason))

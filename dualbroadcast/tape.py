@@ -1134,6 +1134,10 @@ Tracked.conj = Tracked.conjugate = lambda self: record_operation(np.conjugate, (
     if _is_complex(self.value) else self
 
 
+# (forward.Dual, forward.apply_function), set by forward.py, which imports this module.
+FORWARD = [None, None]
+
+
 def primitive(f: Callable[..., Any]) -> Callable[..., Any]:
     """Make a user function a primitive: tracked arguments are recorded with its rule.
 
@@ -1149,6 +1153,8 @@ def primitive(f: Callable[..., Any]) -> Callable[..., Any]:
                 return record_operation(wrapper, args, kwargs)
             if kind is Sym:
                 return a.graph.primitive(wrapper, f, args, kwargs)
+            if kind is FORWARD[0]:  # a dual value of db.jvp: forward mode finds the tangent from the rule
+                return FORWARD[1](wrapper, args, kwargs)
         return f(*args, **kwargs)
 
     wrapper.__wrapped_primitive__ = f

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..numpy_facts import astype, getitem
 from ..pullbacks import apply
-from ..registry import RULES, defvjp, defvjp_complex, holds_for_complex
+from ..registry import RULES, deflinear, defvjp, defvjp_complex, holds_for_complex
 from . import elementwise, linalg, reductions, shape, signal  # noqa: F401  (the rules read below)
 
 
@@ -141,3 +141,6 @@ holds_for_complex(
     np.linalg.matrix_transpose, np.linalg.multi_dot, np.kron, np.matvec, np.cumulative_prod, np.trapezoid,
     np.convolve, np.polyval, np.vander,
 )
+
+# Forward mode: real, imag and conj are linear (over the reals): their tangents are real(t), imag(t), conj(t).
+deflinear(np.real, np.imag, np.conjugate)

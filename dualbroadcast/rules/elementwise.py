@@ -18,7 +18,7 @@ from ..derivatives import DERIVATIVES
 from ..errors import UnsupportedFunctionError
 from ..numpy_facts import OPERATOR_FUNCTIONS, as_dtype, qualified_name
 from ..pullbacks import table_pullback
-from ..registry import PER_ARGUMENT, RULES, Rule, _implementation, _users_rule, defvjp_outputs
+from ..registry import PER_ARGUMENT, RULES, Rule, _implementation, _users_rule, deflinear, defvjp_outputs
 
 
 def vjp_maker(partial, argnum):
@@ -169,3 +169,6 @@ defvjp_outputs(np.divmod, one_output_vjp((None, 1)), one_output_vjp((None, lambd
 
 for _func, _partials in list(DERIVATIVES.items()):
     _register(_func, _partials)
+
+# Forward mode: np.where is linear in its two choices (the table's partials are the condition and its negation).
+deflinear(np.where)

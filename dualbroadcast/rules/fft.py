@@ -29,7 +29,7 @@ with arithmetic on ``d``, which the tape records when ``d`` is tracked.
 
 import numpy as np
 
-from ..registry import defvjp, holds_for_complex
+from ..registry import deflinear, defvjp, holds_for_complex
 
 fft = np.fft
 
@@ -221,3 +221,7 @@ defvjp(fft.ifftshift, ifftshift_vjp)
 # Linear maps written as their plain transposes: the rules hold for complex values as they are.
 holds_for_complex(*TRANSPOSES, fft.fftn, fft.fft2, fft.ifftn, fft.ifft2, fft.rfftn, fft.rfft2, fft.irfftn,
                   fft.irfft2, fft.fftshift, fft.ifftshift)
+
+# Forward mode: every transform and shift is linear.
+deflinear(*TRANSPOSES, fft.fftn, fft.fft2, fft.ifftn, fft.ifft2, fft.rfftn, fft.rfft2, fft.irfftn, fft.irfft2,
+          fft.fftshift, fft.ifftshift)

@@ -30,7 +30,18 @@ import string
 import numpy as np
 
 from ..pullbacks import as_array, unbroadcast
-from ..registry import RULES, defvjp, defvjp_argnum, defvjp_complex, defvjp_outputs, defvjp_sequence, holds_for_complex
+from ..registry import (
+    RULES,
+    defjvp,
+    deflinear,
+    defmultilinear,
+    defvjp,
+    defvjp_argnum,
+    defvjp_complex,
+    defvjp_outputs,
+    defvjp_sequence,
+    holds_for_complex,
+)
 from .reductions import norm_vjp
 from .shape import diagonal_vjp
 
@@ -603,3 +614,28 @@ defvjp_complex(np.vecmat, conjugated_vecmat_vector, conjugated_vecmat_matrix)
 for _func in (np.linalg.vector_norm, np.linalg.matrix_norm):
     defvjp_complex(_func, *map(conjugate_cotangents, RULES[_func].makers))
 holds_for_complex(np.linalg.matrix_power, np.linalg.tensorsolve, np.linalg.tensorinv, np.cross, np.linalg.cross)
+
+def inv_jvp(tangents, ans, a):
+    """d(A⁻¹) = -A⁻¹ dA A⁻¹."""
+    return -ans @ tangents[0] @ ans
+
+
+def solve_jvp(tangents, ans, a, b):
+    """x = A⁻¹ b: dx = A⁻¹ (db - dA x) (b a vector only when it is 1-d, as in NumPy 2)."""
+    ta, tb = (*tangents, None)[:2]  # b may come by name: a constant
+    vector = np.ndim(b) == 1
+    x = np.expand_dims(ans, -1) if vector else ans
+    rhs = 0 if tb is None else (np.expand_dims(tb, -1) if vector else tb)
+    if ta is not None:
+        rhs = rhs - ta @ x
+    dx = np.linalg.solve(a, np.broadcast_to(rhs, np.shape(x)))
+    return dx[..., 0] if vector else dx
+
+
+defjvp(np.linalg.inv, inv_jvp)
+defjvp(np.linalg.solve, solve_jvp)
+# Forward mode: products are linear in each factor (the product rule), traces and transposes linear.
+defmultilinear(np.dot, np.inner, np.tensordot, np.einsum, np.matmul, np.outer, np.vdot, np.kron, np.cross,
+               np.linalg.cross, np.linalg.matmul, np.linalg.outer, np.linalg.tensordot, np.linalg.vecdot, np.vecdot,
+               np.matvec, np.vecmat, np.linalg.multi_dot)
+deflinear(np.trace, np.linalg.trace, np.linalg.diagonal, np.linalg.matrix_transpose)

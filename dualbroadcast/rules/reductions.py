@@ -73,7 +73,7 @@ import numpy as np
 
 from ..errors import UnsupportedFunctionError
 from ..pullbacks import as_array, unbroadcast
-from ..registry import RULES, defcomposition, defvjp, defvjp_outputs
+from ..registry import RULES, defcomposition, defjvp, deflinear, defvjp, defvjp_outputs
 
 
 def expand(g, shape, axis, keepdims):
@@ -889,3 +889,35 @@ defvjp(np.multiply.accumulate, ufunc_accumulate_maker(cumprod_vjp))
 defvjp(np.add.reduceat, add_reduceat_vjp)
 for _ufunc in (np.maximum, np.minimum, np.fmax, np.fmin):
     defvjp(_ufunc.accumulate, running_extreme_vjp)
+
+
+
+def extreme_jvp(tangents, ans, a, axis=None, out=None, keepdims=False, initial=None, where=True):
+    """ṁ = Σ share · ṫ: the tangent of the maximum, shared among ties (the transpose of `extreme_vjp`)."""
+    share = tie_weights(a, expand(ans, np.shape(a), axis, keepdims), axis, where)
+    return np.sum(share * tangents[0], axis=axis, keepdims=keepdims)
+
+
+def sort_jvp(tangents, ans, a, axis=-1, kind=None, order=None, *, stable=None):
+    """ṡ = ṫ in sorting order, averaged over each run of tied elements (the transpose of `sort_vjp`)."""
+    x, axes = sort_axes(a, axis)
+    permutation, s = sorted_rows(as_rows(x, axes))
+    t = sort_axes(tangents[0], axis)[0]
+    return from_rows(tie_group_mean(s, np.take_along_axis(as_rows(t, axes), permutation, axis=-1)), x.shape, axes)
+
+
+def partition_jvp(tangents, ans, a, kth, axis=-1, kind="introselect", order=None):
+    """ṗ = ṫ at the positions np.argpartition puts the elements (the transpose of `partition_vjp`)."""
+    x, axes = sort_axes(a, axis)
+    at = np.argpartition(as_rows(x, axes), kth, axis=-1, kind=kind)
+    t = sort_axes(tangents[0], axis)[0]
+    return from_rows(np.take_along_axis(as_rows(t, axes), at, axis=-1), x.shape, axes)
+
+
+for _extreme in (np.max, np.amax, np.min, np.amin):
+    defjvp(_extreme, extreme_jvp)
+defjvp(np.sort, sort_jvp)
+defjvp(np.partition, partition_jvp)
+# Forward mode: sums, means and running sums are linear (``initial`` is an offset: its tangent is 0).
+deflinear(np.sum, np.add.reduce, np.cumulative_sum, constants=("initial",))
+deflinear(np.mean, np.cumsum, np.add.accumulate, np.add.reduceat)

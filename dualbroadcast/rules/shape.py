@@ -41,7 +41,16 @@ from .. import pullbacks
 from ..errors import InPlaceMutationError, UnsupportedFunctionError
 from ..numpy_facts import astype, getitem
 from ..pullbacks import IndexPullback, as_array, plain, unbroadcast
-from ..registry import RULES, defcomposition, defvjp, defvjp_outputs, defvjp_sequence, holds_for_complex
+from ..registry import (
+    RULES,
+    defcomposition,
+    defjvp,
+    deflinear,
+    defvjp,
+    defvjp_outputs,
+    defvjp_sequence,
+    holds_for_complex,
+)
 from ..tape import primitive
 
 
@@ -810,3 +819,29 @@ def _register():
 
 
 _register()
+
+
+# Forward mode: each of these is linear in its array arguments, so its tangent is itself applied to the tangents.
+deflinear(np.reshape, np.ravel, np.expand_dims, np.squeeze, np.transpose, np.swapaxes, np.moveaxis, np.broadcast_to,
+          np.concatenate, np.hstack, np.vstack, np.stack, np.split, np.tile, np.repeat, np.flip, np.roll, np.diagonal,
+          np.diag, np.triu, np.tril, np.take, getitem, astype, np.copy, np.fliplr, np.flipud, np.rot90, np.rollaxis,
+          np.permute_dims, np.matrix_transpose, np.astype, np.concat, np.column_stack, np.dstack, np.append,
+          np.insert, np.delete, np.resize, np.take_along_axis, np.unstack, np.array_split, np.hsplit, np.vsplit,
+          np.dsplit, np.diagflat, np.full_like)
+
+
+def pad_jvp(tangents, ans, array, pad_width, mode="constant", *, stat_length=None, constant_values=0, end_values=0,
+            reflect_type="even"):
+    """ṫ padded the same way: every mode but the selections (maximum, minimum, median) is linear in the
+    array, its constants entering as 0."""
+    if callable(mode) or mode in ("maximum", "minimum", "median"):
+        raise UnsupportedFunctionError(
+            f"np.pad with mode={mode!r} has no forward-mode rule (its padding selects elements by value); use "
+            "db.gradient or db.pullback, or pad with another mode")
+    keywords = {"constant": {"constant_values": 0}, "linear_ramp": {"end_values": 0},
+                "mean": {"stat_length": stat_length}, "reflect": {"reflect_type": reflect_type},
+                "symmetric": {"reflect_type": reflect_type}}.get(mode, {})
+    return np.pad(tangents[0], pad_width, mode, **keywords)
+
+
+defjvp(np.pad, pad_jvp)

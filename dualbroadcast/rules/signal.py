@@ -49,7 +49,16 @@ import math
 import numpy as np
 
 from ..pullbacks import as_array, unbroadcast
-from ..registry import RULES, defvjp, defvjp_complex, defvjp_outputs, holds_for_complex
+from ..registry import (
+    RULES,
+    defjvp,
+    deflinear,
+    defmultilinear,
+    defvjp,
+    defvjp_complex,
+    defvjp_outputs,
+    holds_for_complex,
+)
 from .shape import _along
 
 
@@ -475,3 +484,34 @@ def _register():
 
 
 _register()
+
+
+def gradient_jvp(k, t, ans, f, *varargs, axis=None, edge_order=1):
+    """Output k's tangent: np.gradient is linear in f (its spacing constant), so ṫ's gradient."""
+    out = np.gradient(t, *varargs, axis=axis, edge_order=edge_order)
+    return out[k] if isinstance(out, (tuple, list)) else out
+
+
+def polyval_jvp(tangents, ans, p, x):
+    """Σ ṗ_k x^(N-1-k) + p'(x) ẋ: linear in the coefficients, p' the derivative's coefficients in x."""
+    tp, tx = (*tangents, None)[:2]  # x may come by name: a constant
+    terms = [] if tp is None else [np.polyval(tp, x)]
+    if tx is not None:
+        p = np.asarray(p)
+        powers = np.arange(len(p) - 1, 0, -1).reshape((-1,) + (1,) * (p.ndim - 1))
+        terms.append(np.polyval(p[:-1] * powers.astype(p.dtype), x) * tx)  # p' (each column's)
+    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
+def unwrap_jvp(tangents, ans, p, discont=None, axis=-1, *, period=2 * math.pi):
+    """ṫ itself: the multiples of period added are piecewise constant."""
+    return tangents[0]
+
+
+# Forward mode: differences, np.gradient and linspace are linear; convolutions and the trapezoid rule
+# (Σ Δx · mean of y) linear in each factor.
+deflinear(np.diff, np.ediff1d, np.linspace)
+defmultilinear(np.convolve, np.correlate, np.trapezoid)
+defjvp(np.gradient, gradient_jvp)
+defjvp(np.polyval, polyval_jvp)
+defjvp(np.unwrap, unwrap_jvp)

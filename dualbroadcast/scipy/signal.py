@@ -16,7 +16,7 @@ import numpy as np
 import scipy.signal
 
 from ..pullbacks import as_array
-from ..registry import defvjp
+from ..registry import defmultilinear, defvjp
 from ..tape import primitive
 from ._common import cotangent
 
@@ -76,3 +76,4 @@ defvjp(convolve_of, convolve_in1, convolve_in2, None, None)
 defvjp(correlate_of, correlate_in1, correlate_in2, None, None)
 
 MIRRORS = {scipy.signal.convolve: convolve, scipy.signal.correlate: correlate}
+defmultilinear(convolve_of, correlate_of)  # forward mode: linear in each signal

@@ -1,0 +1,513 @@
+"""Forward mode through the whole program: dual values and `jvp`.
+
+A `Dual` carries a value and its tangent (a directional derivative ``J·t``, of
+the value's shape and dtype).  NumPy hands every operation on it to
+``__array_ufunc__``/``__array_function__``, which computes the value on plain
+arrays and the tangent at once, eagerly: there is no tape, nothing is kept.
+The tangent of ``f(a₁, …, aₙ)`` is found by the first of these that applies
+(`tangent_of`), each fact written once:
+
+1. a jvp rule of its own (`registry.defjvp`), written like its formula, where cost matters
+   (``solve``, ``inv``, ``det``, ``cholesky``, ``eigh``);
+2. a linear function (`registry.deflinear`: reshapes, sums, indexing, FFTs, ...): ``f`` of the
+   tangents, a constant array argument given as zeros, with the same keywords;
+3. a multilinear one (`registry.defmultilinear`: ``matmul``, ``einsum``, ...): the product
+   rule, ``Σᵢ f(a₁, …, tᵢ, …, aₙ)``;
+4. an elementwise function of the derivative table (`derivatives.DERIVATIVES`, also a
+   `db.defderivative`): ``Σᵢ ∂f/∂aᵢ · tᵢ``, the partials reverse mode and kernels read;
+5. any other function with a vjp rule, by transposition: its pullback ``back`` is linear in the
+   cotangent, so ``J·t`` is the gradient in ``g`` of ``⟨back(g), t⟩`` (real part of ``Σ back(g)·t``,
+   the pairing in which JAX's complex convention transposes), taken by reverse mode at ``g = 0``.
+
+A function with a vjp rule but none of these (a pullback that writes into a buffer) is a clear
+error naming it.  Complex values follow JAX: the tangent of a holomorphic ``f`` is ``f'(z) t``.
+Inside `db.sum`/`db.broadcast` a dual argument is an active input of the kernel, which computes the
+value and the tangent ``Σ ∂f/∂aᵢ · tᵢ`` in one fused pass (the tangents its extra inputs; `broadcast._build`).
+
+Each `jvp` call is one level: nested calls (a jvp of a function taking a jvp) give their duals
+increasing levels, and an operation propagates only the tangents of its highest level, treating
+duals of outer levels as values (whose own operations carry their tangents), so a closure over an
+outer variable is no perturbation confusion.
+"""
+
+import contextvars
+import inspect
+import itertools
+import warnings
+
+import numpy as np
+
+from . import tape
+from .derivatives import DERIVATIVES
+from .errors import InPlaceMutationError, ShapeMismatchError, UnsupportedFunctionError, ValueConversionError
+from .guards import Guarded
+from .numpy_facts import as_dtype, astype, getitem, qualified_name
+from .pullbacks import IndexPullback, apply
+from .registry import (
+    COMPLEX_RULES,
+    COMPOSITION,
+    JVP_RULES,
+    MULTILINEAR,
+    NONDIFFERENTIABLE,
+    OUTPUTS,
+    PER_ARGUMENT,
+    RULES,
+    SAME_RULE,
+    SEQUENCE,
+    Linear,
+    complex_rule,
+    output_pullbacks,
+)
+from .tape import (
+    _OUT,
+    _check_ufunc_keywords,
+    _complex_message,
+    _is_complex,
+    _sequence_by_position,
+    _unsupported_message,
+    constant_result,
+)
+
+_levels = itertools.count(1)
+JVP_DEPTH = contextvars.ContextVar("dualbroadcast_jvp_depth", default=0)  # db.jvp calls running in this context
+
+
+def new_level():
+    """A level for the duals of one `jvp` call, above every earlier one."""
+    return next(_levels)
+
+
+class Dual(Guarded):
+    """A value and its tangent: NumPy operations on it compute both (`apply`).
+
+    ``value``: the primal value (plain, or a dual of an outer level); ``tangent``: of its shape and
+    dtype; ``level``: the `jvp` call it belongs to.  Conversions that would drop the tangent
+    (``float(x)``, ``np.asarray(x)``) are errors, as for tracked values (`guards.Guarded`)."""
+
+    __slots__ = ("value", "tangent", "level")
+    index = None  # not on a tape (read by `Guarded` only while a prepared gradient is recorded)
+
+    def __init__(self, value, tangent, level):
+        self.value = value
+        self.tangent = tangent
+        self.level = level
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if method != "__call__":
+            return _ufunc_method(ufunc, method, inputs, kwargs)
+        if kwargs:
+            _check_ufunc_keywords(ufunc, kwargs)
+        return apply_function(ufunc, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        if kwargs.get("out") is not None:
+            name = qualified_name(func)
+            raise InPlaceMutationError(_OUT.format(name=name, example=f"{name}(...)"))
+        return apply_function(func, args, kwargs)
+
+    T = property(lambda self: apply_function(np.transpose, (self,), {}))
+    real = property(lambda self: apply_function(np.real, (self,), {}) if _is_complex(self.value) else self)
+    imag = property(lambda self: apply_function(np.imag, (self,), {}))
+
+    def __getitem__(self, index):
+        return apply_function(getitem, (self, index), {})
+
+    def __repr__(self):
+        return f"Dual({self.value!r}, tangent={self.tangent!r})"
+
+    __hash__ = None
+
+    def reshape(self, *shape, order="C", copy=None):
+        shape = shape[0] if len(shape) == 1 else shape
+        keywords = {"order": order} if order != "C" else {}
+        return apply_function(np.reshape, (self, shape), keywords)
+
+    def transpose(self, *axes):
+        axes = axes[0] if len(axes) == 1 else (axes or None)
+        return apply_function(np.transpose, (self, axes), {})
+
+    def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
+        return apply_function(astype, (self, dtype), {})
+
+    def flatten(self, order="C"):
+        return apply_function(np.ravel, (self,), {"order": order} if order != "C" else {}).copy()
+
+    def conj(self):
+        return apply_function(np.conjugate, (self,), {}) if _is_complex(self.value) else self
+
+    conjugate = conj
+
+
+def _operator(func, reflected):
+    if reflected:
+        return lambda self, other: apply_function(func, (other, self), {})
+    return lambda self, other: apply_function(func, (self, other), {})
+
+
+for _name, _func in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("truediv", np.divide),
+                     ("pow", np.power), ("floordiv", np.floor_divide), ("mod", np.remainder), ("matmul", np.matmul)]:
+    setattr(Dual, f"__{_name}__", _operator(_func, False))
+    setattr(Dual, f"__r{_name}__", _operator(_func, True))
+for _name, _func in [("neg", np.negative), ("pos", np.positive), ("abs", np.absolute)]:
+    setattr(Dual, f"__{_name}__", lambda self, func=_func: apply_function(func, (self,), {}))
+for _name in ("lt", "le", "gt", "ge", "eq", "ne"):  # truth values: no tangent
+    setattr(Dual, f"__{_name}__", lambda self, other, name=f"__{_name}__": getattr(self.value, name)(value_of(other)))
+
+
+def _method(func):
+    def method(self, *args, **kwargs):
+        return apply_function(func, (self,) + args, kwargs)
+
+    method.__name__ = func.__name__
+    method.__doc__ = f"Same as ``{qualified_name(func)}(x, ...)``."
+    return method
+
+
+for _name, _func in [
+    ("sum", np.sum), ("mean", np.mean), ("prod", np.prod), ("max", np.max), ("min", np.min),
+    ("std", np.std), ("var", np.var), ("cumsum", np.cumsum), ("cumprod", np.cumprod),
+    ("ravel", np.ravel), ("squeeze", np.squeeze), ("swapaxes", np.swapaxes),
+    ("repeat", np.repeat), ("take", np.take), ("diagonal", np.diagonal), ("trace", np.trace),
+    ("dot", np.dot), ("clip", np.clip), ("round", np.round), ("copy", np.copy),
+    ("argmax", np.argmax), ("argmin", np.argmin), ("argsort", np.argsort),
+    ("nonzero", np.nonzero), ("any", np.any), ("all", np.all),
+]:
+    setattr(Dual, _name, _method(_func))
+
+
+def primal(x):
+    """The plain value of ``x``, a dual of any level (what ``db.cut`` keeps)."""
+    while type(x) is Dual:
+        x = x.value
+    return x
+
+
+def value_of(x):
+    """The value of a possibly dual ``x`` (of any level)."""
+    return x.value if type(x) is Dual else x
+
+
+def _ufunc_method(ufunc, method, inputs, kwargs):
+    """``ufunc.method(...)`` on duals: ``outer`` as the ufunc of reshaped arguments, the others by the rule
+    registered on the bound method (``np.add.reduce``: np.sum's), as on the tape."""
+    name = f"np.{ufunc.__name__}.{method}"
+    if kwargs.get("out") is not None or method == "at":
+        raise InPlaceMutationError(_OUT.format(name=name, example=f"{name}(...)"))
+    if method == "outer" and ufunc.signature is None:
+        a, b = inputs
+        return ufunc(np.reshape(a, np.shape(a) + (1,) * np.ndim(b)), b, **kwargs)
+    if method == "reduceat" and len(inputs) == 2:
+        kwargs.pop("indices", None)
+    func = getattr(ufunc, method)
+    if func not in RULES:
+        raise UnsupportedFunctionError(
+            f"{name} has no derivative rule; use the NumPy function (np.sum, np.cumsum, np.max, ...) "
+            f"or register a rule with db.defvjp({name}, ...)")
+    return apply_function(func, inputs, kwargs)
+
+
+# --- one operation ---------------------------------------------------------------------------------------
+def apply_function(func, args, kwargs):
+    """``func(*args, **kwargs)`` where duals take part: the value, and its tangent if it is a float."""
+    rule = RULES.get(func)
+    kind = rule.kind if rule is not None else None
+    if kind == COMPOSITION:  # its NumPy calls each find their own tangent
+        return rule.makers(*args, **kwargs)
+    if kind == SEQUENCE and not args:
+        args, kwargs = _sequence_by_position(func, kwargs)
+    sequence, rest = (args[0], args[1:]) if kind == SEQUENCE else (args, ())
+    level = _top_level(sequence)
+    if _top_level([*rest, *kwargs.values()]) >= max(level, 1):
+        if rule is not None and rule.tracked_keywords is not None and _top_level(kwargs.values()):
+            return rule.tracked_keywords(*args, **kwargs)  # the call written with it in place: each finds its tangent
+        raise UnsupportedFunctionError(
+            f"{qualified_name(func)} got a dual value as a keyword argument (or after its sequence of arrays); "
+            "pass it positionally so its tangent can be computed")
+    positions = [i for i, a in enumerate(sequence) if type(a) is Dual and a.level == level]
+    values = [a.value if i in positions else a for i, a in enumerate(sequence)] if positions else list(sequence)
+    call_values = [values, *rest] if kind == SEQUENCE else values
+    if rule is None:
+        if func not in NONDIFFERENTIABLE:
+            raise UnsupportedFunctionError(_unsupported_message(func))
+        ans = func(*[type(a)(map(value_of, a)) if type(a) in (list, tuple) else a for a in call_values], **kwargs)
+        if func is np.sign and _is_complex(ans):
+            raise UnsupportedFunctionError("np.sign of a complex value is z / |z|, which is not piecewise constant: "
+                                           "write z / np.abs(z) to differentiate it")
+        return ans
+    ans = rule.impl(*call_values, **kwargs)
+    if not positions:  # only duals of outer levels: they carried their tangents through the call
+        return ans
+    tangents = [sequence[i].tangent for i in positions]
+    if kind == PER_ARGUMENT:
+        for i in positions:
+            if i >= len(rule.makers) or rule.makers[i] is None:
+                raise UnsupportedFunctionError(
+                    f"argument {i} of {qualified_name(func)} is not differentiable (an index, axis, shape or "
+                    "integer argument) but received a dual value; pass a constant or db.cut(x)")
+    if kind == OUTPUTS:
+        if not isinstance(ans, (tuple, list)):
+            return _dual(ans, _output_tangent(func, rule, ans, 0, values, positions, tangents, kwargs), level)
+        duals = [_dual(a, _output_tangent(func, rule, ans, j, values, positions, tangents, kwargs), level)
+                 for j, a in enumerate(ans)]
+        return type(ans)(duals) if type(ans) in (list, tuple) else type(ans)(*duals)
+    if not _is_inexact(ans):
+        return constant_result(func, ans)
+    tangent = tangent_of(func, rule, ans, call_values, positions, tangents, kwargs)
+    return _dual(ans, tangent, level)
+
+
+def _top_level(values):
+    """The highest level of the duals among ``values`` (and in lists or tuples among them); 0 if none."""
+    level = 0
+    for a in values:
+        if type(a) is Dual:
+            level = max(level, a.level)
+        elif type(a) in (list, tuple):
+            level = max(level, _top_level(a))
+    return level
+
+
+def _is_inexact(ans):
+    return isinstance(ans, (float, complex)) or getattr(getattr(ans, "dtype", None), "kind", None) in ("f", "c")
+
+
+def _dual(ans, tangent, level):
+    """The result ``ans`` with its tangent (None: a constant, returned as it is)."""
+    if tangent is None or not _is_inexact(ans):
+        return ans
+    return Dual(ans, _like(tangent, ans), level)
+
+
+def _like(t, ans):
+    """The tangent ``t`` with ``ans``'s shape and dtype (a NumPy scalar for a scalar result)."""
+    if type(t) is np.ndarray and type(ans) is np.ndarray and t.dtype == ans.dtype and t.shape == ans.shape:
+        return t
+    plain = primal(ans)
+    dtype, shape = np.result_type(plain), np.shape(plain)
+    if type(t) is Dual or type(ans) is Dual:  # of a nested jvp: NumPy functions carry the outer tangents
+        return t if np.shape(primal(t)) == shape else np.broadcast_to(t, shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+        t = np.asarray(t, dtype)
+    if t.shape != shape:
+        t = np.broadcast_to(t, shape).copy()
+    return t if isinstance(ans, np.ndarray) else t[()]
+
+
+# --- the tangent of one result -----------------------------------------------------------------------------
+def tangent_of(func, rule, ans, values, positions, tangents, kwargs):
+    """``J·t`` of ``ans = func(*values, **kwargs)`` for the tangents of the arguments at ``positions`` (of
+    the sequence, for a sequence rule), by the first way of the module's list that applies."""
+    complex_ = _is_complex(ans) or any(map(_is_complex, tangents)) or _any_complex(values)
+    jvp = JVP_RULES.get(func)
+    if type(jvp) is Linear:
+        return _linear(func, rule, jvp, values, positions, tangents, kwargs)
+    if jvp is MULTILINEAR:
+        return _multilinear(func, rule, values, positions, tangents, kwargs)
+    if complex_ and COMPLEX_RULES.get(func) is not SAME_RULE:
+        rule = complex_rule(func)
+        if rule is None:
+            raise UnsupportedFunctionError(_complex_message(func))
+        # not holomorphic: its own jvp and its table partials are for real values
+        return transposed(func, rule, ans, values, positions, tangents, kwargs)
+    if jvp is not None:
+        return jvp(_aligned(positions, tangents, len(values)), ans, *values, **kwargs)
+    partials = DERIVATIVES.get(func)
+    elementwise = isinstance(func, np.ufunc) or (hasattr(func, "__wrapped_primitive__") and not kwargs)
+    if partials is not None and elementwise and rule.kind == PER_ARGUMENT:  # a ufunc, or a db.defderivative
+        return _elementwise(func, partials, ans, values, positions, tangents)
+    return transposed(func, rule, ans, values, positions, tangents, kwargs)
+
+
+def _any_complex(values):
+    """Whether a complex array or number is among ``values`` (or in a list or tuple among them)."""
+    for v in values:
+        if type(v) in (list, tuple):
+            if _any_complex(v):
+                return True
+        elif isinstance(v, complex) or (isinstance(v, (np.ndarray, np.generic)) and v.dtype.kind == "c"):
+            return True
+    return False
+
+
+def _aligned(positions, tangents, n):
+    """One tangent per argument, None for a constant one."""
+    aligned = [None] * n
+    for i, t in zip(positions, tangents):
+        aligned[i] = t
+    return aligned
+
+
+def _linear(func, rule, linear, values, positions, tangents, kwargs):
+    """``f`` of the tangents: a dual argument by its tangent, a constant data argument (one the rule
+    differentiates, or one `deflinear` names) by zeros, the rest (axes, shapes, indices) as it is."""
+    if rule.kind == SEQUENCE:
+        sequence, *rest = values
+        arrays = [np.zeros_like(a) for a in sequence]
+        for i, t in zip(positions, tangents):
+            arrays[i] = t
+        return rule.impl(type(sequence)(arrays), *rest, **kwargs)
+    names = _parameters(func)
+    data = set(linear.constants)
+    if rule.kind in (PER_ARGUMENT, OUTPUTS):  # a maker per argument (outputs rules too: np.linspace)
+        data.update(name for name, maker in zip(names, rule.makers) if maker is not None)
+    args = [np.zeros_like(a) if i < len(names) and names[i] in data and a is not None else a
+            for i, a in enumerate(values)]
+    kwargs = {k: np.zeros_like(v) if k in data and v is not None else v for k, v in kwargs.items()}
+    for i, t in zip(positions, tangents):
+        args[i] = t
+    return rule.impl(*args, **kwargs)
+
+
+_PARAMETERS = {}
+
+
+def _parameters(func):
+    """The names of ``func``'s parameters, in order (none known for a builtin without a signature)."""
+    names = _PARAMETERS.get(func)
+    if names is None:
+        try:
+            names = tuple(inspect.signature(func).parameters)
+        except (TypeError, ValueError):
+            names = ()
+        _PARAMETERS[func] = names
+    return names
+
+
+def _multilinear(func, rule, values, positions, tangents, kwargs):
+    """The product rule: ``Σᵢ f(a₁, …, tᵢ, …, aₙ)`` over the dual arguments (of the sequence, for
+    ``multi_dot``)."""
+    total = None
+    for i, t in zip(positions, tangents):
+        if rule.kind == SEQUENCE:
+            sequence = list(values[0])
+            sequence[i] = t
+            args = [sequence, *values[1:]]
+        else:
+            args = list(values)
+            args[i] = t
+        term = rule.impl(*args, **kwargs)
+        total = term if total is None else total + term
+    return total
+
+
+def _elementwise(func, partials, ans, values, positions, tangents):
+    """``Σᵢ ∂f/∂aᵢ · tᵢ`` from the derivative table."""
+    typed = as_dtype(values, np.result_type(ans))
+    total = None
+    for i, t in zip(positions, tangents):
+        d = partials[i] if i < len(partials) else None
+        if d is None:
+            raise UnsupportedFunctionError(
+                f"argument {i} of {qualified_name(func)} is not differentiable (an index or integer argument) "
+                "but received a dual value; pass a constant or db.cut(x)")
+        if callable(d):
+            term = t * d(ans, *typed)
+        else:
+            term = t if d == 1 else -t if d == -1 else t * d
+        total = term if total is None else total + term
+    return total
+
+
+def _output_tangent(func, rule, ans, j, values, positions, tangents, kwargs):
+    """The tangent of output ``j`` of a tuple-valued ``func`` whose arguments at ``positions`` carry ``tangents``
+    (None: a constant): its declared forward rule, or the sum of its pullbacks' transposes."""
+    out = ans[j] if isinstance(ans, (tuple, list)) else ans
+    if not _is_inexact(out):
+        return None
+    jvp = JVP_RULES.get(func)
+    complex_ = _is_complex(out) or _any_complex([values[i] for i in positions])
+    if type(jvp) is Linear:
+        out_tangents = _linear(func, rule, jvp, values, positions, tangents, kwargs)
+        return out_tangents[j] if isinstance(ans, (tuple, list)) else out_tangents
+    if complex_ and COMPLEX_RULES.get(func) is not SAME_RULE:
+        rule = complex_rule(func)
+        if rule is None:
+            raise UnsupportedFunctionError(_complex_message(func))
+    elif jvp is not None and positions == [0]:
+        return jvp(j, tangents[0], ans, *values, **kwargs)
+    backs = output_pullbacks(func, rule.makers, j, ans, values, positions, kwargs)
+    if backs is None:
+        return None
+    total = None
+    for back, t in zip(backs, tangents):
+        term = _transpose(func, back, out, t)
+        total = term if total is None else total + term
+    return total
+
+
+def transposed(func, rule, ans, values, positions, tangents, kwargs):
+    """``Σᵢ Jᵢ·tᵢ`` by transposing the pullback of each dual argument (see the module's list, 5)."""
+    backs = rule.pullbacks(func, ans, values, positions, kwargs)
+    total = None
+    for back, t in zip(backs, tangents):
+        term = _transpose(func, back, ans, t)
+        total = term if total is None else total + term
+    return total
+
+
+def _transpose(func, back, out, t):
+    """``J·t`` from the pullback ``back`` (``g ↦ Jᵀg``, linear in ``g``): the gradient in ``g`` of the real
+    part of ``Σ back(g)·t`` at ``g = 0``, taken on a tape of its own.  A pullback that is not NumPy code
+    traceable in ``g`` (it scatters with np.bincount, calls SciPy) is transposed densely instead, one call per
+    element of a small result (``J·t``'s element k is ``⟨back(e_k), t⟩``); a large one is a clear error."""
+    from .api import gradient  # the reverse mode this transposes (api does not import this module)
+
+    g0 = np.zeros(np.shape(out), np.result_type(out))
+
+    def pairing(g):
+        product = np.sum(apply(back, g) * t)
+        return np.real(product) if _is_complex(product) else product
+
+    try:
+        if type(back) is IndexPullback:
+            raise UnsupportedFunctionError("the pullback adds into a buffer")
+        return gradient(pairing, g0)
+    except (UnsupportedFunctionError, ValueConversionError, InPlaceMutationError) as error:
+        if g0.size > DENSE_TRANSPOSE_LIMIT:
+            raise UnsupportedFunctionError(
+                f"the tangent of {qualified_name(func)} is computed by transposing its pullback, which is not "
+                f"traceable ({type(error).__name__}: {error}), and its result has more than "
+                f"{DENSE_TRANSPOSE_LIMIT} elements to transpose one by one; give it a jvp rule beside its vjp "
+                "rule (db.defjvp), or declare it linear (db.deflinear)") from error
+    tangent = np.zeros(g0.shape, np.result_type(g0, t))
+    flat = tangent.reshape(-1)
+    for k in range(g0.size):
+        e = np.zeros_like(g0)
+        e.reshape(-1)[k] = 1
+        flat[k] = np.real(np.sum(apply(back, e) * t)) if not _is_complex(tangent) else _complex_entry(back, e, t)
+    return tangent
+
+
+def _complex_entry(back, e, t):
+    """Element k of a complex ``J·t`` densely: Re(v) pairs with the real unit at k, -Im(v) with the imaginary
+    one (Re(i v) = -Im v)."""
+    return np.real(np.sum(apply(back, e) * t)) - 1j * np.real(np.sum(apply(back, 1j * e) * t))
+
+
+DENSE_TRANSPOSE_LIMIT = 256  # result elements: one pullback call each
+
+
+# --- the public entry point ----------------------------------------------------------------------------------
+def check_tangent(leaf, tangent, position, k):
+    """The tangent given for a primal leaf (a dual of an outer `jvp` in a nested call), as an array of its
+    shape and dtype (a clear error otherwise)."""
+    plain = primal(leaf)
+    if tangent is None:
+        return np.zeros_like(plain)
+    shape = np.shape(plain)
+    if np.shape(tangent) != shape:
+        where = "" if k is None else f" (leaf {k})"
+        raise ShapeMismatchError(
+            f"the tangent of argument {position}{where} has shape {np.shape(tangent)}, its primal {shape}; "
+            "give each primal a tangent of its own shape")
+    if not _is_complex(plain) and np.iscomplexobj(primal(tangent)):
+        raise ShapeMismatchError(
+            f"the tangent of argument {position} is complex, its primal real; give a real tangent")
+    if type(tangent) is Dual:
+        return tangent
+    t = np.asarray(tangent, np.result_type(plain))
+    return t if isinstance(plain, np.ndarray) else t[()]
+
+
+tape.FORWARD[:] = [Dual, apply_function]  # a `db.primitive` called on a dual value computes its tangent here
