@@ -167,9 +167,9 @@ def _run(f, args, reduce, backend):
             kinds.append(("baked", reads.key(leaf, names)))
     if nested or _nested(inputs):
         levels = _two_levels(inputs, activity if treedef is not None else None, leaves)
-        if levels is None or not reduce or recorder is not None:
-            return _evaluated(f, args, reduce)
-        return _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, levels, backend)
+        result = None if levels is None or not reduce or recorder is not None else \
+            _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, levels, backend)
+        return _evaluated(f, args, reduce) if result is None else result
     duals = [inputs[i] for i in active if type(inputs[i]) is Dual]
     if duals:  # forward mode (db.jvp): the value and its tangent Σ ∂f/∂aᵢ · tᵢ in one pass
         _check_duals([inputs[i] for i in active])
@@ -334,6 +334,7 @@ def _two_levels(inputs, activity, leaves):
 
 def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, levels, backend):
     """``sum(f, ...)`` whose inputs two nested gradients track (``levels``, see `_two_levels`), in one fused pass
+    (None where complex values take part: the caller runs ``f`` operation by operation)
     of second-order dual numbers: the value, a partial per input either gradient tracks and their second
     partials.  The outer tape records the value (pullbacks: the partials) and each partial of an inner input
     (pullbacks: the second partials), the inner tape the value with pullbacks ``g · partial``, those
@@ -342,6 +343,8 @@ def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, val
     active = sorted(set(inner_positions) | set(outer_parents))
     key = (structure, tuple(kinds), ("second order", tuple(active)), True)
     kernel = _kernel(key, f, treedef, leaves, len(values), active, True, input_kinds, order=2)
+    if kernel.complex:  # complex values take part: their rules, operation by operation (`_evaluated`)
+        return None
     shape = np.broadcast_shapes(*[np.shape(v) for v in values])
     shapes = {p: np.shape(values[p]) for p in active}
     pairs = [(a, b) for i, a in enumerate(active) for b in active[i:]]

@@ -34,7 +34,7 @@ NOT_TWICE = {
     "multivariate_normal_logpdf_cov_matrix_singular",
     *(f"dirichlet_{m}_{c}" for m in ("logpdf", "pdf") for c in ("all_components", "k-1_components")),
     "gamma_cdf_in_x_a", "gamma_logcdf_in_x_a", "polygamma", "factorial", "comb", "comb_repetition", "sph_harm_y",
-    "roots", "polyfit",
+    "roots", "polyfit", "gradient_tracked_spacing",  # np.gradient's coordinates: a complex step through NumPy
     # computed partials (series and expansions, as JAX's): their own derivative is not written
     "scipy.special.zeta", "scipy.special.gammainc", "scipy.special.gammaincc",
 }

@@ -194,6 +194,14 @@ def test_a_result_that_is_not_a_real_scalar_is_a_clear_error(result):
 
 
 # --- every error is a DifferentiationError and the builtin it resembles ----------------------------------
+@db.primitive
+def _opaque(x):
+    return x ** 2
+
+
+db.defvjp(_opaque, lambda ans, x: lambda g: g * 2 * np.asarray(x))  # a pullback that cannot run on tracked values
+
+
 @pytest.mark.parametrize(
     "call, builtin",
     [
@@ -203,11 +211,13 @@ def test_a_result_that_is_not_a_real_scalar_is_a_clear_error(result):
         (lambda: db.jacobian(lambda x: x, {"a": 1.0}), TypeError),
         (lambda: db.pullback(lambda x: 2 * x, np.ones(3))[1](np.ones(2)), ValueError),
         (lambda: db.gradient(lambda x: np.sum(_stale[0] * x), X), ValueError),
-        (lambda: db.gradient(lambda x: np.sum(db.gradient(lambda y: np.sum(y * y), x)), X), TypeError),
+        (lambda: db.hessian(lambda x: np.sum(_opaque(x)), X), TypeError),
     ],
-    ids=["integer", "complex", "object", "jacobian-tree", "cotangent-shape", "stale", "nested"],
+    ids=["integer", "complex", "object", "jacobian-tree", "cotangent-shape", "stale", "not twice"],
 )
 def test_errors_derive_from_differentiation_error_and_the_builtin(call, builtin):
+    """Each error is also the built-in exception user code would catch (a rule that cannot be differentiated
+    twice: a TypeError, as a function without a rule)."""
     with pytest.raises(db.DifferentiationError) as error:
         call()
     assert isinstance(error.value, builtin)
@@ -427,17 +437,18 @@ MIXING_OPERATIONS = {  # x tracked by the outer gradient, y by the inner one, in
 
 
 @pytest.mark.parametrize("name", list(MIXING_OPERATIONS))
-def test_values_of_two_open_gradient_evaluations_meeting_is_an_error(name):
-    """y tracked by an inner db.gradient that is still recording, x by the outer one: an operation on both
-    is the nested-gradient error, never a record on one tape pointing into the other."""
+def test_values_of_nested_gradient_evaluations_meeting_are_recorded_on_both(name):
+    """y tracked by an inner db.gradient that is still recording, x by the outer one: an operation on both is
+    recorded on the inner tape with x its constant, and on the outer tape from x, by every recording path;
+    never a record on one tape pointing into the other.  The outer gradient of the inner one matches finite
+    differences of it."""
     operation = MIXING_OPERATIONS[name]
     y0 = np.array([1.0, 2.0, 0.2])
 
     def outer(x):
-        return np.sum(db.gradient(lambda y: np.sum(operation(x, y)), y0))
+        return np.sum(db.gradient(lambda y: np.sum(operation(x, y) ** 2), y0))
 
-    with pytest.raises(db.StaleValueError, match="two gradient evaluations met"):
-        db.gradient(outer, np.array([0.5, 1.5, 2.5]))
+    assert db.check_gradient(outer, np.array([0.5, 1.5, 2.5])) < 1
 
 
 # --- comparisons of tracked values ---------------------------------------------------------------------------------
