@@ -176,9 +176,17 @@ def _float_value(x, position, leaf=None, tape=None):
         if x.dtype.kind == "c":  # a gradient inside a gradient: the inner input is tracked by the outer one
             tape.complex = True
         return x
+    elif type(x) is Tracked and tape is None and not x.tape.closed:
+        raise ArgumentTypeError("db.jvp of a value a gradient differentiates (reverse over forward) is not "
+                                "supported yet; for a Hessian-vector product use db.hvp(f, x, v) (reverse over "
+                                "reverse), or take the jvp of db.cut(x)")
     elif type(x) is Tracked:
         raise StaleValueError("a tracked value from a finished gradient evaluation was passed to a gradient; "
                               "pass the array itself (or db.cut(x) for its value)")
+    elif type(x) is Dual:
+        raise ArgumentTypeError("a gradient of a value db.jvp differentiates (forward over reverse) is not "
+                                "supported yet; for a Hessian-vector product use db.hvp(f, x, v) (reverse over "
+                                "reverse)")
     else:
         what = f"of type {type(x).__name__}" + (f" with dtype {x.dtype}" if hasattr(x, "dtype") else "")
     where = "" if leaf is None else f" (leaf {leaf})"

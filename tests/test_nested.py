@@ -287,3 +287,12 @@ def test_explain_of_a_function_taking_a_gradient_shows_the_second_order_kernel()
     forward = [op for op in report.operations if op.mode == "forward"]
     assert forward and all(op.width == 10 and "second order: 55 second partials" in op.name for op in forward)
     assert "second order: 55" in str(report)
+
+
+def test_mixing_forward_and_reverse_nesting_is_a_clear_error_naming_hvp():
+    f = lambda x: np.sum(np.sin(x) * x)
+    x, v = np.array([0.1, 0.5]), np.array([1.0, 0.0])
+    with pytest.raises(db.ArgumentTypeError, match=r"forward over reverse.*db\.hvp"):
+        db.jvp(lambda x: db.gradient(f, x), (x,), (v,))
+    with pytest.raises(db.ArgumentTypeError, match=r"reverse over forward.*db\.hvp"):
+        db.gradient(lambda x: np.sum(db.jvp(f, (x,), (v,))[1]), x)
