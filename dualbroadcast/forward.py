@@ -41,7 +41,7 @@ from . import tape
 from .derivatives import DERIVATIVES
 from .errors import InPlaceMutationError, ShapeMismatchError, UnsupportedFunctionError, ValueConversionError
 from .guards import Guarded
-from .numpy_facts import as_dtype, astype, getitem, qualified_name
+from .numpy_facts import ARRAY_METHODS, as_dtype, astype, getitem, qualified_name
 from .pullbacks import IndexPullback, apply
 from .registry import (
     COMPLEX_RULES,
@@ -163,15 +163,7 @@ def _method(func):
     return method
 
 
-for _name, _func in [
-    ("sum", np.sum), ("mean", np.mean), ("prod", np.prod), ("max", np.max), ("min", np.min),
-    ("std", np.std), ("var", np.var), ("cumsum", np.cumsum), ("cumprod", np.cumprod),
-    ("ravel", np.ravel), ("squeeze", np.squeeze), ("swapaxes", np.swapaxes),
-    ("repeat", np.repeat), ("take", np.take), ("diagonal", np.diagonal), ("trace", np.trace),
-    ("dot", np.dot), ("clip", np.clip), ("round", np.round), ("copy", np.copy),
-    ("argmax", np.argmax), ("argmin", np.argmin), ("argsort", np.argsort),
-    ("nonzero", np.nonzero), ("any", np.any), ("all", np.all),
-]:
+for _name, _func in ARRAY_METHODS:
     setattr(Dual, _name, _method(_func))
 
 

@@ -91,3 +91,16 @@ def _ufunc_name(ufunc):
     if special is not None and getattr(special, name, None) is ufunc:
         return f"scipy.special.{name}"
     return name
+
+
+# The ndarray methods a tracked or dual value has, each the NumPy function of the same name (x.sum(...) is
+# np.sum(x, ...)).
+ARRAY_METHODS = [
+    ("sum", np.sum), ("mean", np.mean), ("prod", np.prod), ("max", np.max), ("min", np.min),
+    ("std", np.std), ("var", np.var), ("cumsum", np.cumsum), ("cumprod", np.cumprod),
+    ("ravel", np.ravel), ("squeeze", np.squeeze), ("swapaxes", np.swapaxes),
+    ("repeat", np.repeat), ("take", np.take), ("diagonal", np.diagonal), ("trace", np.trace),
+    ("dot", np.dot), ("clip", np.clip), ("round", np.round), ("copy", np.copy),
+    ("argmax", np.argmax), ("argmin", np.argmin), ("argsort", np.argsort),
+    ("nonzero", np.nonzero), ("any", np.any), ("all", np.all),
+]

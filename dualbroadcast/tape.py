@@ -27,7 +27,7 @@ from .errors import (
 )
 from .expr import Sym
 from .guards import RECORDER, Guarded
-from .numpy_facts import FLOAT_SCALARS, INFIX, REAL_FLOATS, astype, getitem, qualified_name
+from .numpy_facts import ARRAY_METHODS, FLOAT_SCALARS, INFIX, REAL_FLOATS, astype, getitem, qualified_name
 from .pullbacks import FACTORS, IndexPullback, RealPart, add_at, apply, own_buffer, scalar_pullback, scatter
 from .registry import (
     COMPOSITION,
@@ -567,18 +567,24 @@ def _record_result(tape, func, rule, j, a, ans, values, kwargs, parents, recorde
         return a  # a plain result (a shape, a count): the recorder guards it by equality
     if not (parents and floating):
         return a if recorder is None else recorder.traced(a, func)
+    backs = _pullbacks(tape, func, rule, j, ans, values, active, kwargs)
+    if backs is None:  # the rule declares this output a constant
+        return a if recorder is None else recorder.traced(a, func)
+    return tape.record(a, _edges(parents, backs), func)
+
+
+def _pullbacks(tape, func, rule, j, ans, values, active, kwargs):
+    """The pullbacks ``rule``'s makers give the ``active`` arguments for result ``ans`` (output ``j`` of a tuple,
+    else None); None for an output its rule declares constant.  On a nested tape a maker that cannot run on
+    tracked values is the error naming the rule (`not_twice_differentiable`)."""
     try:
         if j is None:
-            backs = rule.pullbacks(func, ans, values, active, kwargs)
-        else:
-            backs = output_pullbacks(func, rule.makers, j, ans, values, active, kwargs)
-            if backs is None:  # the rule declares this output a constant
-                return a if recorder is None else recorder.traced(a, func)
+            return rule.pullbacks(func, ans, values, active, kwargs)
+        return output_pullbacks(func, rule.makers, j, ans, values, active, kwargs)
     except (TypeError, AttributeError) as error:
         if not tape.level or isinstance(error, UnsupportedFunctionError):
             raise
         raise not_twice_differentiable(func, error) from error
-    return tape.record(a, _edges(parents, backs), func)
 
 
 def _record_complex(tape, func, rule, j, a, ans, values, kwargs, parents, recorder, active):
@@ -593,12 +599,9 @@ def _record_complex(tape, func, rule, j, a, ans, values, kwargs, parents, record
     if type(a) is complex:  # the tape holds NumPy values
         a = np.complex128(a)
         ans = a if j is None else ans
-    if j is None:
-        backs = rule.pullbacks(func, ans, values, active, kwargs)
-    else:
-        backs = output_pullbacks(func, rule.makers, j, ans, values, active, kwargs)
-        if backs is None:  # the rule declares this output a constant
-            return a if recorder is None else recorder.traced(a, func)
+    backs = _pullbacks(tape, func, rule, j, ans, values, active, kwargs)
+    if backs is None:  # the rule declares this output a constant
+        return a if recorder is None else recorder.traced(a, func)
     backs = [back if _is_complex(p.value) or type(back) is IndexPullback else RealPart(back)
              for p, back in zip(parents, backs)]
     return tape.record(a, _edges(parents, backs), func)
@@ -1120,15 +1123,7 @@ def _method(func):
     return method
 
 
-for _name, _func in [
-    ("sum", np.sum), ("mean", np.mean), ("prod", np.prod), ("max", np.max), ("min", np.min),
-    ("std", np.std), ("var", np.var), ("cumsum", np.cumsum), ("cumprod", np.cumprod),
-    ("ravel", np.ravel), ("squeeze", np.squeeze), ("swapaxes", np.swapaxes),
-    ("repeat", np.repeat), ("take", np.take), ("diagonal", np.diagonal), ("trace", np.trace),
-    ("dot", np.dot), ("clip", np.clip), ("round", np.round), ("copy", np.copy),
-    ("argmax", np.argmax), ("argmin", np.argmin), ("argsort", np.argsort),
-    ("nonzero", np.nonzero), ("any", np.any), ("all", np.all),
-]:
+for _name, _func in ARRAY_METHODS:
     setattr(Tracked, _name, _method(_func))
 Tracked.conj = Tracked.conjugate = lambda self: record_operation(np.conjugate, (self,), {}) \
     if _is_complex(self.value) else self
