@@ -128,8 +128,15 @@ def compile_program(program, guard_failed):
 _LOCAL = re.compile(r"\b[vpr]\d+\b")  # the generated code's values, kernel partials and multiple results
 
 
+def _may_raise(func):
+    """Whether ``func`` raises on some values (np.linalg: a singular matrix): its step is kept even where the
+    gradient does not read its value, so that a replay raises where `db.gradient` does."""
+    return getattr(func, "__module__", None) == "numpy.linalg"
+
+
 class _Block:
-    """Forward lines for one step, the local names they define and use; a guard is always kept."""
+    """Forward lines for one step, the local names they define and use; a guard (or a step that may raise,
+    `_may_raise`) is always kept."""
 
     __slots__ = ("lines", "defines", "uses", "guard")
 
@@ -232,7 +239,8 @@ class _Forward(_Writer):
             lines += [f"    v{o} = r{k}[{j}]" for j, o in enumerate(step.outs) if o is not None]
             for j, a in step.expected.items():
                 lines.append(f"    if not {same}(r{k}[{j}], {self.space.bind(a)}): raise GuardFailed")
-            return _Block(lines, [f"r{k}"] + [f"v{o}" for o in step.outs if o is not None], uses, bool(step.expected))
+            return _Block(lines, [f"r{k}"] + [f"v{o}" for o in step.outs if o is not None], uses,
+                          bool(step.expected) or _may_raise(step.func))
         if step.outs == [None]:
             same = self.space.bind(_same)
             result, expected = self.call(step, self.args(step)), self.space.bind(step.expected)
@@ -244,7 +252,8 @@ class _Forward(_Writer):
         if step.func is getitem and not step.kwargs:  # x[index] as written, no call of `getitem`
             line = f"    v{step.outs[0]} = {self.ref(step.refs[0])}[{self.ref(step.refs[1])}]"
             return _Block([line], [f"v{step.outs[0]}"], uses)
-        return _Block([f"    v{step.outs[0]} = {self.call(step, self.args(step))}"], [f"v{step.outs[0]}"], uses)
+        return _Block([f"    v{step.outs[0]} = {self.call(step, self.args(step))}"], [f"v{step.outs[0]}"], uses,
+                      _may_raise(step.func))
 
     def stays_float(self, step):
         """Whether an inline step on Python floats (and Python number literals) may run on them."""

@@ -637,3 +637,20 @@ def test_a_constant_used_only_with_values_without_gradient_may_change_after_use(
     prog = db.prepare_gradient(f, x)
     for x_new in (x, x + 2.0, x - 1.0):
         np.testing.assert_array_equal(prog(x_new), db.gradient(f, x_new))
+
+
+def test_a_replay_raises_where_gradient_does_though_the_gradient_does_not_read_the_value():
+    """inv of a matrix whose values reach the gradient nowhere (x2 enters through an integer cast): a replay
+    left out the step, whose value no cotangent reads, so on inputs that make the matrix singular it returned
+    a gradient where db.gradient (and f itself) raise LinAlgError.  np.linalg steps are always replayed."""
+    def f(x0, x2):
+        v4 = np.linalg.inv(x2.astype(np.int64) * 1.5 + 3.0 * np.eye(2))
+        return np.sum(x0 * 2.0) + np.sum(v4)
+
+    prog = db.prepare_gradient(f, np.ones(1), np.array([0.5, 0.5]))
+    np.testing.assert_array_equal(prog(np.ones(1), np.array([0.5, 0.5]))[0], [2.0])
+    singular = np.array([-2.5, 1.0])  # int cast: -2 · 1.5 + 3 = 0 on the diagonal
+    with pytest.raises(np.linalg.LinAlgError):
+        db.gradient(f, np.ones(1), singular)
+    with pytest.raises(np.linalg.LinAlgError):
+        prog(np.ones(1), singular)
