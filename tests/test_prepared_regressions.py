@@ -649,7 +649,7 @@ def test_a_replay_raises_where_gradient_does_though_the_gradient_does_not_read_t
 
     prog = db.prepare_gradient(f, np.ones(1), np.array([0.5, 0.5]))
     np.testing.assert_array_equal(prog(np.ones(1), np.array([0.5, 0.5]))[0], [2.0])
-    singular = np.array([-2.5, 1.0])  # int cast: -2 · 1.5 + 3 = 0 on the diagonal
+    singular = np.array([-1.0, -1.0])  # [[v0 + 3, v1], [v0, v1 + 3]] has determinant 3 (v0 + v1) + 9 = 0
     with pytest.raises(np.linalg.LinAlgError):
         db.gradient(f, np.ones(1), singular)
     with pytest.raises(np.linalg.LinAlgError):
