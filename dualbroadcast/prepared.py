@@ -268,12 +268,9 @@ class PreparedGradient:
     def _evaluate(self, args, out, with_value):
         """Replay a program recorded for arguments like ``args`` (plain ones by a cheap key), or record
         one; ``with_value``: also compute the value (else it may be None).  Inside a gradient (a prepared gradient
-        in a function another differentiates), `value_and_gradient`: f may read that gradient's values, which a
-        replay could not see."""
-        if ACTIVE_TAPE.get() is not None:
-            if out is not None:
-                raise ValueError("out= cannot hold a gradient that an outer gradient differentiates; drop out=")
-            return value_and_gradient(self.f, *args)
+        in a function another differentiates), anything but the replay of a variant recorded outside on plain
+        arguments is `value_and_gradient`: f may read that gradient's values, which a replay could not see (and
+        no variant is recorded there)."""
         for namespace, name, value in self.globals_read:
             if namespace.get(name) is not value:  # a global f reads was rebound: every variant baked the old one
                 self.variants.clear()
@@ -295,6 +292,10 @@ class PreparedGradient:
                     return run(leaves, (out,))[0], out
                 except GuardFailed:
                     continue
+        if ACTIVE_TAPE.get() is not None:
+            if out is not None:
+                raise ValueError("out= cannot hold a gradient that an outer gradient differentiates; drop out=")
+            return value_and_gradient(self.f, *args)
         flat = [pytree.flatten(arg) for arg in args]
         signature = _signature(flat)
         if plain is not None:
