@@ -34,7 +34,7 @@ from .guards import RECORDER
 from .kernel_source import needed_nodes
 from .kernels import FORCED_BACKEND, Kernel
 from .numpy_facts import FLOAT_LEAVES, REAL_FLOATS
-from .pullbacks import FACTORS, RealPart, fitting_kernel_pullback, kernel_pullback, plain, unbroadcast
+from .pullbacks import FACTORS, RealPart, fitting_kernel_pullback, kernel_pullback, unbroadcast
 from .registry import COMPLEX_RULES, SAME_RULE
 from .tape import Tracked, _edge, _edges, tape_of
 
@@ -153,7 +153,7 @@ def _run(f, args, reduce, backend):
         if type(leaf) is Tracked or type(leaf) is Dual or _is_array_input(leaf):
             value = leaf.value if type(leaf) is Tracked or type(leaf) is Dual else leaf
             if type(value) is Tracked:  # tracked by two nested gradients: the kernel computes on the plain value
-                nested, value = True, plain(value)
+                nested, value = True, _untracked(value)
             kind = value.dtype if type(value) is np.ndarray else (
                 float if type(value) is float else np.result_type(value))
             if (type(leaf) is Tracked and on and leaf.index not in inactive) or type(leaf) is Dual:
@@ -323,13 +323,20 @@ def _two_levels(inputs, activity, leaves):
     outer, inner = sorted(tapes, key=lambda t: t.level)
     if outer.closed or inner.closed or outer.level == inner.level:
         return None
-    shape = np.broadcast_shapes(*[np.shape(plain(a)) for a in inputs])
-    if any(np.shape(plain(a)) not in ((), shape) for _, a in tracked):
+    shape = np.broadcast_shapes(*[np.shape(_untracked(a)) for a in inputs])
+    if any(np.shape(_untracked(a)) not in ((), shape) for _, a in tracked):
         return None
     inner_positions = [p for p, a in tracked if a.tape is inner]
     outer_parents = {p: a.value if a.tape is inner else a for p, a in tracked
                      if a.tape is outer or type(a.value) is Tracked}
     return inner, outer, inner_positions, outer_parents
+
+
+def _untracked(x):
+    """The plain value of ``x``, tracked by any number of nested gradients."""
+    while type(x) is Tracked:
+        x = x.value
+    return x
 
 
 def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, levels, backend):

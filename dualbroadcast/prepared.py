@@ -172,8 +172,11 @@ class Recorder:
 
     def alias(self, x):
         """``cut(x)`` of a traced value: the same value, inactive from here on.  Of a value of another
-        evaluation (kept from an earlier call): its value, a constant, as `db.gradient` gives it."""
+        evaluation (kept from an earlier call): its value, a constant, as `db.gradient` gives it; of a value of a
+        gradient taken inside f: the cut of its value (`cut` stops every level)."""
         if x.tape is not self.tape:
+            if type(x.value) is Tracked and x.tape.level > self.tape.level and not x.tape.closed:
+                return self.alias(x.value)
             return x.value
         out = self.traced(x.value, "cut")
         self.describe(out)
