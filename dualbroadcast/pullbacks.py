@@ -106,7 +106,9 @@ def table_pullback_source(g, d, shape, out_shape):
     """The cotangent `table_pullback` gives, as source: ``g`` the cotangent's source, ``d`` the partial's
     source or a number."""
     term = g if _is(d, 1) else f"(-{g})" if _is(d, -1) else f"({g} * {d})"
-    return term if shape == out_shape else f"unbroadcast({term}, {shape!r})"
+    if shape == out_shape:
+        return term
+    return f"np.add.reduce({term}, None)" if shape == () else f"unbroadcast({term}, {shape!r})"  # the same sum
 
 
 def _is(d, number):
