@@ -650,8 +650,7 @@ class PreparedHvp:
 
     def _evaluate_tree(self, args, vectors, out, plain=None):
         """The products for arguments no variant for plain ones fits: replayed by their signature, or recorded."""
-        vectors = tuple(None if not any(pytree.leaf_activity(pytree.flatten(a)[1])) else v
-                        for a, v in zip(args, vectors))  # a cut argument's vector is not read
+        vectors = tuple(map(_read_part, args, vectors))
         self.originals.args = args
         try:
             full = (*args, Cut(vectors))
@@ -692,6 +691,18 @@ def _hvp_vectors(args, vectors):
     if len(vectors) != len(args):
         raise ShapeMismatchError(f"got {len(vectors)} vectors for {len(args)} arguments; pass one per argument")
     return args, vectors
+
+
+def _read_part(arg, vector):
+    """What the product reads of ``vector``: None for a cut argument, None at the leaves of ``arg`` that are cut
+    (so that what a call passes there is not part of its signature)."""
+    flags = pytree.leaf_activity(pytree.flatten(arg)[1])
+    if not any(flags):
+        return None
+    leaves, treedef = pytree.flatten(vector)
+    if all(flags) or len(leaves) != len(flags):
+        return vector
+    return pytree.unflatten(treedef, [leaf if on else None for leaf, on in zip(leaves, flags)])
 
 
 def _ones_like_active(arg):

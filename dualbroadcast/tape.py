@@ -1110,6 +1110,11 @@ for _name, _func in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply)
                      ("pow", np.power), ("floordiv", np.floor_divide), ("mod", np.remainder), ("matmul", np.matmul)]:
     setattr(Tracked, f"__{_name}__", _arithmetic(_func, False))
     setattr(Tracked, f"__r{_name}__", _arithmetic(_func, True))
+for _name, _func in [("and", np.bitwise_and), ("or", np.bitwise_or), ("xor", np.bitwise_xor)]:
+    # truth values a recording traces (its comparisons, `_comparison`) combined: `(x > 0) & mask`
+    setattr(Tracked, f"__{_name}__", lambda self, other, func=_func: record_operation(func, (self, other), {}))
+    setattr(Tracked, f"__r{_name}__", lambda self, other, func=_func: record_operation(func, (other, self), {}))
+Tracked.__invert__ = lambda self: record_operation(np.invert, (self,), {})
 for _name, _func in [("neg", np.negative), ("pos", np.positive), ("abs", np.absolute)]:
     setattr(Tracked, f"__{_name}__", lambda self, func=_func: record_operation(func, (self,), {}))
 
