@@ -100,6 +100,8 @@ class Guarded:
         )
 
     def __bool__(self):
+        if RECORDER.get() is None:  # the common case first: no call of `_recorder_of`
+            return bool(self.value)
         recorder = _recorder_of(self)
         return bool(self.value) if recorder is None else recorder.guard(self, bool)
 
@@ -118,5 +120,7 @@ class Guarded:
     def _size(self, measure):
         """``measure(value)`` (its shape, size, length): while a prepared gradient is recorded, a guard,
         since a size can depend on data (``d[d > 0]``) and the replay must not reuse a stale one."""
+        if RECORDER.get() is None:
+            return measure(self.value)
         recorder = _recorder_of(self)
         return measure(self.value) if recorder is None else recorder.guard(self, measure)

@@ -326,6 +326,7 @@ class PreparedGradient:
         self.reads = f  # the function whose globals a recording bakes in (`_globals_read`)
         self.recordings = 0
         self.threads = {}  # thread id -> its variants, signature -> [Program, ...]: see `variants`
+        self.local = threading.local()  # .variants: the calling thread's (read faster than by its id)
         self.globals_read = ()  # (namespace, name, value) the variants were recorded with
         self.unreplayable = set()  # signatures whose recording cannot be replayed: `gradient` evaluates them
         if example_args is not None and ACTIVE_TAPE.get() is None:  # inside a gradient, every call is a nested one
@@ -335,10 +336,11 @@ class PreparedGradient:
     def variants(self):
         """The calling thread's variants (signature -> [Program, ...]).  A program's buffers (its kernels' outputs,
         its scratch) are reused by every replay, so each thread records and replays programs of its own."""
-        variants = self.threads.get(_thread())
-        if variants is None:
-            variants = self.threads[_thread()] = collections.OrderedDict()
-        return variants
+        try:
+            return self.local.variants
+        except AttributeError:
+            variants = self.local.variants = self.threads[_thread()] = collections.OrderedDict()
+            return variants
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
         return self._evaluate(args, out, False)[1]
@@ -346,22 +348,40 @@ class PreparedGradient:
     def value_and_gradient(self, *args: Any, out: Any = None) -> tuple[Any, Any]:
         return self._evaluate(args, out, True)
 
-    def _evaluate(self, args, out, with_value):
+    def _evaluate(self, args, out, with_value, plain=None):
         """Replay a program recorded for arguments like ``args`` (plain ones by a cheap key), or record
         one; ``with_value``: also compute the value (else it may be None).  Inside a gradient (a prepared gradient
         in a function another differentiates), anything but the replay of a variant recorded outside on plain
         arguments is `value_and_gradient`: f may read that gradient's values, which a replay could not see (and
-        no variant is recorded there)."""
-        self._check_globals()
-        if len(args) == 1 and type(args[0]) is np.ndarray:  # the most common call, at the least cost
+        no variant is recorded there).  ``plain`` given (the key and leaves, `_plain`, of more arguments than
+        ``args``, whose gradients are returned: `PreparedHvp`): only the replay, None if no variant fits."""
+        replay_only = plain is not None
+        if self.globals_read:
+            self._check_globals()
+        if replay_only:
+            pass
+        elif len(args) == 1 and type(args[0]) is np.ndarray:  # the most common call, at the least cost
             plain = ((args[0].shape, args[0].dtype),), args
         else:
             plain = _plain(args)
         if plain is not None:
-            replayed = self._replayed(plain, args, out, with_value)
-            if replayed is not None:
-                return replayed
-        return self._evaluate_tree(args, out, with_value, plain)
+            key, leaves = plain
+            try:
+                programs = self.local.variants.get(key, ())
+            except AttributeError:  # a thread's first call
+                programs = ()
+            for program in programs:
+                run = program.run if with_value else program.gradient
+                try:
+                    if out is None:
+                        value, grads = run(leaves)
+                        return value, _plain_gradients(args, grads)
+                    if type(out) is not np.ndarray or len(program.active_leaves) != 1:
+                        return run(leaves, _targets(out, len(program.active_leaves)))[0], out
+                    return run(leaves, (out,))[0], out
+                except GuardFailed:
+                    continue
+        return None if replay_only else self._evaluate_tree(args, out, with_value, plain)
 
     def _check_globals(self):
         """Forget every thread's variants if a global f reads was rebound: each baked the old value in."""
@@ -370,24 +390,6 @@ class PreparedGradient:
                 for variants in list(self.threads.values()):
                     variants.clear()
                 break
-
-    def _replayed(self, plain, args, out, with_value):
-        """``(value, gradients)`` by the replay of a variant recorded for plain arguments like these (``plain``: a
-        key and the leaves, `_plain`; ``args``: the arguments whose gradients are returned); None if none fits."""
-        key, leaves = plain
-        variants = self.threads.get(_thread())
-        for program in variants.get(key, ()) if variants is not None else ():
-            run = program.run if with_value else program.gradient
-            try:
-                if out is None:
-                    value, grads = run(leaves)
-                    return value, _plain_gradients(args, grads)
-                if type(out) is not np.ndarray or len(program.active_leaves) != 1:
-                    return run(leaves, _targets(out, len(program.active_leaves)))[0], out
-                return run(leaves, (out,))[0], out
-            except GuardFailed:
-                continue
-        return None
 
     def _evaluate_tree(self, args, out, with_value, plain):
         """`_evaluate` of arguments that no variant for plain ones fits: by their signature, or recorded."""
@@ -639,11 +641,9 @@ class PreparedHvp:
 
     def __call__(self, *args: Any, vectors: Any = None, out: Any = None) -> Any:
         args, vectors = _hvp_vectors(args, vectors)
-        program = self.program
-        program._check_globals()
         plain = _plain(args + vectors)
         if plain is not None:
-            replayed = program._replayed(plain, args, out, False)
+            replayed = self.program._evaluate(args, out, False, plain)
             if replayed is not None:
                 return replayed[1]
         return self._evaluate_tree(args, vectors, out, plain)
@@ -651,6 +651,8 @@ class PreparedHvp:
     def _evaluate_tree(self, args, vectors, out, plain=None):
         """The products for arguments no variant for plain ones fits: replayed by their signature, or recorded."""
         vectors = tuple(map(_read_part, args, vectors))
+        if self.program.globals_read:
+            self.program._check_globals()
         self.originals.args = args
         try:
             full = (*args, Cut(vectors))
