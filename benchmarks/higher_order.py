@@ -2,7 +2,8 @@
 measured side by side in one run, JAX beside when installed (``jax.jit`` of its hvp and hessian).
 
 - EAM hvp: ``db.hvp`` of the EAM energy, its density a ``db.sum`` (a second-order kernel: value, partial and
-  second partial in one fused pass), at N=100 and N=1e6;
+  second partial in one fused pass), at N=100 and N=1e6, and ``db.prepare_hvp`` of it (recorded once, replayed
+  with ``out=``);
 - exp-poly Hessian: the 10x10 Hessian of E(c) = sum(exp(c0 + c1 x + ... + c9 x^9)) over N points with respect
   to the ten coefficients through ``db.sum`` (dual width 10, 55 second partials), at N=1e3 and N=1e6.
 
@@ -71,10 +72,12 @@ def main():
     for n in (100, 10**6):
         x = np.random.default_rng(0).random(n)
         v = np.random.default_rng(1).standard_normal(n)
-        got = db.hvp(eam_dualbroadcast, x, v)
+        prepared, out = db.prepare_hvp(eam_dualbroadcast, x), np.empty(n)
         want = eam_hvp_hand(x, v)
-        assert np.allclose(got, want, rtol=1e-10, atol=1e-12 * np.max(np.abs(want))), "EAM hvp disagrees"
-        row = {"NumPy primal": lambda x=x: eam_numpy(x), "db.hvp": lambda x=x, v=v: db.hvp(eam_dualbroadcast, x, v)}
+        for got in (db.hvp(eam_dualbroadcast, x, v), prepared(x, v, out=out)):
+            assert np.allclose(got, want, rtol=1e-10, atol=1e-12 * np.max(np.abs(want))), "EAM hvp disagrees"
+        row = {"NumPy primal": lambda x=x: eam_numpy(x), "db.hvp": lambda x=x, v=v: db.hvp(eam_dualbroadcast, x, v),
+               "db.prepare_hvp": lambda x=x, v=v, prepared=prepared, out=out: prepared(x, v, out=out)}
         if jax:
             xj, vj = jax["jnp"].asarray(x), jax["jnp"].asarray(v)
             row["jax.jit hvp"] = lambda xj=xj, vj=vj: jax["hvp"](xj, vj)
@@ -91,7 +94,7 @@ def main():
             cj, xj = jax["jnp"].asarray(c), jax["jnp"].asarray(xs)
             row["jax.jit hessian"] = lambda cj=cj, xj=xj: jax["hessian"](cj, xj)
         rows[f"exp-poly H N={n:.0e}"] = row
-    columns = ["NumPy primal", "db.hvp", "db.hessian", "jax.jit hvp", "jax.jit hessian"]
+    columns = ["NumPy primal", "db.hvp", "db.prepare_hvp", "db.hessian", "jax.jit hvp", "jax.jit hessian"]
     for label, row in rows.items():
         ratio_table(label, {"": row}, [c for c in columns if c in row])
 

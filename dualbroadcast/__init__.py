@@ -25,7 +25,7 @@ from .errors import (
 )
 from .explain import explain
 from .kernels import set_backend
-from .prepared import PreparedGradient, prepare_gradient
+from .prepared import PreparedGradient, PreparedHvp, prepare_gradient, prepare_hvp
 from .registry import (
     defjvp,
     deflinear,
@@ -42,7 +42,7 @@ from .tape import primitive
 __all__ = [
     "gradient", "value_and_gradient", "broadcast", "sum", "elementwise", "kernel_log", "KernelCall",
     "set_backend", "clear_cache", "explain", "prepare_gradient", "PreparedGradient", "pullback", "jacobian", "cut",
-    "uncut", "check_gradient", "hessian", "hvp", "jvp",
+    "prepare_hvp", "PreparedHvp", "uncut", "check_gradient", "hessian", "hvp", "jvp",
     "defderivative", "defvjp", "defvjp_argnum", "defvjp_sequence", "defvjp_outputs", "nondifferentiable", "primitive",
     "defjvp", "deflinear", "defmultilinear",
     "DifferentiationError", "GradientMismatchError", "InPlaceMutationError", "KernelError",

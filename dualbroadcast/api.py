@@ -150,10 +150,17 @@ def _prepare(tape, args, constants_traced=False):
                 if t is None and isinstance(leaf, (np.ndarray, np.generic, float)) else t
                 for t, leaf in zip(inputs, leaves)
             ]
-        new_leaves = [value_of(leaf) if t is None else t for t, leaf in zip(every, leaves)]
+        new_leaves = [(leaf if _outer_value(leaf, tape) else value_of(leaf)) if t is None else t
+                      for t, leaf in zip(every, leaves)]
         call_args.append(pytree.unflatten(treedef, new_leaves))
         arguments.append(_Argument(treedef, leaves, inputs, every))
     return call_args, arguments
+
+
+def _outer_value(leaf, tape):
+    """Whether a constant leaf of a nested gradient is a value an outer gradient (or the recording of a prepared
+    one: `prepare_hvp`) tracks: it stays tracked there, so that the outer one sees what is computed from it."""
+    return type(leaf) is Tracked and leaf.tape.level < tape.level and not leaf.tape.closed
 
 
 def _float_value(x, position, leaf=None, tape=None):

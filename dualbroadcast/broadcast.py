@@ -34,7 +34,7 @@ from .guards import RECORDER
 from .kernel_source import needed_nodes
 from .kernels import FORCED_BACKEND, Kernel
 from .numpy_facts import FLOAT_LEAVES, REAL_FLOATS
-from .pullbacks import FACTORS, RealPart, fitting_kernel_pullback, kernel_pullback, plain, unbroadcast
+from .pullbacks import FACTORS, RealPart, fitting_kernel_pullback, kernel_pullback, unbroadcast
 from .registry import COMPLEX_RULES, SAME_RULE
 from .tape import Tracked, _edge, _edges, tape_of
 
@@ -153,7 +153,7 @@ def _run(f, args, reduce, backend):
         if type(leaf) is Tracked or type(leaf) is Dual or _is_array_input(leaf):
             value = leaf.value if type(leaf) is Tracked or type(leaf) is Dual else leaf
             if type(value) is Tracked:  # tracked by two nested gradients: the kernel computes on the plain value
-                nested, value = True, plain(value)
+                nested, value = True, _untracked(value)
             kind = value.dtype if type(value) is np.ndarray else (
                 float if type(value) is float else np.result_type(value))
             if (type(leaf) is Tracked and on and leaf.index not in inactive) or type(leaf) is Dual:
@@ -167,8 +167,10 @@ def _run(f, args, reduce, backend):
             kinds.append(("baked", reads.key(leaf, names)))
     if nested or _nested(inputs):
         levels = _two_levels(inputs, activity if treedef is not None else None, leaves)
-        result = None if levels is None or not reduce or recorder is not None else \
-            _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, levels, backend)
+        if levels is not None and recorder is not None:  # a prepared program records it (`prepare_hvp`)
+            levels = recorder.levels(levels)
+        result = None if levels is None or not reduce else \
+            _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, levels, backend, recorder)
         return _evaluated(f, args, reduce) if result is None else result
     duals = [inputs[i] for i in active if type(inputs[i]) is Dual]
     if duals:  # forward mode (db.jvp): the value and its tangent Σ ∂f/∂aᵢ · tᵢ in one pass
@@ -323,8 +325,8 @@ def _two_levels(inputs, activity, leaves):
     outer, inner = sorted(tapes, key=lambda t: t.level)
     if outer.closed or inner.closed or outer.level == inner.level:
         return None
-    shape = np.broadcast_shapes(*[np.shape(plain(a)) for a in inputs])
-    if any(np.shape(plain(a)) not in ((), shape) for _, a in tracked):
+    shape = np.broadcast_shapes(*[np.shape(_untracked(a)) for a in inputs])
+    if any(np.shape(_untracked(a)) not in ((), shape) for _, a in tracked):
         return None
     inner_positions = [p for p, a in tracked if a.tape is inner]
     outer_parents = {p: a.value if a.tape is inner else a for p, a in tracked
@@ -332,19 +334,27 @@ def _two_levels(inputs, activity, leaves):
     return inner, outer, inner_positions, outer_parents
 
 
-def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, levels, backend):
+def _untracked(x):
+    """The plain value of ``x``, tracked by any number of nested gradients."""
+    while type(x) is Tracked:
+        x = x.value
+    return x
+
+
+def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, levels, backend, recorder=None):
     """``sum(f, ...)`` whose inputs two nested gradients track (``levels``, see `_two_levels`), in one fused pass
     (None where complex values take part: the caller runs ``f`` operation by operation)
     of second-order dual numbers: the value, a partial per input either gradient tracks and their second
     partials.  The outer tape records the value (pullbacks: the partials) and each partial of an inner input
     (pullbacks: the second partials), the inner tape the value with pullbacks ``g · partial``, those
-    partials the outer tape's values: so the inner gradient's pullback is differentiable in one pass."""
+    partials the outer tape's values: so the inner gradient's pullback is differentiable in one pass.  While a
+    prepared program records the outer tape, ``recorder`` gets the step (`prepared.Recorder.second_order`)."""
     inner, outer, inner_positions, outer_parents = levels
     active = sorted(set(inner_positions) | set(outer_parents))
     key = (structure, tuple(kinds), ("second order", tuple(active)), True)
     kernel = _kernel(key, f, treedef, leaves, len(values), active, True, input_kinds, order=2)
-    if kernel.complex:  # complex values take part: their rules, operation by operation (`_evaluated`)
-        return None
+    if kernel.complex or (recorder is not None and not outer_parents):
+        return None  # complex values take part (their rules, operation by operation: `_evaluated`), or a constant
     shape = np.broadcast_shapes(*[np.shape(v) for v in values])
     shapes = {p: np.shape(values[p]) for p in active}
     pairs = [(a, b) for i, a in enumerate(active) for b in active[i:]]
@@ -362,14 +372,16 @@ def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, val
     if outer_at:
         value = outer.record(value, _edges([outer_parents[p] for p in outer_at],
                                            [kernel_pullback(partial[p], shapes[p], (), False) for p in outer_at]), call)
-    backs = []
-    for p in inner_positions:
-        d = partial[p]
-        if outer_at:  # the partial as the outer tape's value: its pullbacks are the second partials
-            d = outer.record(d, _edges([outer_parents[q] for q in outer_at],
-                                       [_second_partial_pullback(second[p, q], shapes[q], shapes[p])
-                                        for q in outer_at]), call)
-        backs.append(kernel_pullback(d, shapes[p], (), False))
+    partials = {p: partial[p] for p in inner_positions}
+    if outer_at:  # each partial as the outer tape's value: its pullbacks are the second partials
+        for p in inner_positions:
+            partials[p] = outer.record(partial[p], _edges([outer_parents[q] for q in outer_at],
+                                                          [_second_partial_pullback(second[p, q], shapes[q], shapes[p])
+                                                           for q in outer_at]), call)
+    if recorder is not None:
+        recorder.second_order(kernel, inputs, values, used, value, active, pairs, outer_at, partials,
+                              [shapes[p] for p in active] + pair_shapes)
+    backs = [kernel_pullback(partials[p], shapes[p], (), False) for p in inner_positions]
     return inner.record(value, _edges([inputs[p] for p in inner_positions], backs), call)
 
 

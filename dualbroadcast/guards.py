@@ -40,13 +40,22 @@ class NotReplayableError(ValueConversionError):
     a replay could not see its new values, so `prepare_gradient` leaves that call signature to `gradient`."""
 
 
+def _recorder_of(x):
+    """The recorder of the prepared gradient being recorded, for a conversion of ``x``; None for a value of a
+    gradient taken inside the recorded function (its value, traced by the recording, answers instead)."""
+    recorder = RECORDER.get()
+    if recorder is not None and x.tape.level > recorder.tape.level:
+        return None
+    return recorder
+
+
 class Guarded:
     """The conversions of `tape.Tracked` (its ``value`` and tape ``index``): errors, or a recorder's guards."""
 
     __slots__ = ()
 
     def __array__(self, dtype=None, copy=None):
-        recorder = RECORDER.get()
+        recorder = _recorder_of(self)
         if recorder is not None and self.index in recorder.inactive:
             raise NotReplayableError("a traced argument without a gradient was turned into a plain array")
         raise ValueConversionError(_TO_ARRAY.format(shape=np.shape(self.value)))
@@ -60,7 +69,7 @@ class Guarded:
     def _constant(self, convert, what):
         """A conversion is allowed only while recording a prepared gradient, of a value with no
         gradient: it becomes a guard, checked on every replay."""
-        recorder = RECORDER.get()
+        recorder = _recorder_of(self)
         if recorder is not None and self.index in recorder.inactive:
             return recorder.guard(self, convert)
         raise ValueConversionError(_CONVERSION.format(what=what))
@@ -91,7 +100,9 @@ class Guarded:
         )
 
     def __bool__(self):
-        recorder = RECORDER.get()
+        if RECORDER.get() is None:  # the common case first: no call of `_recorder_of`
+            return bool(self.value)
+        recorder = _recorder_of(self)
         return bool(self.value) if recorder is None else recorder.guard(self, bool)
 
     # Sizes: read as they are, but guarded while a prepared gradient is recorded (see `_size`).
@@ -109,5 +120,7 @@ class Guarded:
     def _size(self, measure):
         """``measure(value)`` (its shape, size, length): while a prepared gradient is recorded, a guard,
         since a size can depend on data (``d[d > 0]``) and the replay must not reuse a stale one."""
-        recorder = RECORDER.get()
+        if RECORDER.get() is None:
+            return measure(self.value)
+        recorder = _recorder_of(self)
         return measure(self.value) if recorder is None else recorder.guard(self, measure)

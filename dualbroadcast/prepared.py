@@ -17,6 +17,7 @@ make ``f`` recorded again; state it reads otherwise is baked in (see
 """
 
 import collections
+import threading
 import types
 from collections.abc import Callable
 from functools import partial
@@ -25,11 +26,21 @@ from typing import Any
 import numpy as np
 
 from . import pytree
-from .api import _Argument, _call_on_tape, _gradients, _prepare, _scalar_seed, value_and_gradient
-from .errors import UnsupportedFunctionError
+from .api import (
+    _Argument,
+    _call_on_tape,
+    _gradients,
+    _marked_like,
+    _prepare,
+    _scalar_seed,
+    gradient,
+    value_and_gradient,
+)
+from .errors import ShapeMismatchError, UnsupportedFunctionError
 from .guards import RECORDER, NotReplayableError
-from .numpy_facts import FLOAT_LEAVES, qualified_name
-from .program import Const, Guard, KernelStep, Pack, Step, unpacked
+from .numpy_facts import FLOAT_LEAVES, getitem, qualified_name
+from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpacked
+from .pytree import Cut
 from .registry import BY_ARGNUM, OUTPUTS, complex_rule, first_output
 from .replay import _same, compile_program
 from .tape import (
@@ -42,6 +53,7 @@ from .tape import (
 )
 
 MAX_VARIANTS = 8
+_thread = threading.get_ident
 
 
 class GuardFailed(Exception):
@@ -57,6 +69,7 @@ class Recorder:
         self.inactive = set()
         self.copies = []  # (Const, a copy of its arrays when a step used it): see `hold`
         self.meta = {}  # value index -> (shape, dtype)
+        self.fixed = set()  # value indices whose shape every replay of this signature gives (see `shape_fixed`)
 
     def describe(self, t):
         self.meta[t.index] = (np.shape(t.value), np.result_type(t.value))
@@ -101,8 +114,22 @@ class Recorder:
             expected = {j: r for j, (r, o) in enumerate(zip(results, outs)) if o is None}
         else:
             expected = ans if outs == [None] else None
+        if self.shape_fixed(func, refs, kwargs):
+            if outs == [None] and func in _SIZES:  # the size of a value of a known shape: no guard
+                return
+            self.fixed.update(o for o in outs if o is not None)
         impl = rule.impl if rule is not None else func
         self.steps.append(Step(func, impl, kind, refs, rest, kwargs, outs, active, makers, expected, complex_step))
+
+    def shape_fixed(self, func, refs, kwargs):
+        """Whether the results of ``func`` on ``refs`` have the same shapes on every replay of this signature:
+        a function whose results' shapes follow from its arguments' shapes (a ufunc, x[index] with a constant
+        index, ...), every traced argument of a fixed shape (an argument's leaves: the signature fixes them)."""
+        if not (isinstance(func, np.ufunc) or func in _SHAPE_FUNCTIONS or func == "cut"
+                or (func is getitem and len(refs) == 2 and type(refs[1]) is Const)):
+            return False
+        return all(type(r) is Const or r in self.fixed for r in unpacked(refs)) \
+            and all(type(v) is not Tracked for v in kwargs.values())
 
     def holds_complex(self, refs, rest, kwargs, results):
         """Whether a complex value took part in a step (an argument, a result): on a tape holding complex
@@ -148,10 +175,42 @@ class Recorder:
         self.hold(refs, False)  # its partials are computed now: db.gradient reads it no more
         out = record()
         self.describe(out)
+        if all(type(r) is Const or r in self.fixed for r in refs):
+            self.fixed.add(out.index)
         self.steps.append(KernelStep(kernel, refs, active, backend, out.index, reduce))
         if not active:
             self.inactive.add(out.index)
         return out
+
+    def levels(self, levels):
+        """`broadcast._two_levels` of a second-order kernel in a recording: its outer tape must be the recorded
+        one (else None: the kernel's function runs operation by operation), and an outer value that needs no
+        gradient is an input like any constant."""
+        inner, outer, inner_positions, outer_parents = levels
+        if outer is not self.tape or any(p in outer_parents and outer_parents[p].index in self.inactive
+                                         for p in inner_positions):
+            return None  # (an inner argument whose value needs no outer gradient: its partial would be baked in)
+        return inner, outer, inner_positions, {p: a for p, a in outer_parents.items() if a.index not in self.inactive}
+
+    def second_order(self, kernel, inputs, values, backend, out, active, pairs, outer, partials, result_shapes):
+        """Record a second-order kernel (`broadcast._second_order`): ``out`` its value and ``partials`` (position
+        -> the partial of an inner argument) as this tape recorded them; ``active`` the positions whose partials
+        it computes, ``pairs`` those of its second partials, ``outer`` the positions of this tape's arguments."""
+        refs = []
+        for x, v in zip(inputs, values):
+            x = x.value if type(x) is Tracked and x.tape is not self.tape else x  # an inner input: its value
+            refs.append(self.index_of(x) if type(x) is Tracked else Const(v))
+        self.hold(refs, False)  # its partials are computed now: db.gradient reads it no more
+        for t in [out, *partials.values()]:
+            self.describe(t)
+            if all(type(r) is Const or r in self.fixed for r in refs):
+                self.fixed.add(t.index)
+        slots = {p: k for k, p in enumerate(active)}
+        pair_slots = {}
+        for k, (a, b) in enumerate(pairs):
+            pair_slots[a, b] = pair_slots[b, a] = len(active) + k
+        self.steps.append(SecondOrderStep(kernel, refs, backend, out.index, slots, pair_slots, outer,
+                                          {p: d.index for p, d in partials.items()}, result_shapes))
 
     def hold(self, refs, kept):
         """Replay reads each constant array as it is once f has run, so f must not change one after its
@@ -172,11 +231,16 @@ class Recorder:
 
     def alias(self, x):
         """``cut(x)`` of a traced value: the same value, inactive from here on.  Of a value of another
-        evaluation (kept from an earlier call): its value, a constant, as `db.gradient` gives it."""
+        evaluation (kept from an earlier call): its value, a constant, as `db.gradient` gives it; of a value of a
+        gradient taken inside f: the cut of its value (`cut` stops every level)."""
         if x.tape is not self.tape:
+            if type(x.value) is Tracked and x.tape.level > self.tape.level and not x.tape.closed:
+                return self.alias(x.value)
             return x.value
         out = self.traced(x.value, "cut")
         self.describe(out)
+        if x.index in self.fixed:
+            self.fixed.add(out.index)
         self.steps.append(Step("cut", _identity, None, [x.index], (), {}, [out.index], [], None))
         return out
 
@@ -184,8 +248,15 @@ class Recorder:
         """A decision on a traced value: its result must be the same on every replay."""
         index = self.index_of(x)
         result = convert(x.value)
+        if convert in _SIZES and index in self.fixed:  # a size every replay gives: no guard
+            return result
         self.steps.append(Guard(index, convert, result))
         return result
+
+
+_SIZES = {np.shape, np.ndim, np.size, len}  # what a guard of a value's size reads
+_SHAPE_FUNCTIONS = {np.sum, np.dot, np.matmul, np.reshape, np.ravel, np.transpose, np.broadcast_to, np.shape,
+                    np.ndim, np.size}  # ... whose results' shapes follow from their arguments' (ufuncs too)
 
 
 def _identity(x):
@@ -252,12 +323,24 @@ class PreparedGradient:
 
     def __init__(self, f: Callable[..., Any], example_args: tuple[Any, ...]) -> None:
         self.f = f
+        self.reads = f  # the function whose globals a recording bakes in (`_globals_read`)
         self.recordings = 0
-        self.variants = collections.OrderedDict()  # signature -> [Program, ...]
+        self.threads = {}  # thread id -> its variants, signature -> [Program, ...]: see `variants`
+        self.local = threading.local()  # .variants: the calling thread's (read faster than by its id)
         self.globals_read = ()  # (namespace, name, value) the variants were recorded with
         self.unreplayable = set()  # signatures whose recording cannot be replayed: `gradient` evaluates them
-        if ACTIVE_TAPE.get() is None:  # inside a gradient, every call is a nested gradient (`_evaluate`)
+        if example_args is not None and ACTIVE_TAPE.get() is None:  # inside a gradient, every call is a nested one
             self._record(example_args, _signature([pytree.flatten(arg) for arg in example_args]))
+
+    @property
+    def variants(self):
+        """The calling thread's variants (signature -> [Program, ...]).  A program's buffers (its kernels' outputs,
+        its scratch) are reused by every replay, so each thread records and replays programs of its own."""
+        try:
+            return self.local.variants
+        except AttributeError:
+            variants = self.local.variants = self.threads[_thread()] = collections.OrderedDict()
+            return variants
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
         return self._evaluate(args, out, False)[1]
@@ -265,23 +348,29 @@ class PreparedGradient:
     def value_and_gradient(self, *args: Any, out: Any = None) -> tuple[Any, Any]:
         return self._evaluate(args, out, True)
 
-    def _evaluate(self, args, out, with_value):
+    def _evaluate(self, args, out, with_value, plain=None):
         """Replay a program recorded for arguments like ``args`` (plain ones by a cheap key), or record
         one; ``with_value``: also compute the value (else it may be None).  Inside a gradient (a prepared gradient
         in a function another differentiates), anything but the replay of a variant recorded outside on plain
         arguments is `value_and_gradient`: f may read that gradient's values, which a replay could not see (and
-        no variant is recorded there)."""
-        for namespace, name, value in self.globals_read:
-            if namespace.get(name) is not value:  # a global f reads was rebound: every variant baked the old one
-                self.variants.clear()
-                break
-        if len(args) == 1 and type(args[0]) is np.ndarray:  # the most common call, at the least cost
+        no variant is recorded there).  ``plain`` given (the key and leaves, `_plain`, of more arguments than
+        ``args``, whose gradients are returned: `PreparedHvp`): only the replay, None if no variant fits."""
+        replay_only = plain is not None
+        if self.globals_read:
+            self._check_globals()
+        if replay_only:
+            pass
+        elif len(args) == 1 and type(args[0]) is np.ndarray:  # the most common call, at the least cost
             plain = ((args[0].shape, args[0].dtype),), args
         else:
             plain = _plain(args)
         if plain is not None:
             key, leaves = plain
-            for program in self.variants.get(key, ()):
+            try:
+                programs = self.local.variants.get(key, ())
+            except AttributeError:  # a thread's first call
+                programs = ()
+            for program in programs:
                 run = program.run if with_value else program.gradient
                 try:
                     if out is None:
@@ -292,6 +381,18 @@ class PreparedGradient:
                     return run(leaves, (out,))[0], out
                 except GuardFailed:
                     continue
+        return None if replay_only else self._evaluate_tree(args, out, with_value, plain)
+
+    def _check_globals(self):
+        """Forget every thread's variants if a global f reads was rebound: each baked the old value in."""
+        for namespace, name, value in self.globals_read:
+            if namespace.get(name) is not value:
+                for variants in list(self.threads.values()):
+                    variants.clear()
+                break
+
+    def _evaluate_tree(self, args, out, with_value, plain):
+        """`_evaluate` of arguments that no variant for plain ones fits: by their signature, or recorded."""
         if ACTIVE_TAPE.get() is not None:
             if out is not None:
                 raise ValueError("out= cannot hold a gradient that an outer gradient differentiates; drop out=")
@@ -325,6 +426,7 @@ class PreparedGradient:
             for t, i in zip(a.every_input, a.inputs):
                 if t is not None:
                     recorder.describe(t)
+                    recorder.fixed.add(t.index)
                     if i is None:
                         recorder.inactive.add(t.index)
         token = RECORDER.set(recorder)
@@ -346,7 +448,7 @@ class PreparedGradient:
         leaf_keys = [key for _, keys in signature for key in keys]
         program = Program(tape, recorder, arguments, out, {i for k, i in _leaves(arguments) if leaf_keys[k] is float},
                           {i for k, i in _leaves(arguments) if leaf_keys[k] is complex})
-        self.globals_read = _globals_read(self.f)  # after f ran: what it rebinds itself is not a change
+        self.globals_read = _globals_read(self.reads)  # after f ran: what it rebinds itself is not a change
         self.recordings += 1
         programs = self.variants.setdefault(signature, [])
         programs.insert(0, program)
@@ -513,3 +615,118 @@ def prepare_gradient(f: Callable[..., Any], *example_args: Any) -> PreparedGradi
     `prepare_gradient` again after changing it.
     """
     return PreparedGradient(f, example_args)
+
+
+class PreparedHvp:
+    """A Hessian-vector product program recorded for one argument structure; call it like `db.hvp`.
+
+    ``prog(x, v, out=None)`` is ``db.hvp(f, x, v)``; ``prog(*args, vectors=(v1, ...), out=None)`` is
+    ``db.hvp(f, *args, vectors=...)`` (written into ``out`` if given: arrays shaped like the products, None
+    for cut arguments).  It is the prepared gradient of ``⟨∇f(x), v⟩`` in ``x``, ``v`` a cut argument (see
+    `prepare_hvp`); ``prog.recordings`` counts how often ``f`` was recorded, as `PreparedGradient`'s.
+    """
+
+    def __init__(self, f: Callable[..., Any], example_args: tuple[Any, ...]) -> None:
+        self.f = f
+        originals = self.originals = threading.local()  # the arguments being recorded: their cut and uncut markers
+        self.program = PreparedGradient(lambda *a: _directional_derivative(f, originals, a), None)
+        self.program.reads = f  # the globals f reads; the library's own are not checked on every call
+        if ACTIVE_TAPE.get() is None:
+            vectors = tuple(map(_ones_like_active, example_args))
+            self._evaluate_tree(example_args, vectors, None)
+
+    @property
+    def recordings(self) -> int:
+        return self.program.recordings
+
+    def __call__(self, *args: Any, vectors: Any = None, out: Any = None) -> Any:
+        args, vectors = _hvp_vectors(args, vectors)
+        plain = _plain(args + vectors)
+        if plain is not None:
+            replayed = self.program._evaluate(args, out, False, plain)
+            if replayed is not None:
+                return replayed[1]
+        return self._evaluate_tree(args, vectors, out, plain)
+
+    def _evaluate_tree(self, args, vectors, out, plain=None):
+        """The products for arguments no variant for plain ones fits: replayed by their signature, or recorded."""
+        vectors = tuple(map(_read_part, args, vectors))
+        if self.program.globals_read:
+            self.program._check_globals()
+        self.originals.args = args
+        try:
+            full = (*args, Cut(vectors))
+            products = self.program._evaluate_tree(full, out, False, None)[1]
+        finally:
+            self.originals.args = None
+        if plain is not None:  # plain arguments take the recorded programs by a cheap key from now on
+            signature = _signature([pytree.flatten(a) for a in full])
+            self.program.variants[plain[0]] = self.program.variants.setdefault(signature, [])
+        if out is not None:
+            return out
+        return products[0] if len(args) == 1 else tuple(products[:-1])
+
+
+def _directional_derivative(f, originals, args_and_vectors):
+    """``⟨∇f(args), vectors⟩`` (the last argument holds the vectors), the markers of ``originals.args`` put back
+    on the arguments: its gradient is the Hessian-vector product (reverse over reverse, as `db.hvp`)."""
+    *args, vectors = args_and_vectors
+    marked = getattr(originals, "args", None)
+    grads = gradient(f, *(args if marked is None else _marked_like(marked, args)))
+    total = 0.0
+    for g, v in zip(grads if len(args) > 1 else (grads,), vectors):
+        for gl, vl in zip(pytree.flatten(g)[0] if g is not None else (), pytree.flatten(v)[0]):
+            if gl is not None:  # a vector's: one dot product (its replayed adjoints are inline), no array of terms
+                term = np.dot(gl, vl) if np.ndim(gl) == 1 and np.ndim(vl) == 1 else np.sum(gl * vl)
+                total = term if type(total) is float and total == 0.0 else total + term
+    return total
+
+
+def _hvp_vectors(args, vectors):
+    """``(args, vectors)`` of a call ``hvp(f, x, v)`` or ``hvp(f, *args, vectors=...)``, one vector per argument."""
+    if vectors is None:
+        if len(args) != 2:
+            raise TypeError("prog(x, v) takes one argument and its vector; for several arguments write "
+                            "prog(*args, vectors=(v1, v2, ...))")
+        return args[:1], args[1:]
+    vectors = (vectors,) if len(args) == 1 else tuple(vectors)
+    if len(vectors) != len(args):
+        raise ShapeMismatchError(f"got {len(vectors)} vectors for {len(args)} arguments; pass one per argument")
+    return args, vectors
+
+
+def _read_part(arg, vector):
+    """What the product reads of ``vector``: None for a cut argument, None at the leaves of ``arg`` that are cut
+    (so that what a call passes there is not part of its signature)."""
+    flags = pytree.leaf_activity(pytree.flatten(arg)[1])
+    if not any(flags):
+        return None
+    leaves, treedef = pytree.flatten(vector)
+    if all(flags) or len(leaves) != len(flags):
+        return vector
+    return pytree.unflatten(treedef, [leaf if on else None for leaf, on in zip(leaves, flags)])
+
+
+def _ones_like_active(arg):
+    """A vector for ``arg`` while it is recorded: ones at its differentiated leaves (None for a cut argument)."""
+    leaves, treedef = pytree.flatten(arg)
+    flags = pytree.leaf_activity(treedef)
+    if not any(flags):
+        return None
+    ones = [(type(leaf)(1) if isinstance(leaf, (float, np.generic)) else np.ones_like(leaf))
+            if on and isinstance(leaf, (float, np.generic, np.ndarray)) else None for leaf, on in zip(leaves, flags)]
+    return pytree.unflatten(treedef, ones)
+
+
+def prepare_hvp(f: Callable[..., Any], *example_args: Any) -> PreparedHvp:
+    """Record the Hessian-vector product of ``f`` once for arguments like ``example_args``; return a
+    `PreparedHvp`, whose calls replay it (``prog(x, v)`` is ``db.hvp(f, x, v)``).
+
+    >>> prog = db.prepare_hvp(lambda x: np.sum(x ** 3), np.zeros(2))
+    >>> prog(np.array([1.0, 2.0]), np.array([1.0, 0.0]))
+    array([6., 0.])
+
+    Guards, globals and the state ``f`` reads are handled as by `prepare_gradient`: a branch that goes
+    another way records ``f`` again.
+    """
+    return PreparedHvp(f, example_args)

@@ -60,6 +60,27 @@ class KernelStep:
         self.reduce = reduce
 
 
+class SecondOrderStep:
+    """A second-order kernel (a `sum` inside a gradient of a gradient, `broadcast._second_order`), rerun with the
+    same backend: its results are the value, then a partial per argument in ``slots`` and a second partial per
+    pair in ``pairs``.  The recorded tape's values are the sum ``out`` (pullbacks: the partials of the
+    arguments in ``outer``) and the inner arguments' partials ``partials`` (position -> value index; pullbacks:
+    the second partials)."""
+
+    __slots__ = ("kernel", "refs", "backend", "out", "slots", "pairs", "outer", "partials", "result_shapes")
+
+    def __init__(self, kernel, refs, backend, out, slots, pairs, outer, partials, result_shapes):
+        self.kernel = kernel
+        self.refs = refs  # per kernel input: the recorded tape's value index, or a Const
+        self.backend = backend
+        self.out = out
+        self.slots = slots  # position -> index of its partial among the results after the value
+        self.pairs = pairs  # (position, position) -> index of the second partial, both orders
+        self.outer = outer  # the positions of the recorded tape's differentiated arguments
+        self.partials = partials
+        self.result_shapes = result_shapes  # what `Kernel.run` reduces each partial to
+
+
 class Guard:
     """A conversion of a traced value (bool, int, float, index) and the result it gave."""
 

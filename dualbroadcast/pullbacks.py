@@ -24,7 +24,7 @@ import warnings
 
 import numpy as np
 
-from .guards import Guarded
+from .guards import Guarded, NotReplayableError
 
 # Partials a record holds as they are: the sweep multiplies the cotangent by them itself
 # (no pullback object per operation, no call per edge).
@@ -51,8 +51,12 @@ def as_array(x, dtype=None):
 
 def plain(x):
     """``x``'s value untracked by any gradient: for what a rule computes only to choose elements (positions,
-    masks, orders), through which no derivative flows."""
+    masks, orders), through which no derivative flows.  A value a prepared program is recording (a pullback
+    run inside the recorded function: `db.prepare_hvp`) cannot be read so: the choice would be baked into the
+    replay, so that recording is left to `db.gradient` (`NotReplayableError`)."""
     while isinstance(x, Guarded):
+        if x.tape.recorder is not None:
+            raise NotReplayableError("a pullback chose elements by a value a prepared program records")
         x = x.value
     return x
 
@@ -102,7 +106,9 @@ def table_pullback_source(g, d, shape, out_shape):
     """The cotangent `table_pullback` gives, as source: ``g`` the cotangent's source, ``d`` the partial's
     source or a number."""
     term = g if _is(d, 1) else f"(-{g})" if _is(d, -1) else f"({g} * {d})"
-    return term if shape == out_shape else f"unbroadcast({term}, {shape!r})"
+    if shape == out_shape:
+        return term
+    return f"np.add.reduce({term}, None)" if shape == () else f"unbroadcast({term}, {shape!r})"  # the same sum
 
 
 def _is(d, number):

@@ -26,7 +26,7 @@ from .expr import UfuncOperators
 from .kernel_source import _infer_dtypes, _out_dtypes
 from .kernels import _kind
 from .numpy_facts import as_dtype, getitem, source_of
-from .program import Const, Guard, KernelStep, Pack, Step, unpacked
+from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpacked
 from .pullbacks import (
     IndexPullback,
     RealPart,
@@ -204,6 +204,9 @@ class _Forward(_Writer):
             elif type(step) is KernelStep:
                 blocks += self.as_numpy(_indices(step.refs))
                 blocks.append(self.kernel(step))
+            elif type(step) is SecondOrderStep:
+                blocks += self.as_numpy(_indices(step.refs))
+                blocks.append(self.second_order(step))
             elif step.func == "cut":
                 blocks.append(self.cut(step))
             else:
@@ -228,6 +231,30 @@ class _Forward(_Writer):
     def kernel(self, step):
         line = f"    v{step.out}, p{step.out} = {self.kernel_runner(step)}({', '.join(self.ref(r) for r in step.refs)})"
         return _Block([line], [f"v{step.out}", f"p{step.out}"], _uses(step))
+
+    def second_order(self, step):
+        """A second-order kernel: its value and its results (``p<out>``: partials, then second partials), the
+        inner arguments' partials among them as values."""
+        examples = [np.zeros(*self.p.meta[r]) if type(r) is int else r.value for r in step.refs]
+        shape = np.broadcast_shapes(*[np.shape(v) for v in examples])
+        kernel, backend, size, result_shapes = step.kernel, step.backend, int(np.prod(shape)), step.result_shapes
+        whole = kernel.typed_whole(tuple(map(_kind, examples))) if backend == "numpy" and all(kernel.fresh) else None
+        with np.errstate(all="ignore"):  # zeros for the example values: only the results' shapes are read
+            fits = whole is not None and all(np.shape(r) == shape for r in whole(*examples))
+        if fits and all(s == shape for s in result_shapes):  # as `Kernel.run` would, less its checks (~10 us)
+
+            def run(*values):
+                results = whole(*values)
+                return np.add.reduce(results[0], None), results[1:]
+        else:
+            def run(*values):
+                return kernel.run(backend, values, shape, size, result_shapes)
+
+        args = ", ".join(self.ref(r) for r in step.refs)
+        lines = [f"    v{step.out}, p{step.out} = {self.space.bind(run, 'k')}({args})"]
+        lines += [f"    v{d} = p{step.out}[{step.slots[p]}]" for p, d in step.partials.items()]
+        defines = [f"v{step.out}", f"p{step.out}"] + [f"v{d}" for d in step.partials.values()]
+        return _Block(lines, defines, _uses(step))
 
     def step(self, k, step):
         """A recorded operation: an inline expression, ``x[index]``, or a call of its implementation;
@@ -310,6 +337,8 @@ class _Backward(_Writer):
             if type(step) is KernelStep:
                 if step.out in cotangents and step.active:
                     lines += self.kernel_adjoints(step)
+            elif type(step) is SecondOrderStep:
+                lines += self.second_order_adjoints(step)
             elif type(step) is Step:
                 for j, o in enumerate(step.outs):
                     if o is not None and o in cotangents and p.tape.edges(o):  # recorded with edges: it has parents
@@ -381,6 +410,22 @@ class _Backward(_Writer):
         if step.kind == PER_ARGUMENT:
             return f"{self.space.bind(step.makers[i], 'm')}(v{o}, {', '.join(args)}{kwargs})"
         return f"{self.space.bind(step.makers, 'm')}({i}, v{o}, {', '.join(args)}{kwargs})"
+
+    def second_order_adjoints(self, step):
+        """The contributions of a second-order kernel to the recorded tape's arguments: the value's cotangent
+        times their partials, each inner partial's times their second partials (`broadcast._second_order`)."""
+        lines, results = [], f"p{step.out}"
+        terms = [(step.out, step.slots)] + [(d, {q: step.pairs[p, q] for q in step.outer})
+                                             for p, d in step.partials.items()]
+        for o, slots in terms:
+            if o not in self.cotangents:
+                continue
+            for q in step.outer:
+                parent, k = step.refs[q], slots[q]
+                product_shape = np.broadcast_shapes(self.p.meta[o][0], step.result_shapes[k])
+                term = table_pullback_source(f"g{o}", f"{results}[{k}]", self.p.shape_of(parent), product_shape)
+                lines += self.cotangents.accumulate(parent, term)
+        return lines
 
     def kernel_adjoints(self, step):
         """The contributions of a kernel's partials ``p<out>``; an active leaf's first one is deferred

@@ -499,7 +499,9 @@ def record_operation(func, args, kwargs):
     if kind == SEQUENCE and not args:
         args, kwargs = _sequence_by_position(func, kwargs)
     sequence, rest = (args[0], args[1:]) if kind == SEQUENCE else (args, ())
-    recorder = RECORDER.get()
+    recorder = nested = RECORDER.get()
+    if recorder is not None and _nested_in_recording(recorder.tape, sequence):
+        recorder = None  # an operation of a gradient taken inside the recorded function: its own tape records it
     if (kwargs or rest) and (rule is not None or recorder is not None) \
             and Tracked in map(type, [*kwargs.values(), *rest]):
         if rule is not None and rule.tracked_keywords is not None and Tracked in map(type, kwargs.values()):
@@ -517,7 +519,7 @@ def record_operation(func, args, kwargs):
         raise UnsupportedFunctionError(_unsupported_message(func))  # on traced values that carry no gradient
     call_values = [values, *rest] if kind == SEQUENCE else values
     if rule is None:
-        ans = func(*call_values, **kwargs) if recorder is not None \
+        ans = func(*call_values, **kwargs) if nested is not None \
             else func(*_strip(call_values), **_strip_dict(kwargs))
     elif tape is not None and tape.level:  # values may be tracked by an outer gradient: NumPy hands them on
         ans = func(*call_values, **kwargs)
@@ -549,6 +551,20 @@ def record_operation(func, args, kwargs):
     if recorder is not None:
         recorder.step(func, rule, refs, rest, kwargs, active, results, ans)
     return outcome
+
+
+def _nested_in_recording(recorded, values):
+    """Whether an operation is one of a gradient taken inside the function a prepared gradient records (a value
+    of a deeper tape than the ``recorded`` one among ``values``): that gradient's tape records it, and what it
+    computes on its values, which the recorded tape traces, becomes the recording's steps."""
+    for a in values:
+        kind = type(a)
+        if kind is Tracked:
+            if a.tape.level > recorded.level:
+                return True
+        elif (kind is list or kind is tuple) and _nested_in_recording(recorded, a):
+            return True
+    return False
 
 
 def _record_result(tape, func, rule, j, a, ans, values, kwargs, parents, recorder, active):
@@ -1094,6 +1110,11 @@ for _name, _func in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply)
                      ("pow", np.power), ("floordiv", np.floor_divide), ("mod", np.remainder), ("matmul", np.matmul)]:
     setattr(Tracked, f"__{_name}__", _arithmetic(_func, False))
     setattr(Tracked, f"__r{_name}__", _arithmetic(_func, True))
+for _name, _func in [("and", np.bitwise_and), ("or", np.bitwise_or), ("xor", np.bitwise_xor)]:
+    # truth values a recording traces (its comparisons, `_comparison`) combined: `(x > 0) & mask`
+    setattr(Tracked, f"__{_name}__", lambda self, other, func=_func: record_operation(func, (self, other), {}))
+    setattr(Tracked, f"__r{_name}__", lambda self, other, func=_func: record_operation(func, (other, self), {}))
+Tracked.__invert__ = lambda self: record_operation(np.invert, (self,), {})
 for _name, _func in [("neg", np.negative), ("pos", np.positive), ("abs", np.absolute)]:
     setattr(Tracked, f"__{_name}__", lambda self, func=_func: record_operation(func, (self,), {}))
 

@@ -135,7 +135,8 @@ def _index_order(x, order):
 
 def _regroup_back(x, order="C"):
     """Pullback of a function that only regroups x's elements in ``order``: reshape g back."""
-    shape, order = np.shape(x), _index_order(plain(x), order)  # its memory layout: of the plain value
+    shape = np.shape(x)
+    order = _index_order(plain(x), order) if order in ("A", "K") else order  # its memory layout: of the plain value
     return lambda g: np.reshape(g, shape, order=order)
 
 
