@@ -211,6 +211,20 @@ def scatter(g, index, shape, dtype, repeats=False):
     return buffer
 
 
+class Gather:
+    """``h -> h[index]``: the pullback of `scatter` (a gradient of a gradient's step), the gather of what it
+    scattered; a class, so that a sweep of several cotangents at once (`tape.backward_rows`) gathers them in
+    one call."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+    def __call__(self, h):
+        return h[self.index]
+
+
 SCATTER_RECORDED = None  # `scatter` as a tape primitive, set by rules/shape.py (the rules import this module)
 
 

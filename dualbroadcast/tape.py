@@ -28,7 +28,18 @@ from .errors import (
 from .expr import Sym
 from .guards import RECORDER, Guarded
 from .numpy_facts import ARRAY_METHODS, FLOAT_SCALARS, INFIX, REAL_FLOATS, astype, getitem, qualified_name
-from .pullbacks import FACTORS, IndexPullback, RealPart, add_at, apply, own_buffer, scalar_pullback, scatter
+from .pullbacks import (
+    FACTORS,
+    Gather,
+    IndexPullback,
+    RealPart,
+    Unbroadcast,
+    add_at,
+    apply,
+    own_buffer,
+    scalar_pullback,
+    scatter,
+)
 from .registry import (
     COMPOSITION,
     LAZY_FAMILIES,
@@ -346,12 +357,147 @@ def _sweep_nested(tape, seeds):
                 if type(back) is tuple:  # into a view's base: (its index, the consumer's pullback)
                     view, consumer = back
                     ct = scatter(apply(consumer, g), view, *view_bases[p])
+                elif type(back) is IndexPullback:
+                    ct = back.scatter(g)
                 else:
-                    ct = back.scatter(g) if type(back) is IndexPullback else apply(back, g)
+                    ct = _multiplier(back, g)
+                    if ct is None:
+                        ct = apply(back, g)
                 _add_cotangent(grads, p, ct)
         except (TypeError, AttributeError) as error:
             raise not_twice_differentiable(records[i][1], error) from error
     return grads
+
+
+def backward_rows(tape, seeds):
+    """Sweep the tape once for several cotangents at once (the rows of a Jacobian, as `hessian` takes them):
+    every seed, and so every cotangent, has a leading axis of rows; return all cotangents so.  Pullbacks of
+    the kinds listed in `pullbacks` take every row in one NumPy call (`_rows_pullback`); any other is called
+    on each row, as the one-cotangent sweep would.  Not for a nested tape (``tape.level > 0``)."""
+    if len(tape.records) < LONG_TAPE:
+        return _sweep_rows(tape, seeds)
+    with GarbageCollectionPaused():
+        return _sweep_rows(tape, seeds)
+
+
+def _sweep_rows(tape, seeds):
+    """`backward_rows`: `_sweep`'s steps on cotangents with a leading axis of rows."""
+    records, view_bases = tape.records, tape.view_bases
+    grads = [None] * len(records)
+    owned = [False] * len(records)  # True: grads[i] is our own buffer, safe to add into
+    for index, seed in seeds.items():
+        grads[index] = seed
+    rows = len(next(iter(seeds.values())))
+    products = {}  # record -> [(base index, view, partial), ...]: the scalar products of views (see `Tape`)
+    for p, flat in tape.view_products.items():
+        for view, record, partial in zip(flat[::3], flat[1::3], flat[2::3]):
+            products.setdefault(record, []).append((p, view, partial))
+    for i in range(max(seeds), tape.inputs - 1, -1):
+        g = grads[i]
+        record = records[i]
+        if g is None or record is None:  # nothing to pull back, or an input's cotangent, kept
+            continue
+        grads[i] = None
+        if type(record) is not tuple:  # a scalar product of views
+            for p, view, partial in products[i]:
+                shape, dtype = view_bases[p]
+                add_at(own_buffer(grads, owned, p, (rows, *shape), dtype), _rows_index(view), _times(g, partial))
+            continue
+        for p, back in record[0]:
+            if type(back) is tuple:  # into a view's base: (its index, the consumer's pullback)
+                view, consumer = back
+                shape, dtype = view_bases[p]
+                add_at(own_buffer(grads, owned, p, (rows, *shape), dtype), _rows_index(view),
+                       _rows_pullback(consumer, g))
+                continue
+            if type(back) is IndexPullback:
+                _add_rows_at(back, own_buffer(grads, owned, p, (rows, *back.shape), back.dtype), g)
+                continue
+            ct = _rows_pullback(back, g)
+            current = grads[p]
+            if current is None:
+                grads[p] = ct
+            elif owned[p]:  # our own buffer: add in place
+                np.add(current, ct, out=current)
+            else:
+                grads[p] = current + ct
+                owned[p] = True
+    return grads
+
+
+_ROWS = slice(None)  # the leading axis of rows, in an index
+_MULTIPLY = (np.multiply, operator.mul)
+
+
+def _rows_pullback(back, g):
+    """The cotangents the pullback ``back`` gives for each row of ``g``, as rows of one array: in one NumPy
+    call for the kinds the sweep knows (`pullbacks`), else ``back`` called on each row."""
+    if back is None:
+        return g
+    kind = type(back)
+    if kind in FACTORS:
+        return _times(g, back)
+    if kind is functools.partial and back.func in _MULTIPLY and len(back.args) == 1 and not back.keywords:
+        return _times(g, back.args[0])  # `multiply_by`, a kernel's partial
+    if kind is Unbroadcast:
+        return _unbroadcast_rows(g if back.factor is None else _times(g, back.factor), back.shape)
+    if kind is Gather and _one_advanced(back.index):
+        return g[_rows_index(back.index)]
+    if back is operator.neg:
+        return -g
+    return np.stack([back(row) for row in g])
+
+
+def _times(g, d):
+    """Each row of ``g`` times the partial ``d``, broadcast as one row would be (``d`` may have more axes)."""
+    extra = getattr(d, "ndim", 0) - g.ndim + 1
+    if extra > 0:
+        g = g.reshape(g.shape[:1] + (1,) * extra + g.shape[1:])
+    return g * d
+
+
+def _unbroadcast_rows(g, shape):
+    """`unbroadcast` of each row of ``g`` to ``shape``."""
+    row_shape = g.shape[1:]
+    if row_shape == shape:
+        return g
+    lead = len(row_shape) - len(shape)
+    axes = tuple(range(1, lead + 1)) + tuple(
+        1 + lead + i for i, n in enumerate(shape) if n == 1 and row_shape[lead + i] != 1)
+    return np.sum(g, axis=axes).reshape(g.shape[:1] + shape)
+
+
+def _rows_index(index):
+    """``index`` applied to each row: the axis of rows put first."""
+    return (_ROWS, *index) if type(index) is tuple else (_ROWS, index)
+
+
+def _one_advanced(index):
+    """Whether ``index`` has at most one advanced part (an array, a list), so that `_rows_index` selects in
+    each row what ``index`` selects (two apart would move the axes they make before the rows)."""
+    parts = index if type(index) is tuple else (index,)
+    return sum(type(part) not in _BASIC_INDEX for part in parts) <= 1
+
+
+def _add_rows_at(back, buffer, g):
+    """An `IndexPullback`'s step on rows: each row of ``g`` added at its index of a row of ``buffer``."""
+    if back.transform is None and not back.repeats and _one_advanced(back.index):
+        add_at(buffer, _rows_index(back.index), g)
+    else:
+        for buffer_row, g_row in zip(buffer, g):
+            back.add(buffer_row, g_row)
+
+
+def _multiplier(back, g):
+    """The partial ``d`` of a pullback ``g -> d · g`` (`multiply_by`, a kernel's partial) where ``g`` is exactly
+    one of ``d``'s dtype (the seed), so that ``d · g`` is ``d``: the nested sweep's first steps then record no
+    product on the outer tape (ten of a Hessian's 60 records through ten coefficients); else None."""
+    if type(back) is functools.partial and back.func in _MULTIPLY and type(g) in REAL_FLOATS and g == 1 \
+            and len(back.args) == 1 and not back.keywords:
+        d = back.args[0]
+        if type(d) is Tracked and (type(g) is float or d.dtype == g.dtype):
+            return d
+    return None
 
 
 def not_twice_differentiable(func, error):
@@ -1030,8 +1176,8 @@ class Tracked(Guarded):
             basic = kind in _BASIC_INDEX
             if index is None:
                 index = (None,)  # the same, and never mistaken for "not a view"
-        if basic and self.view is None and tape.recorder is None and not tape.closed:
-            base = self.value
+        base = self.value
+        if basic and self.view is None and tape.recorder is None and not tape.closed and type(base) is not Tracked:
             value = base[index]
             if type(value) is np.ndarray:  # a view into self: not recorded, see `view`
                 bases = tape.view_bases

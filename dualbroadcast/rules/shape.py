@@ -40,7 +40,7 @@ import numpy as np
 from .. import pullbacks
 from ..errors import InPlaceMutationError, UnsupportedFunctionError
 from ..numpy_facts import astype, getitem
-from ..pullbacks import IndexPullback, as_array, plain, unbroadcast
+from ..pullbacks import Gather, IndexPullback, as_array, plain, unbroadcast
 from ..registry import (
     RULES,
     defcomposition,
@@ -666,7 +666,7 @@ def getitem_vjp(ans, x, index):
 def scatter_vjp(ans, g, index, shape, dtype, repeats=False):
     """ḡ of ``scatter(g, index)`` (the pullback of ``x[index]``, recorded by a gradient of a gradient): the
     gather ``h[index]``."""
-    return lambda h: h[index]
+    return Gather(index)
 
 
 def _frozen(index):
