@@ -33,8 +33,17 @@ from .forward import Dual
 from .guards import RECORDER
 from .kernel_source import needed_nodes
 from .kernels import FORCED_BACKEND, Kernel
-from .numpy_facts import FLOAT_LEAVES, REAL_FLOATS
-from .pullbacks import FACTORS, RealPart, fitting_kernel_pullback, kernel_pullback, plain, unbroadcast
+from .numpy_facts import FLOAT_LEAVES, REAL_FLOATS, getitem
+from .pullbacks import (
+    FACTORS,
+    Contracted,
+    IndexPullback,
+    RealPart,
+    Unbroadcast,
+    fitting_kernel_pullback,
+    kernel_pullback,
+    plain,
+)
 from .registry import COMPLEX_RULES, SAME_RULE
 from .tape import Tracked, _edge, _edges, tape_of
 
@@ -351,9 +360,6 @@ def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, val
     pair_shapes = [() if shapes[a] == shapes[b] == () else shape for a, b in pairs]
     value, results, used, size = kernel(values, [shapes[p] for p in active] + pair_shapes, backend)
     partial = dict(zip(active, results))
-    second = {}
-    for (a, b), h in zip(pairs, results[len(active):]):
-        second[a, b] = second[b, a] = h
     call = KernelCall(kernel.name, len(active), used, size, True, len(pairs))
     calls = _log.get()
     if calls is not None:
@@ -362,15 +368,42 @@ def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, val
     if outer_at:
         value = outer.record(value, _edges([outer_parents[p] for p in outer_at],
                                            [kernel_pullback(partial[p], shapes[p], (), False) for p in outer_at]), call)
-    backs = []
-    for p in inner_positions:
-        d = partial[p]
-        if outer_at:  # the partial as the outer tape's value: its pullbacks are the second partials
-            d = outer.record(d, _edges([outer_parents[q] for q in outer_at],
-                                       [_second_partial_pullback(second[p, q], shapes[q], shapes[p])
-                                        for q in outer_at]), call)
-        backs.append(kernel_pullback(d, shapes[p], (), False))
+    if outer_at and all(shapes[p] == () for p in active):
+        ds = _scalar_partials(outer, results, active, inner_positions, [outer_parents[q] for q in outer_at],
+                              [active.index(q) for q in outer_at], call)
+    else:
+        second = {}
+        for (a, b), h in zip(pairs, results[len(active):]):
+            second[a, b] = second[b, a] = h
+        ds = []
+        for p in inner_positions:
+            d = partial[p]
+            if outer_at:  # the partial as the outer tape's value: its pullbacks are the second partials
+                d = outer.record(d, _edges([outer_parents[q] for q in outer_at],
+                                           [_second_partial_pullback(second[p, q], shapes[q], shapes[p])
+                                            for q in outer_at]), call)
+            ds.append(d)
+    backs = [kernel_pullback(d, shapes[p], (), False) for p, d in zip(inner_positions, ds)]
     return inner.record(value, _edges([inputs[p] for p in inner_positions], backs), call)
+
+
+def _scalar_partials(outer, results, active, inner_positions, parents, columns, call):
+    """The partials of the inner inputs of a second-order kernel of scalars (``results``: its partials of the
+    ``active`` inputs, then their second partials, the upper triangle row by row) as values of the outer
+    tape: one vector, whose pullback into each outer input ``parents[j]`` contracts the cotangent with that
+    input's second partials (`Contracted`, column ``columns[j]`` of the Hessian), and its elements.  A
+    Hessian of k coefficients so sweeps k edges, not k²."""
+    k = len(active)
+    dtype = np.result_type(results[0])
+    hessian = np.empty((k, k), dtype)
+    upper = np.triu_indices(k)
+    hessian[upper] = hessian.T[upper] = results[k:]
+    rows = [active.index(p) for p in inner_positions]
+    partials = np.array(results[:k], dtype)[rows]
+    stacked = outer.record(partials, _edges(parents, [Contracted(hessian[rows, j]) for j in columns]), call)
+    shape = partials.shape  # its elements as `Tracked.__getitem__` records them, without a call each
+    return [outer.record(d, ((stacked.index, IndexPullback(i, shape, dtype)),), getitem)
+            for i, d in enumerate(partials)]
 
 
 def _second_partial_pullback(h, shape, partial_shape):
@@ -379,7 +412,7 @@ def _second_partial_pullback(h, shape, partial_shape):
     of k coefficients: k² of them per sweep), else ``g · h`` summed back to the argument's shape."""
     if type(h) in FACTORS and np.shape(h) == shape and partial_shape in ((), shape):
         return h
-    return lambda g: unbroadcast(g * h, shape)
+    return Unbroadcast(h, shape)
 
 
 def _evaluated(f, args, reduce):

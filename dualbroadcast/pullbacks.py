@@ -158,6 +158,20 @@ def _kernel_partial_fits(partial_shape, shape, out_shape):
     return partial_shape == shape and (out_shape == () or out_shape == shape)
 
 
+class Contracted:
+    """``g -> g @ column``: the pullback into a scalar of a vector whose partials in it are ``column`` (a
+    second-order kernel's partials of its scalar arguments, stacked, see `broadcast._scalar_partials`).  A
+    cotangent with a leading axis of rows (`tape.backward_rows`) contracts row by row as it is."""
+
+    __slots__ = ("column",)
+
+    def __init__(self, column):
+        self.column = column
+
+    def __call__(self, g):
+        return np.matmul(g, self.column)
+
+
 # --- pullbacks into one gradient buffer ------------------------------------------------------
 class IndexPullback:
     """The pullback of ``x[index]``: ``g`` added at ``index`` of x's one gradient buffer.

@@ -30,6 +30,7 @@ from .guards import RECORDER, Guarded
 from .numpy_facts import ARRAY_METHODS, FLOAT_SCALARS, INFIX, REAL_FLOATS, astype, getitem, qualified_name
 from .pullbacks import (
     FACTORS,
+    Contracted,
     Gather,
     IndexPullback,
     RealPart,
@@ -343,7 +344,10 @@ def _sweep_nested(tape, seeds):
     for p, flat in tape.view_products.items():
         for view, record, partial in zip(flat[::3], flat[1::3], flat[2::3]):
             products.setdefault(record, []).append((p, view, partial))
+    indexed = {}  # parent index -> [(IndexPullback, cotangent), ...]: scattered together when the sweep reaches it
     for i in range(max(seeds), tape.inputs - 1, -1):
+        if i in indexed:
+            _add_cotangent(grads, i, _scattered(indexed.pop(i)))
         g = grads[i]
         if g is None or records[i] is None:  # nothing to pull back, or an input's cotangent, kept
             continue
@@ -358,7 +362,8 @@ def _sweep_nested(tape, seeds):
                     view, consumer = back
                     ct = scatter(apply(consumer, g), view, *view_bases[p])
                 elif type(back) is IndexPullback:
-                    ct = back.scatter(g)
+                    indexed.setdefault(p, []).append((back, g))
+                    continue
                 else:
                     ct = _multiplier(back, g)
                     if ct is None:
@@ -366,7 +371,32 @@ def _sweep_nested(tape, seeds):
                 _add_cotangent(grads, p, ct)
         except (TypeError, AttributeError) as error:
             raise not_twice_differentiable(records[i][1], error) from error
+    for p, pulled in indexed.items():  # into inputs
+        _add_cotangent(grads, p, _scattered(pulled))
     return grads
+
+
+def _shape(x):
+    """``np.shape(x)``, without a NumPy call recorded on a tracked value."""
+    return x.shape if type(x) is Tracked else np.shape(x)
+
+
+def _scattered(pulled):
+    """The sum of the cotangents ``back.scatter(g)`` of ``pulled``, pairs ``(IndexPullback, g)`` of one value's
+    indices (x[i] in a loop): where every index is integers alone, one scatter of the stacked ``g``s, so
+    the outer tape records two operations for them, not two per index; else one scatter per index."""
+    first, g0 = pulled[0]
+    points = [back.index if type(back.index) is tuple else (back.index,) for back, _ in pulled]
+    if len(pulled) > 1 and all(back.transform is None and not back.repeats and back.shape == first.shape
+                               and len(point) == len(points[0]) and all(type(i) is int for i in point)
+                               and _shape(g) == _shape(g0) for (back, g), point in zip(pulled, points)):
+        index = tuple(np.array(axis, np.intp) for axis in zip(*points))
+        return scatter(np.stack([g for _, g in pulled]), index, first.shape, first.dtype, repeats=True)
+    total = None
+    for back, g in pulled:
+        ct = back.scatter(g)
+        total = ct if total is None else total + ct
+    return total
 
 
 def backward_rows(tape, seeds):
@@ -441,6 +471,8 @@ def _rows_pullback(back, g):
         return _times(g, back.args[0])  # `multiply_by`, a kernel's partial
     if kind is Unbroadcast:
         return _unbroadcast_rows(g if back.factor is None else _times(g, back.factor), back.shape)
+    if kind is Contracted:
+        return back(g)
     if kind is Gather and _one_advanced(back.index):
         return g[_rows_index(back.index)]
     if back is operator.neg:
@@ -473,10 +505,12 @@ def _rows_index(index):
 
 
 def _one_advanced(index):
-    """Whether ``index`` has at most one advanced part (an array, a list), so that `_rows_index` selects in
-    each row what ``index`` selects (two apart would move the axes they make before the rows)."""
-    parts = index if type(index) is tuple else (index,)
-    return sum(type(part) not in _BASIC_INDEX for part in parts) <= 1
+    """Whether the advanced parts of ``index`` (arrays, lists) are side by side, so that `_rows_index` selects
+    in each row what ``index`` selects (advanced parts apart put the axes they make before the rows)."""
+    if type(index) is not tuple:
+        return True
+    advanced = [k for k, part in enumerate(index) if type(part) not in _BASIC_INDEX]
+    return not advanced or advanced[-1] - advanced[0] == len(advanced) - 1
 
 
 def _add_rows_at(back, buffer, g):
@@ -1177,7 +1211,11 @@ class Tracked(Guarded):
             if index is None:
                 index = (None,)  # the same, and never mistaken for "not a view"
         base = self.value
-        if basic and self.view is None and tape.recorder is None and not tape.closed and type(base) is not Tracked:
+        if basic and self.view is None and tape.recorder is None and not tape.closed:
+            if type(base) is Tracked:  # tracked by an outer gradient too: recorded there by base[index], and here
+                if tape.complex:  # as `record_operation` would, without its general path (a gradient of a gradient)
+                    return record_operation(getitem, (self, index), {})
+                return tape.record(base[index], ((self.index, IndexPullback(index, base.shape, base.dtype)),), getitem)
             value = base[index]
             if type(value) is np.ndarray:  # a view into self: not recorded, see `view`
                 bases = tape.view_bases
