@@ -126,8 +126,8 @@ def _prepare(tape, args, constants_traced=False):
             call_args.append(t)
             arguments.append(_Argument(None, [arg], [t]))
             continue
-        if isinstance(arg, _FLOAT_TYPES):
-            t = tape.leaf(_float_value(arg, position, tape=tape))
+        if isinstance(arg, _FLOAT_TYPES) or (type(arg) is Tracked and arg.tape.level < tape.level):
+            t = tape.leaf(_float_value(arg, position, tape=tape))  # (a gradient's argument in a gradient of it)
             call_args.append(t)
             arguments.append(_Argument(None, [arg], [t]))
             continue

@@ -396,14 +396,21 @@ def _scalar_partials(outer, results, active, inner_positions, parents, columns, 
     k = len(active)
     dtype = np.result_type(results[0])
     hessian = np.empty((k, k), dtype)
-    upper = np.triu_indices(k)
-    hessian[upper] = hessian.T[upper] = results[k:]
+    upper = _upper_triangle(k)
+    hessian[upper] = hessian.T[upper] = np.array(results[k:], dtype)
     rows = [active.index(p) for p in inner_positions]
     partials = np.array(results[:k], dtype)[rows]
-    stacked = outer.record(partials, _edges(parents, [Contracted(hessian[rows, j]) for j in columns]), call)
+    block = hessian[columns][:, rows]  # row j: the second partials of the outer input j (the Hessian is symmetric)
+    stacked = outer.record(partials, _edges(parents, [Contracted(row) for row in block]), call)
     shape = partials.shape  # its elements as `Tracked.__getitem__` records them, without a call each
     return [outer.record(d, ((stacked.index, IndexPullback(i, shape, dtype)),), getitem)
             for i, d in enumerate(partials)]
+
+
+@functools.cache
+def _upper_triangle(k):
+    """The indices of a k-by-k matrix's upper triangle, row by row (the order of a kernel's second partials)."""
+    return np.triu_indices(k)
 
 
 def _second_partial_pullback(h, shape, partial_shape):

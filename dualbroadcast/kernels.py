@@ -396,16 +396,20 @@ def _summed(partials, shape, active_shapes, fresh):
     are summed whole, once per node (a second-order kernel returns a node as a partial and again as second
     partials), several small ones as the rows of one array: a second-order kernel of 10 coefficients at
     N=1e3 has 55, whose sums took 130 us one by one by `_reduce_to`, 45 us so."""
-    whole = {}  # id(partial) -> the partial, for those summed whole
+    rows = {}  # id(partial) -> its row among those summed whole
+    keys = []
     for p, target in zip(partials, active_shapes):
-        if target == () and type(p) is np.ndarray and p.shape == shape:
-            whole[id(p)] = p
-    if len(whole) > 1 and len(whole) * math.prod(shape) <= STACKED_SUM_ELEMENTS:
-        sums = dict(zip(whole, np.add.reduce(np.stack(list(whole.values())).reshape(len(whole), -1), axis=1)))
+        key = id(p) if target == () and type(p) is np.ndarray and p.shape == shape else None
+        if key is not None and key not in rows:
+            rows[key] = p
+        keys.append(key)
+    if len(rows) > 1 and len(rows) * math.prod(shape) <= STACKED_SUM_ELEMENTS:
+        totals = np.add.reduce(np.stack(list(rows.values())).reshape(len(rows), -1), axis=1)
     else:
-        sums = {key: np.add.reduce(p, axis=None) for key, p in whole.items()}
-    return [np.array(sums[id(p)]) if id(p) in sums else _reduce_to(p, shape, target, own)
-            for p, target, own in zip(partials, active_shapes, fresh)]
+        totals = [np.add.reduce(p, axis=None) for p in rows.values()]
+    sums = dict(zip(rows, totals))
+    return [np.array(sums[key]) if key is not None else _reduce_to(p, shape, target, own)
+            for p, target, own, key in zip(partials, active_shapes, fresh, keys)]
 
 
 STACKED_SUM_ELEMENTS = 1 << 17  # partials summed as rows of one array: a bounded copy (1 MiB of float64)

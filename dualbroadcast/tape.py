@@ -38,6 +38,7 @@ from .pullbacks import (
     add_at,
     apply,
     own_buffer,
+    plain,
     scalar_pullback,
     scatter,
 )
@@ -378,7 +379,7 @@ def _sweep_nested(tape, seeds):
 
 def _shape(x):
     """``np.shape(x)``, without a NumPy call recorded on a tracked value."""
-    return x.shape if type(x) is Tracked else np.shape(x)
+    return np.shape(plain(x))
 
 
 def _scattered(pulled):
@@ -1210,13 +1211,9 @@ class Tracked(Guarded):
             basic = kind in _BASIC_INDEX
             if index is None:
                 index = (None,)  # the same, and never mistaken for "not a view"
-        base = self.value
         if basic and self.view is None and tape.recorder is None and not tape.closed:
-            if type(base) is Tracked:  # tracked by an outer gradient too: recorded there by base[index], and here
-                if tape.complex:  # as `record_operation` would, without its general path (a gradient of a gradient)
-                    return record_operation(getitem, (self, index), {})
-                return tape.record(base[index], ((self.index, IndexPullback(index, base.shape, base.dtype)),), getitem)
-            value = base[index]
+            base = self.value
+            value = base[index]  # of a value an outer gradient tracks too (a gradient of a gradient): recorded there
             if type(value) is np.ndarray:  # a view into self: not recorded, see `view`
                 bases = tape.view_bases
                 if self.index not in bases:
@@ -1228,6 +1225,10 @@ class Tracked(Guarded):
                 view.index = self.index
                 view.view = index
                 return view
+            if not tape.complex and (type(value) in FLOAT_SCALARS or type(value) is Tracked):
+                # an element, or a value an outer gradient tracks: recorded as `record_operation` would, in a
+                # call less (x[i] of a vector: 0.7 us, not 2.1 us here)
+                return tape.record(value, ((self.index, IndexPullback(index, base.shape, base.dtype)),), getitem)
         return record_operation(getitem, (self, index), {})  # recorded (and a closed tape's clear error)
 
     def __repr__(self):
