@@ -32,7 +32,7 @@ from .expr import _cut as _cut_op
 from .forward import Dual
 from .guards import RECORDER
 from .kernel_source import needed_nodes
-from .kernels import FORCED_BACKEND, Kernel
+from .kernels import FORCED_BACKEND, Kernel, _kind
 from .numpy_facts import FLOAT_LEAVES, REAL_FLOATS, getitem
 from .pullbacks import (
     FACTORS,
@@ -163,8 +163,7 @@ def _run(f, args, reduce, backend):
             value = leaf.value if type(leaf) is Tracked or type(leaf) is Dual else leaf
             if type(value) is Tracked:  # tracked by two nested gradients: the kernel computes on the plain value
                 nested, value = True, plain(value)
-            kind = value.dtype if type(value) is np.ndarray else (
-                float if type(value) is float else np.result_type(value))
+            kind = value.dtype if type(value) is np.ndarray else _kind(value)
             if (type(leaf) is Tracked and on and leaf.index not in inactive) or type(leaf) is Dual:
                 active.append(len(values))
             inputs.append(leaf)
@@ -332,9 +331,11 @@ def _two_levels(inputs, activity, leaves):
     outer, inner = sorted(tapes, key=lambda t: t.level)
     if outer.closed or inner.closed or outer.level == inner.level:
         return None
-    shape = np.broadcast_shapes(*[np.shape(plain(a)) for a in inputs])
-    if any(np.shape(plain(a)) not in ((), shape) for _, a in tracked):
-        return None
+    tracked_shapes = [np.shape(plain(a)) for _, a in tracked]
+    if any(tracked_shapes):  # scalars (coefficients) need no broadcast shape
+        shape = np.broadcast_shapes(*[np.shape(plain(a)) for a in inputs])
+        if any(s not in ((), shape) for s in tracked_shapes):
+            return None
     inner_positions = [p for p, a in tracked if a.tape is inner]
     outer_parents = {p: a.value if a.tape is inner else a for p, a in tracked
                      if a.tape is outer or type(a.value) is Tracked}
@@ -354,9 +355,10 @@ def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, val
     kernel = _kernel(key, f, treedef, leaves, len(values), active, True, input_kinds, order=2)
     if kernel.complex:  # complex values take part: their rules, operation by operation (`_evaluated`)
         return None
-    shape = np.broadcast_shapes(*[np.shape(v) for v in values])
     shapes = {p: np.shape(values[p]) for p in active}
     pairs = [(a, b) for i, a in enumerate(active) for b in active[i:]]
+    scalars = not any(shapes.values())  # then so are their second partials: no broadcast shape needed
+    shape = () if scalars else np.broadcast_shapes(*[np.shape(v) for v in values])
     pair_shapes = [() if shapes[a] == shapes[b] == () else shape for a, b in pairs]
     value, results, used, size = kernel(values, [shapes[p] for p in active] + pair_shapes, backend)
     partial = dict(zip(active, results))
@@ -368,7 +370,7 @@ def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, val
     if outer_at:
         value = outer.record(value, _edges([outer_parents[p] for p in outer_at],
                                            [kernel_pullback(partial[p], shapes[p], (), False) for p in outer_at]), call)
-    if outer_at and all(shapes[p] == () for p in active):
+    if outer_at and scalars:
         ds = _scalar_partials(outer, results, active, inner_positions, [outer_parents[q] for q in outer_at],
                               [active.index(q) for q in outer_at], call)
     else:

@@ -113,7 +113,8 @@ class Kernel:
         dtype = self.value_dtype(values)
         if value.dtype != dtype:
             value = value.astype(dtype)
-        return value, [p if getattr(p, "dtype", None) == dtype else np.asarray(p, dtype) for p in partials]
+        return value, [p if getattr(p, "dtype", None) is dtype or getattr(p, "dtype", None) == dtype
+                       else np.asarray(p, dtype) for p in partials]
 
     def typed_whole(self, kinds):
         """The whole-array kernel for inputs of ``kinds`` (dtypes), its literals typed to match."""
@@ -326,7 +327,10 @@ def _finish(kernel, results, shape, active_shapes):
 
 def _kind(v):
     """A value's dtype, or ``float`` for a Python float (weakly typed, like a literal)."""
-    return float if type(v) is float else np.result_type(v)
+    if type(v) is float:
+        return float
+    dtype = getattr(v, "dtype", None)  # an array's or a NumPy scalar's, without np.result_type's call
+    return np.result_type(v) if dtype is None else dtype
 
 
 def _chunks(size):

@@ -377,20 +377,16 @@ def _sweep_nested(tape, seeds):
     return grads
 
 
-def _shape(x):
-    """``np.shape(x)``, without a NumPy call recorded on a tracked value."""
-    return np.shape(plain(x))
-
-
 def _scattered(pulled):
     """The sum of the cotangents ``back.scatter(g)`` of ``pulled``, pairs ``(IndexPullback, g)`` of one value's
     indices (x[i] in a loop): where every index is integers alone, one scatter of the stacked ``g``s, so
     the outer tape records two operations for them, not two per index; else one scatter per index."""
     first, g0 = pulled[0]
     points = [back.index if type(back.index) is tuple else (back.index,) for back, _ in pulled]
+    shape = np.shape(plain(g0)) if len(pulled) > 1 else None
     if len(pulled) > 1 and all(back.transform is None and not back.repeats and back.shape == first.shape
                                and len(point) == len(points[0]) and all(type(i) is int for i in point)
-                               and _shape(g) == _shape(g0) for (back, g), point in zip(pulled, points)):
+                               and np.shape(plain(g)) == shape for (back, g), point in zip(pulled, points)):
         index = tuple(np.array(axis, np.intp) for axis in zip(*points))
         return scatter(np.stack([g for _, g in pulled]), index, first.shape, first.dtype, repeats=True)
     total = None
