@@ -1,6 +1,7 @@
 """The public entry points of reverse mode: gradient, pullback, jacobian, cut, check_gradient."""
 
 import functools
+import math
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +24,18 @@ from .forward import JVP_DEPTH, Dual, check_tangent, new_level, primal
 from .guards import RECORDER
 from .numpy_facts import FLOAT_LEAVES, FLOAT_SCALARS
 from .pytree import Cut, Uncut
-from .tape import ACTIVE_TAPE, Tape, Tracked, backward, backward_rows, settle, thaw, value_of
+from .tape import (
+    ACTIVE_TAPE,
+    RowsTooLarge,
+    Tape,
+    Tracked,
+    backward,
+    backward_rows,
+    rows_at_a_time,
+    settle,
+    thaw,
+    value_of,
+)
 
 _FLOAT_TYPES = tuple(FLOAT_LEAVES)  # for isinstance
 _PYTHON_FLOAT = {float}
@@ -630,7 +642,7 @@ def hessian(f: Callable[..., Any], x: Any) -> Any:
     leaves, treedef = pytree.flatten(x)
     inputs = arguments[0].inputs  # per leaf: its tape input, None where cut
     g_leaves = pytree.flatten(g)[0] if treedef is not pytree.LEAF else [g]  # None at a cut leaf
-    sizes = [0 if t is None else int(np.prod(np.shape(leaf), dtype=int)) for t, leaf in zip(inputs, leaves)]
+    sizes = [0 if t is None else math.prod(np.shape(leaf)) for t, leaf in zip(inputs, leaves)]
     if tape.level:  # inside another gradient: its cotangents are tracked there, one row at a time
         columns = _rows_one_by_one(tape, g_leaves, inputs, sizes)
     else:
@@ -648,39 +660,57 @@ def hessian(f: Callable[..., Any], x: Any) -> Any:
     return pytree.unflatten(treedef, [pytree.unflatten(treedef, row) for row in blocks])
 
 
-def _seeds(g_leaves, sizes, rows, stacked):
-    """The one-hot cotangents of the gradient's leaves, one per row of the Hessian: ``{tape index: seed}``
-    (``stacked``: each seed with a leading axis of all ``rows``), or, one row at a time, a list of them."""
-    seeds = {} if stacked else [{} for _ in range(rows)]
-    start = 0
+def _seeds(g_leaves, sizes, start, stop):
+    """The one-hot cotangents of the gradient's leaves for rows ``start`` to ``stop`` of the Hessian: ``{tape
+    index: seed}``, each seed with a leading axis of those rows (a leaf's rows are ``sizes[i]`` of them)."""
+    seeds = {}
+    offset = 0
     for g_leaf, size in zip(g_leaves, sizes):
-        if size and type(g_leaf) is Tracked:  # else its rows are zeros (a gradient that is a constant)
-            shape = g_leaf.shape
-            eye = np.eye(size, dtype=g_leaf.dtype).reshape((size, *shape))
-            if stacked:
-                seed = np.zeros((rows, *shape), g_leaf.dtype)
-                seed[start : start + size] = eye
-                seeds[g_leaf.index] = seeds[g_leaf.index] + seed if g_leaf.index in seeds else seed
-            else:
-                for k in range(size):
-                    row = seeds[start + k]
-                    row[g_leaf.index] = row[g_leaf.index] + eye[k] if g_leaf.index in row else eye[k]
-        start += size
+        lo, hi = max(start, offset), min(stop, offset + size)
+        if lo < hi and type(g_leaf) is Tracked:  # else its rows are zeros (a gradient that is a constant)
+            seed = np.zeros((stop - start, *g_leaf.shape), g_leaf.dtype)
+            rows = np.arange(lo, hi)
+            seed.reshape(stop - start, -1)[rows - start, rows - offset] = 1
+            seeds[g_leaf.index] = seeds[g_leaf.index] + seed if g_leaf.index in seeds else seed
+        offset += size
     return seeds
 
 
 def _rows_at_once(tape, g_leaves, inputs, sizes):
     """Per leaf of x, the cotangents of every row of the Hessian (an array with a leading axis of rows), or None
-    (a cut leaf, or one no row reaches): one sweep for all rows (`backward_rows`)."""
-    seeds = _seeds(g_leaves, sizes, sum(sizes), stacked=True)
-    grads = backward_rows(tape, seeds) if seeds else None
-    return [None if t is None or grads is None else grads[t.index] for t in inputs]
+    (a cut leaf, or one no row reaches): one sweep for all rows (`backward_rows`), or for as many as keep
+    each cotangent within `tape.ROW_ELEMENTS` elements; one row at a time where only one fits (large arrays:
+    per element the same work, and no Python overhead to share)."""
+    rows = sum(sizes)
+    step = min(rows, rows_at_a_time(sum(g.size for g in g_leaves if type(g) is Tracked)))
+    parts, counts, start = [], [], 0
+    while start < rows:
+        if step == 1:
+            return _rows_one_by_one(tape, g_leaves, inputs, sizes)
+        stop = min(rows, start + step)
+        seeds = _seeds(g_leaves, sizes, start, stop)
+        try:
+            grads = backward_rows(tape, seeds) if seeds else None
+        except RowsTooLarge as large:  # a cotangent of these rows would be too large: fewer at a time
+            step = large.rows
+            continue
+        parts.append([None if t is None or grads is None else grads[t.index] for t in inputs])
+        counts.append(stop - start)
+        start = stop
+    if len(parts) == 1:
+        return parts[0]
+    return [None if t is None or all(part[j] is None for part in parts) else
+            np.concatenate([np.zeros((count, *t.shape), t.dtype) if part[j] is None else part[j]
+                            for part, count in zip(parts, counts)])
+            for j, t in enumerate(inputs)]
 
 
 def _rows_one_by_one(tape, g_leaves, inputs, sizes):
-    """`_rows_at_once` by one sweep per row, for a tape whose sweep records on an outer one (``tape.level``)."""
+    """`_rows_at_once` by one sweep per row (`backward`): for a tape whose sweep records on an outer one
+    (``tape.level``), or cotangents of which one row fills `tape.ROW_ELEMENTS`."""
     columns = [[] for _ in inputs]
-    for seeds in _seeds(g_leaves, sizes, sum(sizes), stacked=False):
+    for row in range(sum(sizes)):
+        seeds = {index: seed[0] for index, seed in _seeds(g_leaves, sizes, row, row + 1).items()}
         grads = backward(tape, seeds) if seeds else None
         for column, t in zip(columns, inputs):
             if t is not None:

@@ -11,6 +11,7 @@ import contextvars
 import functools
 import gc
 import inspect
+import math
 import operator
 import threading
 import types
@@ -407,6 +408,37 @@ def backward_rows(tape, seeds):
         return _sweep_rows(tape, seeds)
 
 
+# Elements a cotangent of several rows may have (512 KiB of float64), see `RowsTooLarge`: sharing a sweep's Python
+# overhead among rows pays while it dominates; on larger arrays rows of their own keep memory as it was.
+ROW_ELEMENTS = 1 << 16
+
+
+class RowsTooLarge(Exception):
+    """A cotangent of every row of a `backward_rows` would exceed `ROW_ELEMENTS` elements (a Hessian of many
+    elements through large arrays): the caller sweeps at most ``rows`` rows at a time."""
+
+    def __init__(self, row_elements):
+        self.rows = rows_at_a_time(row_elements)
+        super().__init__(self.rows)
+
+
+def rows_at_a_time(row_elements):
+    """How many rows of ``row_elements`` elements a cotangent of `backward_rows` may hold (at least one)."""
+    return max(1, ROW_ELEMENTS // max(row_elements, 1))
+
+
+def _check_rows(rows, row_elements):
+    """`RowsTooLarge` if ``rows`` rows of ``row_elements`` elements each exceed `ROW_ELEMENTS` (one row never)."""
+    if rows > 1 and rows * row_elements > ROW_ELEMENTS:
+        raise RowsTooLarge(row_elements)
+
+
+def _rows_buffer(grads, owned, p, rows, shape, dtype):
+    """`own_buffer` of ``rows`` rows of ``shape``."""
+    _check_rows(rows, math.prod(shape))
+    return own_buffer(grads, owned, p, (rows, *shape), dtype)
+
+
 def _sweep_rows(tape, seeds):
     """`backward_rows`: `_sweep`'s steps on cotangents with a leading axis of rows."""
     records, view_bases = tape.records, tape.view_bases
@@ -427,18 +459,16 @@ def _sweep_rows(tape, seeds):
         grads[i] = None
         if type(record) is not tuple:  # a scalar product of views
             for p, view, partial in products[i]:
-                shape, dtype = view_bases[p]
-                add_at(own_buffer(grads, owned, p, (rows, *shape), dtype), _rows_index(view), _times(g, partial))
+                add_at(_rows_buffer(grads, owned, p, rows, *view_bases[p]), _rows_index(view), _times(g, partial))
             continue
         for p, back in record[0]:
             if type(back) is tuple:  # into a view's base: (its index, the consumer's pullback)
                 view, consumer = back
-                shape, dtype = view_bases[p]
-                add_at(own_buffer(grads, owned, p, (rows, *shape), dtype), _rows_index(view),
+                add_at(_rows_buffer(grads, owned, p, rows, *view_bases[p]), _rows_index(view),
                        _rows_pullback(consumer, g))
                 continue
             if type(back) is IndexPullback:
-                _add_rows_at(back, own_buffer(grads, owned, p, (rows, *back.shape), back.dtype), g)
+                _add_rows_at(back, _rows_buffer(grads, owned, p, rows, back.shape, back.dtype), g)
                 continue
             ct = _rows_pullback(back, g)
             current = grads[p]
@@ -474,12 +504,15 @@ def _rows_pullback(back, g):
         return g[_rows_index(back.index)]
     if back is operator.neg:
         return -g
-    return np.stack([back(row) for row in g])
+    first = back(g[0])
+    _check_rows(len(g), np.size(first))
+    return np.stack([first, *(back(row) for row in g[1:])])
 
 
 def _times(g, d):
     """Each row of ``g`` times the partial ``d``, broadcast as one row would be (``d`` may have more axes)."""
     extra = getattr(d, "ndim", 0) - g.ndim + 1
+    _check_rows(len(g), getattr(d, "size", 1))
     if extra > 0:
         g = g.reshape(g.shape[:1] + (1,) * extra + g.shape[1:])
     return g * d

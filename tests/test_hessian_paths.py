@@ -246,6 +246,33 @@ def test_sum_kernels_of_scalars_and_arrays_match_the_old_path(k, n, seed, with_a
     assert_same_hessian(db.hessian(f, params), old_hessian(f, params), rtol=1e-11, atol=1e-12)
 
 
+@pytest.mark.parametrize("budget", [1, 12, 40, 200])
+@settings(max_examples=10, deadline=None)
+@given(trees(), st.integers(0, 1000))
+def test_rows_swept_in_chunks_where_cotangents_grow_large(budget, tree, seed):
+    """With a small `tape.ROW_ELEMENTS`, the rows are swept a few at a time (and one at a time where a single
+    row fills it): the same Hessian."""
+    f = program(seed)
+    want = old_hessian(f, tree)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(db.tape, "ROW_ELEMENTS", budget)
+        got = db.hessian(f, tree)
+    assert_same_hessian(got, want)
+
+
+@pytest.mark.parametrize("budget", [1, 40, 200])
+def test_rows_in_chunks_through_an_outer_product(budget):
+    """Cotangents of 24 elements a row: at 200, rows 8 and 2 at a time; at 40 and 1, one at a time."""
+    def f(p):
+        return np.sum(np.sin(p["a"][:4]) * p["b"]) * np.sum(p["a"] ** 2) + np.sum(np.outer(p["a"], p["b"]) ** 2)
+
+    p = {"a": np.linspace(0, 1, 6), "b": np.linspace(1, 2, 4)}
+    want = old_hessian(f, p)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(db.tape, "ROW_ELEMENTS", budget)
+        assert_same_hessian(db.hessian(f, p), want)
+
+
 # --- inside another gradient: one sweep per row, recorded there ---------------------------------------
 @settings(max_examples=15, deadline=None)
 @given(st.data(), st.sampled_from([(), (2,), (3,), (2, 2)]), st.integers(0, 1000))
