@@ -10,6 +10,10 @@ which the sweep (`tape.backward`) applies without asking any rule:
   the pullback's cotangent goes at ``index`` of its base's buffer;
 - any other callable: ``g -> cotangent`` (a rule's closure, a bound C method, `Unbroadcast`, `RealPart`).
 
+The sweep of a Hessian's rows at once (`tape.backward_rows`), whose cotangents have a leading axis of rows,
+takes the kinds above and the callables `multiply_by`, `Unbroadcast`, `Contracted` and `Gather` in one
+NumPy call each; it calls any other pullback on each row.
+
 A partial derivative computed in forward mode becomes a pullback in exactly two places:
 `table_pullback` for a partial of the derivative table (``derivatives.DERIVATIVES``: the reverse
 rules of elementwise functions and the operators' fast path), and `kernel_pullback` for a partial
