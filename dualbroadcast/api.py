@@ -1,6 +1,7 @@
 """The public entry points of reverse mode: gradient, pullback, jacobian, cut, check_gradient."""
 
 import functools
+import math
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +24,18 @@ from .forward import JVP_DEPTH, Dual, check_tangent, new_level, primal
 from .guards import RECORDER
 from .numpy_facts import FLOAT_LEAVES, FLOAT_SCALARS
 from .pytree import Cut, Uncut
-from .tape import ACTIVE_TAPE, Tape, Tracked, backward, settle, thaw, value_of
+from .tape import (
+    ACTIVE_TAPE,
+    RowsTooLarge,
+    Tape,
+    Tracked,
+    backward,
+    backward_rows,
+    rows_at_a_time,
+    settle,
+    thaw,
+    value_of,
+)
 
 _FLOAT_TYPES = tuple(FLOAT_LEAVES)  # for isinstance
 _PYTHON_FLOAT = {float}
@@ -126,8 +138,8 @@ def _prepare(tape, args, constants_traced=False):
             call_args.append(t)
             arguments.append(_Argument(None, [arg], [t]))
             continue
-        if isinstance(arg, _FLOAT_TYPES):
-            t = tape.leaf(_float_value(arg, position, tape=tape))
+        if isinstance(arg, _FLOAT_TYPES) or (type(arg) is Tracked and arg.tape.level < tape.level):
+            t = tape.leaf(_float_value(arg, position, tape=tape))  # (a gradient's argument in a gradient of it)
             call_args.append(t)
             arguments.append(_Argument(None, [arg], [t]))
             continue
@@ -626,33 +638,106 @@ def _forward_jacobian(f, x):
 def hessian(f: Callable[..., Any], x: Any) -> Any:
     """Dense Hessian of the real scalar ``f`` at ``x``: shape ``x.shape + x.shape``; for a pytree ``x``, a
     pytree of pytrees (``H[i][j]`` of shape ``x_i.shape + x_j.shape``), as JAX's.  A pullback of the gradient
-    (reverse over reverse): the gradient is recorded once and swept once per element of ``x``.
+    (reverse over reverse): the gradient is recorded once, and its tape swept once for all the rows, each a
+    one-hot cotangent of the gradient (`tape.backward_rows`).
 
     >>> db.hessian(lambda x: x[0] ** 2 * x[1], np.array([1.0, 2.0]))
     array([[4., 2.],
            [2., 0.]])
     """
-    g, back = pullback(lambda y: gradient(f, *_marked_like((x,), (y,))), x)
+    tape, g, arguments = _trace(lambda y: gradient(f, *_marked_like((x,), (y,))), (x,))
     leaves, treedef = pytree.flatten(x)
-    active = pytree.leaf_activity(treedef)
-    g_leaves, g_def = pytree.flatten(g)  # None at a cut leaf
+    inputs = arguments[0].inputs  # per leaf: its tape input, None where cut
+    g_leaves = pytree.flatten(g)[0] if treedef is not pytree.LEAF else [g]  # None at a cut leaf
+    sizes = [0 if t is None else math.prod(np.shape(leaf)) for t, leaf in zip(inputs, leaves)]
+    if tape.level:  # inside another gradient: its cotangents are tracked there, one row at a time
+        columns = _rows_one_by_one(tape, g_leaves, inputs, sizes)
+    else:
+        columns = _rows_at_once(tape, g_leaves, inputs, sizes)
+    tape.thaw()
     blocks = []  # blocks[i][j]: ∂²f/∂x_i∂x_j, None where either leaf is cut
-    for i, leaf in enumerate(leaves):
-        rows = [pytree.flatten(back(pytree.unflatten(g_def, _one_hot(g_leaves, i, e))))[0]
-                for e in np.ndindex(np.shape(leaf))] if active[i] else []
-        blocks.append([np.reshape(np.array([row[j] for row in rows]), np.shape(leaf) + np.shape(other))
-                       if active[i] and active[j] else None for j, other in enumerate(leaves)])
+    start = 0
+    for leaf_i, size_i, t_i in zip(leaves, sizes, inputs):
+        blocks.append([None if t_i is None or t_j is None else
+                       _block(column, start, size_i, np.shape(leaf_i), leaf_j)
+                       for column, t_j, leaf_j in zip(columns, inputs, leaves)])
+        start += size_i
     if treedef is pytree.LEAF:
         return float(blocks[0][0]) if type(x) is float else blocks[0][0]
     return pytree.unflatten(treedef, [pytree.unflatten(treedef, row) for row in blocks])
 
 
-def _one_hot(leaves, i, index):
-    """The cotangent with the structure of ``leaves`` that is 1 at ``index`` of leaf ``i``, 0 elsewhere (None
-    where a leaf is None: a cut leaf's gradient)."""
-    cotangent = [None if leaf is None else np.zeros(np.shape(leaf), np.result_type(leaf)) for leaf in leaves]
-    cotangent[i][index] = 1
-    return cotangent
+def _seeds(g_leaves, sizes, start, stop):
+    """The one-hot cotangents of the gradient's leaves for rows ``start`` to ``stop`` of the Hessian: ``{tape
+    index: seed}``, each seed with a leading axis of those rows (a leaf's rows are ``sizes[i]`` of them)."""
+    seeds = {}
+    offset = 0
+    for g_leaf, size in zip(g_leaves, sizes):
+        lo, hi = max(start, offset), min(stop, offset + size)
+        if lo < hi and type(g_leaf) is Tracked:  # else its rows are zeros (a gradient that is a constant)
+            seed = np.zeros((stop - start, *g_leaf.shape), g_leaf.dtype)
+            rows = np.arange(lo, hi)
+            seed.reshape(stop - start, -1)[rows - start, rows - offset] = 1
+            seeds[g_leaf.index] = seeds[g_leaf.index] + seed if g_leaf.index in seeds else seed
+        offset += size
+    return seeds
+
+
+def _rows_at_once(tape, g_leaves, inputs, sizes):
+    """Per leaf of x, the cotangents of every row of the Hessian (an array with a leading axis of rows), or None
+    (a cut leaf, or one no row reaches): one sweep for all rows (`backward_rows`), or for as many as keep
+    each cotangent within `tape.ROW_ELEMENTS` elements; one row at a time where only one fits (large arrays:
+    per element the same work, and no Python overhead to share)."""
+    rows = sum(sizes)
+    step = min(rows, rows_at_a_time(sum(g.size for g in g_leaves if type(g) is Tracked)))
+    parts, counts, start = [], [], 0
+    while start < rows:
+        if step == 1:
+            return _rows_one_by_one(tape, g_leaves, inputs, sizes)
+        stop = min(rows, start + step)
+        seeds = _seeds(g_leaves, sizes, start, stop)
+        try:
+            grads = backward_rows(tape, seeds) if seeds else None
+        except RowsTooLarge as large:  # a cotangent of these rows would be too large: fewer at a time
+            step = large.rows
+            continue
+        parts.append([None if t is None or grads is None else grads[t.index] for t in inputs])
+        counts.append(stop - start)
+        start = stop
+    if len(parts) == 1:
+        return parts[0]
+    return [None if t is None or all(part[j] is None for part in parts) else
+            np.concatenate([np.zeros((count, *t.shape), t.dtype) if part[j] is None else part[j]
+                            for part, count in zip(parts, counts)])
+            for j, t in enumerate(inputs)]
+
+
+def _rows_one_by_one(tape, g_leaves, inputs, sizes):
+    """`_rows_at_once` by one sweep per row (`backward`): for a tape whose sweep records on an outer one
+    (``tape.level``), or cotangents of which one row fills `tape.ROW_ELEMENTS`."""
+    columns = [[] for _ in inputs]
+    for row in range(sum(sizes)):
+        seeds = {index: seed[0] for index, seed in _seeds(g_leaves, sizes, row, row + 1).items()}
+        grads = backward(tape, seeds) if seeds else None
+        for column, t in zip(columns, inputs):
+            if t is not None:
+                column.append(None if grads is None else grads[t.index])
+    return [None if t is None or all(c is None for c in column) else
+            np.stack([np.zeros(t.shape, t.dtype) if c is None else c for c in column])
+            for column, t in zip(columns, inputs)]
+
+
+def _block(column, start, size, row_shape, leaf):
+    """``∂²f/∂x_i∂x_j``: the rows ``start : start + size`` (those of leaf i, of ``row_shape``) of leaf j's
+    ``column`` of cotangents (None: zeros), of leaf j's dtype, shape ``row_shape + leaf_j.shape``."""
+    shape = row_shape + np.shape(leaf)
+    dtype = np.result_type(leaf)
+    if column is None:
+        return np.zeros(shape, dtype)
+    rows = column[start : start + size]
+    if type(rows) is Tracked:  # tracked by the gradient this Hessian is taken in: recorded there
+        return np.reshape(rows if rows.dtype == dtype else rows.astype(dtype), shape)
+    return np.array(rows, dtype=dtype).reshape(shape)
 
 
 def hvp(f: Callable[..., Any], *args: Any, vectors: Any = None) -> Any:

@@ -32,9 +32,18 @@ from .expr import _cut as _cut_op
 from .forward import Dual
 from .guards import RECORDER
 from .kernel_source import needed_nodes
-from .kernels import FORCED_BACKEND, Kernel
-from .numpy_facts import FLOAT_LEAVES, REAL_FLOATS
-from .pullbacks import FACTORS, RealPart, fitting_kernel_pullback, kernel_pullback, unbroadcast
+from .kernels import FORCED_BACKEND, Kernel, _kind
+from .numpy_facts import FLOAT_LEAVES, REAL_FLOATS, getitem
+from .pullbacks import (
+    FACTORS,
+    Contracted,
+    IndexPullback,
+    RealPart,
+    Unbroadcast,
+    fitting_kernel_pullback,
+    kernel_pullback,
+    untracked,
+)
 from .registry import COMPLEX_RULES, SAME_RULE
 from .tape import Tracked, _edge, _edges, tape_of
 
@@ -153,9 +162,8 @@ def _run(f, args, reduce, backend):
         if type(leaf) is Tracked or type(leaf) is Dual or _is_array_input(leaf):
             value = leaf.value if type(leaf) is Tracked or type(leaf) is Dual else leaf
             if type(value) is Tracked:  # tracked by two nested gradients: the kernel computes on the plain value
-                nested, value = True, _untracked(value)
-            kind = value.dtype if type(value) is np.ndarray else (
-                float if type(value) is float else np.result_type(value))
+                nested, value = True, untracked(value)
+            kind = value.dtype if type(value) is np.ndarray else _kind(value)
             if (type(leaf) is Tracked and on and leaf.index not in inactive) or type(leaf) is Dual:
                 active.append(len(values))
             inputs.append(leaf)
@@ -325,20 +333,15 @@ def _two_levels(inputs, activity, leaves):
     outer, inner = sorted(tapes, key=lambda t: t.level)
     if outer.closed or inner.closed or outer.level == inner.level:
         return None
-    shape = np.broadcast_shapes(*[np.shape(_untracked(a)) for a in inputs])
-    if any(np.shape(_untracked(a)) not in ((), shape) for _, a in tracked):
-        return None
+    tracked_shapes = [np.shape(untracked(a)) for _, a in tracked]
+    if any(tracked_shapes):  # scalars (coefficients) need no broadcast shape
+        shape = np.broadcast_shapes(*[np.shape(untracked(a)) for a in inputs])
+        if any(s not in ((), shape) for s in tracked_shapes):
+            return None
     inner_positions = [p for p, a in tracked if a.tape is inner]
     outer_parents = {p: a.value if a.tape is inner else a for p, a in tracked
                      if a.tape is outer or type(a.value) is Tracked}
     return inner, outer, inner_positions, outer_parents
-
-
-def _untracked(x):
-    """The plain value of ``x``, tracked by any number of nested gradients."""
-    while type(x) is Tracked:
-        x = x.value
-    return x
 
 
 def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, levels, backend, recorder=None):
@@ -355,15 +358,13 @@ def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, val
     kernel = _kernel(key, f, treedef, leaves, len(values), active, True, input_kinds, order=2)
     if kernel.complex or (recorder is not None and not outer_parents):
         return None  # complex values take part (their rules, operation by operation: `_evaluated`), or a constant
-    shape = np.broadcast_shapes(*[np.shape(v) for v in values])
     shapes = {p: np.shape(values[p]) for p in active}
     pairs = [(a, b) for i, a in enumerate(active) for b in active[i:]]
+    scalars = not any(shapes.values())  # then so are their second partials: no broadcast shape needed
+    shape = () if scalars else np.broadcast_shapes(*[np.shape(v) for v in values])
     pair_shapes = [() if shapes[a] == shapes[b] == () else shape for a, b in pairs]
     value, results, used, size = kernel(values, [shapes[p] for p in active] + pair_shapes, backend)
     partial = dict(zip(active, results))
-    second = {}
-    for (a, b), h in zip(pairs, results[len(active):]):
-        second[a, b] = second[b, a] = h
     call = KernelCall(kernel.name, len(active), used, size, True, len(pairs))
     calls = _log.get()
     if calls is not None:
@@ -372,17 +373,52 @@ def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, val
     if outer_at:
         value = outer.record(value, _edges([outer_parents[p] for p in outer_at],
                                            [kernel_pullback(partial[p], shapes[p], (), False) for p in outer_at]), call)
-    partials = {p: partial[p] for p in inner_positions}
-    if outer_at:  # each partial as the outer tape's value: its pullbacks are the second partials
+    if outer_at and scalars and recorder is None:
+        ds = _scalar_partials(outer, results, active, inner_positions, [outer_parents[q] for q in outer_at],
+                              [active.index(q) for q in outer_at], call)
+    else:  # each partial its own value (a prepared program's recording replays them one by one)
+        second = {}
+        for (a, b), h in zip(pairs, results[len(active):]):
+            second[a, b] = second[b, a] = h
+        ds = []
         for p in inner_positions:
-            partials[p] = outer.record(partial[p], _edges([outer_parents[q] for q in outer_at],
-                                                          [_second_partial_pullback(second[p, q], shapes[q], shapes[p])
-                                                           for q in outer_at]), call)
-    if recorder is not None:
-        recorder.second_order(kernel, inputs, values, used, value, active, pairs, outer_at, partials,
-                              [shapes[p] for p in active] + pair_shapes)
-    backs = [kernel_pullback(partials[p], shapes[p], (), False) for p in inner_positions]
+            d = partial[p]
+            if outer_at:  # the partial as the outer tape's value: its pullbacks are the second partials
+                d = outer.record(d, _edges([outer_parents[q] for q in outer_at],
+                                           [_second_partial_pullback(second[p, q], shapes[q], shapes[p])
+                                            for q in outer_at]), call)
+            ds.append(d)
+        if recorder is not None:
+            recorder.second_order(kernel, inputs, values, used, value, active, pairs, outer_at,
+                                  dict(zip(inner_positions, ds)), [shapes[p] for p in active] + pair_shapes)
+    backs = [kernel_pullback(d, shapes[p], (), False) for p, d in zip(inner_positions, ds)]
     return inner.record(value, _edges([inputs[p] for p in inner_positions], backs), call)
+
+
+def _scalar_partials(outer, results, active, inner_positions, parents, columns, call):
+    """The partials of the inner inputs of a second-order kernel of scalars (``results``: its partials of the
+    ``active`` inputs, then their second partials, the upper triangle row by row) as values of the outer
+    tape: one vector, whose pullback into each outer input ``parents[j]`` contracts the cotangent with that
+    input's second partials (`Contracted`, column ``columns[j]`` of the Hessian), and its elements.  A
+    Hessian of k coefficients so sweeps k edges, not k²."""
+    k = len(active)
+    dtype = np.result_type(results[0])
+    hessian = np.empty((k, k), dtype)
+    upper = _upper_triangle(k)
+    hessian[upper] = hessian.T[upper] = np.array(results[k:], dtype)
+    rows = [active.index(p) for p in inner_positions]
+    partials = np.array(results[:k], dtype)[rows]
+    block = hessian[columns][:, rows]  # row j: the second partials of the outer input j (the Hessian is symmetric)
+    stacked = outer.record(partials, _edges(parents, [Contracted(row) for row in block]), call)
+    shape = partials.shape  # its elements as `Tracked.__getitem__` records them, without a call each
+    return [outer.record(d, ((stacked.index, IndexPullback(i, shape, dtype)),), getitem)
+            for i, d in enumerate(partials)]
+
+
+@functools.cache
+def _upper_triangle(k):
+    """The indices of a k-by-k matrix's upper triangle, row by row (the order of a kernel's second partials)."""
+    return np.triu_indices(k)
 
 
 def _second_partial_pullback(h, shape, partial_shape):
@@ -391,7 +427,7 @@ def _second_partial_pullback(h, shape, partial_shape):
     of k coefficients: k² of them per sweep), else ``g · h`` summed back to the argument's shape."""
     if type(h) in FACTORS and np.shape(h) == shape and partial_shape in ((), shape):
         return h
-    return lambda g: unbroadcast(g * h, shape)
+    return Unbroadcast(h, shape)
 
 
 def _evaluated(f, args, reduce):

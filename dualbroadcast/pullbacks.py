@@ -10,6 +10,10 @@ which the sweep (`tape.backward`) applies without asking any rule:
   the pullback's cotangent goes at ``index`` of its base's buffer;
 - any other callable: ``g -> cotangent`` (a rule's closure, a bound C method, `Unbroadcast`, `RealPart`).
 
+The sweep of a Hessian's rows at once (`tape.backward_rows`), whose cotangents have a leading axis of rows,
+takes the kinds above and the callables `multiply_by`, `Unbroadcast`, `Contracted` and `Gather` in one
+NumPy call each; it calls any other pullback on each row.
+
 A partial derivative computed in forward mode becomes a pullback in exactly two places:
 `table_pullback` for a partial of the derivative table (``derivatives.DERIVATIVES``: the reverse
 rules of elementwise functions and the operators' fast path), and `kernel_pullback` for a partial
@@ -57,6 +61,13 @@ def plain(x):
     while isinstance(x, Guarded):
         if x.tape.recorder is not None:
             raise NotReplayableError("a pullback chose elements by a value a prepared program records")
+        x = x.value
+    return x
+
+
+def untracked(x):
+    """``x``'s value untracked by any gradient, to read its shape or dtype (never to choose elements: `plain`)."""
+    while isinstance(x, Guarded):
         x = x.value
     return x
 
@@ -164,6 +175,20 @@ def _kernel_partial_fits(partial_shape, shape, out_shape):
     return partial_shape == shape and (out_shape == () or out_shape == shape)
 
 
+class Contracted:
+    """``g -> g @ column``: the pullback into a scalar of a vector whose partials in it are ``column`` (a
+    second-order kernel's partials of its scalar arguments, stacked, see `broadcast._scalar_partials`).  A
+    cotangent with a leading axis of rows (`tape.backward_rows`) contracts row by row as it is."""
+
+    __slots__ = ("column",)
+
+    def __init__(self, column):
+        self.column = column
+
+    def __call__(self, g):
+        return np.matmul(g, self.column)
+
+
 # --- pullbacks into one gradient buffer ------------------------------------------------------
 class IndexPullback:
     """The pullback of ``x[index]``: ``g`` added at ``index`` of x's one gradient buffer.
@@ -215,6 +240,20 @@ def scatter(g, index, shape, dtype, repeats=False):
     else:
         add_at(buffer, index, g)
     return buffer
+
+
+class Gather:
+    """``h -> h[index]``: the pullback of `scatter` (a gradient of a gradient's step), the gather of what it
+    scattered; a class, so that a sweep of several cotangents at once (`tape.backward_rows`) gathers them in
+    one call."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index):
+        self.index = index
+
+    def __call__(self, h):
+        return h[self.index]
 
 
 SCATTER_RECORDED = None  # `scatter` as a tape primitive, set by rules/shape.py (the rules import this module)

@@ -40,7 +40,7 @@ import numpy as np
 from .. import pullbacks
 from ..errors import InPlaceMutationError, UnsupportedFunctionError
 from ..numpy_facts import astype, getitem
-from ..pullbacks import IndexPullback, as_array, plain, unbroadcast
+from ..pullbacks import Gather, IndexPullback, as_array, plain, unbroadcast
 from ..registry import (
     RULES,
     defcomposition,
@@ -229,6 +229,8 @@ def vstack_vjp(k, ans, tup, *, dtype=None, casting="same_kind"):
 def stack_vjp(k, ans, arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
     index = _along(axis % np.ndim(ans), k)
     dtype = arrays[k].dtype
+    if dtype == ans.dtype:
+        return Gather(index)  # a class: a Hessian's sweep of all rows at once gathers them in one call
     return lambda g: g[index].astype(dtype, copy=False)
 
 
@@ -667,7 +669,7 @@ def getitem_vjp(ans, x, index):
 def scatter_vjp(ans, g, index, shape, dtype, repeats=False):
     """ḡ of ``scatter(g, index)`` (the pullback of ``x[index]``, recorded by a gradient of a gradient): the
     gather ``h[index]``."""
-    return lambda h: h[index]
+    return Gather(index)
 
 
 def _frozen(index):
