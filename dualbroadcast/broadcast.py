@@ -30,9 +30,9 @@ from .errors import KernelError
 from .expr import Sym, complex_kernel_message, derivatives, trace, without_cuts
 from .expr import _cut as _cut_op
 from .forward import Dual
-from .guards import RECORDER
+from .guards import RECORDER, Guarded
 from .kernel_source import needed_nodes
-from .kernels import FORCED_BACKEND, Kernel
+from .kernels import FORCED_BACKEND, NUMEXPR_MIN, Kernel
 from .numpy_facts import FLOAT_LEAVES, REAL_FLOATS
 from .pullbacks import FACTORS, RealPart, fitting_kernel_pullback, kernel_pullback, plain, unbroadcast
 from .registry import COMPLEX_RULES, SAME_RULE
@@ -146,10 +146,11 @@ def _run(f, args, reduce, backend):
         structure = _structure_key(treedef, reads)
     names = None  # every name the code reads: how a baked object's class is read
     inputs, values, active, kinds, input_kinds = [], [], [], [], []
-    nested = False
+    nested = on_tape = False
     for leaf, on in zip(leaves, activity):
         if type(leaf) is Dual:
             leaf = _kernel_dual(leaf, on)
+            on_tape = on_tape or (type(leaf) is Dual and type(leaf.value) is Tracked)
         if type(leaf) is Tracked or type(leaf) is Dual or _is_array_input(leaf):
             value = leaf.value if type(leaf) is Tracked or type(leaf) is Dual else leaf
             if type(value) is Tracked:  # tracked by two nested gradients: the kernel computes on the plain value
@@ -165,6 +166,10 @@ def _run(f, args, reduce, backend):
         else:  # baked into the kernel: ints, bools, None, strings, objects
             names = tuple(sorted(reads.names)) if names is None else names
             kinds.append(("baked", reads.key(leaf, names)))
+    if on_tape:  # a jvp inside a gradient (reverse over forward)
+        result = None if recorder is not None else \
+            _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, active, reduce, backend)
+        return _evaluated(f, args, reduce) if result is None else result
     if nested or _nested(inputs):
         levels = _two_levels(inputs, activity if treedef is not None else None, leaves)
         result = None if levels is None or not reduce or recorder is not None else \
@@ -371,6 +376,96 @@ def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, val
                                         for q in outer_at]), call)
         backs.append(kernel_pullback(d, shapes[p], (), False))
     return inner.record(value, _edges([inputs[p] for p in inner_positions], backs), call)
+
+
+def _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, active, reduce, backend):
+    """``sum``/``broadcast`` of duals of a `jvp` whose values a gradient tracks (reverse over forward, as
+    `db.hvp`), in one fused pass: the value ``y``, the tangent ``ẏ = Σ ∂f/∂dᵢ · tᵢ`` over the dual arguments
+    and, per argument ``a`` the tape tracks, ``∂y/∂a`` and ``∂ẏ/∂a`` (the second partials contracted with the
+    tangents).  The tape records ``y`` and ``ẏ`` with pullbacks ``g · ∂y/∂a`` and ``g · ∂ẏ/∂a``.  None where
+    this kernel cannot serve (values of two tapes or levels, a tracked tangent, complex values): the caller
+    runs ``f`` operation by operation."""
+    duals = [p for p in active if type(inputs[p]) is Dual]
+    tracked = [p for p in active if type(inputs[p]) is Tracked or type(inputs[p].value) is Tracked]
+    parents = [inputs[p].value if type(inputs[p]) is Dual else inputs[p] for p in tracked]
+    tangents = [inputs[p].tangent for p in duals]
+    tape = parents[0].tape
+    if any(p.tape is not tape or type(p.value) is Tracked for p in parents) or tape.closed \
+            or len({inputs[p].level for p in duals}) > 1 or any(isinstance(t, Guarded) for t in tangents):
+        return None
+    kinds = kinds + [np.result_type(t) for t in tangents]
+    key = (structure, tuple(kinds), tuple(duals), reduce, "tangent on tape", tuple(tracked))
+    kernel = _kernel(key, f, treedef, leaves, len(values), duals, reduce, input_kinds + kinds[-len(duals):],
+                     tangents=len(duals), tracked=tracked)
+    if kernel.complex or len(kernel.outputs) == 1:  # complex values, or no real value: operation by operation
+        return None
+    shapes = [np.shape(values[p]) for p in tracked]
+    value, results, used, size = kernel(values + tangents, [() if reduce else np.shape(values[0])] + shapes * 2,
+                                        backend)
+    call = KernelCall(kernel.name, len(tracked), used, size, reduce, len(tracked))
+    calls = _log.get()
+    if calls is not None:
+        calls.append(call)
+    out_shape = () if reduce else np.shape(value)
+    tangent, partials, tangent_partials = results[0], results[1:len(tracked) + 1], results[len(tracked) + 1:]
+    held = _HeldCotangent(np.result_type(value).type(0))
+    last = len(parents) - 1
+    y = tape.record(value, _edges(parents, [
+        _TangentPullback(held, d, dt, s, out_shape, tape.single_sweep, k == last)
+        for k, (d, dt, s) in enumerate(zip(partials, tangent_partials, shapes))]), call)
+    tangent = tape.record(_fitted_tangent(tangent, value), ((y.index, held.hold),), call)
+    return Dual(y, tangent, inputs[duals[0]].level)
+
+
+class _HeldCotangent:
+    """The cotangent ``ẏ̄`` of a reverse-over-forward kernel's tangent ``ẏ``, held for the pullbacks of its
+    value ``y`` (`_TangentPullback`), so that each argument's cotangent ``ȳ · ∂y/∂a + ẏ̄ · ∂ẏ/∂a`` is one
+    pass.  ``ẏ`` is recorded after ``y`` with one edge into ``y``, `hold`, which keeps ``ẏ̄`` and gives ``y``
+    a zero cotangent: the sweep, which goes from the last record down, reaches ``y`` after ``ẏ`` and always
+    when ``ẏ`` had a cotangent.  Per thread: two threads may sweep one tape."""
+
+    __slots__ = ("local", "zero")
+
+    def __init__(self, zero):
+        self.local = threading.local()
+        self.zero = zero
+
+    def hold(self, g):
+        self.local.g = g
+        return self.zero
+
+    def take(self, last):
+        """``ẏ̄`` of this sweep (None if ``ẏ`` had none), forgotten by the last pullback of ``y``."""
+        g = getattr(self.local, "g", None)
+        if last:
+            self.local.g = None
+        return g
+
+
+class _TangentPullback:
+    """The pullback ``ȳ ↦ ȳ · ∂y/∂a + ẏ̄ · ∂ẏ/∂a`` of a reverse-over-forward kernel into its argument ``a`` of
+    ``shape`` (``ẏ̄`` held by ``held``); ``in_place``: the partials are the kernel's own buffers and the tape is
+    swept once, so a full-size cotangent is computed into ``∂y/∂a`` by one numexpr pass."""
+
+    __slots__ = ("held", "partial", "tangent_partial", "shape", "out_shape", "in_place", "last")
+
+    def __init__(self, held, partial, tangent_partial, shape, out_shape, in_place, last):
+        self.held, self.partial, self.tangent_partial = held, partial, tangent_partial
+        self.shape, self.out_shape, self.in_place, self.last = shape, out_shape, in_place, last
+
+    def __call__(self, g):
+        gt = self.held.take(self.last)
+        d, dt = self.partial, self.tangent_partial
+        if self.in_place and type(g) in REAL_FLOATS and type(gt) in REAL_FLOATS and type(d) is np.ndarray \
+                and type(dt) is np.ndarray and d.shape == dt.shape == self.shape and d.size >= NUMEXPR_MIN \
+                and d.base is None and self.out_shape == ():
+            np.multiply(d, g, out=d)
+            np.multiply(dt, gt, out=dt)
+            return np.add(d, dt, out=d)
+        ct = g * d if gt is None else g * d + gt * dt
+        if np.shape(ct) == self.shape:
+            return ct
+        return unbroadcast(np.broadcast_to(ct, np.broadcast_shapes(np.shape(ct), self.out_shape)), self.shape)
 
 
 def _second_partial_pullback(h, shape, partial_shape):
@@ -721,13 +816,13 @@ def _names_read(code):
     return names
 
 
-def _kernel(key, f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, tangents=0):
+def _kernel(key, f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, tangents=0, tracked=()):
     with _cache_lock:
         kernel = _cache.get(key)
         if kernel is not None:
             _cache.move_to_end(key)
             return kernel
-    kernel = _build(f, treedef, leaves, n_inputs, active, reduce, kinds, order, tangents)
+    kernel = _build(f, treedef, leaves, n_inputs, active, reduce, kinds, order, tangents, tracked)
     with _cache_lock:
         _cache[key] = kernel
         if len(_cache) > CACHE_SIZE:
@@ -735,11 +830,13 @@ def _kernel(key, f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, t
     return kernel
 
 
-def _build(f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, tangents=0):
+def _build(f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, tangents=0, tracked=()):
     """Trace ``f`` on symbols (array leaves) and literals (baked leaves) into a kernel: its outputs are the
     value and one partial per active input; ``order=2`` adds the second partials ∂²f/∂aᵢ∂aⱼ (i ≤ j, row by
     row: forward mode over the first partials); with ``tangents`` (forward mode: that many more inputs, one
-    tangent per active input) the value and the directional derivative Σ ∂f/∂aᵢ · tᵢ."""
+    tangent per active input) the value and the directional derivative Σ ∂f/∂aᵢ · tᵢ; ``tracked`` (inputs a
+    gradient tracks, reverse over forward) then adds the partials of the value and of that directional
+    derivative with respect to each of them."""
 
     def call(symbols):
         symbols = iter(symbols)
@@ -763,6 +860,10 @@ def _build(f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, tangent
         for term in partials:
             total = term if _is_zero(total) else total if _is_zero(term) else graph.apply(np.add, (total, term))
         partials = [total]
+        if tracked:
+            ones = [np.dtype(kinds[i]).type(1) for i in tracked]
+            partials += derivatives(graph, output, [inputs[i] for i in tracked], ones)
+            partials += derivatives(graph, total, [inputs[i] for i in tracked], ones)
     outputs = without_cuts(graph, [output] + partials)
     kernel = Kernel(graph, inputs, outputs, reduce, name, has_complex)
     if active and np.dtype(kernel.dtype_for(tuple(kinds))).kind not in "fc":
