@@ -150,7 +150,7 @@ def _run(f, args, reduce, backend):
     for leaf, on in zip(leaves, activity):
         if type(leaf) is Dual:
             leaf = _kernel_dual(leaf, on)
-            on_tape = on_tape or (type(leaf) is Dual and type(leaf.value) is Tracked)
+            on_tape = on_tape or (type(leaf) is Dual and Tracked in (type(leaf.value), type(leaf.tangent)))
         if type(leaf) is Tracked or type(leaf) is Dual or _is_array_input(leaf):
             value = leaf.value if type(leaf) is Tracked or type(leaf) is Dual else leaf
             if type(value) is Tracked:  # tracked by two nested gradients: the kernel computes on the plain value
@@ -166,6 +166,7 @@ def _run(f, args, reduce, backend):
         else:  # baked into the kernel: ints, bools, None, strings, objects
             names = tuple(sorted(reads.names)) if names is None else names
             kinds.append(("baked", reads.key(leaf, names)))
+    on_tape = on_tape or (Dual in map(type, inputs) and any(type(inputs[i]) is Tracked for i in active))
     if on_tape:  # a jvp inside a gradient (reverse over forward)
         result = None if recorder is not None else \
             _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, active, reduce, backend)
@@ -379,42 +380,50 @@ def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, val
 
 
 def _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, active, reduce, backend):
-    """``sum``/``broadcast`` of duals of a `jvp` whose values a gradient tracks (reverse over forward, as
-    `db.hvp`), in one fused pass: the value ``y``, the tangent ``ẏ = Σ ∂f/∂dᵢ · tᵢ`` over the dual arguments
-    and, per argument ``a`` the tape tracks, ``∂y/∂a`` and ``∂ẏ/∂a`` (the second partials contracted with the
-    tangents).  The tape records ``y`` and ``ẏ`` with pullbacks ``g · ∂y/∂a`` and ``g · ∂ẏ/∂a``.  None where
-    this kernel cannot serve (values of two tapes or levels, a tracked tangent, complex values): the caller
-    runs ``f`` operation by operation."""
+    """``sum``/``broadcast`` of duals of a `jvp` whose values or tangents a gradient tracks (reverse over forward,
+    as `db.hvp`), in one fused pass: the value ``y``, the tangent ``ẏ = Σ ∂f/∂dᵢ · tᵢ`` over the dual arguments,
+    and per argument ``a`` the tape tracks ``∂y/∂a`` and ``∂ẏ/∂a`` (the second partials contracted with the
+    tangents).  The tape records ``y`` and ``ẏ``: ``a``'s cotangent is ``ȳ · ∂y/∂a + ẏ̄ · ∂ẏ/∂a`` in one pass
+    (`_TangentPullback`), a tracked tangent ``tᵢ``'s is ``ẏ̄ · ∂f/∂dᵢ``.  None where this kernel cannot serve
+    (values of two tapes or levels, complex values): the caller runs ``f`` operation by operation."""
     duals = [p for p in active if type(inputs[p]) is Dual]
     tracked = [p for p in active if type(inputs[p]) is Tracked or type(inputs[p].value) is Tracked]
+    moving = [p for p in duals if type(inputs[p].tangent) is Tracked]  # tangents the tape tracks
     parents = [inputs[p].value if type(inputs[p]) is Dual else inputs[p] for p in tracked]
-    tangents = [inputs[p].tangent for p in duals]
-    tape = parents[0].tape
-    if any(p.tape is not tape or type(p.value) is Tracked for p in parents) or tape.closed \
-            or len({inputs[p].level for p in duals}) > 1 or any(isinstance(t, Guarded) for t in tangents):
+    tangent_parents = [inputs[p].tangent for p in moving]
+    tape = (parents or tangent_parents)[0].tape
+    if any(p.tape is not tape or type(p.value) is Tracked for p in parents + tangent_parents) or tape.closed \
+            or len({inputs[p].level for p in duals}) > 1 \
+            or any(isinstance(inputs[p].tangent, Guarded) for p in duals if p not in moving):
         return None
+    tangents = [plain(inputs[p].tangent) for p in duals]
+    differentiated = tracked + [p for p in moving if p not in tracked]  # the partials ∂y/∂a the tape needs
     kinds = kinds + [np.result_type(t) for t in tangents]
-    key = (structure, tuple(kinds), tuple(duals), reduce, "tangent on tape", tuple(tracked))
+    key = (structure, tuple(kinds), tuple(duals), reduce, "tangent on tape", tuple(differentiated), len(tracked))
     kernel = _kernel(key, f, treedef, leaves, len(values), duals, reduce, input_kinds + kinds[-len(duals):],
-                     tangents=len(duals), tracked=tracked)
+                     tangents=len(duals), tracked=(differentiated, tracked))
     if kernel.complex or len(kernel.outputs) == 1:  # complex values, or no real value: operation by operation
         return None
-    shapes = [np.shape(values[p]) for p in tracked]
-    value, results, used, size = kernel(values + tangents, [() if reduce else np.shape(values[0])] + shapes * 2,
-                                        backend)
-    call = KernelCall(kernel.name, len(tracked), used, size, reduce, len(tracked))
+    shapes = {p: np.shape(values[p]) for p in differentiated}
+    value, results, used, size = kernel(
+        values + tangents, [() if reduce else np.shape(values[0])] + [shapes[p] for p in differentiated + tracked],
+        backend)
+    call = KernelCall(kernel.name, len(differentiated), used, size, reduce, len(tracked))
     calls = _log.get()
     if calls is not None:
         calls.append(call)
     out_shape = () if reduce else np.shape(value)
-    tangent, partials, tangent_partials = results[0], results[1:len(tracked) + 1], results[len(tracked) + 1:]
-    held = _HeldCotangent(np.result_type(value).type(0))
-    last = len(parents) - 1
-    y = tape.record(value, _edges(parents, [
-        _TangentPullback(held, d, dt, s, out_shape, tape.single_sweep, k == last)
-        for k, (d, dt, s) in enumerate(zip(partials, tangent_partials, shapes))]), call)
-    tangent = tape.record(_fitted_tangent(tangent, value), ((y.index, held.hold),), call)
-    return Dual(y, tangent, inputs[duals[0]].level)
+    partial = dict(zip(differentiated, results[1:]))
+    tangent_partial = dict(zip(tracked, results[1 + len(differentiated):]))
+    tangent = _fitted_tangent(results[0], value)
+    edges = _edges(tangent_parents, [kernel_pullback(partial[p], shapes[p], out_shape, False) for p in moving])
+    if tracked:
+        held = _HeldCotangent(np.result_type(value).type(0))
+        value = tape.record(value, _edges(parents, [
+            _TangentPullback(held, partial[p], tangent_partial[p], shapes[p], out_shape, tape.single_sweep,
+                             p == tracked[-1]) for p in tracked]), call)
+        edges = ((value.index, held.hold),) + edges
+    return Dual(value, tape.record(tangent, edges, call), inputs[duals[0]].level)
 
 
 class _HeldCotangent:
@@ -482,8 +491,8 @@ def _evaluated(f, args, reduce):
     recorded by its own rule: a kernel inside a gradient of a gradient, whose values are tracked by several
     gradients (each records what it sees; a fused kernel computes on plain values and would lose them)."""
     args = [pytree.without_markers(a) for a in args]
-    shape = np.broadcast_shapes(*[np.shape(leaf) for leaf in pytree.flatten(args)[0]
-                                  if type(leaf) is Tracked or _is_array_input(leaf)])
+    shape = np.broadcast_shapes(*[np.shape(plain(leaf)) for leaf in pytree.flatten(args)[0]
+                                  if isinstance(leaf, Guarded) or _is_array_input(leaf)])
     out = f(*args)
     if np.shape(out) != shape:
         out = np.broadcast_to(out, shape)
@@ -834,9 +843,9 @@ def _build(f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, tangent
     """Trace ``f`` on symbols (array leaves) and literals (baked leaves) into a kernel: its outputs are the
     value and one partial per active input; ``order=2`` adds the second partials ∂²f/∂aᵢ∂aⱼ (i ≤ j, row by
     row: forward mode over the first partials); with ``tangents`` (forward mode: that many more inputs, one
-    tangent per active input) the value and the directional derivative Σ ∂f/∂aᵢ · tᵢ; ``tracked`` (inputs a
-    gradient tracks, reverse over forward) then adds the partials of the value and of that directional
-    derivative with respect to each of them."""
+    tangent per active input) the value and the directional derivative Σ ∂f/∂aᵢ · tᵢ; ``tracked``, two lists
+    of inputs (reverse over forward: what a gradient tracks), then adds the partials of the value with respect
+    to the first's and those of that directional derivative with respect to the second's."""
 
     def call(symbols):
         symbols = iter(symbols)
@@ -860,10 +869,10 @@ def _build(f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, tangent
         for term in partials:
             total = term if _is_zero(total) else total if _is_zero(term) else graph.apply(np.add, (total, term))
         partials = [total]
-        if tracked:
-            ones = [np.dtype(kinds[i]).type(1) for i in tracked]
-            partials += derivatives(graph, output, [inputs[i] for i in tracked], ones)
-            partials += derivatives(graph, total, [inputs[i] for i in tracked], ones)
+        if tracked:  # (the inputs whose value partials are wanted, those whose tangent partials are too)
+            for differentiated, wanted in zip(tracked, (output, total)):
+                ones = [np.dtype(kinds[i]).type(1) for i in differentiated]
+                partials += derivatives(graph, wanted, [inputs[i] for i in differentiated], ones)
     outputs = without_cuts(graph, [output] + partials)
     kernel = Kernel(graph, inputs, outputs, reduce, name, has_complex)
     if active and np.dtype(kernel.dtype_for(tuple(kinds))).kind not in "fc":
