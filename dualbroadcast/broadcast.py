@@ -50,7 +50,9 @@ _log = contextvars.ContextVar("dualbroadcast_kernel_log", default=None)
 
 class KernelCall(NamedTuple):
     """What one `broadcast`/`sum` call did: its dual width is the number of partials carried; ``second``, of a
-    second-order kernel (a `sum` inside a gradient of a gradient), the number of second partials."""
+    second-order kernel (a `sum` inside a gradient of a gradient), the number of second partials (of a
+    reverse-over-forward one, `_tangent_on_tape`: one per argument the gradient tracks, contracted with the
+    tangents)."""
 
     function: str
     width: int
