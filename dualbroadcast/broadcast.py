@@ -534,9 +534,9 @@ def _check_duals(parents):
 
 def _fitted_tangent(tangent, value):
     """The kernel's tangent output with the value's shape and dtype (a literal one broadcast)."""
-    if type(tangent) is np.ndarray and type(value) is np.ndarray and tangent.shape == value.shape \
+    if type(tangent) is type(value) and (type(value) is not np.ndarray or tangent.shape == value.shape) \
             and tangent.dtype == value.dtype:
-        return tangent
+        return tangent  # of the value's shape and dtype: an array, or a NumPy scalar of a sum
     dtype = np.result_type(value)
     t = np.broadcast_to(np.asarray(tangent, dtype), np.shape(value))
     return t.copy() if isinstance(value, np.ndarray) else t[()]

@@ -422,7 +422,7 @@ def _multilinear(func, rule, values, positions, tangents, kwargs):
 
 def _elementwise(func, partials, ans, values, positions, tangents):
     """``Σᵢ ∂f/∂aᵢ · tᵢ`` from the derivative table."""
-    typed = as_dtype(values, np.result_type(ans))
+    typed = as_dtype(values, np.result_type(plain(ans)))
     total = None
     for i, t in zip(positions, tangents):
         d = partials[i] if i < len(partials) else None
@@ -482,7 +482,7 @@ def _transpose(func, back, out, t):
     element of a small result (``J·t``'s element k is ``⟨back(e_k), t⟩``); a large one is a clear error."""
     from .api import gradient  # the reverse mode this transposes (api does not import this module)
 
-    g0 = np.zeros(np.shape(out), np.result_type(out))
+    g0 = np.zeros(np.shape(plain(out)), np.result_type(plain(out)))
 
     def pairing(g):
         product = np.sum(apply(back, g) * t)
