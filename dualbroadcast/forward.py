@@ -295,8 +295,8 @@ def _like(t, ans):
     dtype, shape = np.result_type(bare), np.shape(bare)
     if isinstance(t, Guarded) or isinstance(ans, Guarded):
         # a nested jvp's, or a gradient's (reverse over forward): NumPy functions carry or record what they compute
-        if type(plain(t)) is not type(bare) and isinstance(t, Tracked):
-            t = _tracked_like(t, bare)
+        if type(t) is Tracked and np.result_type(plain(t)) != dtype:
+            t = _tracked_like(t, dtype)
         return t if np.shape(plain(t)) == shape else np.broadcast_to(t, shape)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
@@ -306,11 +306,10 @@ def _like(t, ans):
     return t if isinstance(ans, np.ndarray) else t[()]
 
 
-def _tracked_like(t, bare):
-    """A tangent ``t`` tracked by a gradient cast to the kind of the plain result ``bare`` (the tape records it)."""
-    if np.iscomplexobj(plain(t)) and not np.iscomplexobj(bare):
+def _tracked_like(t, dtype):
+    """A tangent ``t`` tracked by a gradient cast to the result's ``dtype`` (the tape records the cast)."""
+    if np.iscomplexobj(plain(t)) and dtype.kind != "c":
         t = np.real(t)
-    dtype = np.result_type(bare)
     return t.astype(dtype) if np.result_type(plain(t)) != dtype else t
 
 
