@@ -386,7 +386,7 @@ def _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, 
     as `db.hvp`), in one fused pass: the value ``y``, the tangent ``ẏ = Σ ∂f/∂dᵢ · tᵢ`` over the dual arguments,
     and per argument ``a`` the tape tracks ``∂y/∂a`` and ``∂ẏ/∂a`` (the second partials contracted with the
     tangents).  The tape records ``y`` and ``ẏ``: ``a``'s cotangent is ``ȳ · ∂y/∂a + ẏ̄ · ∂ẏ/∂a`` in one pass
-    (`_TangentPullback`), a tracked tangent ``tᵢ``'s is ``ẏ̄ · ∂f/∂dᵢ``.  None where this kernel cannot serve
+    (`_tangent_pullback`), a tracked tangent ``tᵢ``'s is ``ẏ̄ · ∂f/∂dᵢ``.  None where this kernel cannot serve
     (values of two tapes or levels, complex values): the caller runs ``f`` operation by operation."""
     duals = [p for p in active if type(inputs[p]) is Dual]
     tracked = [p for p in active if type(inputs[p]) is Tracked or type(inputs[p].value) is Tracked]
@@ -422,15 +422,15 @@ def _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, 
     if tracked:
         held = _HeldCotangent(np.result_type(value).type(0))
         value = tape.record(value, _edges(parents, [
-            _TangentPullback(held, partial[p], tangent_partial[p], shapes[p], out_shape, tape.single_sweep,
-                             p == tracked[-1]) for p in tracked]), call)
+            _tangent_pullback(held, partial[p], tangent_partial[p], shapes[p], out_shape, tape.single_sweep,
+                              p == tracked[-1]) for p in tracked]), call)
         edges = ((value.index, held.hold),) + edges
     return Dual(value, tape.record(tangent, edges, call), inputs[duals[0]].level)
 
 
 class _HeldCotangent:
     """The cotangent ``ẏ̄`` of a reverse-over-forward kernel's tangent ``ẏ``, held for the pullbacks of its
-    value ``y`` (`_TangentPullback`), so that each argument's cotangent ``ȳ · ∂y/∂a + ẏ̄ · ∂ẏ/∂a`` is one
+    value ``y`` (`_tangent_pullback`), so that each argument's cotangent ``ȳ · ∂y/∂a + ẏ̄ · ∂ẏ/∂a`` is one
     pass.  ``ẏ`` is recorded after ``y`` with one edge into ``y``, `hold`, which keeps ``ẏ̄`` and gives ``y``
     a zero cotangent: the sweep, which goes from the last record down, reaches ``y`` after ``ẏ`` and always
     when ``ẏ`` had a cotangent.  Per thread: two threads may sweep one tape."""
@@ -453,31 +453,27 @@ class _HeldCotangent:
         return g
 
 
-class _TangentPullback:
-    """The pullback ``ȳ ↦ ȳ · ∂y/∂a + ẏ̄ · ∂ẏ/∂a`` of a reverse-over-forward kernel into its argument ``a`` of
-    ``shape`` (``ẏ̄`` held by ``held``); ``in_place``: the partials are the kernel's own buffers and the tape is
-    swept once, so the cotangent is computed into ``∂y/∂a`` without allocating (three NumPy passes: one numexpr
-    pass or a loop over blocks measured no faster on two loaded cores)."""
+def _tangent_pullback(held, d, dt, shape, out_shape, in_place, last):
+    """The pullback ``ȳ ↦ ȳ · ∂y/∂a + ẏ̄ · ∂ẏ/∂a`` (``d``, ``dt``) of a reverse-over-forward kernel into its
+    argument ``a`` of ``shape`` (``ẏ̄`` held by ``held``, forgotten by the ``last`` argument's); ``in_place``: the
+    partials are the kernel's own buffers and the tape is swept once, so the cotangent is computed into ``d``
+    without allocating (three NumPy passes: one numexpr pass or a loop over blocks measured no faster on two
+    loaded cores).  A closure, so that `explain` counts the partials it keeps."""
+    owned = in_place and type(d) is np.ndarray and type(dt) is np.ndarray and d.shape == dt.shape == shape \
+        and d.base is None and dt.base is None and d is not dt and out_shape == ()  # the kernel's own buffers
 
-    __slots__ = ("held", "partial", "tangent_partial", "shape", "out_shape", "in_place", "last")
-
-    def __init__(self, held, partial, tangent_partial, shape, out_shape, in_place, last):
-        self.held, self.partial, self.tangent_partial = held, partial, tangent_partial
-        self.shape, self.out_shape, self.in_place, self.last = shape, out_shape, in_place, last
-
-    def __call__(self, g):
-        gt = self.held.take(self.last)
-        d, dt = self.partial, self.tangent_partial
-        if self.in_place and type(g) in REAL_FLOATS and type(gt) in REAL_FLOATS and type(d) is np.ndarray \
-                and type(dt) is np.ndarray and d.shape == dt.shape == self.shape and d.base is None \
-                and dt.base is None and d is not dt and self.out_shape == ():  # the kernel's own buffers
+    def back(g):
+        gt = held.take(last)
+        if owned and type(g) in REAL_FLOATS and type(gt) in REAL_FLOATS:
             np.multiply(d, g, out=d)
             np.multiply(dt, gt, out=dt)
             return np.add(d, dt, out=d)
         ct = g * d if gt is None else g * d + gt * dt
-        if np.shape(ct) == self.shape:
+        if np.shape(ct) == shape:
             return ct
-        return unbroadcast(np.broadcast_to(ct, np.broadcast_shapes(np.shape(ct), self.out_shape)), self.shape)
+        return unbroadcast(np.broadcast_to(ct, np.broadcast_shapes(np.shape(ct), out_shape)), shape)
+
+    return back
 
 
 def _second_partial_pullback(h, shape, partial_shape):
