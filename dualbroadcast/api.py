@@ -14,15 +14,18 @@ from .errors import (
     ArgumentTypeError,
     GradientMismatchError,
     InPlaceMutationError,
+    KernelError,
     NonScalarOutputError,
     ShapeMismatchError,
     StaleValueError,
+    UnsupportedFunctionError,
     ValueConversionError,
 )
 from .expr import TRACING, Sym
 from .forward import JVP_DEPTH, Dual, check_tangent, new_level, primal
 from .guards import RECORDER
 from .numpy_facts import FLOAT_LEAVES, FLOAT_SCALARS
+from .pullbacks import plain
 from .pytree import Cut, Uncut
 from .tape import (
     ACTIVE_TAPE,
@@ -74,7 +77,7 @@ def strip(x):
     if type(x) is Tracked:
         return constant(x)
     if type(x) is Dual:
-        return primal(x)
+        return constant(primal(x))  # its value may be tracked by a gradient (reverse over forward)
     if isinstance(x, _FLOAT_TYPES):
         return x
     if type(x) is Sym:  # inside a kernel: a constant of it
@@ -93,7 +96,7 @@ def _cut_leaf(leaf, constant):
     if type(leaf) is Tracked:
         return constant(leaf)
     if type(leaf) is Dual:
-        return primal(leaf)
+        return constant(primal(leaf))
     if type(leaf) is Sym:
         return leaf.graph.cut(leaf)
     if pytree.has_plain_attributes(leaf):
@@ -195,17 +198,15 @@ def _float_value(x, position, leaf=None, tape=None):
         if x.dtype.kind == "c":  # a gradient inside a gradient: the inner input is tracked by the outer one
             tape.complex = True
         return x
-    elif type(x) is Tracked and tape is None and not x.tape.closed:
-        raise ArgumentTypeError("db.jvp of a value a gradient differentiates (reverse over forward) is not "
-                                "supported yet; for a Hessian-vector product use db.hvp(f, x, v) (reverse over "
-                                "reverse), or take the jvp of db.cut(x)")
+    elif type(x) is Tracked and tape is None and not x.tape.closed and x.dtype.kind in "fc":
+        return x  # a jvp inside a gradient (reverse over forward): the tape records what the duals compute
     elif type(x) is Tracked:
         raise StaleValueError("a tracked value from a finished gradient evaluation was passed to a gradient; "
                               "pass the array itself (or db.cut(x) for its value)")
     elif type(x) is Dual:
         raise ArgumentTypeError("a gradient of a value db.jvp differentiates (forward over reverse) is not "
-                                "supported yet; for a Hessian-vector product use db.hvp(f, x, v) (reverse over "
-                                "reverse)")
+                                "supported; for a Hessian-vector product use db.hvp(f, x, v), or compose them the "
+                                "other way, reverse over forward: db.gradient(lambda x: db.jvp(f, (x,), (v,))[1], x)")
     else:
         what = f"of type {type(x).__name__}" + (f" with dtype {x.dtype}" if hasattr(x, "dtype") else "")
     where = "" if leaf is None else f" (leaf {leaf})"
@@ -571,11 +572,11 @@ def jvp(f: Callable[..., Any], primals: Any, tangents: Any) -> tuple[Any, Any]:
                                   "call); return values computed from f's own arguments")
         else:  # a constant (a value of an outer jvp included): its tangent is zero
             values.append(leaf)
-            plain = primal(leaf)
-            kind = getattr(getattr(plain, "dtype", None), "kind", "")
-            float_leaf = isinstance(plain, (float, complex)) or kind in ("f", "c")
-            out_tangents.append(None if not float_leaf else np.zeros_like(plain) if isinstance(plain, np.ndarray)
-                                else np.zeros_like(plain)[()])
+            bare = plain(leaf)  # a value a gradient tracks (reverse over forward) included
+            kind = getattr(getattr(bare, "dtype", None), "kind", "")
+            float_leaf = isinstance(bare, (float, complex)) or kind in ("f", "c")
+            out_tangents.append(None if not float_leaf else np.zeros_like(bare) if isinstance(bare, np.ndarray)
+                                else np.zeros_like(bare)[()])
     if out_def is pytree.LEAF:
         return values[0], out_tangents[0]
     return pytree.unflatten(out_def, values), pytree.unflatten(out_def, out_tangents)
@@ -743,7 +744,9 @@ def _block(column, start, size, row_shape, leaf):
 def hvp(f: Callable[..., Any], *args: Any, vectors: Any = None) -> Any:
     """Hessian-vector product of the real scalar ``f``: ``hvp(f, x, v)`` is ``H(x) · v``; ``hvp(f, *args,
     vectors=(v1, ...))`` the products with respect to several arguments (pytrees, `cut` as in `gradient`).
-    The gradient of ``⟨∇f, v⟩`` (reverse over reverse): one evaluation of f, two sweeps, no dense Hessian.
+    Reverse over forward: the gradient of the directional derivative ``jvp(f, x, v)``, one evaluation of f
+    and one sweep, a `db.sum` in it one fused pass; where forward mode cannot go (a rule without a tangent on
+    tracked values, complex arguments), the gradient of ``⟨∇f, v⟩`` (reverse over reverse).  No dense Hessian.
 
     >>> db.hvp(lambda x: np.sum(x ** 3), np.array([1.0, 2.0]), np.array([1.0, 0.0]))
     array([6., 0.])
@@ -757,6 +760,11 @@ def hvp(f: Callable[..., Any], *args: Any, vectors: Any = None) -> Any:
         vectors = (vectors,)
     if len(vectors) != len(args):
         raise ShapeMismatchError(f"hvp got {len(vectors)} vectors for {len(args)} arguments; pass one per argument")
+    if not any(np.iscomplexobj(leaf) for a in args for leaf in pytree.flatten(a)[0]):
+        try:
+            return gradient(lambda *xs: _tangent_of(jvp(f, tuple(_marked_like(args, xs)), vectors)[1]), *args)
+        except _FORWARD_REFUSES:
+            pass  # reverse over reverse below: as exact, slower
 
     def directional(*xs):
         grads = gradient(f, *_marked_like(args, xs))
@@ -768,6 +776,21 @@ def hvp(f: Callable[..., Any], *args: Any, vectors: Any = None) -> Any:
         return total
 
     return gradient(directional, *args)
+
+
+class _NotScalar(Exception):
+    """`hvp`'s ``f`` gave no real scalar: reverse over reverse says what is wrong (`gradient`'s errors)."""
+
+
+_FORWARD_REFUSES = (UnsupportedFunctionError, KernelError, ValueConversionError, _NotScalar)
+
+
+def _tangent_of(tangent):
+    """The tangent of ``f``'s result in `hvp`, a real scalar."""
+    value = plain(tangent)
+    if not isinstance(value, (float, np.floating, np.ndarray)) or np.ndim(value) or np.result_type(value).kind != "f":
+        raise _NotScalar
+    return tangent
 
 
 def _marked_like(originals, values):

@@ -42,7 +42,7 @@ from .derivatives import DERIVATIVES
 from .errors import InPlaceMutationError, ShapeMismatchError, UnsupportedFunctionError, ValueConversionError
 from .guards import Guarded
 from .numpy_facts import ARRAY_METHODS, as_dtype, astype, getitem, qualified_name
-from .pullbacks import IndexPullback, apply
+from .pullbacks import IndexPullback, apply, plain
 from .registry import (
     COMPLEX_RULES,
     COMPOSITION,
@@ -60,6 +60,7 @@ from .registry import (
 )
 from .tape import (
     _OUT,
+    Tracked,
     _check_ufunc_keywords,
     _complex_message,
     _is_complex,
@@ -226,9 +227,25 @@ def apply_function(func, args, kwargs):
             raise UnsupportedFunctionError("np.sign of a complex value is z / |z|, which is not piecewise constant: "
                                            "write z / np.abs(z) to differentiate it")
         return ans
-    ans = rule.impl(*call_values, **kwargs)
+    on_tape = Tracked in map(type, values)  # a jvp inside a gradient: NumPy hands tracked values to the tape
+    ans = func(*call_values, **kwargs) if on_tape else rule.impl(*call_values, **kwargs)
     if not positions:  # only duals of outer levels: they carried their tangents through the call
         return ans
+    if not on_tape:
+        return _with_tangent(func, rule, kind, ans, values, call_values, positions, sequence, kwargs, level)
+    try:
+        return _with_tangent(func, rule, kind, ans, values, call_values, positions, sequence, kwargs, level)
+    except (TypeError, AttributeError) as error:
+        if isinstance(error, UnsupportedFunctionError):
+            raise
+        raise UnsupportedFunctionError(
+            f"the tangent of {qualified_name(func)} cannot be computed on values a gradient tracks (a db.jvp inside "
+            f"a gradient, reverse over forward): its rule does not run on them ({type(error).__name__}: {error}). "
+            "For a Hessian-vector product use db.hvp(f, x, v), which then takes reverse over reverse") from error
+
+
+def _with_tangent(func, rule, kind, ans, values, call_values, positions, sequence, kwargs, level):
+    """The result ``ans`` of `apply_function` with its tangent, from the duals of ``level`` at ``positions``."""
     tangents = [sequence[i].tangent for i in positions]
     if kind == PER_ARGUMENT:
         for i in positions:
@@ -274,16 +291,26 @@ def _like(t, ans):
     """The tangent ``t`` with ``ans``'s shape and dtype (a NumPy scalar for a scalar result)."""
     if type(t) is np.ndarray and type(ans) is np.ndarray and t.dtype == ans.dtype and t.shape == ans.shape:
         return t
-    plain = primal(ans)
-    dtype, shape = np.result_type(plain), np.shape(plain)
-    if type(t) is Dual or type(ans) is Dual:  # of a nested jvp: NumPy functions carry the outer tangents
-        return t if np.shape(primal(t)) == shape else np.broadcast_to(t, shape)
+    bare = plain(ans)
+    dtype, shape = np.result_type(bare), np.shape(bare)
+    if isinstance(t, Guarded) or isinstance(ans, Guarded):
+        # a nested jvp's, or a gradient's (reverse over forward): NumPy functions carry or record what they compute
+        if type(t) is Tracked and np.result_type(plain(t)) != dtype:
+            t = _tracked_like(t, dtype)
+        return t if np.shape(plain(t)) == shape else np.broadcast_to(t, shape)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
         t = np.asarray(t, dtype)
     if t.shape != shape:
         t = np.broadcast_to(t, shape).copy()
     return t if isinstance(ans, np.ndarray) else t[()]
+
+
+def _tracked_like(t, dtype):
+    """A tangent ``t`` tracked by a gradient cast to the result's ``dtype`` (the tape records the cast)."""
+    if np.iscomplexobj(plain(t)) and dtype.kind != "c":
+        t = np.real(t)
+    return t.astype(dtype) if np.result_type(plain(t)) != dtype else t
 
 
 # --- the tangent of one result -----------------------------------------------------------------------------
@@ -335,19 +362,28 @@ def _linear(func, rule, linear, values, positions, tangents, kwargs):
     differentiates, or one `deflinear` names) by zeros, the rest (axes, shapes, indices) as it is."""
     if rule.kind == SEQUENCE:
         sequence, *rest = values
-        arrays = [np.zeros_like(a) for a in sequence]
+        arrays = [np.zeros_like(plain(a)) for a in sequence]
         for i, t in zip(positions, tangents):
             arrays[i] = t
-        return rule.impl(type(sequence)(arrays), *rest, **kwargs)
+        return _call(func, rule, [type(sequence)(arrays), *rest], kwargs)
     names = _parameters(func)
     data = set(linear.constants)
     if rule.kind in (PER_ARGUMENT, OUTPUTS):  # a maker per argument (outputs rules too: np.linspace)
         data.update(name for name, maker in zip(names, rule.makers) if maker is not None)
-    args = [np.zeros_like(a) if i < len(names) and names[i] in data and a is not None else a
+    args = [np.zeros_like(plain(a)) if i < len(names) and names[i] in data and a is not None else a
             for i, a in enumerate(values)]
-    kwargs = {k: np.zeros_like(v) if k in data and v is not None else v for k, v in kwargs.items()}
+    kwargs = {k: np.zeros_like(plain(v)) if k in data and v is not None else v for k, v in kwargs.items()}
     for i, t in zip(positions, tangents):
         args[i] = t
+    return _call(func, rule, args, kwargs)
+
+
+def _call(func, rule, args, kwargs):
+    """``func(*args, **kwargs)``: by the rule's implementation on plain values, by ``func`` itself where a
+    gradient tracks one (reverse over forward: NumPy hands it to the tape)."""
+    for a in args:
+        if type(a) is Tracked or (type(a) in (list, tuple) and Tracked in map(type, a)):
+            return func(*args, **kwargs)
     return rule.impl(*args, **kwargs)
 
 
@@ -378,14 +414,14 @@ def _multilinear(func, rule, values, positions, tangents, kwargs):
         else:
             args = list(values)
             args[i] = t
-        term = rule.impl(*args, **kwargs)
+        term = _call(func, rule, args, kwargs)
         total = term if total is None else total + term
     return total
 
 
 def _elementwise(func, partials, ans, values, positions, tangents):
     """``Σᵢ ∂f/∂aᵢ · tᵢ`` from the derivative table."""
-    typed = as_dtype(values, np.result_type(ans))
+    typed = as_dtype(values, np.result_type(plain(ans)))
     total = None
     for i, t in zip(positions, tangents):
         d = partials[i] if i < len(partials) else None
@@ -445,7 +481,7 @@ def _transpose(func, back, out, t):
     element of a small result (``J·t``'s element k is ``⟨back(e_k), t⟩``); a large one is a clear error."""
     from .api import gradient  # the reverse mode this transposes (api does not import this module)
 
-    g0 = np.zeros(np.shape(out), np.result_type(out))
+    g0 = np.zeros(np.shape(plain(out)), np.result_type(plain(out)))
 
     def pairing(g):
         product = np.sum(apply(back, g) * t)
@@ -484,22 +520,22 @@ DENSE_TRANSPOSE_LIMIT = 256  # result elements: one pullback call each
 def check_tangent(leaf, tangent, position, k):
     """The tangent given for a primal leaf (a dual of an outer `jvp` in a nested call), as an array of its
     shape and dtype (a clear error otherwise)."""
-    plain = primal(leaf)
+    bare = plain(leaf)  # a value a gradient tracks (reverse over forward) included
     if tangent is None:
-        return np.zeros_like(plain)
-    shape = np.shape(plain)
+        return np.zeros_like(bare)
+    shape = np.shape(bare)
     if np.shape(tangent) != shape:
         where = "" if k is None else f" (leaf {k})"
         raise ShapeMismatchError(
             f"the tangent of argument {position}{where} has shape {np.shape(tangent)}, its primal {shape}; "
             "give each primal a tangent of its own shape")
-    if not _is_complex(plain) and np.iscomplexobj(primal(tangent)):
+    if not _is_complex(bare) and np.iscomplexobj(plain(tangent)):
         raise ShapeMismatchError(
             f"the tangent of argument {position} is complex, its primal real; give a real tangent")
-    if type(tangent) is Dual:
-        return tangent
-    t = np.asarray(tangent, np.result_type(plain))
-    return t if isinstance(plain, np.ndarray) else t[()]
+    if isinstance(tangent, Guarded):  # of an outer jvp, or tracked by a gradient: cast where it is recorded
+        return _like(tangent, leaf)
+    t = np.asarray(tangent, np.result_type(bare))
+    return t if isinstance(bare, np.ndarray) else t[()]
 
 
 tape.FORWARD[:] = [Dual, apply_function]  # a `db.primitive` called on a dual value computes its tangent here

@@ -59,7 +59,8 @@ def plain(x):
     run inside the recorded function: `db.prepare_hvp`) cannot be read so: the choice would be baked into the
     replay, so that recording is left to `db.gradient` (`NotReplayableError`)."""
     while isinstance(x, Guarded):
-        if x.tape.recorder is not None:
+        tape = getattr(x, "tape", None)  # a dual value (forward mode) has none
+        if tape is not None and tape.recorder is not None:
             raise NotReplayableError("a pullback chose elements by a value a prepared program records")
         x = x.value
     return x

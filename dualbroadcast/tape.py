@@ -735,6 +735,8 @@ def record_operation(func, args, kwargs):
         ans = func(*call_values, **kwargs)
     else:
         ans = rule.impl(*call_values, **kwargs) if kwargs else rule.plain(*call_values)
+    if type(ans) is FORWARD[0]:  # a dual among the arguments (reverse over forward): see `_not_float`
+        return FORWARD[1](func, args, kwargs)
     if tape is None:
         return ans
     if rule is None:
@@ -1066,8 +1068,10 @@ def tape_of(parents):
 
 
 def _is_float(ans):
+    """Whether ``ans`` is a real float array or NumPy scalar the tape carries (not a `db.jvp` dual: a tracked value
+    met one, reverse over forward, and forward mode computes the result, see `_not_float`)."""
     dtype = getattr(ans, "dtype", None)
-    return dtype is not None and dtype.kind == "f"
+    return dtype is not None and dtype.kind == "f" and type(ans) is not FORWARD[0]
 
 
 def _is_complex(ans):
@@ -1081,7 +1085,11 @@ def _is_complex(ans):
 
 def _not_float(tape, func, args, ans):
     """A result of ``func`` on tracked values that is not a real float, from a fast path: a complex one is
-    recorded by `record_operation`'s general path, which the tape takes from now on; else a constant."""
+    recorded by `record_operation`'s general path, which the tape takes from now on; a dual value (a tracked
+    value met a `db.jvp`'s dual: reverse over forward) by forward mode, whose operations the tape records; else
+    a constant."""
+    if type(ans) is FORWARD[0]:
+        return FORWARD[1](func, args, {})
     if _is_complex(ans):
         tape.complex = True
         return record_operation(func, args, {})

@@ -289,10 +289,8 @@ def test_explain_of_a_function_taking_a_gradient_shows_the_second_order_kernel()
     assert "second order: 55" in str(report)
 
 
-def test_mixing_forward_and_reverse_nesting_is_a_clear_error_naming_hvp():
+def test_forward_over_reverse_is_a_clear_error_naming_hvp_and_reverse_over_forward():
     f = lambda x: np.sum(np.sin(x) * x)
     x, v = np.array([0.1, 0.5]), np.array([1.0, 0.0])
-    with pytest.raises(db.ArgumentTypeError, match=r"forward over reverse.*db\.hvp"):
+    with pytest.raises(db.ArgumentTypeError, match=r"forward over reverse.*db\.hvp.*reverse over forward"):
         db.jvp(lambda x: db.gradient(f, x), (x,), (v,))
-    with pytest.raises(db.ArgumentTypeError, match=r"reverse over forward.*db\.hvp"):
-        db.gradient(lambda x: np.sum(db.jvp(f, (x,), (v,))[1]), x)

@@ -1,0 +1,268 @@
+"""Hessian-vector products by reverse over forward: the gradient of a `db.jvp`'s tangent.
+
+`db.hvp` differentiates ``x ↦ jvp(f, x, v)``'s tangent ``⟨∇f(x), v⟩``: a `db.jvp` inside a gradient, whose duals
+carry values the gradient's tape tracks, so each operation's tangent is recorded there (`forward.py`), and a
+`db.sum`/`db.broadcast` is one fused pass computing the value, the tangent and both partials for the tape
+(`broadcast._tangent_on_tape`).  Checked here against the reverse-over-reverse hvp (the gradient of ``⟨∇f, v⟩``
+written out), hand-written Hessians, central differences of the gradient and ``jax.jvp(jax.grad)``; on every
+kernel backend; with `cut`/`uncut`, pytrees, float32; and for perturbation confusion (closures over the
+gradient's variable inside the jvp)."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dualbroadcast as db
+from dualbroadcast.pullbacks import plain
+
+from . import programs
+from .cases import all_cases, reset_streams
+from .test_second_order import AT_A_TIE, NOT_TWICE
+
+FORWARD_REFUSES = (db.UnsupportedFunctionError, db.ValueConversionError, db.KernelError)
+
+
+def reverse_over_forward(f, args, vectors):
+    """The composition `db.hvp` takes: the gradient of the jvp's tangent."""
+    return db.gradient(lambda *xs: db.jvp(f, xs, vectors)[1], *args)
+
+
+def reverse_over_reverse(f, args, vectors):
+    """The gradient of ``⟨∇f, v⟩``: the hvp as it was before (two sweeps)."""
+    def directional(*xs):
+        grads = db.gradient(f, *xs)
+        grads = grads if len(xs) > 1 else (grads,)
+        return sum(np.sum(g * v) for g, v in zip(grads, vectors))
+
+    return db.gradient(directional, *args)
+
+
+def gradient_differences(f, args, vectors, h=1e-6):
+    """Central differences of the gradient along the vectors."""
+    def at(t):
+        g = db.gradient(f, *[a + t * v for a, v in zip(args, vectors)])
+        return g if len(args) > 1 else (g,)
+
+    return tuple((np.asarray(a, np.float64) - np.asarray(b, np.float64)) / (2 * h) for a, b in zip(at(h), at(-h)))
+
+
+def eam_hand(x, v):
+    """H·v of E = P² + P³ + P⁴/4, P = Σ exp(-3(x+1)): E''(P) ∇P ∇Pᵀ v + E'(P) diag(9r) v."""
+    r = np.exp(-3 * (x + 1))
+    p = np.sum(r)
+    return (2 + 6 * p + 3 * p ** 2) * (-3 * r) * np.dot(-3 * r, v) + (2 * p + 3 * p ** 2 + p ** 3) * 9 * r * v
+
+
+def projected(out, seed):
+    """A real scalar that depends on every float element of ``out`` (tracked, dual, or tuples of them)."""
+    total = 0.0
+    for k, o in enumerate(out if isinstance(out, (list, tuple)) else [out]):
+        value = plain(o)
+        if np.result_type(value).kind != "f":
+            continue
+        w = np.random.default_rng(seed + k).standard_normal(np.shape(value))
+        total = total + np.sum(o * w.astype(np.result_type(value)))
+    return total
+
+
+CASES = [c for c in all_cases() if str(c) not in AT_A_TIE]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+@settings(max_examples=1, deadline=None)
+@given(data=st.data())
+def test_every_rule_case_agrees_with_reverse_over_reverse(case, data):
+    """Each rule case's hvp by reverse over forward agrees with reverse over reverse to rounding, where both
+    run; where forward mode refuses, it is a clear error and `db.hvp` falls back; where reverse over reverse
+    refuses (a pullback that cannot run on tracked values), reverse over forward agrees with differences."""
+    reset_streams()
+    fn, args = case.build(data.draw, np.float64)
+    if any(np.iscomplexobj(a) for a in args):
+        return
+    seed = data.draw(st.integers(0, 1000))
+    f = lambda *a: projected(fn(*a), seed)
+    rng = np.random.default_rng(seed)
+    vectors = tuple(rng.standard_normal(np.shape(a)) if isinstance(a, np.ndarray) else float(rng.standard_normal())
+                    for a in args)
+    try:
+        got = reverse_over_forward(f, args, vectors)
+    except FORWARD_REFUSES:
+        got = None
+    try:
+        want = reverse_over_reverse(f, args, vectors)
+    except (db.UnsupportedFunctionError, db.ValueConversionError):
+        assert str(case) in NOT_TWICE
+        if got is not None:  # the new composition reaches a second derivative the old one could not
+            got = got if len(args) > 1 else (got,)
+            for g, d in zip(got, gradient_differences(f, args, vectors)):
+                np.testing.assert_allclose(g, d, rtol=1e-4, atol=1e-4 * max(1.0, np.max(np.abs(d), initial=0)))
+        return
+    hvp = db.hvp(f, *args, vectors=vectors)
+    for result in ([got] if got is not None else []) + [hvp]:
+        result, expected = (result, want) if len(args) > 1 else ((result,), (want,))
+        for r, w in zip(result, expected):
+            scale = max(1.0, float(np.max(np.abs(w), initial=0.0)))
+            np.testing.assert_allclose(r, w, rtol=1e-7, atol=1e-9 * scale)
+
+
+# --- random programs: the two compositions agree to rounding -------------------------------------------------
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_random_programs_agree_with_reverse_over_reverse(data):
+    program = data.draw(programs.programs(), label="program")
+    if "db.cut(" in program.function_source():  # a cut derived value: see programs.check_second_order
+        return
+    values = programs.build_inputs(program)
+    f = programs.compile_program(program)
+    rng = np.random.default_rng(program.seed)
+    vectors = tuple(np.zeros(np.shape(v)) if x.cut else rng.standard_normal(np.shape(v))
+                    for x, v in zip(program.inputs, values))
+    args = programs.wrap(program, values)
+    with np.errstate(all="ignore"):
+        try:
+            want = programs.as_tuple(reverse_over_reverse(f, args, vectors), len(values))
+        except (db.DifferentiationError, ValueError, FloatingPointError):
+            return  # refused (a clear error) or not defined here: programs.check_second_order covers it
+        try:
+            got = programs.as_tuple(reverse_over_forward(f, args, vectors), len(values))
+        except FORWARD_REFUSES:
+            got = None
+        hvp = programs.as_tuple(db.hvp(f, *args, vectors=vectors), len(values))
+    for result in ([got] if got is not None else []) + [hvp]:
+        for x, r, w in zip(program.inputs, result, want):
+            if x.cut:
+                assert r is None
+                continue
+            scale = max(1.0, float(np.max(np.abs(w), initial=0.0)))
+            np.testing.assert_allclose(r, w, rtol=1e-7, atol=1e-9 * scale)
+
+
+# --- the EAM model: one fused kernel per db.sum, every backend ------------------------------------------------
+@pytest.mark.parametrize("backend", ["numpy", "blocked", "numexpr"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_eam_hvp_is_one_kernel_call_on_every_backend(backend, dtype):
+    n = 40_000  # two blocks and more: every backend is eligible
+    x = np.random.default_rng(0).random(n).astype(dtype)
+    v = np.random.default_rng(1).standard_normal(n).astype(dtype)
+    with db.kernel_log() as calls:
+        got = db.hvp(lambda x: eam_fused(x, backend), x, v)
+    assert [(c.width, c.second, c.backend, c.reduce) for c in calls] == [(1, 1, backend, True)]
+    assert got.dtype == dtype
+    want = eam_hand(x.astype(np.float64), v.astype(np.float64))
+    rtol = 1e-4 if dtype is np.float32 else 1e-11
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * np.max(np.abs(want)))
+
+
+def eam_fused(x, backend=None):
+    p = db.sum(lambda r: np.exp(-3 * (r + 1)), x, backend=backend)
+    return p ** 2 + p ** 3 + 0.25 * p ** 4
+
+
+def test_eam_hvp_against_jax_jvp_of_grad():
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+
+    def eam_jax(x):
+        p = jnp.sum(jnp.exp(-3 * (x + 1)))
+        return p ** 2 + p ** 3 + 0.25 * p ** 4
+
+    x = np.random.default_rng(2).random(300)
+    v = np.random.default_rng(3).standard_normal(300)
+    want = np.asarray(jax.jvp(jax.grad(eam_jax), (jnp.asarray(x),), (jnp.asarray(v),))[1])
+    np.testing.assert_allclose(db.hvp(eam_fused, x, v), want, rtol=1e-12, atol=1e-12 * np.max(np.abs(want)))
+
+
+def test_functions_of_numpy_calls_against_jax_and_differences():
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+    a = np.random.default_rng(4).standard_normal((4, 4))
+
+    def f(x, xp):
+        y = xp.tanh(x[1:] * x[:-1]) @ (a[:3, :3] @ x[:3] ** 2)
+        return xp.sum(xp.sin(x) * xp.exp(-x ** 2)) + y + xp.linalg.det(a + xp.outer(x, x)) + xp.max(x) ** 3
+
+    x = np.array([0.3, -0.7, 1.1, 0.2])
+    v = np.array([0.5, 1.0, -2.0, 0.25])
+    got = db.hvp(lambda x: f(x, np), x, v)
+    want = np.asarray(jax.jvp(jax.grad(lambda x: f(x, jnp)), (jnp.asarray(x),), (jnp.asarray(v),))[1])
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(reverse_over_forward(lambda x: f(x, np), (x,), (v,)), want, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got, gradient_differences(lambda x: f(x, np), (x,), (v,))[0], rtol=1e-5, atol=1e-6)
+
+
+# --- kernels: sums and broadcasts, cut and uncut, pytrees, tracked arguments that are not duals ----------------
+def test_broadcast_and_sum_with_pytrees_and_cut_leaves_agree_with_reverse_over_reverse():
+    xs = np.linspace(-1, 1, 50)
+
+    def f(params, x):
+        s = db.sum(lambda x, p: p["a"] * np.sin(p["b"] * x) + p["c"] * x ** 2, x, params)
+        b = db.broadcast(lambda x, a: np.tanh(a * x), x, params["a"])
+        return s * np.sum(b ** 2) + np.sum(b * xs)
+
+    params = {"a": 0.7, "b": np.float64(1.3), "c": db.cut(0.2)}
+    x = np.cos(3 * xs)
+    vp = {"a": 0.5, "b": np.float64(-1.0), "c": 9.0}  # the cut leaf's direction is ignored
+    vx = np.sin(5 * xs)
+    with db.kernel_log() as calls:
+        got_p, got_x = db.hvp(f, params, x, vectors=(vp, vx))
+    assert len(calls) == 2 and all(c.second == c.width for c in calls)
+    assert got_p["c"] is None and type(got_p["a"]) is float
+    plain_params = {"a": 0.7, "b": np.float64(1.3), "c": 0.2}
+
+    def directional(a, b, x):
+        g = db.gradient(f, {"a": a, "b": b, "c": db.cut(0.2)}, x)
+        return g[0]["a"] * vp["a"] + g[0]["b"] * vp["b"] + np.sum(g[1] * vx)
+
+    want_a, want_b, want_x = db.gradient(directional, plain_params["a"], plain_params["b"], x)
+    np.testing.assert_allclose([got_p["a"], got_p["b"]], [want_a, want_b], rtol=1e-10)
+    np.testing.assert_allclose(got_x, want_x, rtol=1e-10, atol=1e-12)
+
+
+def test_a_kernel_reading_the_gradients_variable_that_is_not_a_dual():
+    """d/dc of jvp(x ↦ Σ c x³, x, v)'s tangent is Σ 3x² v: c is tracked by the gradient, not a dual."""
+    x = np.linspace(0.1, 1, 7)
+    v = np.cos(x)
+    with db.kernel_log() as calls:
+        got = db.gradient(lambda c: db.jvp(lambda x: db.sum(lambda x, c: c * x ** 3, x, c), (x,), (v,))[1], 2.0)
+    assert got == pytest.approx(np.sum(3 * x ** 2 * v), rel=1e-13)
+    assert [(c.width, c.second) for c in calls] == [(1, 1)]
+
+
+def test_perturbation_confusion_of_a_jvp_inside_a_gradient():
+    """d/dx (d/dy (x · y)) at any y is 1; through a kernel too."""
+    for inner in (lambda x, y: x * y, lambda x, y: db.sum(lambda y, x: x * y, y, x)):
+        got = db.gradient(lambda x: db.jvp(lambda y: inner(x, y), (3.0,), (1.0,))[1], 2.0)
+        assert got == 1.0
+    # and x inside: d/dx (x · d/dy (x + y)) = 1
+    assert db.gradient(lambda x: x * db.jvp(lambda y: x + y, (1.0,), (1.0,))[1], 5.0) == 1.0
+
+
+def test_cut_inside_the_jvp_stops_the_gradient_too():
+    """jvp(x ↦ x · cut(x), v) = cut(x) v: its gradient in x is 0, as JAX's stop_gradient at every level."""
+    got = db.gradient(lambda x: db.jvp(lambda y: y * db.cut(y), (x,), (1.0,))[1], 3.0)
+    assert got == 0.0
+
+
+def test_forward_refusal_falls_back_to_reverse_over_reverse():
+    """np.pad's mode='maximum' has no forward rule: db.hvp is then reverse over reverse, the composition a clear
+    error naming db.hvp."""
+    x = np.array([0.3, 1.2, -0.4])
+    v = np.array([1.0, -1.0, 0.5])
+    f = lambda x: np.sum(np.pad(x, 2, mode="maximum") ** 3)
+    with pytest.raises(db.UnsupportedFunctionError):
+        reverse_over_forward(f, (x,), (v,))
+    np.testing.assert_allclose(db.hvp(f, x, v), reverse_over_reverse(f, (x,), (v,)), rtol=1e-12)
+
+
+def test_reverse_over_forward_names_hvp_where_a_rule_cannot_run_on_tracked_values():
+    """np.polyval's forward rule in x converts the coefficients with np.asarray."""
+    f = lambda c, x: np.sum(np.polyval(c, x) ** 2)
+    args = np.array([0.3, 1.2, -0.4]), np.array([0.1, 0.2])
+    vectors = np.ones(3), np.array([1.0, -1.0])
+    with pytest.raises(db.UnsupportedFunctionError, match=r"reverse over forward.*db\.hvp"):
+        reverse_over_forward(f, args, vectors)
+    for got, want in zip(db.hvp(f, *args, vectors=vectors), reverse_over_reverse(f, args, vectors)):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
