@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import UnsupportedFunctionError
 from ..pullbacks import as_array, plain
-from ..registry import RULES, defcomposition, defvjp, holds_for_complex
+from ..registry import RULES, defcomposition, defjvp, defvjp, holds_for_complex
 
 
 # --- sums, products, derivatives and integrals: NumPy's steps on the tracked coefficients ----------------
@@ -201,6 +201,33 @@ def polyfit_vjp(argnum):
     return maker
 
 
+def roots_jvp(tangents, ans, p):
+    """ṙ = -ṗ(r) / p'(r): the tangent polynomial at each root over the slope there."""
+    p, r = np.atleast_1d(p), as_array(ans)
+    t = np.polyval(np.atleast_1d(tangents[0]), r) / -np.polyval(np.polyder(p), r)
+    return t if r.dtype.kind == "c" else np.real(t)
+
+
+def polyfit_jvp(tangents, ans, x, y, deg, rcond=None, full=False, w=None, cov=False):
+    """ċ = M (Dᵀ(w² ẋ e) - Vᵀ(w² ẋ (D c)) + Vᵀ(w² ẏ) + 2 Vᵀ(w ẇ e)), M = (AᵀA)⁻¹ = A⁺A⁺ᵀ: the normal
+    equations VᵀW²V c = VᵀW²y differentiated (e = y - V c, D = ∂V/∂x; the transpose of `polyfit_vjp`)."""
+    tx, ty, tw = tangents[0], tangents[1], tangents[5] if len(tangents) > 5 else None
+    vander, weights, pinv = _fit(x, deg, w)
+    c = _columns(as_array(ans, np.float64))
+    residuals = _columns(as_array(y, np.float64)) - vander @ c
+    squared = (weights ** 2)[:, None]
+    rhs = 0.0
+    if tx is not None:
+        derivative = _vander_derivative(as_array(x, np.float64), vander.shape[1])
+        moved = squared * _columns(tx)
+        rhs = rhs + derivative.T @ (moved * residuals) - vander.T @ (moved * (derivative @ c))
+    if ty is not None:
+        rhs = rhs + vander.T @ (squared * _columns(ty))
+    if tw is not None:
+        rhs = rhs + vander.T @ (2 * (weights * tw)[:, None] * residuals)
+    return np.reshape(pinv @ (pinv.T @ rhs), np.shape(ans))
+
+
 def _vander_derivative(x, order):
     """D = ∂vander(x, order)/∂x row by row: D[i, j] = (order - 1 - j) xᵢ^(order - 2 - j), 0 in the last column."""
     powers = np.arange(order - 1, 0, -1)
@@ -228,6 +255,8 @@ def _register():
     holds_for_complex(np.roots)
     defvjp(np.polyfit, polyfit_vjp(0), polyfit_vjp(1), None, None, None, polyfit_vjp(5))
     RULES[np.polyfit].impl = RULES[np.polyfit].plain = _fit_coefficients_only
+    defjvp(np.roots, roots_jvp)
+    defjvp(np.polyfit, polyfit_jvp)
 
 
 _register()

@@ -145,8 +145,9 @@ def transpose_band(band, g, axis):
     """``Dᵀ g`` along ``axis`` for D of diagonals ``band`` (`band_of`): ``f̄_j = Σ_s W[s, j] g_{j+s-BAND}``."""
     moved = np.moveaxis(g, axis, -1)
     padded = np.pad(moved, [(0, 0)] * (moved.ndim - 1) + [(BAND, BAND)])
-    windows = np.lib.stride_tricks.sliding_window_view(padded, band.shape[1], axis=-1)  # [..., s, j]: g_{j+s-BAND}
-    return np.moveaxis(np.einsum("...sj,sj->...j", windows, band), -1, axis)
+    n = band.shape[1]
+    total = sum(band[s] * padded[..., s:s + n] for s in range(PROBES))  # g_{j+s-BAND}: slices, so traceable in g
+    return np.moveaxis(total, -1, axis)
 
 
 def _spacing(varargs, k):
@@ -196,7 +197,7 @@ def coordinates_transpose(f, x, axis, edge_order, g):
     j = np.arange(n)
     x = np.asarray(x, np.float64)
     eps = 1e-20 * max(float(np.max(np.abs(np.diff(x)), initial=0.0)), 1e-300)
-    x_bar = np.zeros(n)
+    x_bar = 0.0
     other = tuple(a for a in range(np.ndim(f)) if a != axis)
     for c in range(PROBES):
         probe = (j % PROBES == c)
@@ -204,7 +205,7 @@ def coordinates_transpose(f, x, axis, edge_order, g):
         contributions = np.sum(g * moved.imag / eps, axis=other)  # by row i
         m = j + (c - j + BAND) % PROBES - BAND  # the probe's coordinate within two of row i
         inside = (m >= 0) & (m < n)
-        np.add.at(x_bar, m[inside], contributions[inside])
+        x_bar = x_bar + np.bincount(m[inside], contributions[inside], minlength=n)  # traceable in g
     return x_bar
 
 
