@@ -9,8 +9,10 @@ whose partial is ``None`` is not differentiable: a tracked value there is an err
 naming it.  Orders of Bessel functions, degrees of polynomials and the parameters of
 the incomplete beta function (``a``, ``b``) have derivatives SciPy has no function for; they take
 constants.  Where JAX differentiates such a parameter (ζ(x, q) in x, P(a, x) in a) a `computed_partial`
-computes the series JAX uses, on whole arrays.  ``np.i0``'s derivative is ``scipy.special.i1``
-(NumPy has no I1), so it has a rule only with SciPy.
+computes the series JAX uses, on whole arrays, carried as truncated Taylor series so that the n-th
+derivative is a computed partial too (`derivative_of_order`): each order's partials are the next order's
+(and closed forms in the other argument), so these are differentiable to any order.  ``np.i0``'s
+derivative is ``scipy.special.i1`` (NumPy has no I1), so it has a rule only with SciPy.
 
 Deliberately not differentiable, and why:
 
