@@ -21,11 +21,8 @@ CASES = all_cases()
 AT_A_TIE = {"max_two_way_tie", "min_two_way_tie"}
 
 # Rules whose pullbacks cannot run on values tracked by an outer gradient: a second derivative through them is a
-# clear error, which these cases check (naming the rule).
-NOT_TWICE = {
-    # np.gradient's coordinates: ∂(D f)/∂x is a complex step through NumPy's np.gradient (no recorded formula)
-    "gradient_tracked_spacing",
-}
+# clear error, which these cases check (naming the rule).  None today: every rule's pullback is recorded.
+NOT_TWICE: set[str] = set()
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if str(c) not in AT_A_TIE], ids=str)

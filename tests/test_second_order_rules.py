@@ -118,6 +118,42 @@ def test_polyfit_in_x_and_y():
                          lambda x, y: (w * jnp.polyfit(x, y, 2)).sum(), x, y, rtol=1e-6)
 
 
+def test_gradient_in_f_and_its_coordinates():
+    jnp, _, _ = jax_modules()
+    f, x, w = R.standard_normal((3, 6)), np.cumsum(R.uniform(0.5, 1.5, 6)), R.standard_normal((3, 6))
+    assert_same_hessians(lambda f, x: np.sum(w * np.gradient(f, x, axis=1)),
+                         lambda f, x: (w * jnp.gradient(f, x, axis=1)).sum(), f, x)
+
+
+@pytest.mark.parametrize("n", [3, 4, 7])
+def test_gradient_in_its_coordinates_second_order_edges(n):
+    """edge_order=2 (which jnp.gradient lacks) against central differences of the gradient."""
+    f, x = R.standard_normal((n, 2)), np.cumsum(R.uniform(0.5, 1.5, n))
+    w = R.standard_normal((n, 2))
+    for edge_order in (1, 2):
+        db.check_gradient(lambda f, x: np.sum(w * np.sin(np.gradient(f, x, axis=0, edge_order=edge_order))), f, x,
+                          order=2)
+
+
+def test_coordinates_cotangent_matches_the_complex_step_through_numpy():
+    """np.gradient's stencils differentiated by hand against NumPy's own np.gradient at complex coordinates:
+    ∂(D f)/∂x · e = Im(D(x + iεe) f) / ε, exact to rounding, for every unit vector e."""
+    from dualbroadcast.rules.signal import coordinates_transpose
+
+    for _ in range(40):
+        edge_order = int(R.integers(1, 3))
+        n = int(R.integers(edge_order + 1, 8))
+        shape = [int(k) for k in R.integers(1, 4, R.integers(0, 3))]
+        axis = int(R.integers(0, len(shape) + 1))
+        shape.insert(axis, n)
+        f, g, x = R.standard_normal(shape), R.standard_normal(shape), np.cumsum(R.uniform(0.3, 1.5, n))
+        eps = 1e-20
+        expected = [np.sum(g * np.gradient(f.astype(complex), x + 1j * eps * e, axis=axis,
+                                           edge_order=edge_order).imag / eps) for e in np.eye(n)]
+        np.testing.assert_allclose(coordinates_transpose(f, x, axis, edge_order, g), expected, rtol=1e-12,
+                                   atol=1e-12)
+
+
 # --- series partials against mpmath, to the third order ----------------------------------------------------------
 def mp_derivative(f, point, orders):
     mpmath = pytest.importorskip("mpmath")
