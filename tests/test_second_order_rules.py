@@ -278,3 +278,13 @@ def test_roots_and_polyfit_jvp():
     gap, tangent = transposition_gap(fit, [x, y, w], [tx, ty, tw])
     assert gap < 1e-10
     np.testing.assert_allclose(tangent, central(fit, [x, y, w], [tx, ty, tw]), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("mode", ["maximum", "minimum", "median"])
+def test_pad_selections_jvp_at_a_large_size(mode):
+    """np.pad's selections take the tangent at the elements they chose (the median: the mean at its two)."""
+    a, ta = R.standard_normal((20, 30)), R.standard_normal((20, 30))
+    f = lambda a: np.pad(a, ((2, 3), (1, 4)), mode, stat_length=((4, 5), (6, 3)))
+    gap, tangent = transposition_gap(f, [a], [ta])
+    assert np.size(tangent) > 256 and gap < 1e-10
+    np.testing.assert_allclose(tangent, central(f, [a], [ta]), rtol=1e-6, atol=1e-8)
