@@ -1,8 +1,9 @@
 """Second (and third) derivatives through the rules whose pullbacks used to refuse them, against independent
 computations: `jax.hessian` of the jax.numpy / jax.scipy equivalent in float64, mpmath's numerical derivatives
 of ζ(x, q) and P(a, x) (whose partials are series), SciPy's own second derivatives of sph_harm_y; and forward
-mode (`db.jvp`) of the order statistics, np.roots, np.polyfit and np.gradient's coordinates at sizes above
-the dense transposition's limit, against central differences and the transposition identity."""
+mode (`db.jvp`) of the order statistics, np.pad's selections, np.roots, np.polyfit and np.gradient's
+coordinates above the dense transposition's limit, against central differences and the transposition
+identity."""
 
 import math
 
