@@ -33,7 +33,9 @@ a 1-d ``cov`` (the diagonal) gets that matrix's diagonal, a scalar its trace; wi
 integration) are not differentiable.  ``dirichlet`` (components along the first axis of ``x``):
 ``∂x = (alpha - 1)/x``, ``∂alpha = log x - ψ(alpha) + ψ(Σalpha)``; given K-1 components, the last is ``1 - Σx``.
 
-Outside the support (a density of 0) every gradient is 0.  Calling a distribution freezes it, as in
+Every partial is written with recorded calls (the methods' own primitives, ``logpdf`` in a cdf's partial,
+and scipy.special's ufuncs), so it is differentiable again: Hessians work.  Outside the support (a
+density of 0) every gradient is 0.  Calling a distribution freezes it, as in
 SciPy: ``stats.norm(mu, sigma).logpdf(x)``.
 """
 
