@@ -26,7 +26,8 @@ Two have rules of their own:
 import numpy as np
 
 from ..errors import UnsupportedFunctionError
-from ..registry import RULES, defcomposition, defvjp, holds_for_complex
+from ..pullbacks import as_array, plain
+from ..registry import RULES, defcomposition, defjvp, defvjp, holds_for_complex
 
 
 # --- sums, products, derivatives and integrals: NumPy's steps on the tracked coefficients ----------------
@@ -142,14 +143,14 @@ def roots_vjp(ans, p):
             f"np.roots of a polynomial with {len(p) - nonzero[-1] - 1} trailing zero coefficients has a repeated "
             "root at 0, which has no derivative; divide the zero roots out (np.roots(p[:-k])) and differentiate "
             "the others")
-    r = np.asarray(ans)
+    r = as_array(ans)
     slopes = np.polyval(np.polyder(p), r)
     jacobian = -np.vander(r, len(p)) / slopes[:, None]
     real = p.dtype.kind != "c" and r.dtype.kind != "c"
     dtype = p.dtype
 
     def back(g):
-        cotangent = np.asarray(g) @ jacobian
+        cotangent = as_array(g) @ jacobian
         return cotangent.astype(dtype, copy=False) if real else cotangent
 
     return back
@@ -159,11 +160,11 @@ def roots_vjp(ans, p):
 def _fit(x, deg, w):
     """V = vander(x, deg + 1), the weights (ones if none) and A⁺ for A = W V, with NumPy's column scaling."""
     order = int(deg) + 1
-    vander = np.vander(np.asarray(x, np.float64), order)
-    weights = np.ones(len(vander)) if w is None else np.asarray(w, np.float64)
+    vander = np.vander(as_array(x, np.float64), order)
+    weights = np.ones(len(vander)) if w is None else as_array(w, np.float64)
     scaled = vander * weights[:, None]
     scale = np.sqrt(np.sum(scaled * scaled, axis=0))
-    if np.linalg.matrix_rank(scaled / scale) < order:
+    if np.linalg.matrix_rank(plain(scaled / scale)) < order:
         raise UnsupportedFunctionError(
             f"np.polyfit of degree {deg} through these points is rank-deficient (NumPy warns: poorly "
             "conditioned), and its coefficients have no derivative; lower deg or use more distinct x")
@@ -184,12 +185,12 @@ def polyfit_vjp(argnum):
         if argnum == 1:
             along = weights.reshape((-1,) + (1,) * (np.ndim(y) - 1))
             return lambda g: (along * (pinv.T @ g)).astype(dtype)
-        c = _columns(np.asarray(ans, np.float64))
-        residuals = _columns(np.asarray(y, np.float64)) - vander @ c
-        derivative = _vander_derivative(np.asarray(x, np.float64), vander.shape[1]) if argnum == 0 else None
+        c = _columns(as_array(ans, np.float64))
+        residuals = _columns(as_array(y, np.float64)) - vander @ c
+        derivative = _vander_derivative(as_array(x, np.float64), vander.shape[1]) if argnum == 0 else None
 
         def back(g):
-            u = pinv @ (pinv.T @ _columns(np.asarray(g, np.float64)))  # M c̄, M = (AᵀA)⁻¹
+            u = pinv @ (pinv.T @ _columns(as_array(g, np.float64)))  # M c̄, M = (AᵀA)⁻¹
             if argnum == 5:
                 return np.sum(2 * weights[:, None] * residuals * (vander @ u), axis=1).astype(dtype)
             terms = (derivative @ u) * residuals - (vander @ u) * (derivative @ c)
@@ -198,6 +199,33 @@ def polyfit_vjp(argnum):
         return back
 
     return maker
+
+
+def roots_jvp(tangents, ans, p):
+    """ṙ = -ṗ(r) / p'(r): the tangent polynomial at each root over the slope there."""
+    p, r = np.atleast_1d(p), as_array(ans)
+    t = np.polyval(np.atleast_1d(tangents[0]), r) / -np.polyval(np.polyder(p), r)
+    return t if r.dtype.kind == "c" else np.real(t)
+
+
+def polyfit_jvp(tangents, ans, x, y, deg, rcond=None, full=False, w=None, cov=False):
+    """ċ = M (Dᵀ(w² ẋ e) - Vᵀ(w² ẋ (D c)) + Vᵀ(w² ẏ) + 2 Vᵀ(w ẇ e)), M = (AᵀA)⁻¹ = A⁺A⁺ᵀ: the normal
+    equations VᵀW²V c = VᵀW²y differentiated (e = y - V c, D = ∂V/∂x; the transpose of `polyfit_vjp`)."""
+    tx, ty, tw = tangents[0], tangents[1], tangents[5] if len(tangents) > 5 else None
+    vander, weights, pinv = _fit(x, deg, w)
+    c = _columns(as_array(ans, np.float64))
+    residuals = _columns(as_array(y, np.float64)) - vander @ c
+    squared = (weights ** 2)[:, None]
+    rhs = 0.0
+    if tx is not None:
+        derivative = _vander_derivative(as_array(x, np.float64), vander.shape[1])
+        moved = squared * _columns(tx)
+        rhs = rhs + derivative.T @ (moved * residuals) - vander.T @ (moved * (derivative @ c))
+    if ty is not None:
+        rhs = rhs + vander.T @ (squared * _columns(ty))
+    if tw is not None:
+        rhs = rhs + vander.T @ (2 * (weights * tw)[:, None] * residuals)
+    return np.reshape(pinv @ (pinv.T @ rhs), np.shape(ans))
 
 
 def _vander_derivative(x, order):
@@ -227,6 +255,8 @@ def _register():
     holds_for_complex(np.roots)
     defvjp(np.polyfit, polyfit_vjp(0), polyfit_vjp(1), None, None, None, polyfit_vjp(5))
     RULES[np.polyfit].impl = RULES[np.polyfit].plain = _fit_coefficients_only
+    defjvp(np.roots, roots_jvp)
+    defjvp(np.polyfit, polyfit_jvp)
 
 
 _register()

@@ -291,10 +291,11 @@ def sorted_rows(rows):
 
 
 def unsort(g, order):
-    """x̄ with x̄[order[k]] = ḡ[k] along the last axis: the transpose of taking ``order``."""
-    out = np.empty_like(g)
-    np.put_along_axis(out, order, g, axis=-1)
-    return out
+    """x̄ with x̄[order[k]] = ḡ[k] along the last axis: the transpose of taking ``order``, a take of ḡ at the
+    inverse permutation (a gather, so a tracked ḡ stays recorded)."""
+    inverse = np.empty_like(order)
+    np.put_along_axis(inverse, order, np.broadcast_to(np.arange(order.shape[-1]), order.shape), axis=-1)
+    return np.take_along_axis(g, inverse, axis=-1)
 
 
 def tie_group_mean(s, g):
@@ -436,75 +437,125 @@ def partition_vjp(ans, a, kth, axis=-1, kind="introselect", order=None):
 
 
 # --- median, percentile, quantile: two order statistics ------------------------------
+class OrderStatistics:
+    """What ``quantile(a, q / scale)`` picks from each sorted slice ``s`` (laid out as rows, `as_rows`).
+
+    Every method is ``(1 - t) s[i] + t s[i+1]``, with ``i`` and ``t`` depending on ``n`` and ``q`` alone:
+    NumPy's own quantile of the ranks 0..n-1 gives ``i + t`` (``lower``, ``gamma``; ``upper`` is ``i + 1``
+    clipped to the slice's non-NaN elements).  Results are rows of m quantiles per slice (``(kept..., m)``,
+    `q_axes_last`); ``counted`` is False where the result is NaN (its derivatives are 0, as np.max's)."""
+
+    def __init__(self, ans, a, q, axis, method, keepdims, nan, scale, overwrite_input, weights, wrt):
+        if overwrite_input:
+            raise UnsupportedFunctionError(
+                "overwrite_input=True lets NumPy reorder a tracked value in place, which would misplace its "
+                "gradient; drop overwrite_input")
+        if weights is not None:
+            raise UnsupportedFunctionError(
+                "quantiles with weights= have no derivative rule; sort the data and interpolate the cumulative "
+                "weights yourself (np.sort, np.cumsum, np.interp), or pass db.cut(a)")
+        if wrt == 1 and method != "linear":
+            raise UnsupportedFunctionError(
+                f"a quantile with method={method!r} is piecewise constant or not differentiable in q; "
+                "use method='linear' for a gradient in q, or pass q as a constant (db.cut(q))")
+        if nan and np.ndim(q) > 1 and isinstance(axis, tuple) and len(axis) > 1:
+            raise UnsupportedFunctionError(
+                "NumPy's nanquantile/nanpercentile over several axes lays out a q of two or more dimensions "
+                "otherwise than documented (one of q's axes comes last), so its gradient cannot be placed; "
+                "pass q flattened (np.ravel(q)) and reshape the result, or reduce over one axis")
+        self.shape, self.ans_shape, self.scale = np.shape(a), np.shape(ans), scale
+        self.axes = reduced_axes(axis, len(self.shape))
+        self.order, s = sorted_rows(as_rows(a, self.axes))
+        self.s, self.kept, self.n = s, s.shape[:-1], s.shape[-1]
+        qs = as_array(q, np.float64) / scale
+        self.q_shape = qs.shape
+        kept_dims = tuple(1 if i in self.axes else k for i, k in enumerate(self.shape)) if keepdims else self.kept
+        expected = qs.shape + kept_dims
+        if np.shape(ans) != expected:  # never seen but for the case refused above
+            raise UnsupportedFunctionError(
+                f"this quantile has shape {np.shape(ans)} where NumPy documents {expected}, so its gradient "
+                "cannot be placed; pass q flattened (np.ravel(q)) and reshape the result, or reduce over one axis")
+        if self.n == 0:  # quantiles of empty slices are NaN
+            return
+        ranks = np.where(np.isnan(s), np.nan, np.arange(self.n, dtype=float))
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices: the value is NaN already
+            position = (np.nanquantile if nan else np.quantile)(ranks, qs, axis=-1, method=method)
+        position = q_axes_last(position, qs.shape, self.kept)  # (kept..., m)
+        self.counted = ~np.isnan(position)
+        position = np.where(self.counted, position, 0)
+        self.valid = self.n - np.sum(np.isnan(s), axis=-1, keepdims=True)  # non-NaN elements per slice
+        self.lower = np.floor(position).astype(np.intp)
+        self.upper = np.clip(self.lower + 1, 0, np.maximum(self.valid - 1, 0))
+        self.gamma = position - self.lower
+
+    def rows_of(self, g):
+        """A result-shaped ``g`` as rows ``(kept..., m)``."""
+        return q_axes_last(np.reshape(g, self.q_shape + self.kept), self.q_shape, self.kept)
+
+    def from_rows(self, rows):
+        """Rows ``(kept..., m)`` as a result-shaped array (the inverse of `rows_of`)."""
+        values = np.reshape(rows, self.kept + self.q_shape)
+        k = len(self.kept)
+        return np.moveaxis(values, range(k, k + len(self.q_shape)), range(len(self.q_shape))).reshape(self.ans_shape)
+
+    def slope(self):
+        """∂/∂q of 'linear' (i + t = q (n - 1)): (n - 1)(s[i+1] - s[i]) / scale, 0 where not counted."""
+        s, lower, upper = self.s, self.lower, self.upper
+        slope = (self.valid - 1) * (np.take_along_axis(s, upper, -1) - np.take_along_axis(s, lower, -1)) / self.scale
+        return np.where(self.counted, slope, 0)
+
+    def a_pullback(self):
+        """ā: (1 - t) ḡ at sorted position i and t ḡ at i+1, shared among ties (`tie_group_mean`), unsorted."""
+        s, n, kept = self.s, self.n, self.kept
+        start = (np.arange(math.prod(kept)) * n).reshape(kept + (1,))
+
+        def pullback(g):
+            g = np.where(self.counted, self.rows_of(g), 0)
+            at_sorted = np.bincount((start + self.lower).ravel(), ((1 - self.gamma) * g).ravel(), minlength=s.size) \
+                + np.bincount((start + self.upper).ravel(), (self.gamma * g).ravel(), minlength=s.size)
+            at_sorted = at_sorted.reshape(s.shape).astype(s.dtype)
+            return from_rows(unsort(tie_group_mean(s, at_sorted), self.order), self.shape, self.axes)
+
+        return pullback
+
+    def a_tangent(self, t):
+        """ȧ's quantiles: (1 - t) ṡ[i] + t ṡ[i+1] of the tangent in sorting order, ṡ shared among ties."""
+        ts = tie_group_mean(self.s, np.take_along_axis(as_rows(t, self.axes), self.order, axis=-1))
+        rows = (1 - self.gamma) * np.take_along_axis(ts, self.lower, -1) \
+            + self.gamma * np.take_along_axis(ts, self.upper, -1)
+        return self.from_rows(np.where(self.counted, rows, 0))
+
+    def q_tangent(self, t):
+        """q̇'s: slope · q̇ ('linear' only)."""
+        return self.from_rows(self.slope() * np.reshape(as_array(t), -1))
+
+
 def order_statistic_pullback(wrt, ans, a, q, axis, method, keepdims, nan, scale=1.0, overwrite_input=False,
                              weights=None):
-    """The pullback of ``quantile(a, q / scale)`` for ``a`` (wrt 0) or ``q`` (wrt 1).
-
-    Every method is ``(1 - t) s[i] + t s[i+1]`` of the sorted slice ``s``, with ``i`` and ``t``
-    depending on ``n`` and ``q`` alone: NumPy's own quantile of the ranks 0..n-1 gives ``i + t``.
-    So ā puts (1 - t) ḡ at sorted position i and t ḡ at i+1 (then `tie_group_mean`, then unsorted),
-    and for 'linear', where i + t = q (n - 1), q̄ = Σ ḡ (n - 1)(s[i+1] - s[i]).
-    """
-    if overwrite_input:
-        raise UnsupportedFunctionError(
-            "overwrite_input=True lets NumPy reorder a tracked value in place, which would misplace its "
-            "gradient; drop overwrite_input")
-    if weights is not None:
-        raise UnsupportedFunctionError(
-            "quantiles with weights= have no derivative rule; sort the data and interpolate the cumulative "
-            "weights yourself (np.sort, np.cumsum, np.interp), or pass db.cut(a)")
-    if wrt == 1 and method != "linear":
-        raise UnsupportedFunctionError(
-            f"a quantile with method={method!r} is piecewise constant or not differentiable in q; "
-            "use method='linear' for a gradient in q, or pass q as a constant (db.cut(q))")
-    if nan and np.ndim(q) > 1 and isinstance(axis, tuple) and len(axis) > 1:
-        raise UnsupportedFunctionError(
-            "NumPy's nanquantile/nanpercentile over several axes lays out a q of two or more dimensions "
-            "otherwise than documented (one of q's axes comes last), so its gradient cannot be placed; "
-            "pass q flattened (np.ravel(q)) and reshape the result, or reduce over one axis")
-    shape = np.shape(a)
-    axes = reduced_axes(axis, len(shape))
-    order, s = sorted_rows(as_rows(a, axes))
-    kept, n = s.shape[:-1], s.shape[-1]
-    qs = as_array(q, np.float64) / scale
-    expected = qs.shape + (tuple(1 if i in axes else k for i, k in enumerate(shape)) if keepdims else kept)
-    if np.shape(ans) != expected:  # never seen but for the case refused above
-        raise UnsupportedFunctionError(
-            f"this quantile has shape {np.shape(ans)} where NumPy documents {expected}, so its gradient cannot "
-            "be placed; pass q flattened (np.ravel(q)) and reshape the result, or reduce over one axis")
-    if n == 0:  # quantiles of empty slices are NaN
-        return lambda g: np.zeros(np.shape(q) if wrt else shape, np.result_type(q if wrt else a))
-    ranks = np.where(np.isnan(s), np.nan, np.arange(n, dtype=float))
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices: the value is NaN already
-        position = (np.nanquantile if nan else np.quantile)(ranks, qs, axis=-1, method=method)
-    position = q_axes_last(position, qs.shape, kept)  # (kept..., m)
-    counted = ~np.isnan(position)  # a NaN result (NaN data, an all-NaN slice) has gradient 0, as np.max's
-    position = np.where(counted, position, 0)
-    valid = n - np.sum(np.isnan(s), axis=-1, keepdims=True)  # non-NaN elements per slice
-    lower = np.floor(position).astype(np.intp)
-    upper = np.clip(lower + 1, 0, np.maximum(valid - 1, 0))
-    gamma = position - lower
-
-    def rows_of(g):
-        return q_axes_last(np.reshape(g, qs.shape + kept), qs.shape, kept)
-
+    """The pullback of ``quantile(a, q / scale)`` for ``a`` (wrt 0) or ``q`` (wrt 1) (`OrderStatistics`):
+    ā puts (1 - t) ḡ at sorted position i and t ḡ at i+1, and for 'linear', where i + t = q (n - 1),
+    q̄ = Σ ḡ (n - 1)(s[i+1] - s[i])."""
+    stats = OrderStatistics(ans, a, q, axis, method, keepdims, nan, scale, overwrite_input, weights, wrt)
+    if stats.n == 0:
+        return lambda g: np.zeros(np.shape(q) if wrt else stats.shape, np.result_type(q if wrt else a))
     if wrt == 1:
-        slope = (valid - 1) * (np.take_along_axis(s, upper, -1) - np.take_along_axis(s, lower, -1)) / scale
-        slope = np.where(counted, slope, 0)
-        q_dtype = np.result_type(q)
-        return lambda g: np.sum(rows_of(g) * slope, axis=tuple(range(len(kept)))).reshape(qs.shape).astype(q_dtype)
+        slope, q_dtype = stats.slope(), np.result_type(q)
+        return lambda g: np.sum(stats.rows_of(g) * slope, axis=tuple(range(len(stats.kept)))).reshape(
+            stats.q_shape).astype(q_dtype)
+    return stats.a_pullback()
 
-    start = (np.arange(math.prod(kept)) * n).reshape(kept + (1,))
 
-    def pullback(g):
-        g = np.where(counted, rows_of(g), 0)
-        at_sorted = np.bincount((start + lower).ravel(), ((1 - gamma) * g).ravel(), minlength=s.size) \
-            + np.bincount((start + upper).ravel(), (gamma * g).ravel(), minlength=s.size)
-        at_sorted = at_sorted.reshape(s.shape).astype(s.dtype)
-        return from_rows(unsort(tie_group_mean(s, at_sorted), order), shape, axes)
-
-    return pullback
+def order_statistic_tangent(tangents, ans, a, q, axis, method, keepdims, nan, scale=1.0, overwrite_input=False,
+                            weights=None):
+    """The tangent of ``quantile(a, q / scale)``: ȧ's and q̇'s (`OrderStatistics`), the transpose of the pullbacks."""
+    ta, tq = tangents[0], tangents[1] if len(tangents) > 1 else None
+    stats = OrderStatistics(ans, a, q, axis, method, keepdims, nan, scale, overwrite_input, weights,
+                            1 if tq is not None else 0)
+    if stats.n == 0:
+        return np.zeros(np.shape(ans), np.result_type(ans))
+    terms = ([] if ta is None else [stats.a_tangent(ta)]) + ([] if tq is None else [stats.q_tangent(tq)])
+    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
 
 
 def q_axes_last(values, q_shape, kept):
@@ -525,6 +576,16 @@ def quantile_maker(wrt, scale=1.0, nan=False):
     return maker
 
 
+def quantile_jvp(scale=1.0, nan=False):
+    """The jvp rule of np.quantile (scale 1) or np.percentile (scale 100), or their nan versions."""
+    def jvp(tangents, ans, a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False, *,
+            weights=None):
+        return order_statistic_tangent(tangents, ans, a, q, axis, method, keepdims, nan, scale, overwrite_input,
+                                       weights)
+
+    return jvp
+
+
 def median_vjp(ans, a, axis=None, out=None, overwrite_input=False, keepdims=False):
     """The median is the 0.5 quantile (method 'linear': the mean of the two middle elements of an even n)."""
     return order_statistic_pullback(0, ans, a, 0.5, axis, "linear", keepdims, False, 1.0, overwrite_input)
@@ -533,6 +594,18 @@ def median_vjp(ans, a, axis=None, out=None, overwrite_input=False, keepdims=Fals
 def nanmedian_vjp(ans, a, axis=None, out=None, overwrite_input=False, keepdims=False):
     """np.nanmedian is the 0.5 nanquantile."""
     return order_statistic_pullback(0, ans, a, 0.5, axis, "linear", keepdims, True, 1.0, overwrite_input)
+
+
+def median_jvp(tangents, ans, a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    """ṁ: the 0.5 quantile's tangent."""
+    return order_statistic_tangent([tangents[0], None], ans, a, 0.5, axis, "linear", keepdims, False, 1.0,
+                                   overwrite_input)
+
+
+def nanmedian_jvp(tangents, ans, a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    """ṁ: the 0.5 nanquantile's tangent."""
+    return order_statistic_tangent([tangents[0], None], ans, a, 0.5, axis, "linear", keepdims, True, 1.0,
+                                   overwrite_input)
 
 
 # --- the nan functions: NaN elements are left out ----------------------------------
@@ -918,6 +991,12 @@ for _extreme in (np.max, np.amax, np.min, np.amin):
     defjvp(_extreme, extreme_jvp)
 defjvp(np.sort, sort_jvp)
 defjvp(np.partition, partition_jvp)
+defjvp(np.median, median_jvp)
+defjvp(np.nanmedian, nanmedian_jvp)
+defjvp(np.quantile, quantile_jvp())
+defjvp(np.percentile, quantile_jvp(100.0))
+defjvp(np.nanquantile, quantile_jvp(nan=True))
+defjvp(np.nanpercentile, quantile_jvp(100.0, nan=True))
 # Forward mode: sums, means and running sums are linear (``initial`` is an offset: its tangent is 0).
 deflinear(np.sum, np.add.reduce, np.cumulative_sum, constants=("initial",))
 deflinear(np.mean, np.cumsum, np.add.accumulate, np.add.reduceat)

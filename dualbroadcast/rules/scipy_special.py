@@ -9,8 +9,10 @@ whose partial is ``None`` is not differentiable: a tracked value there is an err
 naming it.  Orders of Bessel functions, degrees of polynomials and the parameters of
 the incomplete beta function (``a``, ``b``) have derivatives SciPy has no function for; they take
 constants.  Where JAX differentiates such a parameter (ζ(x, q) in x, P(a, x) in a) a `computed_partial`
-computes the series JAX uses, on whole arrays.  ``np.i0``'s derivative is ``scipy.special.i1``
-(NumPy has no I1), so it has a rule only with SciPy.
+computes the series JAX uses, on whole arrays, carried as truncated Taylor series so that the n-th
+derivative is a computed partial too (`derivative_of_order`): each order's partials are the next order's
+(and closed forms in the other argument), so these are differentiable to any order.  ``np.i0``'s
+derivative is ``scipy.special.i1`` (NumPy has no I1), so it has a rule only with SciPy.
 
 Deliberately not differentiable, and why:
 
@@ -103,9 +105,10 @@ def half_difference(f, v, z):
     return (f(real(v) - 1, z) - f(real(v) + 1, z)) / 2
 
 
-def computed_partial(f):
+def computed_partial(f, name=None):
     """A partial derivative ``f`` computes on whole arrays (a series, a loop): a primitive that is one node of a
-    `db.sum` kernel (run on its arrays or blocks; no derivatives of its own) and one call in a replayed program."""
+    `db.sum` kernel (run on its arrays or blocks) and one call in a replayed program.  Its own partials, if it
+    has any, are entered by `derivative_of_order` (else a tracked value reaching it is an error naming it)."""
     @primitive
     @functools.wraps(f)
     def partial(*args):
@@ -117,45 +120,124 @@ def computed_partial(f):
         with np.errstate(all="ignore"):  # outside the domain: NaN, as SciPy's function gives there
             return f(*args)
 
+    if name is not None:
+        partial.__name__ = partial.__qualname__ = name
     DERIVATIVES[partial] = (None,) * len(inspect.signature(f).parameters)
     return partial
+
+
+# --- truncated Taylor series: coefficients of ε⁰..εⁿ along the last axis -----------------------------------
+def series_product(u, v):
+    """The coefficients of ``u(ε) v(ε)`` up to the order of ``u`` and ``v``."""
+    return np.stack([np.sum(u[..., :i + 1] * v[..., i::-1], axis=-1) for i in range(u.shape[-1])], axis=-1)
+
+
+def series_quotient(u, v):
+    """The coefficients of ``u(ε) / v(ε)`` (``v₀ ≠ 0``)."""
+    r = []
+    for i in range(u.shape[-1]):
+        known = sum((v[..., j] * r[i - j] for j in range(1, i + 1)), np.zeros_like(u[..., 0]))
+        r.append((u[..., i] - known) / v[..., 0])
+    return np.stack(r, axis=-1)
+
+
+def series_exp(e):
+    """The coefficients of ``exp(e(ε))`` for ``e₀ = 0``: E₀ = 1, E_m = Σ_{i=1..m} (i/m) eᵢ E_{m-i}."""
+    out = [np.ones_like(e[..., 0])]
+    for m in range(1, e.shape[-1]):
+        out.append(sum(i / m * e[..., i] * out[m - i] for i in range(1, m + 1)))
+    return np.stack(out, axis=-1)
+
+
+def shifted(u):
+    """ε u(ε), truncated to u's order."""
+    return np.concatenate([np.zeros_like(u[..., :1]), u[..., :-1]], axis=-1)
+
+
+def log_gamma_shift(a, order):
+    """The coefficients of ``log Γ(a + ε) - log Γ(a)``: ψ⁽ⁱ⁻¹⁾(a) / i! for i = 1..order (0 for ε⁰)."""
+    return np.stack([np.zeros_like(a)] + [sc.polygamma(i - 1, a) / math.factorial(i) for i in range(1, order + 1)],
+                    axis=-1)
+
+
+def derivative_of_order(family, name, order, partials):
+    """The ``order``-th derivative of ``family`` as a `computed_partial` (computed once per order, so each
+    order's partials name the next): ``partials(order)`` gives its table entry, each formula free to call
+    ``derivative_of_order`` of another order."""
+    key = family, order
+    partial = ORDERS.get(key)
+    if partial is None:
+        partial = ORDERS[key] = computed_partial(functools.partial(family, order=order), f"{name}{order}")
+        DERIVATIVES[partial] = partials(order)
+        _register(partial, DERIVATIVES[partial])
+    return partial
+
+
+ORDERS = {}  # (family, order) -> its computed partial
 
 
 EULER_MACLAURIN_TERMS = 16  # N = M: Johansson's expansion (JAX's choice for float64, its zeta's derivative in x)
 
 
-@computed_partial
-def hurwitz_zeta_dx(x, q):
-    """∂ζ(x, q)/∂x, the Euler-Maclaurin expansion of ζ (Johansson 2015, arXiv:1309.2877, formula (5)) with
-    N = M = 16, differentiated in x term by term, as JAX does (there is no closed form)::
+def hurwitz_zeta_dx_series(x, q, order):
+    """∂ⁿζ(x, q)/∂xⁿ (n = ``order``), the Euler-Maclaurin expansion of ζ (Johansson 2015, arXiv:1309.2877,
+    formula (5)) with N = M = 16 differentiated in x term by term, as JAX does for n = 1 (there is no closed
+    form): the coefficient of εⁿ of each term at x + ε, times n!::
 
         ζ = Σ_{k<N} (q+k)^-x + A^(1-x)/(x-1) + A^-x (1/2 + Σ_{j=1..M} T_j),   A = q + N,
-        T_j = B_2j/(2j)! · x(x+1)…(x+2j-2) / A^(2j-1),   ∂T_j/∂x = T_j · Σ_{m<2j-1} 1/(x+m).
+        T_j = B_2j/(2j)! · x(x+1)…(x+2j-2) / A^(2j-1)   (a product of factors (x + m + ε)/A).
 
     For x > 1 and q > 0 (where SciPy's ζ(x, q) is finite and positive terms make the sum converge)."""
     x, q = np.asarray(x), np.asarray(q)
     n, m = EULER_MACLAURIN_TERMS, 2 * EULER_MACLAURIN_TERMS - 1
-    shifted = np.expand_dims(q, -1) + np.arange(n, dtype=q.dtype)
-    head = -np.sum(np.log(shifted) * shifted ** -np.expand_dims(x, -1), axis=-1)
+    powers = np.arange(order + 1)
+    decay = lambda log_base: (-np.expand_dims(log_base, -1)) ** powers / factorials(order)  # noqa: E731 - b^-ε
+    shifted_q = np.expand_dims(q, -1) + np.arange(n, dtype=q.dtype)
+    log_shifted = np.log(shifted_q)
+    head = np.sum((-log_shifted) ** order * shifted_q ** -np.expand_dims(x, -1), axis=-1)
     a = q + n
     log_a = np.log(a)
-    integral = a ** (1 - x) / (x - 1) * (-log_a - 1 / (x - 1))
-    rising = np.expand_dims(x, -1) + np.arange(m, dtype=x.dtype)  # x + 0, ..., x + 2M - 2
-    ratios = np.cumprod(rising / np.expand_dims(a, -1), axis=-1)[..., ::2]  # x(x+1)…(x+2j-2) / A^(2j-1)
-    tail = ratios * BERNOULLI_OVER_FACTORIAL.astype(ratios.dtype)  # T_1 .. T_M
-    dtail = tail * np.cumsum(1 / rising, axis=-1)[..., ::2]
-    return head + integral + a ** -x * (-log_a * (0.5 + np.sum(tail, axis=-1)) + np.sum(dtail, axis=-1))
+    u = np.expand_dims(x - 1, -1)
+    inverse = (-1.0) ** powers / u ** (powers + 1)  # 1/(u + ε)
+    integral = a ** (1 - x) * series_product(decay(log_a), inverse)[..., order]
+    factor_series = np.zeros(np.shape(x) + (order + 1,), dtype=np.result_type(x, q))
+    running = factor_series.copy()
+    running[..., 0] = 1.0
+    tail = factor_series.copy()
+    tail[..., 0] = 0.5
+    for k in range(m):  # running: x(x+1)…(x+k) / A^(k+1) at x + ε
+        running = (np.expand_dims((x + k) / a, -1) * running + shifted(running) / np.expand_dims(a, -1))
+        if k % 2 == 0:
+            tail = tail + BERNOULLI_OVER_FACTORIAL[k // 2].astype(tail.dtype) * running
+    tail = a ** -x * series_product(decay(log_a), tail)[..., order]
+    return np.asarray(head + (integral + tail) * math.factorial(order), np.result_type(x, q))[()]
+
+
+def factorials(order):
+    """0!, 1!, …, order!."""
+    return np.array([math.factorial(i) for i in range(order + 1)], dtype=float)
+
+
+def hurwitz_zeta_derivative(order):
+    """∂ⁿζ(x, q)/∂xⁿ, whose partials are ∂ⁿ⁺¹ζ/∂xⁿ⁺¹ in x and -x ∂ⁿζ(x+1, q) - n ∂ⁿ⁻¹ζ(x+1, q) in q
+    (∂ζ/∂q = -x ζ(x + 1, q), differentiated n times in x)."""
+    def lower(n):
+        return _ufuncs._zeta if n == 0 else hurwitz_zeta_derivative(n)
+
+    return derivative_of_order(hurwitz_zeta_dx_series, "hurwitz_zeta_dx", order, lambda n: (
+        lambda ans, x, q: hurwitz_zeta_derivative(n + 1)(x, q),
+        lambda ans, x, q: -x * lower(n)(x + 1, q) - n * lower(n - 1)(x + 1, q)))
 
 
 ITERATIONS = 2000  # at most, of the series and the continued fraction (Cephes' and XLA's bound)
 EPS = 4 * np.finfo(np.float64).eps  # a convergent's last bits may flicker: 2⁻⁵² is never reached by some
 
 
-@computed_partial
-def gammainc_da(a, x):
-    """∂P(a, x)/∂a of the regularised lower incomplete gamma function, as XLA's ``igamma_grad_a`` (JAX's
-    ``jax.grad(gammainc)``) computes it: Cephes' series of P (x <= 1 or x <= a) or continued fraction of
-    Q = 1 - P (x > 1 and x > a), each differentiated in a term by term (∂P/∂a = -∂Q/∂a), in float64::
+def gammainc_da_series(a, x, order):
+    """∂ⁿP(a, x)/∂aⁿ (n = ``order`` >= 1) of the regularised lower incomplete gamma function, as XLA's
+    ``igamma_grad_a`` (JAX's ``jax.grad(gammainc)``) computes it for n = 1: Cephes' series of P (x <= 1 or
+    x <= a) or continued fraction of Q = 1 - P (x > 1 and x > a), each carried as Taylor series in a (the
+    coefficient of εⁿ at a + ε, times n!; ∂ⁿP/∂aⁿ = -∂ⁿQ/∂aⁿ), in float64::
 
         P = e^(a log x - x) / Γ(a + 1) · Σ_n c_n,  c_0 = 1, c_n = c_{n-1} x / (a + n);
         Q = e^(a log x - x) / Γ(a) · p_k / q_k,  Cephes' recurrences of p_k and q_k (``igamc``).
@@ -168,53 +250,105 @@ def gammainc_da(a, x):
     d = np.where(constant, 0.0, np.nan)
     series = inside & ((x <= 1) | (x <= a))
     fraction = inside & ~series
-    d[series] = lower_series_da(a[series], x[series])
-    d[fraction] = -upper_fraction_da(a[fraction], x[fraction])
+    d[series] = lower_series_da(a[series], x[series], order)
+    d[fraction] = -upper_fraction_da(a[fraction], x[fraction], order)
     return d.astype(dtype)[()]
 
 
-def lower_series_da(a, x):
-    """∂P/∂a from the series of P (``gammainc_da``)."""
-    log_prefix = a * np.log(x) - x - sc.gammaln(a + 1)
-    total, dtotal = np.ones_like(a), np.zeros_like(a)
-    term, dterm = np.ones_like(a), np.zeros_like(a)
+def prefix_series(a, x, order, gamma_of):
+    """The coefficients of ``e^((a+ε) log x - x) / Γ(gamma_of + ε)`` over its value at ε = 0, and that value."""
+    e = -log_gamma_shift(gamma_of, order)
+    e[..., 1] += np.log(x)
+    return series_exp(e), np.exp(a * np.log(x) - x - sc.gammaln(gamma_of))
+
+
+def lower_series_da(a, x, order=1):
+    """∂ⁿP/∂aⁿ from the series of P (`gammainc_da_series`): c_n = c_{n-1} · x/(a + n + ε) as Taylor series."""
+    term = np.zeros(a.shape + (order + 1,))
+    term[..., 0] = 1.0
+    total = term.copy()
+    powers = np.arange(order + 1)
     for n in range(1, ITERATIONS + 1):
-        r = x / (a + n)
-        dterm = r * (dterm - term / (a + n))  # ∂/∂a of c_n = c_{n-1} x / (a + n)
-        term = term * r
-        total, dtotal = total + term, dtotal + dterm
-        if np.all(np.abs(term) <= EPS * total):  # dterm shrinks with term
+        r = np.expand_dims(1 / (a + n), -1)
+        term = series_product(term, np.expand_dims(x, -1) * r * (-r) ** powers)  # x / (a + n + ε)
+        total = total + term
+        if np.all(np.abs(term) <= EPS * np.max(np.abs(total), axis=-1, keepdims=True)):
             break
-    return np.exp(log_prefix) * ((np.log(x) - sc.digamma(a + 1)) * total + dtotal)
+    prefix, value = prefix_series(a, x, order, a + 1)
+    return value * series_product(prefix, total)[..., order] * math.factorial(order)
 
 
-def upper_fraction_da(a, x):
-    """∂Q/∂a from Cephes' continued fraction of Q (``gammainc_da``), with each recurrence's derivative; an
-    element stops once both its convergent and that convergent's derivative change by less than 4 · 2⁻⁵².
-    The recurrences are rescaled together (their ratios unchanged) before they overflow."""
-    log_prefix = a * np.log(x) - x - sc.gammaln(a)
-    y, z, c = 1 - a, x + 2 - a, 0.0  # ∂y/∂a = ∂z/∂a = -1
-    p, dp = [np.ones_like(a), x + 1], [np.zeros_like(a), np.zeros_like(a)]  # p_{k-2}, p_{k-1}
-    q, dq = [x, z * x], [np.zeros_like(a), -x]
-    ans = p[1] / q[1]
-    dans = (dp[1] - ans * dq[1]) / q[1]
+def upper_fraction_da(a, x, order=1):
+    """∂ⁿQ/∂aⁿ from Cephes' continued fraction of Q (`gammainc_da_series`), its recurrences carried as Taylor
+    series in a; an element stops once its convergent's coefficients change by less than 4 · 2⁻⁵² (relative to
+    the largest).  The recurrences are rescaled together (their ratios unchanged) before they overflow."""
+    def linear(value):  # value - ε: y and z move against a
+        out = np.zeros(a.shape + (order + 1,))
+        out[..., 0] = value
+        if order:
+            out[..., 1] = -1.0
+        return out
+
+    def constant(value):
+        out = np.zeros(a.shape + (order + 1,))
+        out[..., 0] = value
+        return out
+
+    def times_linear(u, v):  # u · v for v = v₀ + v₁ ε
+        return u * v[..., :1] + shifted(u) * v[..., 1:2]
+
+    y, z, c = linear(1 - a), linear(x + 2 - a), 0.0
+    p = [constant(1.0), constant(x + 1)]
+    q = [constant(x), times_linear(constant(x), z)]
+    ans = series_quotient(p[1], q[1])
     running = np.ones(a.shape, dtype=bool)
     for _ in range(ITERATIONS):
-        c, y, z = c + 1, y + 1, z + 2
+        c = c + 1
+        y[..., 0] += 1
+        z[..., 0] += 2
         yc = y * c
-        pk, dpk = p[1] * z - p[0] * yc, dp[1] * z - p[1] - dp[0] * yc + p[0] * c
-        qk, dqk = q[1] * z - q[0] * yc, dq[1] * z - q[1] - dq[0] * yc + q[0] * c
-        nonzero = np.where(qk == 0, 1, qk)
-        new = np.where(qk == 0, ans, pk / nonzero)
-        dnew = np.where(qk == 0, dans, (dpk - new * dqk) / nonzero)
-        running &= (np.abs(new - ans) > EPS * np.abs(new)) | (np.abs(dnew - dans) > EPS * np.abs(dnew))
-        ans, dans = np.where(running, new, ans), np.where(running, dnew, dans)
-        scale = np.where(np.abs(pk) > 2.0 ** 500, 2.0 ** -500, 1.0)
-        p, dp = [p[1] * scale, pk * scale], [dp[1] * scale, dpk * scale]
-        q, dq = [q[1] * scale, qk * scale], [dq[1] * scale, dqk * scale]
+        pk = times_linear(p[1], z) - times_linear(p[0], yc)
+        qk = times_linear(q[1], z) - times_linear(q[0], yc)
+        zero = np.expand_dims(qk[..., 0] == 0, -1)
+        new = np.where(zero, ans, series_quotient(pk, np.where(zero, 1.0, qk)))
+        scale_of = np.max(np.abs(new), axis=-1)
+        running &= np.any(np.abs(new - ans) > EPS * np.expand_dims(scale_of, -1), axis=-1)
+        ans = np.where(np.expand_dims(running, -1), new, ans)
+        scale = np.expand_dims(np.where(np.abs(pk[..., 0]) > 2.0 ** 500, 2.0 ** -500, 1.0), -1)
+        p, q = [p[1] * scale, pk * scale], [q[1] * scale, qk * scale]
         if not running.any():
             break
-    return np.exp(log_prefix) * ((np.log(x) - sc.digamma(a)) * ans + dans)
+    prefix, value = prefix_series(a, x, order, a)
+    return value * series_product(prefix, ans)[..., order] * math.factorial(order)
+
+
+def density_derivative(order, a, x):
+    """∂ⁿ/∂aⁿ of the density x^(a-1) e^-x / Γ(a) = e^h: e^h times the complete Bell polynomial Bₙ of h's
+    derivatives (h' = log x - ψ(a), h⁽ⁱ⁾ = -ψ⁽ⁱ⁻¹⁾(a) = (-1)^(i+1) (i-1)! ζ(i, a)), B₀ = 1 and
+    B_{m+1} = Σ_{i<=m} C(m, i) B_{m-i} h⁽ⁱ⁺¹⁾: recorded ufuncs, so differentiable again."""
+    hs = [None, np.log(x) - sc.digamma(a)]
+    hs += [(-1.0) ** (i + 1) * math.factorial(i - 1) * _ufuncs._zeta(float(i), a) for i in range(2, order + 1)]
+    bell = [1.0]
+    for m in range(order):
+        bell.append(sum(math.comb(m, i) * bell[m - i] * hs[i + 1] for i in range(m + 1)))
+    return gamma_density(a, x) * bell[order]
+
+
+def gammainc_derivative(order):
+    """∂ⁿP(a, x)/∂aⁿ, whose partials are ∂ⁿ⁺¹P/∂aⁿ⁺¹ in a and ∂ⁿ/∂aⁿ of the density in x."""
+    return derivative_of_order(gammainc_da_series, "gammainc_da", order, lambda n: (
+        lambda ans, a, x: gammainc_derivative(n + 1)(a, x),
+        lambda ans, a, x: density_derivative(n, a, x)))
+
+
+def gammainc_da(a, x):
+    """∂P(a, x)/∂a (`gammainc_da_series`), differentiable again."""
+    return gammainc_derivative(1)(a, x)
+
+
+def hurwitz_zeta_dx(x, q):
+    """∂ζ(x, q)/∂x (`hurwitz_zeta_dx_series`), differentiable again."""
+    return hurwitz_zeta_derivative(1)(x, q)
 
 
 def gamma_density(a, x):

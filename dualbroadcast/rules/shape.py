@@ -442,9 +442,17 @@ def pad_vjp(ans, array, pad_width, mode="constant", *, stat_length=None, constan
             reflect_type="even"):
     """g summed into the elements each padded element copies, or x̄ = g with each axis i contracted with Mᵢ."""
     if mode in ("maximum", "minimum"):  # the positions selected: plain values (a second derivative records none)
-        return _pad_selection(plain(array), pad_width, mode, stat_length)
+        return _into_flat(array, _pad_selection(plain(array), pad_width, mode, stat_length))
     if mode == "median":
-        return _pad_medians(ans, plain(array), pad_width, stat_length)
+        steps, dtype = _pad_medians(ans, plain(array), pad_width, stat_length), array.dtype
+
+        def pullback(g):
+            for shape, first, second in reversed(steps):
+                half, size = g.ravel() / 2, int(np.prod(shape))
+                g = (np.bincount(first.ravel(), half, size) + np.bincount(second.ravel(), half, size)).reshape(shape)
+            return g.astype(dtype, copy=False)
+
+        return pullback
     if mode in _COPYING_PADS and reflect_type != "odd":
         marks = {"constant_values": -1} if mode == "constant" else {}
         return _into_labelled(array, np.pad(_positions(array), pad_width, mode, **marks))
@@ -489,19 +497,20 @@ def pad_with_tracked_constants(array, pad_width, mode="constant", **kwargs):
 
 
 def _pad_selection(array, pad_width, mode, stat_length):
-    """Each element of the result is the element of x the maxima (minima) chose: np.pad of x with its flat
-    positions as imaginary parts chooses the same ones (NumPy orders complex numbers by their real parts
-    first) and says which, the last of equal values for maximum, the first for minimum."""
+    """The flat position in x of each element of the result, the element the maxima (minima) chose: np.pad of x
+    with its flat positions as imaginary parts chooses the same ones (NumPy orders complex numbers by their
+    real parts first) and says which, the last of equal values for maximum, the first for minimum."""
     positions = _positions(array)
     chosen = np.pad(array + 1j * positions, pad_width, mode, stat_length=stat_length).imag
-    return _into_flat(array, np.rint(chosen).astype(np.intp))
+    return np.rint(chosen).astype(np.intp)
 
 
 def _pad_medians(ans, array, pad_width, stat_length):
     """np.pad pads one axis after another; along one axis a padded element is the median of a stretch of its
     fibre, one element pₐ of it or the mean of two, pₐ and p_b.  np.pad of the array with its positions p as
     imaginary parts gives their mean m = (pₐ + p_b)/2, with p² the mean of their squares q, so
-    pₐ, p_b = m ∓ sqrt(q - m²) (one position twice for one element), and each gets half of g."""
+    pₐ, p_b = m ∓ sqrt(q - m²) (one position twice for one element), each weighing a half: one step
+    ``(shape before, pₐ, p_b)`` per axis (``pₐ`` and ``p_b`` shaped as the result of the step)."""
     if np.size(ans) > 2**26:  # positions squared must be exact floats
         raise UnsupportedFunctionError("np.pad with mode='median' to more than 2**26 elements has no derivative "
                                        "rule; pad with mode='mean' or build the padding with np.concatenate")
@@ -515,15 +524,7 @@ def _pad_medians(ans, array, pad_width, stat_length):
         spread = np.sqrt(np.maximum(square - mean**2, 0))
         steps.append((np.shape(padded), np.rint(mean - spread).astype(np.intp), np.rint(mean + spread).astype(np.intp)))
         padded = np.pad(padded, widths, "median", stat_length=stat_length)
-    dtype = array.dtype
-
-    def pullback(g):
-        for shape, first, second in reversed(steps):
-            half, size = g.ravel() / 2, int(np.prod(shape))
-            g = (np.bincount(first.ravel(), half, size) + np.bincount(second.ravel(), half, size)).reshape(shape)
-        return g.astype(dtype, copy=False)
-
-    return pullback
+    return steps
 
 
 def _pad_widths(pad_width, ndim):
@@ -835,12 +836,20 @@ deflinear(np.reshape, np.ravel, np.expand_dims, np.squeeze, np.transpose, np.swa
 
 def pad_jvp(tangents, ans, array, pad_width, mode="constant", *, stat_length=None, constant_values=0, end_values=0,
             reflect_type="even"):
-    """ṫ padded the same way: every mode but the selections (maximum, minimum, median) is linear in the
-    array, its constants entering as 0."""
-    if callable(mode) or mode in ("maximum", "minimum", "median"):
+    """ṫ padded the same way: every mode but the selections is linear in the array, its constants entering as 0;
+    maximum and minimum take ṫ at the elements they chose, median the mean of ṫ at its one or two (axis by axis)."""
+    if mode in ("maximum", "minimum"):
+        return np.reshape(tangents[0], -1)[_pad_selection(plain(array), pad_width, mode, stat_length)]
+    if mode == "median":
+        t = tangents[0]
+        for _, first, second in _pad_medians(ans, plain(array), pad_width, stat_length):
+            flat = np.reshape(t, -1)
+            t = (flat[first] + flat[second]) / 2
+        return t
+    if callable(mode):
         raise UnsupportedFunctionError(
-            f"np.pad with mode={mode!r} has no forward-mode rule (its padding selects elements by value); use "
-            "db.gradient or db.pullback, or pad with another mode")
+            "np.pad with a function as its mode has no forward-mode rule; use db.gradient or db.pullback, or pad "
+            "with one of NumPy's modes")
     keywords = {"constant": {"constant_values": 0}, "linear_ramp": {"end_values": 0},
                 "mean": {"stat_length": stat_length}, "reflect": {"reflect_type": reflect_type},
                 "symmetric": {"reflect_type": reflect_type}}.get(mode, {})

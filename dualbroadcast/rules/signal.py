@@ -33,9 +33,10 @@ Conventions (each pinned by tests/test_signal.py):
 * ``np.linspace(..., retstep=True)`` and ``np.gradient`` with a tracked spacing are outputs
   rules differentiated in several arguments.  A scalar spacing h divides the unit-spacing
   result: h̄ = -Σ ḡ·ans / h.  Coordinates x enter each row of D through at most three
-  neighbours (x_{i-1}, x_i, x_{i+1}; x_0..x_2 at an edge), so ∂(D f)/∂x is read off NumPy's own
-  ``np.gradient`` at complex coordinates x + iε·probe (the complex step, exact to rounding:
-  ``Im(D(x + iεe) f) / ε``), five probes as for the band.
+  neighbours (x_{i-1}, x_i, x_{i+1}; x_0..x_2 at an edge) by the two spacings h₁, h₂ between them:
+  NumPy's stencils written as ``N / (h₁ h₂ (h₁ + h₂))`` (interior: ``N = h₁² Δ₊ + h₂² Δ₋``) and
+  differentiated in h₁ and h₂ (`coordinates_transpose`), NumPy calls on the arrays, so differentiable
+  again (a test compares them with the complex step ``Im(D(x + iεe) f) / ε`` through NumPy).
 
 NumPy hands a function to the library only for its array arguments (``__array_function__``
 dispatches np.interp on x, xp and fp, np.trapezoid on y and x, np.logspace on start and stop):
@@ -145,8 +146,9 @@ def transpose_band(band, g, axis):
     """``Dᵀ g`` along ``axis`` for D of diagonals ``band`` (`band_of`): ``f̄_j = Σ_s W[s, j] g_{j+s-BAND}``."""
     moved = np.moveaxis(g, axis, -1)
     padded = np.pad(moved, [(0, 0)] * (moved.ndim - 1) + [(BAND, BAND)])
-    windows = np.lib.stride_tricks.sliding_window_view(padded, band.shape[1], axis=-1)  # [..., s, j]: g_{j+s-BAND}
-    return np.moveaxis(np.einsum("...sj,sj->...j", windows, band), -1, axis)
+    n = band.shape[1]
+    total = sum(band[s] * padded[..., s:s + n] for s in range(PROBES))  # g_{j+s-BAND}: slices, so traceable in g
+    return np.moveaxis(total, -1, axis)
 
 
 def _spacing(varargs, k):
@@ -189,23 +191,54 @@ def spacing_vjp(i):
 
 
 def coordinates_transpose(f, x, axis, edge_order, g):
-    """x̄_m = Σ ḡ_i ∂(D f)_i/∂x_m for np.gradient along ``axis`` at coordinates ``x``.  Row i of D reads
-    x_{i-2}..x_{i+2} at most, so perturbing every x_m with m ≡ c mod 5 (probe c) moves each row by one
-    coordinate's effect, read off NumPy at x + iε·probe: ∂(D f)/∂x·probe = Im(D(x + iε·probe) f) / ε."""
+    """x̄_m = Σ ḡ_i ∂(D f)_i/∂x_m for np.gradient along ``axis`` at coordinates ``x``.  Each row of D reads
+    three coordinates a < b < c (two at a first-order edge) through h₁ = x_b - x_a and h₂ = x_c - x_b, so
+    x̄_a -= P₁, x̄_b += P₁ - P₂, x̄_c += P₂ with P_k = Σ ḡ_i ∂(D f)_i/∂h_k (`stencil_partials`); written with
+    NumPy calls on the arrays, so it is differentiable again."""
     n = len(x)
-    j = np.arange(n)
-    x = np.asarray(x, np.float64)
-    eps = 1e-20 * max(float(np.max(np.abs(np.diff(x)), initial=0.0)), 1e-300)
-    x_bar = np.zeros(n)
     other = tuple(a for a in range(np.ndim(f)) if a != axis)
-    for c in range(PROBES):
-        probe = (j % PROBES == c)
-        moved = np.gradient(np.asarray(f, np.complex128), x + 1j * eps * probe, axis=axis, edge_order=edge_order)
-        contributions = np.sum(g * moved.imag / eps, axis=other)  # by row i
-        m = j + (c - j + BAND) % PROBES - BAND  # the probe's coordinate within two of row i
-        inside = (m >= 0) & (m < n)
-        np.add.at(x_bar, m[inside], contributions[inside])
-    return x_bar
+    f, g = np.moveaxis(f, axis, -1), np.moveaxis(g, axis, -1)
+    x = as_array(x)
+
+    h = np.diff(x)
+    df = np.diff(f, axis=-1)
+    x_bar = 0.0
+    if n > 2:  # interior rows 1..n-2: D f = (h₁² Δ₊ + h₂² Δ₋) / (h₁ h₂ (h₁ + h₂))
+        h1, h2, down, up = h[:-1], h[1:], df[..., :-1], df[..., 1:]
+        out = (h1 * h1 * up + h2 * h2 * down) / (h1 * h2 * (h1 + h2))
+        p1, p2 = stencil_partials(h1, h2, out, 2 * h1 * up, 2 * h2 * down)
+        inner, summed = g[..., 1:-1], tuple(range(len(other)))  # Σ over the other axes, by row
+        x_bar = x_bar + spread(np.sum(inner * p1, axis=summed), np.sum(inner * p2, axis=summed), 0, n)
+    if edge_order == 1:  # (f₁ - f₀) / h at each end: ∂/∂h = -out / h
+        first, last = df[..., :1] / h[:1], df[..., -1:] / h[-1:]
+        p_first = np.sum(g[..., :1] * (-first / h[:1]), axis=tuple(range(len(other))))
+        p_last = np.sum(g[..., -1:] * (-last / h[-1:]), axis=tuple(range(len(other))))
+        return x_bar + np.pad(np.concatenate([-p_first, p_first]), (0, n - 2)) \
+            + np.pad(np.concatenate([-p_last, p_last]), (n - 2, 0))
+    # second-order ends: rows 0 and n-1 read x₀..x₂ and x_{n-3}..x_{n-1}
+    h1, h2, d1, d2 = h[0], h[1], df[..., 0], df[..., 1]
+    first = ((2 * h1 + h2) * h2 * d1 - h1 * h1 * d2) / (h1 * h2 * (h1 + h2))
+    q1, q2 = stencil_partials(h1, h2, first, 2 * h2 * d1 - 2 * h1 * d2, 2 * (h1 + h2) * d1)
+    g0 = g[..., 0]
+    x_bar = x_bar + spread(np.sum(g0 * q1)[None], np.sum(g0 * q2)[None], 0, n)
+    h1, h2, d1, d2 = h[-2], h[-1], df[..., -2], df[..., -1]
+    last = ((2 * h2 + h1) * h1 * d2 - h2 * h2 * d1) / (h1 * h2 * (h1 + h2))
+    q1, q2 = stencil_partials(h1, h2, last, 2 * (h1 + h2) * d2, 2 * h1 * d2 - 2 * h2 * d1)
+    g1 = g[..., -1]
+    return x_bar + spread(np.sum(g1 * q1)[None], np.sum(g1 * q2)[None], n - 3, n)
+
+
+def stencil_partials(h1, h2, out, n1, n2):
+    """∂out/∂h₁ and ∂out/∂h₂ of a stencil ``out = N / (h₁ h₂ (h₁ + h₂))`` with ∂N/∂h₁ = ``n1``, ∂N/∂h₂ = ``n2``."""
+    denominator = h1 * h2 * (h1 + h2)
+    return (n1 - out * h2 * (2 * h1 + h2)) / denominator, (n2 - out * h1 * (h1 + 2 * h2)) / denominator
+
+
+def spread(p1, p2, start, n):
+    """x̄ of rows reading x_a, x_b, x_c (a = start + row): -P₁ at a, P₁ - P₂ at b, P₂ at c, zeros elsewhere."""
+    rows = np.shape(p1)[0]
+    before, after = start, n - start - rows - 2
+    return np.pad(-p1, (before, after + 2)) + np.pad(p1 - p2, (before + 1, after + 1)) + np.pad(p2, (before + 2, after))
 
 
 # --- np.trapezoid: Σ d_i (y_i + y_{i+1}) / 2 ------------------------------------------------------------

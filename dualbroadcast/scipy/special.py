@@ -18,8 +18,10 @@ And of the Python functions over scipy.special's ufuncs that convert their argum
 * comb ``C(N, k) = binom(N, k)`` where ``0 <= k <= N`` (0 elsewhere): binom's partials there, 0 elsewhere;
   with ``repetition=True`` it is ``binom(N + k - 1, k)`` (1 at ``k = 0``).
 
-* sph_harm_y ``Y_n^m(θ, φ)`` (complex) in the real angles: ``θ̄ = Re(ȳ · ∂Y/∂θ)``, ``φ̄ = Re(ȳ · ∂Y/∂φ)`` (JAX's
-  convention for a real argument of a complex result), the partials SciPy's own ``diff_n=1`` gives.
+* sph_harm_y ``Y_n^m(θ, φ)`` (complex) in the real angles: ``θ̄ = Re(ȳ · ∂Y/∂θ)``, ``φ̄ = Re(ȳ · i m Y)`` (JAX's
+  convention for a real argument of a complex result), ``∂Y/∂θ`` SciPy's own ``diff_n=1`` partial, whose
+  derivatives are ``i m ∂Y/∂θ`` in φ and Legendre's equation in θ:
+  ``∂²Y/∂θ² = -cot θ ∂Y/∂θ + (m²/sin²θ - n(n+1)) Y`` (so any order; second derivatives are NaN at the poles).
 
 ``exact=True`` (integers), factorial's ``extend='complex'`` (complex results of negative ``n``) and
 sph_harm_y's ``diff_n`` (derivatives as results) have no gradient: a tracked argument there is a clear
@@ -31,6 +33,7 @@ import numpy as np
 import scipy.special
 
 from ..errors import UnsupportedFunctionError
+from ..pullbacks import as_array, plain
 from ..registry import defvjp, holds_for_complex, nondifferentiable
 from ..rules.reductions import expand
 from ..tape import primitive
@@ -109,13 +112,35 @@ def sph_harm_y_of(n, m, theta, phi):
     return scipy.special.sph_harm_y(n, m, theta, phi)
 
 
-def sph_harm_y_angle(k):
-    """The maker of ``theta`` (k = 0) or ``phi`` (1): ``Re(ȳ · ∂Y/∂angle)``, SciPy's ``diff_n=1`` partials."""
-    def maker(ans, n, m, theta, phi):
-        d = scipy.special.sph_harm_y(n, m, theta, phi, diff_n=1)[1][..., k]
-        return lambda g: cotangent((theta, phi)[k], np.real(g * d))
+@primitive
+def sph_harm_y_dtheta(n, m, theta, phi):
+    """∂Y_n^m/∂θ, SciPy's ``diff_n=1`` partial (exact at the poles too)."""
+    return scipy.special.sph_harm_y(n, m, theta, phi, diff_n=1)[1][..., 0]
 
-    return maker
+
+def sph_harm_y_theta(ans, n, m, theta, phi):
+    """θ̄ = Re(ȳ · ∂Y/∂θ)."""
+    d = sph_harm_y_dtheta(n, m, theta, phi)
+    return lambda g: cotangent(theta, np.real(g * d))
+
+
+def sph_harm_y_phi(ans, n, m, theta, phi):
+    """φ̄ = Re(ȳ · i m Y) (Y is e^(imφ) times a function of θ)."""
+    d = 1j * m * ans
+    return lambda g: cotangent(phi, np.real(g * d))
+
+
+def dtheta_theta(ans, n, m, theta, phi):
+    """∂²Y/∂θ² = -cot θ ∂Y/∂θ + (m²/sin²θ - n(n+1)) Y, Legendre's equation (singular at the poles only)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = -ans / np.tan(theta) + (m * m / np.sin(theta) ** 2 - n * (n + 1.0)) * sph_harm_y_of(n, m, theta, phi)
+    return lambda g: cotangent(theta, np.real(g * d))
+
+
+def dtheta_phi(ans, n, m, theta, phi):
+    """∂²Y/∂θ∂φ = i m ∂Y/∂θ."""
+    d = 1j * m * ans
+    return lambda g: cotangent(phi, np.real(g * d))
 
 
 @primitive
@@ -139,8 +164,8 @@ def comb_of(N, k, repetition):
 
 
 def polygamma_x(ans, n, x):
-    """x̄ = ȳ · ψ⁽ⁿ⁺¹⁾(x)."""
-    return times(scipy.special.polygamma(np.add(n, 1), x), x)
+    """x̄ = ȳ · ψ⁽ⁿ⁺¹⁾(x) (recorded: itself differentiable)."""
+    return times(polygamma_of(np.add(n, 1), x), x)
 
 
 def multigammaln_a(ans, a, d):
@@ -151,16 +176,16 @@ def multigammaln_a(ans, a, d):
 
 def factorial_n(ans, n):
     """n̄ = ȳ · n! · ψ(n + 1), 0 where n < 0 (SciPy's n! is 0 there)."""
-    return times(np.where(np.asarray(n) < 0, 0.0, ans * scipy.special.digamma(np.add(n, 1))), n)
+    return times(np.where(plain(n) < 0, 0.0, ans * scipy.special.digamma(np.add(n, 1))), n)
 
 
 def comb_partial(argnum):
     """The maker of ``N`` (0) or ``k`` (1): binom's partial where comb is binom (0 <= k <= N), 0 elsewhere;
     with repetition the partials of binom(N + k - 1, k) (k̄ gets both of its slots), 0 at k = 0."""
     def maker(ans, N, k, repetition):
-        n, kk = np.asarray(N, dtype=float), np.asarray(k, dtype=float)
+        n, kk = as_array(N, np.float64), as_array(k, np.float64)
         top = n + kk - 1 if repetition else n
-        inside = (kk <= top) & (top >= 0) & (kk >= 0) & ~(repetition & (kk == 0))
+        inside = plain((kk <= top) & (top >= 0) & (kk >= 0) & ~(repetition & (kk == 0)))
         with np.errstate(invalid="ignore"):  # ψ at a pole outside: not selected
             d_top = ans * (scipy.special.digamma(top + 1) - scipy.special.digamma(top - kk + 1))
             d_k = ans * (scipy.special.digamma(top - kk + 1) - scipy.special.digamma(kk + 1))
@@ -203,7 +228,7 @@ def softmax_weights(ans, a, axis, b, keepdims, return_sign):
     shape = np.broadcast_shapes(np.shape(a), np.shape(b)) if b is not None else np.shape(a)
     weights = np.exp(a - expand_cotangent(ans, shape, axis, keepdims))
     if return_sign and b is not None:
-        sign = scipy.special.logsumexp(a, axis=axis, b=b, keepdims=keepdims, return_sign=True)[1]
+        sign = logsumexp_sign(plain(a), axis, plain(b), keepdims)  # piecewise constant
         weights = weights * expand_cotangent(sign, shape, axis, keepdims)
     return weights, shape
 
@@ -242,8 +267,9 @@ def log_softmax_x(ans, x, axis):
 defvjp(logsumexp_of, logsumexp_a, None, logsumexp_b, None, None)
 defvjp(softmax_of, softmax_x, None)
 defvjp(log_softmax_of, log_softmax_x, None)
-defvjp(sph_harm_y_of, None, None, sph_harm_y_angle(0), sph_harm_y_angle(1))
-holds_for_complex(sph_harm_y_of)  # a complex result of real angles (SciPy takes no complex angle)
+defvjp(sph_harm_y_of, None, None, sph_harm_y_theta, sph_harm_y_phi)
+defvjp(sph_harm_y_dtheta, None, None, dtheta_theta, dtheta_phi)
+holds_for_complex(sph_harm_y_of, sph_harm_y_dtheta)  # complex results of real angles (SciPy takes no complex angle)
 defvjp(polygamma_of, None, polygamma_x)
 defvjp(multigammaln_of, multigammaln_a, None)
 defvjp(factorial_of, factorial_n)

@@ -33,7 +33,9 @@ a 1-d ``cov`` (the diagonal) gets that matrix's diagonal, a scalar its trace; wi
 integration) are not differentiable.  ``dirichlet`` (components along the first axis of ``x``):
 ``∂x = (alpha - 1)/x``, ``∂alpha = log x - ψ(alpha) + ψ(Σalpha)``; given K-1 components, the last is ``1 - Σx``.
 
-Outside the support (a density of 0) every gradient is 0.  Calling a distribution freezes it, as in
+Every partial is written with recorded calls (the methods' own primitives, ``logpdf`` in a cdf's partial,
+and scipy.special's ufuncs), so it is differentiable again: Hessians work.  Outside the support (a
+density of 0) every gradient is 0.  Calling a distribution freezes it, as in
 SciPy: ``stats.norm(mu, sigma).logpdf(x)``.
 """
 
@@ -42,6 +44,8 @@ import scipy.special
 import scipy.stats
 
 from ..errors import UnsupportedFunctionError
+from ..pullbacks import as_array
+from ..pullbacks import plain as untracked
 from ..registry import defvjp
 from ..rules.scipy_special import gammainc_da
 from ..tape import primitive
@@ -136,7 +140,7 @@ class LocationScale(Freezable):
         *shapes, loc, scale = params
         z = (x - loc) / scale
         if method in ("logpdf", "pdf"):
-            support = ans > -np.inf if method == "logpdf" else ans > 0
+            support = untracked(ans) > -np.inf if method == "logpdf" else untracked(ans) > 0
             if 0 < i <= len(shapes):
                 d = self._shape_scores[i - 1](z, *shapes)
             else:
@@ -145,17 +149,17 @@ class LocationScale(Freezable):
             return in_support(d * ans if method == "pdf" else d, support)
         if 0 < i <= len(shapes) and self._cdf_shape_partials:
             d = self._cdf_shape_partials[i - 1](np.where(z > 0, z, 1.0), *shapes)  # 0 below the support
-            return in_support(d if method == "cdf" else d / np.exp(ans), z > 0)
+            return in_support(d if method == "cdf" else d / np.exp(ans), untracked(z) > 0)
         if 0 < i <= len(shapes):
             raise UnsupportedFunctionError(
                 f"scipy.stats.{self._dist.name}.{method} is differentiable in x, loc and scale, not in its shape "
                 f"parameter {self._names[i]!r}: it needs the derivative of the {self._cdf_function} in its "
                 f"parameters, which SciPy does not provide; pass {self._names[i]} as a constant (db.cut)"
             )
-        logpdf = self._dist.logpdf(x, *shapes, loc=loc, scale=scale)
+        logpdf = self._logpdf(x, *shapes, loc, scale)  # recorded: the partial is differentiable again
         density = np.exp(logpdf) if method == "cdf" else np.exp(logpdf - ans)
         dz = 1.0 if i == 0 else -1.0 if self._names[i] == "loc" else -z
-        return in_support(density * dz, logpdf > -np.inf)
+        return in_support(density * dz, untracked(logpdf) > -np.inf)
 
 
 class norm_gen(LocationScale):
@@ -270,15 +274,15 @@ class poisson_gen(Freezable):
     def _mu_maker(method):
         def make(ans, k, mu, loc):
             with np.errstate(divide="ignore", invalid="ignore"):  # outside the support: masked by in_support
-                return times(partial(ans, np.asarray(k) - loc, mu), mu)
+                return times(partial(ans, untracked(k) - untracked(loc), mu), mu)
 
         def partial(ans, n, mu):
             if method in ("logpmf", "pmf"):
-                support = ans > -np.inf if method == "logpmf" else ans > 0
+                support = untracked(ans) > -np.inf if method == "logpmf" else untracked(ans) > 0
                 return in_support(n / mu - 1 if method == "logpmf" else ans * (n / mu - 1), support)
-            logpmf = scipy.stats.poisson.logpmf(np.floor(n), mu)
+            logpmf = poisson.logpmf(np.floor(n), mu)  # recorded: the partial is differentiable again
             density = np.exp(logpmf) if method == "cdf" else np.exp(logpmf - ans)
-            return in_support(-density, logpmf > -np.inf)
+            return in_support(-density, untracked(logpmf) > -np.inf)
 
         return make
 
@@ -302,7 +306,7 @@ poisson = poisson_gen()
 def gaussian_terms(x, mean, cov, allow_singular):
     """``(u, Σ⁻¹)``: ``u = Σ⁻¹(x - mean)`` one row per sample (shaped as SciPy reads ``x``), and ``Σ⁻¹``
     (the pseudo-inverse with ``allow_singular``)."""
-    c = cov.covariance if isinstance(cov, scipy.stats.Covariance) else np.asarray(cov, dtype=float)
+    c = cov.covariance if isinstance(cov, scipy.stats.Covariance) else as_array(cov, np.float64)
     dim = c.shape[0] if c.ndim else np.size(mean) if mean is not None else 1
     sigma = c if c.ndim == 2 else np.diag(c) if c.ndim == 1 else c * np.eye(dim)
     inverse = np.linalg.pinv(sigma, hermitian=True) if allow_singular else np.linalg.inv(sigma)
@@ -403,7 +407,7 @@ multivariate_normal = multivariate_normal_gen()
 def dirichlet_components(x, alpha):
     """``x`` with all K components along its first axis (SciPy adds ``1 - Σx`` when given K-1), and
     ``alpha`` shaped to broadcast against it."""
-    x = np.asarray(x, dtype=float)
+    x = as_array(x, np.float64)
     if x.shape[0] == len(alpha) - 1:
         x = np.concatenate([x, 1 - np.sum(x, axis=0, keepdims=True)])
     return x, np.reshape(alpha, (-1,) + (1,) * (x.ndim - 1))

@@ -37,7 +37,8 @@ def logsumexp_case(kind, keepdims, weighted, return_sign=False):
         args = [uniform(draw, sa, dtype)]
         b = Y if weighted else None
         if weighted:
-            args.append(uniform(draw, sb, dtype, -1.0 if return_sign else 0.5, 1.5))
+            b_value = uniform(draw, sb, dtype, 0.5, 1.5)  # |b| >= 0.5: log|b e^a| is singular at b = 0
+            args.append(b_value * np.sign(uniform(draw, sb, dtype, -1.0, 1.0)) if return_sign else b_value)
         f = call(draw, special.logsumexp, X, axis=axis, b=b, keepdims=keepdims, return_sign=return_sign)
         return f, args
 
