@@ -530,7 +530,7 @@ def polyval_jvp(tangents, ans, p, x):
     tp, tx = (*tangents, None)[:2]  # x may come by name: a constant
     terms = [] if tp is None else [np.polyval(tp, x)]
     if tx is not None:
-        p = np.asarray(p)
+        p = as_array(p)
         powers = np.arange(len(p) - 1, 0, -1).reshape((-1,) + (1,) * (p.ndim - 1))
         terms.append(np.polyval(p[:-1] * powers.astype(p.dtype), x) * tx)  # p' (each column's)
     return terms[0] if len(terms) == 1 else terms[0] + terms[1]
