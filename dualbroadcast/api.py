@@ -751,31 +751,39 @@ def hvp(f: Callable[..., Any], *args: Any, vectors: Any = None) -> Any:
     >>> db.hvp(lambda x: np.sum(x ** 3), np.array([1.0, 2.0]), np.array([1.0, 0.0]))
     array([6., 0.])
     """
-    if vectors is None:
-        if len(args) != 2:
-            raise TypeError("hvp(f, x, v) takes one argument and its vector; for several arguments write "
-                            "hvp(f, *args, vectors=(v1, v2, ...))")
-        args, vectors = args[:1], (args[1],)
-    elif len(args) == 1:
-        vectors = (vectors,)
-    if len(vectors) != len(args):
-        raise ShapeMismatchError(f"hvp got {len(vectors)} vectors for {len(args)} arguments; pass one per argument")
+    args, vectors = hvp_arguments(args, vectors)
     if not any(np.iscomplexobj(leaf) for a in args for leaf in pytree.flatten(a)[0]):
         try:
             return gradient(lambda *xs: _tangent_of(jvp(f, tuple(_marked_like(args, xs)), vectors)[1]), *args)
         except _FORWARD_REFUSES:
             pass  # reverse over reverse below: as exact, slower
+    return gradient(lambda *xs: directional_derivative(f, args, xs, vectors), *args)
 
-    def directional(*xs):
-        grads = gradient(f, *_marked_like(args, xs))
-        total = 0.0
-        for g, v in zip(grads if len(xs) > 1 else (grads,), vectors):
-            for gl, vl in zip(pytree.flatten(g)[0] if g is not None else (), pytree.flatten(v)[0]):
-                if gl is not None:
-                    total = total + np.sum(gl * vl)
-        return total
 
-    return gradient(directional, *args)
+def hvp_arguments(args, vectors):
+    """``(args, vectors)`` of a call ``hvp(f, x, v)`` or ``hvp(f, *args, vectors=...)``: one vector per argument."""
+    if vectors is None:
+        if len(args) != 2:
+            raise TypeError("hvp(f, x, v) takes one argument and its vector; for several arguments write "
+                            "hvp(f, *args, vectors=(v1, v2, ...))")
+        return args[:1], args[1:]
+    vectors = (vectors,) if len(args) == 1 else tuple(vectors)
+    if len(vectors) != len(args):
+        raise ShapeMismatchError(f"hvp got {len(vectors)} vectors for {len(args)} arguments; pass one per argument")
+    return args, vectors
+
+
+def directional_derivative(f, originals, xs, vectors):
+    """``⟨∇f(xs), vectors⟩``, the `cut`/`uncut` markers of ``originals`` put back on ``xs``: its gradient is the
+    Hessian-vector product, reverse over reverse (a 1-d leaf's term one dot product, no array of terms)."""
+    grads = gradient(f, *_marked_like(originals, xs))
+    total = 0.0
+    for g, v in zip(grads if len(xs) > 1 else (grads,), vectors):
+        for gl, vl in zip(pytree.flatten(g)[0] if g is not None else (), pytree.flatten(v)[0]):
+            if gl is not None:
+                term = np.dot(gl, vl) if np.ndim(gl) == 1 and np.ndim(vl) == 1 else np.sum(gl * vl)
+                total = term if type(total) is float and total == 0.0 else total + term
+    return total
 
 
 class _NotScalar(Exception):

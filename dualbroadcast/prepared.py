@@ -30,13 +30,13 @@ from .api import (
     _Argument,
     _call_on_tape,
     _gradients,
-    _marked_like,
     _prepare,
     _scalar_seed,
-    gradient,
+    directional_derivative,
+    hvp_arguments,
     value_and_gradient,
 )
-from .errors import ShapeMismatchError, UnsupportedFunctionError
+from .errors import UnsupportedFunctionError
 from .guards import RECORDER, NotReplayableError
 from .numpy_facts import FLOAT_LEAVES, getitem, qualified_name
 from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpacked
@@ -629,7 +629,7 @@ class PreparedHvp:
     def __init__(self, f: Callable[..., Any], example_args: tuple[Any, ...]) -> None:
         self.f = f
         originals = self.originals = threading.local()  # the arguments being recorded: their cut and uncut markers
-        self.program = PreparedGradient(lambda *a: _directional_derivative(f, originals, a), None)
+        self.program = PreparedGradient(lambda *a: _directional(f, originals, a), None)
         self.program.reads = f  # the globals f reads; the library's own are not checked on every call
         if ACTIVE_TAPE.get() is None:
             vectors = tuple(map(_ones_like_active, example_args))
@@ -640,7 +640,7 @@ class PreparedHvp:
         return self.program.recordings
 
     def __call__(self, *args: Any, vectors: Any = None, out: Any = None) -> Any:
-        args, vectors = _hvp_vectors(args, vectors)
+        args, vectors = hvp_arguments(args, vectors)
         plain = _plain(args + vectors)
         if plain is not None:
             replayed = self.program._evaluate(args, out, False, plain)
@@ -667,32 +667,12 @@ class PreparedHvp:
         return products[0] if len(args) == 1 else tuple(products[:-1])
 
 
-def _directional_derivative(f, originals, args_and_vectors):
-    """``⟨∇f(args), vectors⟩`` (the last argument holds the vectors), the markers of ``originals.args`` put back
-    on the arguments: its gradient is the Hessian-vector product (reverse over reverse, as `db.hvp`)."""
+def _directional(f, originals, args_and_vectors):
+    """`api.directional_derivative` of the arguments being recorded (the last holds the vectors), with the markers
+    of ``originals.args``, the call's arguments, put back."""
     *args, vectors = args_and_vectors
     marked = getattr(originals, "args", None)
-    grads = gradient(f, *(args if marked is None else _marked_like(marked, args)))
-    total = 0.0
-    for g, v in zip(grads if len(args) > 1 else (grads,), vectors):
-        for gl, vl in zip(pytree.flatten(g)[0] if g is not None else (), pytree.flatten(v)[0]):
-            if gl is not None:  # a vector's: one dot product (its replayed adjoints are inline), no array of terms
-                term = np.dot(gl, vl) if np.ndim(gl) == 1 and np.ndim(vl) == 1 else np.sum(gl * vl)
-                total = term if type(total) is float and total == 0.0 else total + term
-    return total
-
-
-def _hvp_vectors(args, vectors):
-    """``(args, vectors)`` of a call ``hvp(f, x, v)`` or ``hvp(f, *args, vectors=...)``, one vector per argument."""
-    if vectors is None:
-        if len(args) != 2:
-            raise TypeError("prog(x, v) takes one argument and its vector; for several arguments write "
-                            "prog(*args, vectors=(v1, v2, ...))")
-        return args[:1], args[1:]
-    vectors = (vectors,) if len(args) == 1 else tuple(vectors)
-    if len(vectors) != len(args):
-        raise ShapeMismatchError(f"got {len(vectors)} vectors for {len(args)} arguments; pass one per argument")
-    return args, vectors
+    return directional_derivative(f, args if marked is None else marked, args, vectors)
 
 
 def _read_part(arg, vector):
