@@ -176,3 +176,32 @@ def eam_hand_gradient_into(x, g):
     p = np.add.reduce(g)
     g *= -3.0 * (2 * p + 3 * p**2 + p**3)
     return g
+
+
+# --- second derivatives (issue 16) -------------------------------------------------------------
+def eam_hvp_hand(x, v):
+    """H·v of E = P² + P³ + P⁴/4, P = Σr(x), r = exp(-3(x+1)): H = E''(P) ∇P ∇Pᵀ + E'(P) diag(9r)."""
+    r = np.exp(-3 * (x + 1))
+    p = np.sum(r)
+    return (2 + 6 * p + 3 * p**2) * (-3 * r) * np.dot(-3 * r, v) + (2 * p + 3 * p**2 + p**3) * 9 * r * v
+
+
+def exp_poly(c, xs):
+    """E(c) = sum(exp(c0 + c1 x + ... + c9 x^9)) over the points ``xs``: plain NumPy."""
+    return np.sum(np.exp(np.polyval(c[::-1], xs)))
+
+
+def exp_poly_db(c, xs):
+    """The same with db.sum over the points, the ten coefficients its variables (Horner's rule)."""
+    def term(x, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9):
+        inner = c5 + x * (c6 + x * (c7 + x * (c8 + x * c9)))
+        return np.exp(c0 + x * (c1 + x * (c2 + x * (c3 + x * (c4 + x * inner)))))
+
+    return db.sum(term, db.cut(xs), *[c[k] for k in range(10)])
+
+
+def exp_poly_hessian_hand(c, xs):
+    """∂²E/∂c_j∂c_k = Σ x^j x^k exp(p(x)): the powers weighted by the summands, one matrix product."""
+    e = np.exp(np.polyval(c[::-1], xs))
+    powers = xs[None, :] ** np.arange(10)[:, None]
+    return (powers * e) @ powers.T

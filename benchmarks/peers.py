@@ -21,6 +21,14 @@ def eam(xp, x):
     return p**2 + p**3 + 0.25 * p**4
 
 
+def exp_poly(xp, c, xs):
+    """sum(exp(c0 + c1 x + ... + c9 x^9)) by Horner's rule (any namespace)."""
+    inner = c[9]
+    for k in range(8, -1, -1):
+        inner = c[k] + xs * inner
+    return xp.sum(xp.exp(inner))
+
+
 def poly9(xp, c, xs):
     return xp.sum(sum(c[k] * xs**k for k in range(len(COEFFICIENTS))))
 

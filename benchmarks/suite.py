@@ -174,24 +174,64 @@ def eam_jvp_workload(quick, peers):
                  "db.sum": lambda: (lambda: db.jvp(m.eam_dualbroadcast, (x,), (t,))[1])}
         for peer in peers:
             if peer.name == "jax":
-                impls.update(_jax_jvp_columns(peer, pm.eam, x, t))
+                impls.update(_jax_columns(peer, lambda jax, f: lambda x, t: jax.jvp(f, (x,), (t,))[1], pm.eam, (x, t)))
         return Row(f"N={_sci(n)}", lambda: m.eam_numpy(x), lambda: m.eam_hand_gradient(x) @ t, impls, 1e-8, {"N": n})
 
     return Workload("eam_jvp", "EAM jvp: dE/dx · t along a random t (float64; hand: the gradient · t)",
                     [lambda n=n: build(n) for n in (100, 10**6)])
 
 
-def _jax_jvp_columns(peer, model, x, t):
-    """``jax`` and ``jax.jit`` columns timing ``jax.jvp`` of ``model`` (its tangent, finished)."""
+def eam_hvp_workload(quick, peers):
+    """db.hvp of EAM along a random vector, beside JAX's forward-over-reverse hvp (issue 16: at most 1.0x the
+    primal at N=1e6; prepared, at most 3x at N=100)."""
+
+    def build(n):
+        rng = np.random.default_rng(0)
+        x, v = rng.random(n), rng.standard_normal(n)
+
+        def prepared():
+            prog, out = db.prepare_hvp(m.eam_dualbroadcast, x), np.empty(n)
+            return lambda: prog(x, v, out=out)
+
+        impls = {"db": lambda: (lambda: db.hvp(m.eam_numpy, x, v)),
+                 "db.sum": lambda: (lambda: db.hvp(m.eam_dualbroadcast, x, v)), "db prep": prepared}
+        for peer in peers:
+            if peer.name == "jax":
+                impls.update(_jax_columns(peer, lambda jax, f: lambda x, v: jax.jvp(jax.grad(f), (x,), (v,))[1],
+                                          pm.eam, (x, v)))
+        return Row(f"N={_sci(n)}", lambda: m.eam_numpy(x), lambda: m.eam_hvp_hand(x, v), impls, 1e-8, {"N": n})
+
+    return Workload("eam_hvp", "EAM hvp: H·v along a random v (float64; hand: E''(P) ∇P ∇Pᵀv + E'(P) diag(9r) v)",
+                    [lambda n=n: build(n) for n in (100, 10**6)])
+
+
+def exp_poly_hessian_workload(quick, peers):
+    """The 10x10 Hessian of sum(exp(c0 + c1 x + ... + c9 x^9)) in the coefficients (issue 16: through db.sum at
+    most 10x the primal at N=1e6, 20x at N=1e3)."""
+    c = np.full(10, 0.01)
+
+    def build(n):
+        xs = np.random.default_rng(2).uniform(-1, 1, n)
+        impls = {"db": lambda: (lambda: db.hessian(lambda c: m.exp_poly(c, xs), c)),
+                 "db.sum": lambda: (lambda: db.hessian(lambda c: m.exp_poly_db(c, xs), c))}
+        for peer in peers:
+            if peer.name == "jax":
+                impls.update(_jax_columns(peer, lambda jax, f: jax.hessian(f), pm.exp_poly, (c, xs)))
+        return Row(f"N={_sci(n)}", lambda: m.exp_poly(c, xs), lambda: m.exp_poly_hessian_hand(c, xs), impls, 1e-8,
+                   {"N": n})
+
+    return Workload("exp_poly_hessian", "exp-poly Hessian: d²/dc² sum(exp(c0 + c1 x + ... + c9 x^9)), 10 coefficients",
+                    [lambda n=n: build(n) for n in (10**3, 10**6)])
+
+
+def _jax_columns(peer, transform, model, args):
+    """``jax`` and ``jax.jit`` columns timing ``transform(jax, f)(*args)`` for ``f`` the model in jax.numpy."""
     jax, xp = peer.jax, peer.xp
-    xj, tj = peer.convert(x), peer.convert(t)
-
-    def tangent(x, t):
-        return jax.jvp(lambda x: model(xp, x), (x,), (t,))[1]
-
-    compiled = jax.jit(tangent)
-    return {"jax": lambda: (lambda: jax.block_until_ready(tangent(xj, tj))),
-            "jax.jit": lambda: (lambda: jax.block_until_ready(compiled(xj, tj)))}
+    converted = peer.convert(args)
+    computed = transform(jax, lambda *a: model(xp, *a))
+    compiled = jax.jit(computed)
+    return {"jax": lambda: (lambda: jax.block_until_ready(computed(*converted))),
+            "jax.jit": lambda: (lambda: jax.block_until_ready(compiled(*converted)))}
 
 
 def poly9_workload(quick, peers):
@@ -329,6 +369,8 @@ def workloads(quick, peers):
     return [
         eam_workload(quick, peers),
         eam_jvp_workload(quick, peers),
+        eam_hvp_workload(quick, peers),
+        exp_poly_hessian_workload(quick, peers),
         poly9_workload(quick, peers),
         sum_of_squares_workload(quick, peers),
         sum_arctan2_workload(quick, peers),
@@ -339,8 +381,8 @@ def workloads(quick, peers):
     ]
 
 
-WORKLOAD_KEYS = ("eam", "eam_jvp", "poly9", "sumsq", "arctan2", "const_index", "const_proj", "slices", "qux",
-                 "foldminus")
+WORKLOAD_KEYS = ("eam", "eam_jvp", "eam_hvp", "exp_poly_hessian", "poly9", "sumsq", "arctan2", "const_index",
+                 "const_proj", "slices", "qux", "foldminus")
 
 
 # --- checking ---------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
 import dualbroadcast as db
-from benchmarks.higher_order import eam_hvp_hand
+from benchmarks.models import eam_hvp_hand
 from benchmarks.models import eam_dualbroadcast, eam_hand_gradient, eam_numpy
 from dualbroadcast.program import SecondOrderStep, Step
 
