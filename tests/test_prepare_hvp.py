@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
 import dualbroadcast as db
-from benchmarks.models import eam_hvp_hand
-from benchmarks.models import eam_dualbroadcast, eam_hand_gradient, eam_numpy
+from benchmarks.models import eam_dualbroadcast, eam_hand_gradient, eam_hvp_hand, eam_numpy
 from dualbroadcast.program import SecondOrderStep, Step
 
 from . import programs
