@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .chunked import is_chunked, not_chunkwise
 from .errors import (
     InPlaceMutationError,
     KernelError,
@@ -523,6 +524,8 @@ def record_operation(func, args, kwargs):
         ans = func(*call_values, **kwargs)
     else:
         ans = rule.impl(*call_values, **kwargs) if kwargs else rule.plain(*call_values)
+    if type(ans) is not np.ndarray and is_chunked(ans):  # a Dask array met a tracked value: Dask took over
+        raise not_chunkwise(func)
     if tape is None:
         return ans
     if rule is None:
@@ -840,8 +843,9 @@ def tape_of(parents):
 
 
 def _is_float(ans):
+    """Whether ``ans`` is a real float array or scalar (a Dask array is not: `_not_float` refuses it)."""
     dtype = getattr(ans, "dtype", None)
-    return dtype is not None and dtype.kind == "f"
+    return dtype is not None and dtype.kind == "f" and (type(ans) is np.ndarray or not is_chunked(ans))
 
 
 def _is_complex(ans):
@@ -855,7 +859,10 @@ def _is_complex(ans):
 
 def _not_float(tape, func, args, ans):
     """A result of ``func`` on tracked values that is not a real float, from a fast path: a complex one is
-    recorded by `record_operation`'s general path, which the tape takes from now on; else a constant."""
+    recorded by `record_operation`'s general path, which the tape takes from now on; else a constant (a Dask
+    array, which Dask made of a tracked value's, is an error: `chunked`)."""
+    if is_chunked(ans):
+        raise not_chunkwise(func)
     if _is_complex(ans):
         tape.complex = True
         return record_operation(func, args, {})
