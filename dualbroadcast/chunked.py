@@ -37,6 +37,8 @@ from .kernels import KERNEL_THREADS
 from .numpy_facts import getitem, qualified_name
 
 TASK_THREADS = 1  # a kernel's own threads inside a Dask task: Dask already runs a task per core
+TASK_BACKEND = "blocked"  # in a task: memory for a few cache-sized blocks, not the chunk's temporaries (numpy
+# if a chunk is too small for it); timing the candidates would run each, temporaries included
 FAN_IN = 8  # the partial results added by one task of the tree sum
 
 _NOT_CHUNKWISE = (
@@ -202,7 +204,9 @@ class _Plan:
             return value
         backs = []
         for p in self.active:
-            if p in self.big and p not in self.chunked_numpy:
+            if p in self.chunked_numpy:
+                backs.append(functools.partial(self._chunked_numpy_cotangent, p))
+            elif p in self.big:
                 backs.append(functools.partial(self._big_cotangent, p))
             else:
                 backs.append(functools.partial(self._small_cotangent, p))
@@ -212,6 +216,10 @@ class _Plan:
     def _big_cotangent(self, p, g):
         """ḡ of a Dask argument of `broadcast`: ``g · ∂f/∂x`` per block, lazily, summed to its shape."""
         return _unbroadcast(self._as_grid(g) * self.partial(p), np.shape(self.values[p]))
+
+    def _chunked_numpy_cotangent(self, p, g):
+        """ḡ of a NumPy argument of `broadcast` that Dask chunked: the lazy one, computed (a pass over the data)."""
+        return np.asarray(self._big_cotangent(p, g).compute(), np.result_type(self.values[p]))
 
     def _small_cotangent(self, p, g):
         """ḡ of a small argument of `broadcast`: Σ over blocks of the block's vjp (a pass over the data)."""
@@ -224,7 +232,6 @@ class _Plan:
                  for blocks in zip(*delayed)]
         ct = dask.compute(_tree(parts))[0][0]
         value = self.values[p]
-        ct = _unbroadcast(ct, np.shape(value)) if np.shape(ct) != np.shape(value) else ct
         dtype = np.result_type(value)
         return np.asarray(ct, dtype) if isinstance(value, np.ndarray) else dtype.type(ct)
 
@@ -351,10 +358,14 @@ def sum_blocks(f: Callable[..., Any], data: Any, *params: Any) -> Any:
 
     arrays = data if type(data) is tuple else (data,)
     for a in arrays:
+        if type(getattr(a, "value", None)) is Lazy:
+            raise UnsupportedFunctionError(
+                "db.sum_blocks differentiates its params, not its data: the gradient of f in its data would be an "
+                "array as large as the data (for an elementwise f, db.sum gives it lazily); pass db.cut(data)")
         if not is_chunked(a):
-            what = "a value tracked by the gradient" if type(a).__name__ == "Tracked" else type(a).__name__
-            raise TypeError(f"db.sum_blocks needs Dask arrays as data (one, or a tuple of them), not {what}; "
-                            "wrap NumPy data with dask.array.from_array(x, chunks=rows), or pass it in params")
+            raise TypeError(f"db.sum_blocks needs Dask arrays as data (one, or a tuple of them), not "
+                            f"{type(a).__name__}; wrap NumPy data with dask.array.from_array(x, chunks=rows), or "
+                            "pass it in params")
     rows = arrays[0].chunks[0] if arrays[0].ndim else ()
     if any(a.ndim == 0 or a.chunks[0] != rows for a in arrays):
         raise ValueError("db.sum_blocks needs data with equal chunks along the first axis (the blocks of rows); "
@@ -420,9 +431,9 @@ def _on_block(context, blocks, wrt, cotangent=None):
             these[p] = x
         f, args = pytree.unflatten(treedef, these)
         if kind == "sum":
-            return sum(f, *args, backend=backend)
+            return sum(f, *args, backend=backend or TASK_BACKEND)
         if kind == "broadcast":
-            return broadcast(f, *args, backend=backend)
+            return broadcast(f, *args, backend=backend or TASK_BACKEND)
         return f(*args)
 
     if cotangent is not None:
