@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from . import pytree
 from .errors import UnsupportedFunctionError
 from .kernels import KERNEL_THREADS
 from .numpy_facts import getitem, qualified_name
@@ -124,7 +125,6 @@ def run(f: Callable[..., Any], args: tuple, reduce: bool, backend: str | None) -
     """``db.sum(f, *args)`` (``reduce``) or ``db.broadcast(f, *args)`` where a leaf is a Dask array."""
     import dask
 
-    from . import pytree
     from .broadcast import KernelCall, _log
 
     leaves, treedef = pytree.flatten((f, args))
@@ -191,15 +191,18 @@ class _Plan:
                  for blocks in zip(*delayed)]
         return _tree(parts)
 
+    def mapped(self, wrt):
+        """`_block_map` over the grid: the lazy broadcast value, or ∂f/∂(big leaf wrt[0])."""
+        return self.blocks[0].map_blocks(_block_map, *self.blocks[1:], context=self.context, wrt=wrt,
+                                         dtype=self.dtype, meta=np.empty((0,) * len(self.shape), self.dtype))
+
     def partial(self, p):
         """The lazy ∂f/∂(leaf p) on the grid (a Dask array of the broadcast shape)."""
-        return self.blocks[0].map_blocks(_block_map, *self.blocks[1:], context=self.context, wrt=(p,),
-                                         dtype=self._dtype(), meta=np.empty((0,) * len(self.shape), self._dtype()))
+        return self.mapped((p,))
 
     def broadcast(self):
         """``db.broadcast`` of the program: a Dask array; tracked as a `Lazy` value if a leaf is differentiated."""
-        value = self.blocks[0].map_blocks(_block_map, *self.blocks[1:], context=self.context, wrt=(),
-                                          dtype=self._dtype(), meta=np.empty((0,) * len(self.shape), self._dtype()))
+        value = self.mapped(())
         if not self.active:
             return value
         backs = []
@@ -210,7 +213,6 @@ class _Plan:
                 backs.append(functools.partial(self._big_cotangent, p))
             else:
                 backs.append(functools.partial(self._small_cotangent, p))
-        self._cotangent_chunks = value.chunks
         return self.record(Lazy(value), backs)
 
     def _big_cotangent(self, p, g):
@@ -238,18 +240,18 @@ class _Plan:
     def _as_grid(self, g):
         import dask.array as da
         g = g.array if type(g) is Lazy else g
-        return da.broadcast_to(da.asarray(g), self.shape, chunks=self._cotangent_chunks)
+        return da.broadcast_to(da.asarray(g), self.shape, chunks=self.blocks[0].chunks)
 
-    def _dtype(self):
-        """The result's dtype: the program on one element of each big leaf."""
+    @functools.cached_property
+    def dtype(self):
+        """The result's dtype: the program on one element of each big leaf, outside any gradient."""
+        from .broadcast import broadcast
+
         values = list(self.values)
         for p in self.big:
             values[p] = np.ones((1,) * np.ndim(values[p]), values[p].dtype)
-        from . import pytree
-        from .broadcast import broadcast
         f, args = pytree.unflatten(self.treedef, values)
-        with _detached():
-            return np.result_type(broadcast(f, *args))
+        return np.result_type(contextvars.Context().run(broadcast, f, *args))
 
     def record(self, value, backs):
         """``value`` recorded on the tape with a pullback per active leaf."""
@@ -354,8 +356,6 @@ def sum_blocks(f: Callable[..., Any], data: Any, *params: Any) -> Any:
     """
     import dask
 
-    from . import pytree
-
     arrays = data if type(data) is tuple else (data,)
     for a in arrays:
         if type(getattr(a, "value", None)) is Lazy:
@@ -400,29 +400,18 @@ def _limited(function, *args):
     return function(*args)
 
 
-class _detached:
-    """Run the enclosed code outside any gradient (a fresh context for its duration is not possible in a
-    ``with``; this resets the active tape and recorder)."""
-
-    def __enter__(self):
-        from .guards import RECORDER
-        from .tape import ACTIVE_TAPE
-        self.tokens = [(ACTIVE_TAPE, ACTIVE_TAPE.set(None)), (RECORDER, RECORDER.set(None))]
-
-    def __exit__(self, *exc):
-        for var, token in reversed(self.tokens):
-            var.reset(token)
-
-
 def _on_block(context, blocks, wrt, cotangent=None):
     """One block's ``(value, partial per position of wrt)``, or with ``cotangent`` the block's vjp in them."""
-    from . import pytree
     from .api import pullback, value_and_gradient
     from .broadcast import broadcast, sum
 
     treedef, values, big, kind, backend = context
     leaves = list(values)
     for p, block in zip(big, blocks):
+        if kind == "call" and isinstance(block, np.ndarray) and block.base is not None:
+            # a view of an array other tasks view too (da.from_array): the gradient makes the constants it
+            # reads read-only for a while (`Tape.keep`), which two threads cannot do to one base at once
+            block = block.copy()
         leaves[p] = block
 
     def program(*xs):
@@ -447,17 +436,7 @@ def _on_block(context, blocks, wrt, cotangent=None):
 
 
 def _block_map(*blocks, context, wrt):
-    """A block of the broadcast value (``wrt`` empty) or of ∂f/∂(leaf wrt[0]), for ``map_blocks``."""
-    return _in_task(_block_result, context, blocks, wrt)
-
-
-def _block_result(context, blocks, wrt):
-    if not wrt:
-        context = context[:3] + ("broadcast",) + context[4:]
-        return _on_block(context, blocks, ())[0]
-    p, big = wrt[0], context[2]
-    shape = np.broadcast_shapes(*[np.shape(b) for b in blocks])
-    if p in big:
-        blocks = [np.broadcast_to(b, shape) for b in blocks]  # its partial has the block's shape
-    grad = _on_block(context[:3] + ("sum",) + context[4:], blocks, (p,))[1]
-    return np.broadcast_to(grad, shape) if np.shape(grad) != shape else grad
+    """For ``map_blocks``: a block of the broadcast value (``wrt`` empty), or of ∂f/∂x for the big leaf ``wrt[0]``
+    (the gradient of the block's sum in it: f is elementwise and the leaf has the block's shape)."""
+    treedef, values, big, _, backend = context
+    return _in_task(_on_block, (treedef, values, big, "sum" if wrt else "broadcast", backend), blocks, wrt)[-1]
