@@ -352,7 +352,7 @@ def sum_blocks(f: Callable[..., Any], data: Any, *params: Any) -> Any:
     >>> import dask.array as da
     >>> x = da.arange(6.0, chunks=2)
     >>> db.gradient(lambda w: db.sum_blocks(lambda b, w: np.sum(b * w) ** 2, x, w), 1.0)
-    np.float64(...)
+    214.0
     """
     import dask
 
