@@ -125,14 +125,9 @@ def run(f: Callable[..., Any], args: tuple, reduce: bool, backend: str | None) -
     """``db.sum(f, *args)`` (``reduce``) or ``db.broadcast(f, *args)`` where a leaf is a Dask array."""
     import dask
 
-    from .broadcast import KernelCall, _log
-
     leaves, treedef = pytree.flatten((f, args))
     plan = _Plan(leaves, pytree.leaf_activity(treedef), "sum" if reduce else "broadcast", treedef, backend)
-    calls = _log.get()
-    if calls is not None:
-        calls.append(KernelCall(getattr(f, "__name__", type(f).__name__), len(plan.active), "dask",
-                                math.prod(plan.shape), reduce))
+    plan.call = _logged(f, len(plan.active), math.prod(plan.shape), reduce)
     if not reduce:
         return plan.broadcast()
     # one pass: the value, the small arguments' partials and those of NumPy arguments Dask had to chunk
@@ -255,7 +250,7 @@ class _Plan:
 
     def record(self, value, backs):
         """``value`` recorded on the tape with a pullback per active leaf."""
-        return _record(self.tape, [self.leaves[p] for p in self.active], value, backs, self.kind)
+        return _record(self.tape, [self.leaves[p] for p in self.active], value, backs, self.call)
 
 
 def _sorted(leaves, activity):
@@ -288,12 +283,22 @@ def _sorted(leaves, activity):
     return values, big, active, tape_of(tracked) if tracked else None
 
 
-def _record(tape, parents, value, backs, kind):
-    """``value`` recorded on ``tape`` with a pullback per parent (a tracked leaf)."""
-    from .broadcast import KernelCall
+def _record(tape, parents, value, backs, call):
+    """``value`` recorded on ``tape`` with a pullback per parent (a tracked leaf), as ``call`` (a `KernelCall`)."""
     from .tape import _edges
 
-    return tape.record(value, _edges(parents, backs), KernelCall(kind, len(parents), "dask", 0, kind != "broadcast"))
+    return tape.record(value, _edges(parents, backs), call)
+
+
+def _logged(f, width, size, reduce):
+    """The `KernelCall` of a call over Dask arrays (backend "dask"), in `db.kernel_log` if one collects."""
+    from .broadcast import KernelCall, _log
+
+    call = KernelCall(getattr(f, "__name__", type(f).__name__), width, "dask", size, reduce)
+    calls = _log.get()
+    if calls is not None:
+        calls.append(call)
+    return call
 
 
 def _grid_chunks(reference, shape):
@@ -382,11 +387,12 @@ def sum_blocks(f: Callable[..., Any], data: Any, *params: Any) -> Any:
     delayed_context = dask.delayed(context, traverse=False)
     blocks = [a.to_delayed().ravel() for a in arrays]
     parts = [dask.delayed(_in_task)(_on_block, delayed_context, list(b), tuple(active)) for b in zip(*blocks)]
+    call = _logged(f, len(active), sum(rows), True)
     total = dask.compute(_tree(parts))[0]
     if not active:
         return total[0]
     backs = [_numpy_pullback(partial, values[p]) for p, partial in zip(active, total[1:])]
-    return _record(tape, [leaves[p] for p in active], total[0], backs, "sum_blocks")
+    return _record(tape, [leaves[p] for p in active], total[0], backs, call)
 
 
 # --- what a task runs -------------------------------------------------------------------------------------
@@ -410,8 +416,9 @@ def _on_block(context, blocks, wrt, cotangent=None):
     for p, block in zip(big, blocks):
         if kind == "call" and isinstance(block, np.ndarray) and block.base is not None:
             # a view of an array other tasks view too (da.from_array): the gradient makes the constants it
-            # reads read-only for a while (`Tape.keep`), which two threads cannot do to one base at once
-            block = block.copy()
+            # reads read-only for a while (`Tape.keep`, then `thaw`), and a thread thawing its view while
+            # another holds the base read-only fails; a view read-only from the start is never thawed
+            block.flags.writeable = False
         leaves[p] = block
 
     def program(*xs):

@@ -171,6 +171,17 @@ def test_sum_blocks_of_an_mlp_equals_the_gradient_in_memory():
     close(db.sum_blocks(mlp_loss, data, params), mlp_loss((x, t), params))  # outside a gradient: the value
 
 
+def test_sum_blocks_of_many_views_of_one_array_on_threads():
+    """da.from_array's blocks view one array, and each block's gradient makes the constants it reads read-only
+    for a while: two threads must not thaw a view while the other holds its base read-only (it raised)."""
+    x, t, data, params = mlp_problem(rows=4_000, chunk=50)
+    g0 = db.gradient(lambda p: mlp_loss((x, t), p), params)
+    for _ in range(3):
+        g = db.gradient(lambda p: db.sum_blocks(mlp_loss, data, p), params)
+    for k in params:
+        np.testing.assert_allclose(g[k], g0[k], rtol=1e-10, atol=1e-10 * np.max(np.abs(g0[k])))
+
+
 def test_sum_blocks_of_one_array_with_cut_params():
     x = np.random.default_rng(4).normal(size=(50, 3))
     d = da.from_array(x, chunks=(12, 3))
