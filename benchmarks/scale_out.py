@@ -120,9 +120,14 @@ def row_mlp_blocks(n, chunk, runs):
 
 
 ROWS = {"memory": row_memory, "dask_same": row_dask_same, "generated": row_dask_generated,
-        "workers1": lambda n, c, runs: row_dask_generated(n, c, runs, 1),
-        "workers2": lambda n, c, runs: row_dask_generated(n, c, runs, 2),
-        "mlp_memory": row_mlp_memory, "mlp_blocks": row_mlp_blocks}
+        "mlp_memory": row_mlp_memory, "mlp_blocks": row_mlp_blocks}  # and "workersK": K worker processes
+
+
+def row(name):
+    """The function of row ``name``."""
+    if name.startswith("workers"):
+        return lambda n, chunk, runs: row_dask_generated(n, chunk, runs, int(name[len("workers"):]))
+    return ROWS[name]
 
 
 def run_row(name, n, chunk, runs):
@@ -146,7 +151,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     n, chunk = int(args.n), int(args.chunk)
     if args.row:  # inside the row's own process
-        seconds, result = ROWS[args.row](n, chunk, args.runs)
+        seconds, result = row(args.row)(n, chunk, args.runs)
         print(json.dumps({"seconds": seconds, "result": result,
                           "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
         return 0
