@@ -406,6 +406,16 @@ def _limited(function, *args):
     return function(*args)
 
 
+def _read_only_view(a):
+    """A view of ``a`` of this task's own, read-only.  Other tasks' threads view the same array (the blocks of
+    ``da.from_array``, a view among the arguments), and a gradient makes the constants it reads read-only for a
+    while (`Tape.keep`, then `thaw`): a thread thawing its view while another holds the base read-only would
+    fail.  A view read-only from the start is never thawed; the base alone is, by one of them."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 def _on_block(context, blocks, wrt, cotangent=None):
     """One block's ``(value, partial per position of wrt)``, or with ``cotangent`` the block's vjp in them."""
     from .api import pullback, value_and_gradient
@@ -414,12 +424,8 @@ def _on_block(context, blocks, wrt, cotangent=None):
     treedef, values, big, kind, backend = context
     leaves = list(values)
     for p, block in zip(big, blocks):
-        if kind == "call" and isinstance(block, np.ndarray) and block.base is not None:
-            # a view of an array other tasks view too (da.from_array): the gradient makes the constants it
-            # reads read-only for a while (`Tape.keep`, then `thaw`), and a thread thawing its view while
-            # another holds the base read-only fails; a view read-only from the start is never thawed
-            block.flags.writeable = False
         leaves[p] = block
+    leaves = [_read_only_view(a) if type(a) is np.ndarray and a.base is not None else a for a in leaves]
 
     def program(*xs):
         these = list(leaves)

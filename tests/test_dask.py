@@ -180,6 +180,11 @@ def test_sum_blocks_of_many_views_of_one_array_on_threads():
         g = db.gradient(lambda p: db.sum_blocks(mlp_loss, data, p), params)
     for k in params:
         np.testing.assert_allclose(g[k], g0[k], rtol=1e-10, atol=1e-10 * np.max(np.abs(g0[k])))
+    scales = np.random.default_rng(6).uniform(size=(2, 8))
+    f = lambda block, w, scale: np.sum(np.tanh(block[0] @ (w * scale)))  # scale: a constant view, every task's
+    g = db.gradient(lambda w: db.sum_blocks(f, data, w, scales[1]), np.ones(8))
+    close(g, db.gradient(lambda w: f((x, t), w, scales[1]), np.ones(8)))
+    assert x.flags.writeable and scales.flags.writeable
 
 
 def test_sum_blocks_of_one_array_with_cut_params():
