@@ -11,6 +11,7 @@ array([2., 4.])
 from . import rules  # noqa: F401  (registers every rule)
 from .api import check_gradient, cut, gradient, hessian, hvp, jacobian, jvp, pullback, uncut, value_and_gradient
 from .broadcast import KernelCall, broadcast, clear_cache, elementwise, kernel_log, sum
+from .chunked import sum_blocks
 from .errors import (
     ArgumentTypeError,
     DifferentiationError,
@@ -40,7 +41,7 @@ from .rules.elementwise import defderivative
 from .tape import primitive
 
 __all__ = [
-    "gradient", "value_and_gradient", "broadcast", "sum", "elementwise", "kernel_log", "KernelCall",
+    "gradient", "value_and_gradient", "broadcast", "sum", "sum_blocks", "elementwise", "kernel_log", "KernelCall",
     "set_backend", "clear_cache", "explain", "prepare_gradient", "PreparedGradient", "pullback", "jacobian", "cut",
     "prepare_hvp", "PreparedHvp", "uncut", "check_gradient", "hessian", "hvp", "jvp",
     "defderivative", "defvjp", "defvjp_argnum", "defvjp_sequence", "defvjp_outputs", "nondifferentiable", "primitive",

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from . import pytree
+from . import chunked, pytree
+from .chunked import is_chunked
 from .errors import (
     ArgumentTypeError,
     GradientMismatchError,
@@ -203,6 +204,8 @@ def _float_value(x, position, leaf=None, tape=None):
     elif type(x) is Tracked:
         raise StaleValueError("a tracked value from a finished gradient evaluation was passed to a gradient; "
                               "pass the array itself (or db.cut(x) for its value)")
+    elif is_chunked(x) and x.dtype.kind == "f":  # a Dask array: tracked lazily (`chunked.Lazy`)
+        return chunked.leaf_value(x)
     elif type(x) is Dual:
         raise ArgumentTypeError("a gradient of a value db.jvp differentiates (forward over reverse) is not "
                                 "supported; for a Hessian-vector product use db.hvp(f, x, v), or compose them the "
@@ -384,6 +387,8 @@ def _leaf_gradient(g, original, seen):
         return g
     if type(original) in _PYTHON_NUMBERS:
         return type(original)(0) if g is None else _python_number(g, original)
+    if is_chunked(original):
+        return chunked.leaf_gradient(g, original)
     dtype = original.dtype
     if g is None:
         g = np.zeros(np.shape(original), dtype)

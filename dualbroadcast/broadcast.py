@@ -25,7 +25,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import pytree
+from . import chunked, pytree
+from .chunked import Lazy, is_chunked
 from .errors import KernelError
 from .expr import Sym, complex_kernel_message, derivatives, trace, without_cuts
 from .expr import _cut as _cut_op
@@ -167,6 +168,8 @@ def _run(f, args, reduce, backend):
             value = leaf.value if type(leaf) is Tracked or type(leaf) is Dual else leaf
             if type(value) is Tracked:  # tracked by two nested gradients: the kernel computes on the plain value
                 nested, value = True, untracked(value)
+            if type(value) is Lazy:  # a differentiated Dask array
+                return chunked.run(f, args, reduce, backend)
             kind = value.dtype if type(value) is np.ndarray else _kind(value)
             if (type(leaf) is Tracked and on and leaf.index not in inactive) or type(leaf) is Dual:
                 active.append(len(values))
@@ -175,6 +178,8 @@ def _run(f, args, reduce, backend):
             input_kinds.append(kind)
             kinds.append(kind)
         else:  # baked into the kernel: ints, bools, None, strings, objects
+            if is_chunked(leaf):  # a Dask array: each chunk runs this kernel (`chunked`)
+                return chunked.run(f, args, reduce, backend)
             names = tuple(sorted(reads.names)) if names is None else names
             kinds.append(("baked", reads.key(leaf, names)))
     on_tape = on_tape or (Dual in map(type, inputs) and any(type(inputs[i]) is Tracked for i in active))

@@ -54,6 +54,7 @@ BLOCK = 16384  # elements per block: a few scratch buffers of this size stay in 
 NUMEXPR_BLOCK = 262144  # numexpr's own threads want larger blocks
 NUMEXPR_MIN = 1024  # elements from which numexpr is a candidate: below, its start-up cost dominates
 THREADS = os.cpu_count() or 1
+KERNEL_THREADS = contextvars.ContextVar("dualbroadcast_kernel_threads", default=None)  # at most so many (a Dask task)
 FORCED_BACKEND = contextvars.ContextVar("dualbroadcast_backend", default=None)
 
 
@@ -335,7 +336,7 @@ def _kind(v):
 
 def _chunks(size):
     """Bounds of the contiguous chunks a blocked kernel runs in parallel, one per core."""
-    chunks = min(THREADS, size // (4 * BLOCK)) or 1
+    chunks = min(KERNEL_THREADS.get() or THREADS, size // (4 * BLOCK)) or 1
     return [size * c // chunks for c in range(chunks + 1)]
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .chunked import is_chunked, not_chunkwise
 from .errors import (
     InPlaceMutationError,
     KernelError,
@@ -737,6 +738,8 @@ def record_operation(func, args, kwargs):
         ans = rule.impl(*call_values, **kwargs) if kwargs else rule.plain(*call_values)
     if type(ans) is FORWARD[0]:  # a dual among the arguments (reverse over forward): see `_not_float`
         return FORWARD[1](func, args, kwargs)
+    if type(ans) is not np.ndarray and is_chunked(ans):  # a Dask array met a tracked value: Dask took over
+        raise not_chunkwise(func)
     if tape is None:
         return ans
     if rule is None:
@@ -1069,9 +1072,11 @@ def tape_of(parents):
 
 def _is_float(ans):
     """Whether ``ans`` is a real float array or NumPy scalar the tape carries (not a `db.jvp` dual: a tracked value
-    met one, reverse over forward, and forward mode computes the result, see `_not_float`)."""
+    met one, reverse over forward, and forward mode computes the result, see `_not_float`; not a Dask array:
+    `_not_float` refuses it)."""
     dtype = getattr(ans, "dtype", None)
-    return dtype is not None and dtype.kind == "f" and type(ans) is not FORWARD[0]
+    return dtype is not None and dtype.kind == "f" and (type(ans) is np.ndarray or (
+        type(ans) is not FORWARD[0] and not is_chunked(ans)))
 
 
 def _is_complex(ans):
@@ -1087,9 +1092,11 @@ def _not_float(tape, func, args, ans):
     """A result of ``func`` on tracked values that is not a real float, from a fast path: a complex one is
     recorded by `record_operation`'s general path, which the tape takes from now on; a dual value (a tracked
     value met a `db.jvp`'s dual: reverse over forward) by forward mode, whose operations the tape records; else
-    a constant."""
+    a constant (a Dask array, which Dask made of a tracked value's, is an error: `chunked`)."""
     if type(ans) is FORWARD[0]:
         return FORWARD[1](func, args, {})
+    if is_chunked(ans):
+        raise not_chunkwise(func)
     if _is_complex(ans):
         tape.complex = True
         return record_operation(func, args, {})

@@ -527,12 +527,96 @@ fig.tight_layout()
     ]
 
 
+def scale_out():
+    return [
+        md("""
+# Beyond one machine: gradients over Dask arrays
+
+`db.sum(f, r, *params)` over a Dask array runs, chunk by chunk, the same fused kernel as in
+memory, and Dask sums the chunks' values and partials: the gradient in the parameters is one
+pass over the data, in memory for a few chunks per worker. This notebook checks the issue's
+example against its hand-written gradient, measures peak memory against the size of the data
+(each measurement in a process of its own, `benchmarks.scale_out`), and plots throughput
+against the number of worker processes of a `dask.distributed` cluster.
+"""),
+        code(SETUP + """
+import dask.array as da
+from benchmarks import scale_out
+
+QUICK = True
+N = 2 * 10**6 if QUICK else 10**8"""),
+        md("""
+## The example, checked
+
+`r` is drawn chunk by chunk and never exists whole. The gradient of
+`(Σ a e^(-b r) - t)²` is `2 (e - t) Σ e^(-b r)` in `a` and `-2 (e - t) Σ a r e^(-b r)` in `b`.
+"""),
+        code("""
+r = da.random.default_rng(0).uniform(2.0, 6.0, size=N, chunks=N // 10)
+target = 0.1 * N
+
+def loss(theta):
+    e = db.sum(lambda r, a, b: a * np.exp(-b * r), r, theta["a"], theta["b"])
+    return (e - target) ** 2
+
+v, g = db.value_and_gradient(loss, {"a": 1.0, "b": 0.5})
+rm = r.compute()
+e = np.sum(np.exp(-0.5 * rm))
+print(g)
+print("by hand:", 2 * (e - target) * e, -2 * (e - target) * np.sum(rm * np.exp(-0.5 * rm)))
+"""),
+        md("""
+## Memory: the chunk, not the data
+
+Ten parameters (`benchmarks.scale_out.term`), value and gradient: the data in memory
+(`db.sum` on a NumPy array) against the data drawn chunk by chunk by Dask, peak resident
+memory of each run's own process.
+"""),
+        code(PLOT + """
+sizes = [N // 4, N // 2, N] if QUICK else [10**7, 3 * 10**7, 10**8]
+chunk = N // 20
+memory = {name: [scale_out.run_row(name, n, chunk, 1)[2] / 2**20 for n in sizes]
+          for name in ("memory", "generated")}
+for name, peaks in memory.items():
+    print(name, [f"{p:.0f} MB" for p in peaks])
+fig, ax = plt.subplots(figsize=(5, 3))
+ax.plot(sizes, memory["memory"], "o-", label="NumPy array in memory")
+ax.plot(sizes, memory["generated"], "s-", label=f"Dask, chunks of {chunk:.0e}")
+ax.set_xscale("log")
+ax.set_xlabel("points")
+ax.set_ylabel("peak RSS (MB)")
+ax.legend()
+fig.tight_layout()
+"""),
+        md("""
+## Throughput against workers
+
+A `LocalCluster` of K worker processes, one thread each, kernels on one thread
+(`dualbroadcast.chunked.TASK_THREADS`), 20 chunks. On a machine shared with other work the
+scaling is what the free cores allow.
+"""),
+        code("""
+workers = [1, 2]
+seconds = [scale_out.run_row(f"workers{k}", N, N // 20, 2)[0] for k in workers]
+throughput = [N / s / 1e6 for s in seconds]
+print([f"{k} worker(s): {t:.1f} M points/s" for k, t in zip(workers, throughput)])
+fig, ax = plt.subplots(figsize=(4, 3))
+ax.plot(workers, throughput, "o-")
+ax.set_xticks(workers)
+ax.set_xlabel("worker processes")
+ax.set_ylabel("M points / s (value and gradient)")
+fig.tight_layout()
+"""),
+    ]
+
+
 NOTEBOOKS = {
     "quickstart.ipynb": quickstart,
     "eam.ipynb": eam,
     "cut_uncut.ipynb": cut_uncut,
     "constants_and_slices.ipynb": constants_and_slices,
     "peers.ipynb": peers,
+    "scale_out.ipynb": scale_out,
 }
 
 

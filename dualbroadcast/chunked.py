@@ -1,0 +1,455 @@
+"""Chunked arrays: the layer between `broadcast` and Dask (issue 17).
+
+A `db.sum` over a Dask array runs, per chunk, the very call it makes in memory: ``db.sum(f, *chunks)``
+inside ``db.value_and_gradient`` in the chunk's *small* arguments (the NumPy arrays and scalars
+broadcast whole to every chunk), so each chunk runs the same fused kernel (value and partials in one
+pass) and hands back one number and the partials already reduced to the small arguments' shapes.
+Dask tree-sums those tuples, and the value and the partials come from one ``dask.compute``: one pass
+over the data.  The gradient with respect to a Dask array itself is a lazy Dask array with the
+argument's chunks, computed on demand (each chunk's kernel runs again; no partial is held).
+
+`sum_blocks` is the same plan for any program ``db.gradient`` handles: the blocks are rows of one or
+more Dask arrays, and each block's gradient is taken on a worker.
+
+Every task runs in a fresh context (no outer gradient is seen there, whatever the scheduler) with the
+kernels' own threads limited to `TASK_THREADS`, so Dask's workers and a kernel's blocks do not
+oversubscribe the cores.  The tasks are module functions of picklable data (the function's tree and
+its leaves), so `dask.distributed` ships them to worker processes, where kernels are rebuilt.
+
+Dask is imported here only when a Dask array is met or `sum_blocks` is called: the package itself
+needs NumPy and numexpr only.  A differentiated Dask array is carried on the tape as a `Lazy` value,
+whose NumPy protocols raise: a function that cannot run chunkwise is an error naming what to do,
+never a silent computation of the whole array.
+"""
+
+import contextvars
+import functools
+import math
+import operator
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from . import pytree
+from .errors import UnsupportedFunctionError
+from .kernels import KERNEL_THREADS
+from .numpy_facts import getitem, qualified_name
+
+TASK_THREADS = 1  # a kernel's own threads inside a Dask task: Dask already runs a task per core
+TASK_BACKEND = "blocked"  # in a task: memory for a few cache-sized blocks, not the chunk's temporaries (numpy
+# if a chunk is too small for it); timing the candidates would run each, temporaries included
+FAN_IN = 8  # the partial results added by one task of the tree sum
+
+_NOT_CHUNKWISE = (
+    "{what} a Dask array inside a differentiated program: it cannot run chunk by chunk, and computing the "
+    "whole array here could exhaust memory. Sum over the data with db.sum(f, ...) (an elementwise f) or "
+    "db.sum_blocks(f, data, *params) (any program per block of rows), or call .compute() on the array first "
+    "if it fits in memory."
+)
+
+
+def is_chunked(x: Any) -> bool:
+    """Whether ``x`` is a Dask array (without importing Dask: if it is not imported, nothing is one)."""
+    module = sys.modules.get("dask.array")
+    return module is not None and isinstance(x, module.Array)
+
+
+def not_chunkwise(func) -> UnsupportedFunctionError:
+    """The error for ``func`` (a NumPy function) meeting a Dask array on the tape."""
+    return UnsupportedFunctionError(_NOT_CHUNKWISE.format(what=f"{qualified_name(func)} got"))
+
+
+class Lazy:
+    """The tape's value of a differentiated Dask array: NumPy on it is an error (`_NOT_CHUNKWISE`); `sum`,
+    `broadcast` and `sum_blocks` read its ``array``."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array):
+        self.array = array
+
+    shape = property(lambda self: self.array.shape)
+    dtype = property(lambda self: self.array.dtype)
+    ndim = property(lambda self: self.array.ndim)
+    size = property(lambda self: self.array.size)
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func is np.shape or func is np.ndim or func is np.size:
+            return func(np.broadcast_to(np.empty((), self.dtype), self.shape))
+        if func is np.result_type:
+            return np.result_type(*[a.dtype if type(a) is Lazy else a for a in args])
+        raise not_chunkwise(func)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        raise not_chunkwise(ufunc if method == "__call__" else getattr(ufunc, method))
+
+    def __array__(self, dtype=None, copy=None):
+        raise UnsupportedFunctionError(_NOT_CHUNKWISE.format(what="np.asarray (or a function calling it) got"))
+
+    def __repr__(self):
+        return f"Lazy({self.array!r})"
+
+
+def _refused(func):
+    def operator_method(self, *args):
+        raise not_chunkwise(func)
+    return operator_method
+
+
+for _name, _func in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("truediv", np.divide),
+                     ("pow", np.power), ("floordiv", np.floor_divide), ("mod", np.remainder), ("matmul", np.matmul)]:
+    setattr(Lazy, f"__{_name}__", _refused(_func))
+    setattr(Lazy, f"__r{_name}__", _refused(_func))
+for _name, _func in [("neg", np.negative), ("pos", np.positive), ("abs", np.absolute), ("lt", np.less),
+                     ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal), ("getitem", getitem)]:
+    setattr(Lazy, f"__{_name}__", _refused(_func))
+
+
+def leaf_value(x):
+    """The value a differentiated Dask array argument is tracked with (`api._float_value`)."""
+    return Lazy(x)
+
+
+def leaf_gradient(g, original):
+    """The gradient of a Dask array argument: lazy, with its chunks (zeros if nothing reached it)."""
+    import dask.array as da
+    if g is None:
+        return da.zeros_like(original)
+    return g.astype(original.dtype) if g.dtype != original.dtype else g
+
+
+# --- db.sum and db.broadcast over Dask arrays ------------------------------------------------------------
+def run(f: Callable[..., Any], args: tuple, reduce: bool, backend: str | None) -> Any:
+    """``db.sum(f, *args)`` (``reduce``) or ``db.broadcast(f, *args)`` where a leaf is a Dask array."""
+    import dask
+
+    leaves, treedef = pytree.flatten((f, args))
+    plan = _Plan(leaves, pytree.leaf_activity(treedef), "sum" if reduce else "broadcast", treedef, backend)
+    plan.call = _logged(f, len(plan.active), math.prod(plan.shape), reduce)
+    if not reduce:
+        return plan.broadcast()
+    # one pass: the value, the small arguments' partials and those of NumPy arguments Dask had to chunk
+    total = plan.tree_sum(plan.small)
+    chunked_partials = [plan.partial(p) for p in plan.chunked_numpy]
+    total, chunked_partials = dask.compute(total, chunked_partials)
+    value = total[0]
+    partials = dict(zip(plan.small, total[1:]))
+    partials.update((p, _unbroadcast(d, plan.values[p].shape)) for p, d in zip(plan.chunked_numpy, chunked_partials))
+    if not plan.active:
+        return value
+    return plan.record(value, [_numpy_pullback(partials[p], plan.values[p]) if p in partials
+                               else _lazy_pullback(plan.partial(p), plan.values[p]) for p in plan.active])
+
+
+class _Plan:
+    """One call's leaves sorted for Dask: the *big* ones (Dask arrays, and NumPy arrays spanning a chunked
+    axis, made Dask arrays with the grid's chunks) broadcast to one grid of blocks, the *small* ones (sent
+    whole to every block) and the rest (baked into the kernel, as in memory)."""
+
+    def __init__(self, leaves, activity, kind, treedef, backend=None):
+        import dask.array as da
+
+        from .broadcast import _is_array_input
+
+        self.kind, self.treedef, self.backend, self.leaves = kind, treedef, backend, leaves
+        values, big, active, self.tape = _sorted(leaves, activity)
+        arrays = [p for p, v in enumerate(values) if p not in big and _is_array_input(v) and np.ndim(v)]
+        self.active = active
+        self.shape = np.broadcast_shapes(*[np.shape(values[p]) for p in big + arrays])
+        grid = list(da.broadcast_arrays(*[values[p] for p in big]))
+        chunks = _grid_chunks(grid[0], self.shape)
+        self.chunked_numpy = []  # NumPy arrays along a chunked axis: chunked too, their partials computed
+        for p in arrays:
+            shape = np.shape(values[p])
+            along = [len(c) > 1 and s > 1 for c, s in zip(chunks[len(chunks) - len(shape):], shape)]
+            if any(along):
+                big.append(p)
+                grid.append(da.from_array(values[p], chunks=tuple(
+                    c if s > 1 else (1,) for c, s in zip(chunks[len(chunks) - len(shape):], shape))))
+                if p in active:
+                    self.chunked_numpy.append(p)
+        self.big = big
+        self.blocks = [da.broadcast_to(a, self.shape, chunks=chunks) for a in grid]
+        self.values = values
+        self.small = [p for p in active if p not in big]
+        self.context = (treedef, [None if p in big else v for p, v in enumerate(values)], tuple(big), kind, backend)
+
+    def tree_sum(self, wrt):
+        """A delayed ``(value, partial per position of wrt)`` summed over every block."""
+        import dask
+
+        context = dask.delayed(self.context, traverse=False)
+        delayed = [b.to_delayed().ravel() for b in self.blocks]
+        parts = [dask.delayed(_in_task)(_on_block, context, list(blocks), tuple(wrt))
+                 for blocks in zip(*delayed)]
+        return _tree(parts)
+
+    def mapped(self, wrt):
+        """`_block_map` over the grid: the lazy broadcast value, or ∂f/∂(big leaf wrt[0])."""
+        return self.blocks[0].map_blocks(_block_map, *self.blocks[1:], context=self.context, wrt=wrt,
+                                         dtype=self.dtype, meta=np.empty((0,) * len(self.shape), self.dtype))
+
+    def partial(self, p):
+        """The lazy ∂f/∂(leaf p) on the grid (a Dask array of the broadcast shape)."""
+        return self.mapped((p,))
+
+    def broadcast(self):
+        """``db.broadcast`` of the program: a Dask array; tracked as a `Lazy` value if a leaf is differentiated."""
+        value = self.mapped(())
+        if not self.active:
+            return value
+        backs = []
+        for p in self.active:
+            if p in self.chunked_numpy:
+                backs.append(functools.partial(self._chunked_numpy_cotangent, p))
+            elif p in self.big:
+                backs.append(functools.partial(self._big_cotangent, p))
+            else:
+                backs.append(functools.partial(self._small_cotangent, p))
+        return self.record(Lazy(value), backs)
+
+    def _big_cotangent(self, p, g):
+        """ḡ of a Dask argument of `broadcast`: ``g · ∂f/∂x`` per block, lazily, summed to its shape."""
+        return _unbroadcast(self._as_grid(g) * self.partial(p), np.shape(self.values[p]))
+
+    def _chunked_numpy_cotangent(self, p, g):
+        """ḡ of a NumPy argument of `broadcast` that Dask chunked: the lazy one, computed (a pass over the data)."""
+        return np.asarray(self._big_cotangent(p, g).compute(), np.result_type(self.values[p]))
+
+    def _small_cotangent(self, p, g):
+        """ḡ of a small argument of `broadcast`: Σ over blocks of the block's vjp (a pass over the data)."""
+        import dask
+
+        g = self._as_grid(g)
+        context = dask.delayed(self.context, traverse=False)
+        delayed = [b.to_delayed().ravel() for b in [*self.blocks, g]]
+        parts = [dask.delayed(_in_task)(_on_block, context, list(blocks[:-1]), (p,), blocks[-1])
+                 for blocks in zip(*delayed)]
+        ct = dask.compute(_tree(parts))[0][0]
+        value = self.values[p]
+        dtype = np.result_type(value)
+        return np.asarray(ct, dtype) if isinstance(value, np.ndarray) else dtype.type(ct)
+
+    def _as_grid(self, g):
+        import dask.array as da
+        g = g.array if type(g) is Lazy else g
+        return da.broadcast_to(da.asarray(g), self.shape, chunks=self.blocks[0].chunks)
+
+    @functools.cached_property
+    def dtype(self):
+        """The result's dtype: the program on one element of each big leaf, outside any gradient."""
+        from .broadcast import broadcast
+
+        values = list(self.values)
+        for p in self.big:
+            values[p] = np.ones((1,) * np.ndim(values[p]), values[p].dtype)
+        f, args = pytree.unflatten(self.treedef, values)
+        return np.result_type(contextvars.Context().run(broadcast, f, *args))
+
+    def record(self, value, backs):
+        """``value`` recorded on the tape with a pullback per active leaf."""
+        return _record(self.tape, [self.leaves[p] for p in self.active], value, backs, self.call)
+
+
+def _sorted(leaves, activity):
+    """``(values, big, active, tape)``: the leaves' plain values (a Dask array for a differentiated one), the
+    positions of Dask arrays, those of the differentiated leaves, and their tape."""
+    from .guards import RECORDER
+    from .tape import Tracked, tape_of
+
+    if RECORDER.get() is not None:
+        raise UnsupportedFunctionError(
+            "db.prepare_gradient of a program over Dask arrays is not supported yet; use db.gradient or "
+            "db.value_and_gradient (each call is one pass over the data)")
+    values, big, active, tracked = list(leaves), [], [], []
+    for p, (leaf, on) in enumerate(zip(leaves, activity)):
+        value = leaf
+        if type(leaf) is Tracked:
+            value = leaf.value
+            if type(value) is Tracked or leaf.tape.level:
+                raise UnsupportedFunctionError(
+                    "higher-order derivatives of programs over Dask arrays are not supported yet; take the "
+                    "second derivative on a part of the data that fits in memory (.compute() it)")
+            tracked.append(leaf)
+            if on:
+                active.append(p)
+            if type(value) is Lazy:
+                value = value.array
+        if is_chunked(value):
+            big.append(p)
+        values[p] = value
+    return values, big, active, tape_of(tracked) if tracked else None
+
+
+def _record(tape, parents, value, backs, call):
+    """``value`` recorded on ``tape`` with a pullback per parent (a tracked leaf), as ``call`` (a `KernelCall`)."""
+    from .tape import _edges
+
+    return tape.record(value, _edges(parents, backs), call)
+
+
+def _logged(f, width, size, reduce):
+    """The `KernelCall` of a call over Dask arrays (backend "dask"), in `db.kernel_log` if one collects."""
+    from .broadcast import KernelCall, _log
+
+    call = KernelCall(getattr(f, "__name__", type(f).__name__), width, "dask", size, reduce)
+    calls = _log.get()
+    if calls is not None:
+        calls.append(call)
+    return call
+
+
+def _grid_chunks(reference, shape):
+    """The chunks of the broadcast shape: the Dask arrays' along their axes, one chunk along the others."""
+    lead = len(shape) - reference.ndim
+    return tuple((s,) for s in shape[:lead]) + tuple(
+        c if n == s else (s,) for c, n, s in zip(reference.chunks, reference.shape, shape[lead:]))
+
+
+def _numpy_pullback(partial, value):
+    """``g · ∂f/∂a`` for a partial already summed to the argument's shape."""
+    dtype = np.result_type(value)
+    partial = np.asarray(partial, dtype) if np.ndim(value) else dtype.type(partial)
+    return functools.partial(np.multiply, partial)
+
+
+def _lazy_pullback(partial, array):
+    """``g · ∂f/∂x`` for a Dask argument: lazy, summed to its shape (where it was broadcast), its dtype."""
+    def back(g):
+        ct = _unbroadcast(partial * g, array.shape)
+        return ct.astype(array.dtype) if ct.dtype != array.dtype else ct
+    return back
+
+
+def _unbroadcast(a, shape):
+    """``a`` (of the broadcast shape) summed over the axes an argument of ``shape`` was broadcast along."""
+    lead = np.ndim(a) - len(shape)
+    if lead:
+        a = a.sum(axis=tuple(range(lead)))
+    axes = tuple(i for i, (n, s) in enumerate(zip(shape, np.shape(a))) if n == 1 and s != 1)
+    return a.sum(axis=axes, keepdims=True) if axes else a
+
+
+def _tree(parts):
+    """The delayed elementwise sum of delayed tuples, ``FAN_IN`` at a time."""
+    import dask
+
+    while len(parts) > 1:
+        parts = [dask.delayed(_added)(*parts[i:i + FAN_IN]) for i in range(0, len(parts), FAN_IN)]
+    return parts[0]
+
+
+def _added(*results):
+    return tuple(functools.reduce(operator.add, terms) for terms in zip(*results))
+
+
+# --- db.sum_blocks ---------------------------------------------------------------------------------------
+def sum_blocks(f: Callable[..., Any], data: Any, *params: Any) -> Any:
+    """The sum over the blocks of rows of ``data`` of ``f(block, *params)``: ``f`` any program `gradient` handles.
+
+    ``data`` is a Dask array or a tuple of them with equal chunks along the first axis (their other axes
+    are taken whole); each block ``f`` sees is a NumPy array (a tuple of them).  Inside a gradient, each
+    block's value and gradient in the differentiated ``params`` are taken on a worker
+    (``db.value_and_gradient`` per block) and tree-summed: value and gradient in one pass over the data.
+
+    >>> import dask.array as da
+    >>> x = da.arange(6.0, chunks=2)
+    >>> db.gradient(lambda w: db.sum_blocks(lambda b, w: np.sum(b * w) ** 2, x, w), 1.0)
+    214.0
+    """
+    import dask
+
+    arrays = data if type(data) is tuple else (data,)
+    for a in arrays:
+        if type(getattr(a, "value", None)) is Lazy:
+            raise UnsupportedFunctionError(
+                "db.sum_blocks differentiates its params, not its data: the gradient of f in its data would be an "
+                "array as large as the data (for an elementwise f, db.sum gives it lazily); pass db.cut(data)")
+        if not is_chunked(a):
+            raise TypeError(f"db.sum_blocks needs Dask arrays as data (one, or a tuple of them), not "
+                            f"{type(a).__name__}; wrap NumPy data with dask.array.from_array(x, chunks=rows), or "
+                            "pass it in params")
+    rows = arrays[0].chunks[0] if arrays[0].ndim else ()
+    if any(a.ndim == 0 or a.chunks[0] != rows for a in arrays):
+        raise ValueError("db.sum_blocks needs data with equal chunks along the first axis (the blocks of rows); "
+                         f"got {[a.chunks[0] if a.ndim else () for a in arrays]}: rechunk them alike, "
+                         "e.g. a.rechunk({0: chunks})")
+    arrays = tuple(a.rechunk(dict.fromkeys(range(1, a.ndim), -1)) if a.ndim > 1 else a for a in arrays)
+    leaves, treedef = pytree.flatten((f, (arrays if type(data) is tuple else arrays[0], *params)))
+    values, big, active, tape = _sorted(leaves, pytree.leaf_activity(treedef))
+    if len(big) != len(arrays) or [values[p] for p in big] != list(arrays):
+        raise UnsupportedFunctionError(
+            "db.sum_blocks got a Dask array in its params or in f's own state, or differentiated its data; "
+            "pass every Dask array in data (its rows are split into blocks) and differentiate the params")
+    context = (treedef, [None if p in big else v for p, v in enumerate(values)], tuple(big), "call", None)
+    delayed_context = dask.delayed(context, traverse=False)
+    blocks = [a.to_delayed().ravel() for a in arrays]
+    parts = [dask.delayed(_in_task)(_on_block, delayed_context, list(b), tuple(active)) for b in zip(*blocks)]
+    call = _logged(f, len(active), sum(rows), True)
+    total = dask.compute(_tree(parts))[0]
+    if not active:
+        return total[0]
+    backs = [_numpy_pullback(partial, values[p]) for p, partial in zip(active, total[1:])]
+    return _record(tape, [leaves[p] for p in active], total[0], backs, call)
+
+
+# --- what a task runs -------------------------------------------------------------------------------------
+def _in_task(function, *args):
+    """``function(*args)`` in a fresh context (no outer gradient; the kernels' threads limited)."""
+    return contextvars.Context().run(_limited, function, *args)
+
+
+def _limited(function, *args):
+    KERNEL_THREADS.set(TASK_THREADS)
+    return function(*args)
+
+
+def _read_only_view(a):
+    """A view of ``a`` of this task's own, read-only.  Other tasks' threads view the same array (the blocks of
+    ``da.from_array``, a view among the arguments), and a gradient makes the constants it reads read-only for a
+    while (`Tape.keep`, then `thaw`): a thread thawing its view while another holds the base read-only would
+    fail.  A view read-only from the start is never thawed; the base alone is, by one of them."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
+def _on_block(context, blocks, wrt, cotangent=None):
+    """One block's ``(value, partial per position of wrt)``, or with ``cotangent`` the block's vjp in them."""
+    from .api import pullback, value_and_gradient
+    from .broadcast import broadcast, sum
+
+    treedef, values, big, kind, backend = context
+    leaves = list(values)
+    for p, block in zip(big, blocks):
+        leaves[p] = block
+    leaves = [_read_only_view(a) if type(a) is np.ndarray and a.base is not None else a for a in leaves]
+
+    def program(*xs):
+        these = list(leaves)
+        for p, x in zip(wrt, xs):
+            these[p] = x
+        f, args = pytree.unflatten(treedef, these)
+        if kind == "sum":
+            return sum(f, *args, backend=backend or TASK_BACKEND)
+        if kind == "broadcast":
+            return broadcast(f, *args, backend=backend or TASK_BACKEND)
+        return f(*args)
+
+    if cotangent is not None:
+        _, back = pullback(program, *[leaves[p] for p in wrt])
+        cts = back(cotangent)
+        return cts if len(wrt) > 1 else (cts,)
+    if not wrt:
+        return (program(),)
+    value, grads = value_and_gradient(program, *[leaves[p] for p in wrt])
+    return (value,) + (tuple(grads) if len(wrt) > 1 else (grads,))
+
+
+def _block_map(*blocks, context, wrt):
+    """For ``map_blocks``: a block of the broadcast value (``wrt`` empty), or of ∂f/∂x for the big leaf ``wrt[0]``
+    (the gradient of the block's sum in it: f is elementwise and the leaf has the block's shape)."""
+    treedef, values, big, _, backend = context
+    return _in_task(_on_block, (treedef, values, big, "sum" if wrt else "broadcast", backend), blocks, wrt)[-1]

@@ -1,0 +1,315 @@
+"""Dask arrays (issue 17): `db.sum`/`db.broadcast` over chunks and `db.sum_blocks`, against the same programs
+on the data in memory and against hand-written gradients; one pass over the data; bounded memory; the
+threaded scheduler and a `dask.distributed` cluster of worker processes; the errors."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+da = pytest.importorskip("dask.array")
+dask = pytest.importorskip("dask")
+
+import dualbroadcast as db  # noqa: E402
+from dualbroadcast import chunked, kernels  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOL = {np.float64: 1e-10, np.float32: 2e-4}
+
+
+def close(a, b, dtype=np.float64):
+    scale = max(np.max(np.abs(b)), 1e-30)
+    np.testing.assert_allclose(a, b, rtol=TOL[dtype], atol=TOL[dtype] * scale)
+
+
+def model(x, a, w, c):
+    return a * np.exp(-w * x) + np.sin(c * x)
+
+
+@st.composite
+def problems(draw):
+    """A Dask argument of drawn shape and chunks, and small arguments broadcast against it: a scalar, an array
+    along its last axis or of size 1 there, and a NumPy array along its first (chunked) axis or a scalar."""
+    dtype = draw(st.sampled_from([np.float64, np.float32]))
+    n = draw(st.integers(1, 40))
+    m = draw(st.sampled_from([None, 1, 3]))
+    shape = (n,) if m is None else (n, m)
+    rows = draw(st.integers(1, n))
+    cols = () if m is None else (draw(st.integers(1, m)),)
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    x = rng.uniform(0.5, 2.0, size=shape).astype(dtype)
+    w = rng.uniform(0.5, 1.5, size=draw(st.sampled_from([(), shape[-1:], (1,) * len(shape)]))).astype(dtype)
+    c_shape = draw(st.sampled_from([(), (n,) + (1,) * (len(shape) - 1)]))
+    c = rng.uniform(0.5, 1.5, size=c_shape).astype(dtype)
+    a = dtype(rng.uniform(0.5, 2.0))
+    return x, da.from_array(x, chunks=(rows,) + cols), a, w, c, dtype
+
+
+@settings(max_examples=25, deadline=None)
+@given(problems(), st.sampled_from(["all", "cut w", "data too"]))
+def test_sum_gradient_equals_the_program_in_memory(problem, which):
+    x, d, a, w, c, dtype = problem
+
+    def loss(data, a, w, c):
+        return (db.sum(model, data, a, w, c) - 1) ** 2
+
+    if which == "data too":  # the Dask argument differentiated as well: its gradient lazy, with its chunks
+        v, g = db.value_and_gradient(loss, d, a, w, c)
+        v0, g0 = db.value_and_gradient(loss, x, a, w, c)
+        assert isinstance(g[0], da.Array) and g[0].chunks == d.chunks and g[0].dtype == dtype
+        g = (g[0].compute(),) + g[1:]
+    else:
+        wrt = db.cut(w) if which == "cut w" else w
+        v, g = db.value_and_gradient(loss, db.cut(d), a, wrt, c)
+        v0, g0 = db.value_and_gradient(loss, db.cut(x), a, wrt, c)
+    close(v, v0, dtype)
+    assert np.result_type(v) == dtype
+    for gi, g0i in zip(g, g0):
+        if g0i is None:
+            assert gi is None
+            continue
+        close(gi, g0i, dtype)
+        assert np.result_type(gi) == dtype and np.shape(gi) == np.shape(g0i)
+
+
+def test_sum_gradient_equals_the_hand_written_one():
+    """The issue's model: d/da (Σ a e^(-b r) - t)² = 2 (e - t) Σ e^(-b r), d/db = -2 (e - t) Σ a r e^(-b r)."""
+    r_np = np.random.default_rng(1).uniform(2.0, 6.0, 10_000)
+    r = da.from_array(r_np, chunks=1_500)
+    target = 3.0
+
+    def loss(theta):
+        e = db.sum(lambda r, a, b: a * np.exp(-b * r), r, theta["a"], theta["b"])
+        return (e - target) ** 2
+
+    theta = {"a": 1.3, "b": 0.5}
+    v, g = db.value_and_gradient(loss, theta)
+    e = np.sum(theta["a"] * np.exp(-theta["b"] * r_np))
+    close(v, (e - target) ** 2)
+    close(g["a"], 2 * (e - target) * np.sum(np.exp(-theta["b"] * r_np)))
+    close(g["b"], -2 * (e - target) * np.sum(theta["a"] * r_np * np.exp(-theta["b"] * r_np)))
+    assert type(g["a"]) is float  # Python floats in, Python floats out, as in memory
+
+
+def test_broadcast_of_a_dask_array_is_a_dask_array():
+    x = np.linspace(0.0, 1.0, 30).reshape(10, 3)
+    d = da.from_array(x, chunks=(4, 2))
+    y = db.broadcast(lambda x, w: np.tanh(w * x), d, np.array([1.0, 2.0, 3.0]))
+    assert isinstance(y, da.Array) and y.chunks == d.chunks
+    close(y.compute(), np.tanh(np.array([1.0, 2.0, 3.0]) * x))
+    assert db.sum(lambda x: x**2, d) == pytest.approx(np.sum(x**2), rel=1e-12)  # outside a gradient: the value
+
+
+def test_broadcast_inside_a_gradient_then_sum():
+    x = np.random.default_rng(2).uniform(size=(12, 2))
+    d = da.from_array(x, chunks=(5, 1))
+
+    def loss(a, data):
+        y = db.broadcast(lambda x, a: a * np.exp(-x), data, a)
+        return db.sum(lambda y, a: (y - a) ** 2, y, a)
+
+    for a in (1.5, np.array([0.5, 2.0])):
+        ga, gd = db.gradient(loss, a, d)
+        ga0, gd0 = db.gradient(loss, a, x)
+        close(ga, ga0)
+        assert isinstance(gd, da.Array) and gd.chunks == d.chunks
+        close(gd.compute(), gd0)
+
+
+def test_value_and_gradient_take_one_pass_over_the_data():
+    computed = []
+
+    def block(b, block_info=None):
+        computed.append(block_info[None]["chunk-location"])
+        return np.full(b.shape, 0.5)
+
+    d = da.zeros(1_000, chunks=100).map_blocks(block, dtype=float)
+    v, g = db.value_and_gradient(lambda a, b: db.sum(lambda x, a, b: a * np.exp(b * x), d, a, b), 2.0, 1.0)
+    assert sorted(computed) == [(k,) for k in range(10)]  # each chunk made once: value and partials together
+    close(v, 2000 * np.exp(0.5))
+    close(g[1], 2000 * 0.5 * np.exp(0.5))
+
+
+def test_pullback_and_kernel_log():
+    d = da.from_array(np.arange(1.0, 7.0), chunks=2)
+    y, back = db.pullback(lambda a: db.sum(lambda x, a: a * x, d, a), np.array([2.0]))
+    close(y, 42.0)
+    close(back(1.0), [21.0])
+    with db.kernel_log() as calls:
+        db.gradient(lambda a: db.sum(lambda x, a: a * x, d, a), 1.0)
+    assert [(c.backend, c.width, c.size) for c in calls] == [("dask", 1, 6)]
+
+
+# --- db.sum_blocks ----------------------------------------------------------------------------------------
+def mlp_loss(block, p):
+    x, t = block
+    h = np.tanh(x @ p["W1"] + p["b1"])
+    return np.sum((h @ p["W2"] + p["b2"] - t) ** 2)
+
+
+def mlp_problem(rows=3_000, features=8, hidden=16, chunk=700, seed=3):
+    rng = np.random.default_rng(seed)
+    x, t = rng.normal(size=(rows, features)), rng.normal(size=rows)
+    params = {"W1": rng.normal(size=(features, hidden)) * 0.3, "b1": np.zeros(hidden),
+              "W2": rng.normal(size=hidden) * 0.3, "b2": 0.1}
+    return x, t, (da.from_array(x, chunks=(chunk, 4)), da.from_array(t, chunks=chunk)), params
+
+
+def test_sum_blocks_of_an_mlp_equals_the_gradient_in_memory():
+    x, t, data, params = mlp_problem()
+    v, g = db.value_and_gradient(lambda p: db.sum_blocks(mlp_loss, data, p) / len(t), params)
+    v0, g0 = db.value_and_gradient(lambda p: mlp_loss((x, t), p) / len(t), params)
+    close(v, v0)
+    for k in params:
+        np.testing.assert_allclose(g[k], g0[k], rtol=1e-10, atol=1e-10 * np.max(np.abs(g0[k])))
+        assert type(g[k]) is type(g0[k])
+    close(db.sum_blocks(mlp_loss, data, params), mlp_loss((x, t), params))  # outside a gradient: the value
+
+
+def test_sum_blocks_of_many_views_of_one_array_on_threads():
+    """da.from_array's blocks view one array, and each block's gradient makes the constants it reads read-only
+    for a while: two threads must not thaw a view while the other holds its base read-only (it raised)."""
+    x, t, data, params = mlp_problem(rows=4_000, chunk=50)
+    g0 = db.gradient(lambda p: mlp_loss((x, t), p), params)
+    for _ in range(3):
+        g = db.gradient(lambda p: db.sum_blocks(mlp_loss, data, p), params)
+    for k in params:
+        np.testing.assert_allclose(g[k], g0[k], rtol=1e-10, atol=1e-10 * np.max(np.abs(g0[k])))
+    scales = np.random.default_rng(6).uniform(size=(2, 8))
+    f = lambda block, w, scale: np.sum(np.tanh(block[0] @ (w * scale)))  # scale: a constant view, every task's
+    g = db.gradient(lambda w: db.sum_blocks(f, data, w, scales[1]), np.ones(8))
+    close(g, db.gradient(lambda w: f((x, t), w, scales[1]), np.ones(8)))
+    assert x.flags.writeable and scales.flags.writeable
+
+
+def test_sum_blocks_of_one_array_with_cut_params():
+    x = np.random.default_rng(4).normal(size=(50, 3))
+    d = da.from_array(x, chunks=(12, 3))
+    f = lambda b, w, s: np.sum(np.sin(b @ w) * s)
+    gw, gs = db.gradient(lambda w, s: db.sum_blocks(f, d, w, s), np.ones(3), db.cut(2.0))
+    close(gw, db.gradient(lambda w: f(x, w, 2.0), np.ones(3)))
+    assert gs is None
+
+
+def test_sum_blocks_errors():
+    x = da.ones((10, 2), chunks=(5, 2))
+    with pytest.raises(ValueError, match="equal chunks along the first axis"):
+        db.sum_blocks(lambda b, w: np.sum(b[0] * w), (x, da.ones(10, chunks=3)), 1.0)
+    with pytest.raises(TypeError, match=r"dask\.array\.from_array"):
+        db.sum_blocks(lambda b, w: np.sum(b * w), np.ones(3), 1.0)
+    with pytest.raises(db.UnsupportedFunctionError, match="not its data"):
+        db.gradient(lambda d: db.sum_blocks(lambda b: np.sum(b), d), x)
+
+
+# --- errors: never a silent computation of the whole array ------------------------------------------------
+@pytest.mark.parametrize("program", [
+    lambda w, d: np.sum(d @ w),
+    lambda w, d: np.sum(d * w),
+    lambda w, d: np.sum(w * d),
+    lambda w, d: np.sum(np.sort(d, axis=0) @ w),
+])
+def test_a_dask_array_meeting_a_tracked_value_is_a_clear_error(program):
+    d = da.ones((10, 3), chunks=5)
+    with pytest.raises(db.UnsupportedFunctionError, match=r"db\.sum_blocks.*\.compute\(\)"):
+        db.gradient(program, np.ones(3), d)
+
+
+@pytest.mark.parametrize("program", [
+    lambda d: np.sum(d),
+    lambda d: db.sum(lambda x: x, np.sort(d)),
+    lambda d: db.sum(lambda x: x, d * 2.0),
+    lambda d: db.sum(lambda x: x, d[:3]),
+    lambda d: db.sum(lambda x: x, -d),
+])
+def test_numpy_on_a_differentiated_dask_array_is_a_clear_error(program):
+    with pytest.raises(db.UnsupportedFunctionError, match=r"cannot run chunk by chunk.*db\.sum_blocks"):
+        db.gradient(program, da.ones(10, chunks=5))
+
+
+def test_unsupported_modes_are_clear_errors():
+    d = da.ones(10, chunks=5)
+    f = lambda a: db.sum(lambda x, a: a * x**2, d, a) ** 2
+    with pytest.raises(db.UnsupportedFunctionError, match="higher-order"):
+        db.hessian(f, 1.0)
+    with pytest.raises(db.UnsupportedFunctionError, match="prepare_gradient"):
+        db.prepare_gradient(f, 1.0)(1.0)
+
+
+# --- scheduling: kernels' threads, the core import, memory, a cluster -------------------------------------
+def test_a_task_limits_the_kernels_threads():
+    assert chunked._in_task(kernels.KERNEL_THREADS.get) == chunked.TASK_THREADS
+    assert chunked._in_task(lambda: len(kernels._chunks(10**8)) - 1) == chunked.TASK_THREADS
+    assert kernels.KERNEL_THREADS.get() is None  # the caller's context is untouched
+
+
+def run_python(source):
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(source)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_package_imports_without_dask():
+    assert run_python("""
+        import sys
+        import dualbroadcast as db, numpy as np
+        db.gradient(lambda x: db.sum(lambda x: x * x, x), np.ones(3))
+        print("dask" in sys.modules)
+    """).strip() == "False"
+
+
+def test_peak_memory_is_bounded_by_the_chunk_not_the_data():
+    """2e7 points (160 MB if materialised) in chunks of 1e6 (8 MB): ten parameters' value and gradient in far
+    less memory than the data (bounded by a few chunks per worker thread)."""
+    n, chunk = 20_000_000, 1_000_000
+    out = run_python(f"""
+        import resource
+        import numpy as np, dask.array as da, dualbroadcast as db
+        r = da.random.default_rng(0).uniform(2.0, 6.0, size={n}, chunks={chunk})
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        def loss(c):
+            e = db.sum(lambda r, c0, c1, c2, c3, c4, c5, c6, c7, c8, c9: c0 * np.exp(-c1 * r) + c2 * np.exp(-c3 * r)
+                       + c4 / (r + c5) + c6 * r + c7 * r * r + c8 * np.cos(c9 * r), r, *c)
+            return (e - 1.0) ** 2
+        v, g = db.value_and_gradient(loss, [0.1 * (k + 1) for k in range(10)])
+        assert np.isfinite(v) and len(g) == 10
+        print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024)
+    """)
+    extra = int(out.split()[-1])
+    chunk_bytes = 8 * chunk
+    assert extra < 40e6 + 6 * chunk_bytes < 8 * n, f"peak RSS grew by {extra / 1e6:.0f} MB"
+
+
+@pytest.fixture(scope="module")
+def client():
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None)
+    client = distributed.Client(cluster)
+    yield client
+    client.close()
+    cluster.close()
+
+
+def test_on_a_distributed_cluster(client):
+    rng = np.random.default_rng(5)
+    x = rng.uniform(1.0, 2.0, size=(4_000, 2))
+    d = da.from_array(x, chunks=(1_000, 2))
+    loss = lambda w, data: (db.sum(lambda x, w: np.exp(-w * x), data, w) - 1.0) ** 2
+    w = np.array([0.5, 1.5])
+    v, g = db.value_and_gradient(loss, w, d)
+    v0, g0 = db.value_and_gradient(loss, w, x)
+    close(v, v0)
+    close(g[0], g0[0])
+    close(g[1].compute(), g0[1])  # the lazy gradient of the data, computed on the workers
+    xs, t, data, params = mlp_problem(rows=800, chunk=200)
+    g = db.gradient(lambda p: db.sum_blocks(mlp_loss, data, p), params)
+    g0 = db.gradient(lambda p: mlp_loss((xs, t), p), params)
+    for k in params:
+        np.testing.assert_allclose(g[k], g0[k], rtol=1e-10, atol=1e-10 * np.max(np.abs(g0[k])))
+    workers = client.run(lambda: __import__("dualbroadcast").__file__)
+    assert all(path.startswith(ROOT) for path in workers.values())  # the tasks ran this package's kernels there
