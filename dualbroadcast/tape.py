@@ -218,10 +218,34 @@ class Tape:
 
 def thaw(kept):
     """Make the arrays in ``kept`` writeable again, and forget them.  Bases first: NumPy refuses to make
-    a view writeable while the array it views is not."""
+    a view writeable while the array it views is not.  A view whose base an outer gradient still holds
+    read-only (a nested gradient kept a view made before the outer one froze the base) waits in `_DEFERRED`
+    and is thawed when that base is."""
     for a in sorted(kept, key=_views_deep):
-        a.flags.writeable = True
+        try:
+            a.flags.writeable = True
+        except ValueError:
+            with _DEFERRED_LOCK:
+                _DEFERRED.append(a)
     kept.clear()
+    if _DEFERRED:
+        _thaw_deferred()
+
+
+_DEFERRED = []  # views frozen by a nested gradient whose base an outer gradient held read-only when it ended
+_DEFERRED_LOCK = threading.Lock()
+
+
+def _thaw_deferred():
+    """Thaw the deferred views whose bases are writeable again; the others wait for their outer gradients."""
+    with _DEFERRED_LOCK:
+        waiting = []
+        for a in sorted(_DEFERRED, key=_views_deep):
+            try:
+                a.flags.writeable = True
+            except ValueError:
+                waiting.append(a)
+        _DEFERRED[:] = waiting
 
 
 def _views_deep(a):

@@ -294,3 +294,19 @@ def test_forward_over_reverse_is_a_clear_error_naming_hvp_and_reverse_over_forwa
     x, v = np.array([0.1, 0.5]), np.array([1.0, 0.0])
     with pytest.raises(db.ArgumentTypeError, match=r"forward over reverse.*db\.hvp.*reverse over forward"):
         db.jvp(lambda x: db.gradient(f, x), (x,), (v,))
+
+
+def test_a_view_a_nested_gradient_froze_is_thawed_with_its_base():
+    """The inner gradient of an hvp keeps a view made before the outer gradient froze its base; when the inner
+    one ends the base is still frozen, so the view waits and is thawed with it (db.hvp raised 'cannot set
+    WRITEABLE flag'; found by the 10^4 random programs)."""
+    from dualbroadcast import tape
+
+    x = np.array([0.3, -0.2])
+
+    def g(x):
+        v = x[:1]
+        return np.sum(np.clip(v, -0.5, 0.75) ** 2) + np.sum(np.sin(x))
+
+    np.testing.assert_allclose(db.hvp(g, x, np.ones(2)), [2 - np.sin(0.3), -np.sin(-0.2)], rtol=1e-14)
+    assert x.flags.writeable and not tape._DEFERRED
