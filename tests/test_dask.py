@@ -238,6 +238,11 @@ def test_unsupported_modes_are_clear_errors():
         db.hessian(f, 1.0)
     with pytest.raises(db.UnsupportedFunctionError, match="prepare_gradient"):
         db.prepare_gradient(f, 1.0)(1.0)
+    # the pullback of a Dask-array result (it returned the tape's internal value, and its back failed in Dask)
+    with pytest.raises(db.UnsupportedFunctionError, match=r"pullback.*Dask array.*db\.sum"):
+        db.pullback(lambda a: db.broadcast(lambda x, a: a * np.sin(x), d, a), 2.0)
+    y, back = db.pullback(lambda a: db.sum(lambda x, a: a * np.sin(x), d, a), 2.0)  # a reduced result works
+    np.testing.assert_allclose(back(1.0), 10 * np.sin(1.0), rtol=1e-14)
 
 
 # --- scheduling: kernels' threads, the core import, memory, a cluster -------------------------------------
