@@ -519,8 +519,9 @@ def _rows_pullback(back, g):
     kind = type(back)
     if kind in FACTORS:
         return _times(g, back)
-    if kind is functools.partial and back.func in _MULTIPLY and len(back.args) == 1 and not back.keywords:
-        return _times(g, back.args[0])  # `multiply_by`, a kernel's partial
+    d = _multiplied_by(back)
+    if d is not None:
+        return _times(g, d)
     if kind is Unbroadcast:
         return _unbroadcast_rows(g if back.factor is None else _times(g, back.factor), back.shape)
     if kind is Contracted:
@@ -577,15 +578,22 @@ def _add_rows_at(back, buffer, g):
             back.add(buffer_row, g_row)
 
 
+def _multiplied_by(back):
+    """The partial ``d`` of a pullback ``g -> d · g`` (`multiply_by`, a kernel's partial); else None."""
+    if type(back) is functools.partial and back.func in _MULTIPLY and len(back.args) == 1 and not back.keywords:
+        return back.args[0]
+    return None
+
+
 def _multiplier(back, g):
-    """The partial ``d`` of a pullback ``g -> d · g`` (`multiply_by`, a kernel's partial) where ``g`` is exactly
-    one of ``d``'s dtype (the seed), so that ``d · g`` is ``d``: the nested sweep's first steps then record no
-    product on the outer tape (ten of a Hessian's 60 records through ten coefficients); else None."""
-    if type(back) is functools.partial and back.func in _MULTIPLY and type(g) in REAL_FLOATS and g == 1 \
-            and len(back.args) == 1 and not back.keywords:
-        d = back.args[0]
-        if type(d) is Tracked and (type(g) is float or d.dtype == g.dtype):
-            return d
+    """`_multiplied_by`'s partial ``d`` where ``g`` is exactly one of ``d``'s dtype (the seed), so that ``d · g``
+    is ``d``: the nested sweep's first steps then record no product on the outer tape (ten of a Hessian's 60
+    records through ten coefficients); else None."""
+    if type(g) not in REAL_FLOATS or g != 1:
+        return None
+    d = _multiplied_by(back)
+    if type(d) is Tracked and (type(g) is float or d.dtype == g.dtype):
+        return d
     return None
 
 
