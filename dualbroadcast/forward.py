@@ -40,9 +40,9 @@ import numpy as np
 from . import tape
 from .derivatives import DERIVATIVES
 from .errors import InPlaceMutationError, ShapeMismatchError, UnsupportedFunctionError, ValueConversionError
-from .guards import Guarded
+from .guards import Guarded, NotReplayableError
 from .numpy_facts import ARRAY_METHODS, as_dtype, astype, getitem, qualified_name
-from .pullbacks import IndexPullback, apply, plain
+from .pullbacks import IndexPullback, apply, untracked
 from .registry import (
     COMPLEX_RULES,
     COMPOSITION,
@@ -236,8 +236,8 @@ def apply_function(func, args, kwargs):
     try:
         return _with_tangent(func, rule, kind, ans, values, call_values, positions, sequence, kwargs, level)
     except (TypeError, AttributeError) as error:
-        if isinstance(error, UnsupportedFunctionError):
-            raise
+        if isinstance(error, (UnsupportedFunctionError, NotReplayableError)):  # the latter: a prepared program
+            raise  # records this gradient, and leaves it to `db.gradient`
         raise UnsupportedFunctionError(
             f"the tangent of {qualified_name(func)} cannot be computed on values a gradient tracks (a db.jvp inside "
             f"a gradient, reverse over forward): its rule does not run on them ({type(error).__name__}: {error}). "
@@ -291,13 +291,13 @@ def _like(t, ans):
     """The tangent ``t`` with ``ans``'s shape and dtype (a NumPy scalar for a scalar result)."""
     if type(t) is np.ndarray and type(ans) is np.ndarray and t.dtype == ans.dtype and t.shape == ans.shape:
         return t
-    bare = plain(ans)
+    bare = untracked(ans)
     dtype, shape = np.result_type(bare), np.shape(bare)
     if isinstance(t, Guarded) or isinstance(ans, Guarded):
         # a nested jvp's, or a gradient's (reverse over forward): NumPy functions carry or record what they compute
-        if type(t) is Tracked and np.result_type(plain(t)) != dtype:
+        if type(t) is Tracked and np.result_type(untracked(t)) != dtype:
             t = _tracked_like(t, dtype)
-        return t if np.shape(plain(t)) == shape else np.broadcast_to(t, shape)
+        return t if np.shape(untracked(t)) == shape else np.broadcast_to(t, shape)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
         t = np.asarray(t, dtype)
@@ -308,9 +308,9 @@ def _like(t, ans):
 
 def _tracked_like(t, dtype):
     """A tangent ``t`` tracked by a gradient cast to the result's ``dtype`` (the tape records the cast)."""
-    if np.iscomplexobj(plain(t)) and dtype.kind != "c":
+    if np.iscomplexobj(untracked(t)) and dtype.kind != "c":
         t = np.real(t)
-    return t.astype(dtype) if np.result_type(plain(t)) != dtype else t
+    return t.astype(dtype) if np.result_type(untracked(t)) != dtype else t
 
 
 # --- the tangent of one result -----------------------------------------------------------------------------
@@ -362,7 +362,7 @@ def _linear(func, rule, linear, values, positions, tangents, kwargs):
     differentiates, or one `deflinear` names) by zeros, the rest (axes, shapes, indices) as it is."""
     if rule.kind == SEQUENCE:
         sequence, *rest = values
-        arrays = [np.zeros_like(plain(a)) for a in sequence]
+        arrays = [np.zeros_like(untracked(a)) for a in sequence]
         for i, t in zip(positions, tangents):
             arrays[i] = t
         return _call(func, rule, [type(sequence)(arrays), *rest], kwargs)
@@ -370,9 +370,9 @@ def _linear(func, rule, linear, values, positions, tangents, kwargs):
     data = set(linear.constants)
     if rule.kind in (PER_ARGUMENT, OUTPUTS):  # a maker per argument (outputs rules too: np.linspace)
         data.update(name for name, maker in zip(names, rule.makers) if maker is not None)
-    args = [np.zeros_like(plain(a)) if i < len(names) and names[i] in data and a is not None else a
+    args = [np.zeros_like(untracked(a)) if i < len(names) and names[i] in data and a is not None else a
             for i, a in enumerate(values)]
-    kwargs = {k: np.zeros_like(plain(v)) if k in data and v is not None else v for k, v in kwargs.items()}
+    kwargs = {k: np.zeros_like(untracked(v)) if k in data and v is not None else v for k, v in kwargs.items()}
     for i, t in zip(positions, tangents):
         args[i] = t
     return _call(func, rule, args, kwargs)
@@ -421,7 +421,7 @@ def _multilinear(func, rule, values, positions, tangents, kwargs):
 
 def _elementwise(func, partials, ans, values, positions, tangents):
     """``Σᵢ ∂f/∂aᵢ · tᵢ`` from the derivative table."""
-    typed = as_dtype(values, np.result_type(plain(ans)))
+    typed = as_dtype(values, np.result_type(untracked(ans)))
     total = None
     for i, t in zip(positions, tangents):
         d = partials[i] if i < len(partials) else None
@@ -481,7 +481,7 @@ def _transpose(func, back, out, t):
     element of a small result (``J·t``'s element k is ``⟨back(e_k), t⟩``); a large one is a clear error."""
     from .api import gradient  # the reverse mode this transposes (api does not import this module)
 
-    g0 = np.zeros(np.shape(plain(out)), np.result_type(plain(out)))
+    g0 = np.zeros(np.shape(untracked(out)), np.result_type(untracked(out)))
 
     def pairing(g):
         product = np.sum(apply(back, g) * t)
@@ -520,7 +520,7 @@ DENSE_TRANSPOSE_LIMIT = 256  # result elements: one pullback call each
 def check_tangent(leaf, tangent, position, k):
     """The tangent given for a primal leaf (a dual of an outer `jvp` in a nested call), as an array of its
     shape and dtype (a clear error otherwise)."""
-    bare = plain(leaf)  # a value a gradient tracks (reverse over forward) included
+    bare = untracked(leaf)  # a value a gradient tracks (reverse over forward) included
     if tangent is None:
         return np.zeros_like(bare)
     shape = np.shape(bare)
@@ -529,7 +529,7 @@ def check_tangent(leaf, tangent, position, k):
         raise ShapeMismatchError(
             f"the tangent of argument {position}{where} has shape {np.shape(tangent)}, its primal {shape}; "
             "give each primal a tangent of its own shape")
-    if not _is_complex(bare) and np.iscomplexobj(plain(tangent)):
+    if not _is_complex(bare) and np.iscomplexobj(untracked(tangent)):
         raise ShapeMismatchError(
             f"the tangent of argument {position} is complex, its primal real; give a real tangent")
     if isinstance(tangent, Guarded):  # of an outer jvp, or tracked by a gradient: cast where it is recorded

@@ -269,6 +269,32 @@ def test_inside_a_gradient_it_is_differentiated():
     assert_close(got, want)
 
 
+@pytest.mark.parametrize("name", MODELS)
+def test_a_prepared_gradient_of_a_jvp_is_replayed(name):
+    """Reverse over forward written out, ``prepare_gradient(lambda x: db.jvp(f, (x,), (v,))[1])``: the jvp's
+    reads of shapes and dtypes do not stop the recording (it is replayed, not left to `db.gradient`), and the
+    replay on new points gives db.hvp and central differences of the gradient."""
+    f, rng = MODELS[name], np.random.default_rng(3)
+    v = rng.standard_normal(6)
+    prog = db.prepare_gradient(lambda x: db.jvp(f, (x,), (v,))[1], rng.random(6))
+    for _ in range(2):
+        x = rng.random(6)
+        got = prog(x)
+        assert_close(got, db.hvp(f, x, v))
+        np.testing.assert_allclose(got, gradient_differences(f, x, v), rtol=1e-5, atol=1e-6)
+    assert not prog.unreplayable and prog.recordings == 1
+
+
+def test_a_prepared_gradient_of_a_jvp_through_a_selection_is_left_to_gradient():
+    """np.sort's tangent chooses elements by value: that recording is left to `db.gradient` (still right)."""
+    v = np.linspace(-1, 1, 5)
+    f = lambda x: np.sum(np.sort(x) ** 3 * np.arange(5))
+    prog = db.prepare_gradient(lambda x: db.jvp(f, (x,), (v,))[1], np.array([0.5, 0.1, 0.9, 0.3, 0.7]))
+    x = np.array([0.2, 0.8, 0.4, 0.6, 0.1])
+    assert_close(prog(x), db.hvp(f, x, v))
+    assert prog.unreplayable
+
+
 # --- threads ----------------------------------------------------------------------------------------------------
 def run_in_threads(work, n_threads=4):
     barrier = threading.Barrier(n_threads)
