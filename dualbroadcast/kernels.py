@@ -13,9 +13,11 @@ input) in one pass.  Its jobs are kept apart:
   ``numexpr`` (`_Numexpr`): one fused numexpr expression per output (best on
   arithmetic-heavy kernels; its exp/sin are slower than NumPy's here, as it lacks VML;
   no candidate for a kernel with an operation it lacks, such as a user's function);
-- the choice of backend (`BackendChoice`): forced with `set_backend` or ``backend=``,
-  else per size (powers of two) the eligible backends are timed on the first call of
-  that size and the fastest is remembered;
+- the choice of backend (`BackendChoice`): forced with `set_backend` or ``backend=`` (never
+  second-guessed), else per size (powers of two) the eligible backends are timed on the first call
+  of that size, every call of the chosen one is timed, and a runner-up is re-timed now and then
+  (after 2, 4, 8, ... calls, at most 256): it takes over when faster by a margin, so a first timing
+  spoiled by a busy machine is undone within a few calls;
 - buffer ownership (`_owned_or_fresh`): a blocked kernel's output and scratch buffers
   are fresh per call, or allocated once and owned by a prepared program whose every
   replay overwrites them.
@@ -94,10 +96,13 @@ class Kernel:
         shapes = [getattr(v, "shape", ()) for v in values]
         shape = shapes[0] if shapes and shapes.count(shapes[0]) == len(shapes) else np.broadcast_shapes(*shapes)
         size = math.prod(shape)
-        backend = self.choice.pick(backend or FORCED_BACKEND.get(), values, size)
-        if backend is None:
-            return self.choice.measure(values, shape, size, active_shapes) + (size,)
-        return self.run(backend, values, shape, size, active_shapes) + (backend, size)
+        requested = backend or FORCED_BACKEND.get()
+        if requested is None:
+            return self.choice.run(values, shape, size, active_shapes)
+        _check_backend(requested)  # forced: never second-guessed, never timed
+        if requested != "numpy" and not self.backends[requested].eligible(values, size):
+            requested = "numpy"  # not eligible for these shapes (or numexpr lacks an operation)
+        return self.run(requested, values, shape, size, active_shapes) + (requested, size)
 
     def _candidates(self, values, size):
         """The backends that can run a call on ``values``: numpy always, the others from their sizes
@@ -139,40 +144,116 @@ class Kernel:
 
 
 class BackendChoice:
-    """Which backend a kernel runs a call on: the one asked for if eligible, else the fastest eligible
-    one for the call's size bucket (the bit length of its size), timed on the first call of that bucket."""
+    """Which backend a kernel runs an automatic call on, per size bucket (the bit length of the size).
+
+    The policy (issue 18: a first timing on a busy machine must not decide for the life of the process):
+
+    - the first call of a bucket with more than one eligible backend times each (`measure`, best of three:
+      their first runs generate code) and takes the fastest;
+    - every later call of the chosen backend is timed (two clock reads, about 0.1 us), and the bucket keeps
+      the least seconds per element since its last re-timing (`Bucket.recent`; noise only ever slows a call,
+      so a minimum is the robust statistic);
+    - now and then one call runs a runner-up instead, the others in turns: after ``RETIME_FIRST`` calls,
+      and after each full round of the others the wait doubles, up to ``RETIME_CAP`` calls;
+    - it switches when the runner-up's seconds per element are below the chosen one's by ``MARGIN``, and
+      the waits start again from ``RETIME_FIRST`` (a wrong switch is so undone as quickly).
+
+    Bound: a first measurement that picked the wrong backend is corrected by the ``1 + k (RETIME_FIRST + 1)``-th
+    call of the bucket, the truly fastest being the k-th of the others in turn (k <= 2: by the 7th call).
+    The cost, once the waits reached their cap: one call in ``RETIME_CAP + 1`` runs a slower backend (a
+    runner-up 4x slower adds about 1%).  A forced backend (`set_backend`, ``backend=``) is never timed.
+    Every backend gives the same results up to rounding (a blocked sum adds in another order).
+    """
 
     def __init__(self, kernel):
         self.kernel = kernel
-        self.fastest = {}  # size bucket -> backend measured fastest
+        self.buckets = {}  # size bucket -> its `Bucket`, or the name of its only candidate
 
-    def pick(self, requested, values, size):
-        """The backend for this call, or None if the candidates are to be timed on it (`measure`)."""
-        if requested is not None:
-            _check_backend(requested)
-        backend = requested or self.fastest.get(size.bit_length())
-        if backend is None:
-            if len(self.kernel._candidates(values, size)) > 1:
-                return None
-            backend = self.fastest[size.bit_length()] = "numpy"
-        elif backend != "numpy" and backend not in self.kernel._candidates(values, size):
-            backend = "numpy"  # not eligible for these shapes (or numexpr lacks an operation)
-        return backend
+    @property
+    def fastest(self):
+        """Size bucket -> the backend chosen for it now."""
+        return {k: b if type(b) is str else b.backend for k, b in self.buckets.items()}
 
-    def measure(self, values, shape, size, active_shapes):
-        """Time each candidate on this call's data (best of three: one slow run must not decide), keep
-        the fastest for this size, and return its ``(value, partials, backend)``."""
+    def run(self, values, shape, size, active_shapes):
+        """``(value, partials, backend, size)`` of a call on the chosen backend (timed), a runner-up (when one is
+        due), or each candidate (the bucket's first call)."""
+        kernel = self.kernel
+        bucket = self.buckets.get(size.bit_length())
+        if type(bucket) is Bucket:
+            backend = bucket.backend
+            if backend != "numpy" and not kernel.backends[backend].eligible(values, size):
+                return kernel.run("numpy", values, shape, size, active_shapes) + ("numpy", size)
+            if bucket.wait:
+                bucket.wait -= 1
+                start = clock()
+                result = kernel.run(backend, values, shape, size, active_shapes)
+                bucket.observe((clock() - start) / size)
+                return result + (backend, size)
+            return self.retime(bucket, values, shape, size, active_shapes)
+        if bucket is None:
+            candidates = kernel._candidates(values, size)
+            if len(candidates) > 1:
+                return self.measure(candidates, values, shape, size, active_shapes) + (size,)
+            bucket = self.buckets[size.bit_length()] = "numpy"
+        return kernel.run("numpy", values, shape, size, active_shapes) + ("numpy", size)
+
+    def measure(self, candidates, values, shape, size, active_shapes):
+        """Time each candidate on this call's data (best of three: one slow run must not decide), choose the
+        fastest for this size, and return its ``(value, partials, backend)``."""
         timings = {}
-        for backend in self.kernel._candidates(values, size):
+        for backend in candidates:
             best = math.inf
             for _ in range(3):
-                start = time.perf_counter()
+                start = clock()
                 result = self.kernel.run(backend, values, shape, size, active_shapes)
-                best = min(best, time.perf_counter() - start)
+                best = min(best, clock() - start)
             timings[backend] = (best, result)
         winner = min(timings, key=lambda b: timings[b][0])
-        self.fastest[size.bit_length()] = winner
+        self.buckets[size.bit_length()] = Bucket(winner, [b for b in candidates if b != winner])
         return timings[winner][1] + (winner,)
+
+    def retime(self, bucket, values, shape, size, active_shapes):
+        """Run this call on the next runner-up in turn, timed, and switch to it if it is faster by ``MARGIN``."""
+        others = bucket.others
+        backend = others[bucket.turn]
+        bucket.turn = (bucket.turn + 1) % len(others)
+        if not self.kernel.backends[backend].eligible(values, size):
+            bucket.wait = 1  # another shape of this bucket: try on the next call
+            return self.kernel.run(bucket.backend, values, shape, size, active_shapes) + (bucket.backend, size)
+        start = clock()
+        result = self.kernel.run(backend, values, shape, size, active_shapes)
+        seconds = (clock() - start) / size
+        if seconds * MARGIN < bucket.recent < math.inf:  # (inf: no call of the chosen one timed since)
+            others[others.index(backend)] = bucket.backend
+            bucket.backend, bucket.interval = backend, RETIME_FIRST
+        elif bucket.turn == 0:
+            bucket.interval = min(2 * bucket.interval, RETIME_CAP)
+        bucket.wait, bucket.recent = bucket.interval, math.inf
+        return result + (backend, size)
+
+
+class Bucket:
+    """One size bucket's automatic choice (`BackendChoice`): the chosen backend, the others in turn to be
+    re-timed, the calls to wait before the next re-timing, and the least seconds per element the chosen
+    backend took since the last one."""
+
+    __slots__ = ("backend", "others", "turn", "wait", "interval", "recent")
+
+    def __init__(self, backend, others):
+        self.backend, self.others, self.turn = backend, others, 0
+        self.wait = self.interval = RETIME_FIRST
+        self.recent = math.inf
+
+    def observe(self, seconds):
+        """A call of the chosen backend took ``seconds`` per element."""
+        if seconds < self.recent:
+            self.recent = seconds
+
+
+clock = time.perf_counter  # the choice's clock (a test injects its own)
+RETIME_FIRST = 2  # calls of the chosen backend before a runner-up is first re-timed
+RETIME_CAP = 256  # the longest wait between re-timings
+MARGIN = 1.25  # a runner-up takes over when the chosen backend is slower than it by this factor
 
 
 class _WholeArrays:
