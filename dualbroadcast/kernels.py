@@ -18,9 +18,9 @@ input) in one pass.  Its jobs are kept apart:
   of that size, every call of the chosen one is timed, and a runner-up is re-timed now and then
   (after 2, 4, 8, ... calls, at most 256): it takes over when faster by a margin, so a first timing
   spoiled by a busy machine is undone within a few calls;
-- buffer ownership (`_owned_or_fresh`): a blocked kernel's output and scratch buffers
-  are fresh per call, or allocated once and owned by a prepared program whose every
-  replay overwrites them.
+- buffer ownership (`_owned_or_recycled`): a blocked kernel's output and scratch buffers
+  are allocated once and owned by a prepared program whose every replay overwrites them,
+  or else recycled from an earlier call once nothing holds its results (no page faults).
 
 Every backend gives the dtypes NumPy's own evaluation would.  Generated code only
 contains names the library made.
@@ -33,6 +33,8 @@ import math
 import operator
 import os
 import re
+import sys
+import threading
 import time
 
 import numexpr
@@ -128,7 +130,7 @@ class Kernel:
 
     def blocked_runner(self, values, shape, size, active_shapes, owned=True):
         """A function of the input values running the blocked kernel for these shapes and dtypes;
-        ``owned``: its buffers are allocated once and reused by every call (`_owned_or_fresh`)."""
+        ``owned``: its buffers are allocated once and reused by every call (`_owned_or_recycled`)."""
         return self.backends["blocked"].runner(values, shape, size, active_shapes, owned)
 
     def value_dtype(self, values):
@@ -283,6 +285,7 @@ class _Blocked:
     def __init__(self, kernel):
         self.kernel = kernel
         self.compiled = {}  # (generator, input kinds, full-size inputs, stored outputs) -> generated kernel
+        self.idle = {}  # (signature, shape, active shapes) -> bound kernels not running (`_owned_or_recycled`)
 
     def eligible(self, values, size):
         return size >= 2 * BLOCK and all(np.size(v) in (1, size) for v in values)
@@ -317,9 +320,9 @@ class _Blocked:
                 results = [next(stores) if keep else np.reshape(next(sums), s) for s, keep in zip(shapes, stored)]
                 return results[0][()] if reduce else results[0], results[1:]
 
-            return execute
+            return execute, outs
 
-        return _owned_or_fresh(bind, owned)
+        return _owned_or_recycled(bind, owned, self._idle(signature, shape, active_shapes))
 
     def _single_block_runner(self, signature, shape, active_shapes, owned):
         """The one-block kernel bound to its buffers: ``kernel(*values) -> (value, partials)``.
@@ -331,22 +334,31 @@ class _Blocked:
 
         def bind():
             env = {"SHAPE": shape}
-            partials = []
+            partials, outs = [], []
             for k, keep in enumerate(stored):
                 target = active_shapes[k - 1] if self.kernel.reduce and k else shape
                 if keep:
                     env[f"r{k}"] = result = np.empty(target, out_dtypes[k])
                     env[f"o{k}"] = result.reshape(shape)
+                    outs.append(result)
                 else:
                     env[f"s{k}"] = result = target
                 if k:
                     partials.append(result)
             env["P"] = partials  # returned as is when every partial is stored
             env.update((name, np.empty(shape, dtype)) for name, dtype in scratch)
-            return make(**env)
+            return make(**env), outs
 
-        return _owned_or_fresh(bind, owned)
+        return _owned_or_recycled(bind, owned, self._idle(signature, shape, active_shapes))
 
+    def _idle(self, signature, shape, active_shapes):
+        """The bound kernels idle for calls of these dtypes and shapes (`_owned_or_recycled`); those of the
+        last shapes called only (a loop calls one)."""
+        key = (signature, shape, tuple(active_shapes))
+        idle = self.idle.get(key)
+        if idle is None:
+            self.idle = {key: (idle := [])}
+        return idle
 
     def _generated(self, generator, signature):
         """The kernel ``generator`` writes for ``signature`` (input kinds, full-size inputs, stored outputs),
@@ -358,12 +370,50 @@ class _Blocked:
         return compiled
 
 
-def _owned_or_fresh(bind, owned):
-    """The kernel ``bind()`` makes, bound to buffers of its own.  ``owned``: bound once, its buffers (and
-    so its results) reused by every call, as a prepared program replays it; else fresh buffers per call."""
+def _owned_or_recycled(bind, owned, idle):
+    """The kernel ``bind()`` makes, bound to buffers of its own (``bind() -> (kernel, its result buffers)``).
+
+    ``owned``: bound once, its buffers (and so its results) reused by every call, as a prepared program
+    replays it.  Else each call takes an ``idle`` bound kernel whose results nobody holds any more (their
+    reference counts are back to what the kernel alone holds: no view, no gradient made of them in place,
+    nothing of the caller's), or binds a new one; after the call it is idle again, and the last
+    ``KEEP_IDLE`` are kept.  Fresh buffers of a megabyte or more cost page faults on every first touch, a
+    third of a 2 ms kernel in a user's loop where other work runs between calls (issue 18's cold calls);
+    two kept let a loop that holds its last gradient while computing the next reuse the one before.
+    Results of more than ``RECYCLED_BYTES`` are fresh every call (not kept alive after their last use).
+    """
     if owned:
-        return bind()
-    return lambda *values: bind()(*values)
+        return bind()[0]
+
+    def call(*values):
+        entry = None
+        with _idle_lock:
+            for k, (_, buffers, counts) in enumerate(idle):
+                if _references(buffers) == counts:
+                    entry = idle.pop(k)
+                    break
+        if entry is None:
+            kernel, buffers = bind()
+            entry = (kernel, buffers, _references(buffers))
+        result = entry[0](*values)
+        if sum(b.nbytes for b in entry[1]) <= RECYCLED_BYTES:
+            with _idle_lock:
+                idle.append(entry)
+                if len(idle) > KEEP_IDLE:
+                    del idle[0]
+        return result
+
+    return call
+
+
+def _references(buffers):
+    """The reference counts of ``buffers``, counted alike whenever asked (`_owned_or_recycled`)."""
+    return [sys.getrefcount(b) for b in buffers]
+
+
+KEEP_IDLE = 2  # bound kernels kept per kernel and shapes for calls without an owner (`_owned_or_recycled`)
+RECYCLED_BYTES = 1 << 26  # results larger than 64 MiB are not kept for the next call
+_idle_lock = threading.Lock()
 
 
 class _Numexpr:
