@@ -138,6 +138,7 @@ def _db_columns(plain, fused, args):
     if fused is not None:
         impls["db.sum"] = lambda: (lambda: db.gradient(fused, *args))
     impls["db prep"] = _prepared([f for f in (fused, plain) if f is not None], args)
+    impls["prep plain"] = _prepared([plain], args)  # not a suite column: the plain NumPy model prepared (issue18)
     return impls
 
 
@@ -491,7 +492,7 @@ def _run_row(w, row, budget, cap, bar, warnings, cold_rounds=QUICK_COLD_ROUNDS):
                     bar.write(message)
             seconds, calls = measure(fn, budget, cap=cap, warm=warm)
             cell.update(seconds=seconds, calls=calls)
-            if calls:
+            if calls and seconds <= budget / 2:  # a slower cell's warm figure is a few single calls already
                 timed[column] = fn
             cell.setdefault("status", "ok")
             cell["wall_seconds"] = round(time.perf_counter() - started, 3)
@@ -516,10 +517,10 @@ def _cold(cells, timed, budget, rounds):
     """Each timed cell's cold figure (``cold_seconds``): the median of single calls, the row's cells in turns,
     each call after a cache flush (`timing.warm_and_cold`), as in a user's loop where other work comes
     between gradient calls.  At least 3 rounds; fewer than ``rounds`` where they would take more than twice
-    the row's warm budget."""
+    the row's warm budget.  Cells slower than half the budget have none (their warm figure is a few calls)."""
     if "primal" not in timed:
         return
-    per_round = sum(cells[c]["seconds"] for c in timed) + 0.01 * len(timed)  # the flushes: ~10 ms each
+    per_round = sum(cells[c]["seconds"] for c in timed) + 0.005 * len(timed)  # the flushes: ~4 ms each
     rounds = max(3, min(rounds, int(2 * budget * len(timed) / per_round)))
     try:
         _, cold = warm_and_cold(list(timed.values()), rounds, warm_calls=0)

@@ -62,11 +62,13 @@ def warm_and_cold(fns, rounds, warm_calls=3):
 
     Each round takes every function in turn: a cache flush (`flush_caches`), one call timed alone (a cold
     sample: the other functions ran since its last call), then ``warm_calls`` calls back to back timed
-    together (a warm sample, their mean; none if 0, and the warm medians are then None).
+    together (a warm sample, their mean; none if 0, and the warm medians are then None).  ``warm_calls``: one
+    count for all, or one per function (many for a call of a microsecond).
     """
     cold, warm = [[] for _ in fns], [[] for _ in fns]
+    counts = warm_calls if isinstance(warm_calls, (list, tuple)) else [warm_calls] * len(fns)
     for _ in range(rounds):
-        for fn, cold_taken, warm_taken in zip(fns, cold, warm):
+        for fn, warm_calls, cold_taken, warm_taken in zip(fns, counts, cold, warm):
             flush_caches()
             start = time.perf_counter()
             fn()
@@ -76,7 +78,8 @@ def warm_and_cold(fns, rounds, warm_calls=3):
                 for _ in range(warm_calls):
                     fn()
                 warm_taken.append((time.perf_counter() - start) / warm_calls)
-    return ([statistics.median(t) for t in warm] if warm_calls else None), [statistics.median(t) for t in cold]
+    return ([statistics.median(t) if t else None for t in warm] if any(counts) else None,
+            [statistics.median(t) for t in cold])
 
 
 def ratio_table(title, rows, columns, budget=0.5):
