@@ -219,7 +219,8 @@ def _run(f, args, reduce, backend):
     if duals:
         return value if not active else Dual(value, _fitted_tangent(partials[0], value), duals[0].level)
     parents = [inputs[i] for i in active]
-    if treedef is None and recorder is None and used == "numpy" and backend is None and FORCED_BACKEND.get() is None:
+    if treedef is None and recorder is None and used == "numpy" and backend is None and FORCED_BACKEND.get() is None \
+            and kernel.choice.chosen(size) == "numpy":  # not a runner-up re-timed (`kernels.BackendChoice`)
         _plan(f, kernel, values, active, reduce, call, reads)
     if recorder is not None and any(type(leaf) is Tracked for leaf in inputs):
         record = lambda: _record(parents, value, partials, active_shapes, call, recorder.tape)  # noqa: E731

@@ -155,8 +155,10 @@ class BackendChoice:
     - every later call of the chosen backend is timed (two clock reads, about 0.1 us), and the bucket keeps
       the least seconds per element since its last re-timing (`Bucket.recent`; noise only ever slows a call,
       so a minimum is the robust statistic);
-    - now and then one call runs a runner-up instead, the others in turns: after ``RETIME_FIRST`` calls,
-      and after each full round of the others the wait doubles, up to ``RETIME_CAP`` calls;
+    - now and then one call runs a runner-up instead, the others in turns: after ``RETIME_FIRST`` calls, and
+      after each full round of the others the wait doubles, and grows to ``RETIME_EXCESS`` times the
+      excess of the round's slowest runner-up (4x slower: a wait of 48 calls), so that from the second
+      round on re-timing costs at most 1/16 of the time; waits are at most ``RETIME_CAP`` calls;
     - it switches when the runner-up's seconds per element are below the chosen one's by ``MARGIN``, and
       the waits start again from ``RETIME_FIRST`` (a wrong switch is so undone as quickly).
 
@@ -175,6 +177,11 @@ class BackendChoice:
     def fastest(self):
         """Size bucket -> the backend chosen for it now."""
         return {k: b if type(b) is str else b.backend for k, b in self.buckets.items()}
+
+    def chosen(self, size):
+        """The backend chosen for ``size`` (None before its first call)."""
+        bucket = self.buckets.get(size.bit_length())
+        return bucket if bucket is None or type(bucket) is str else bucket.backend
 
     def run(self, values, shape, size, active_shapes):
         """``(value, partials, backend, size)`` of a call on the chosen backend (timed), a runner-up (when one is
@@ -227,24 +234,30 @@ class BackendChoice:
         seconds = (clock() - start) / size
         if seconds * MARGIN < bucket.recent < math.inf:  # (inf: no call of the chosen one timed since)
             others[others.index(backend)] = bucket.backend
-            bucket.backend, bucket.interval = backend, RETIME_FIRST
-        elif bucket.turn == 0:
-            bucket.interval = min(2 * bucket.interval, RETIME_CAP)
+            bucket.backend, bucket.interval, bucket.slowest = backend, RETIME_FIRST, 1.0
+        else:
+            if bucket.recent < math.inf:
+                bucket.slowest = max(bucket.slowest, seconds / bucket.recent)
+            if bucket.turn == 0:  # a round of the others done: wait twice as long, and long enough
+                excess = math.ceil(RETIME_EXCESS * (bucket.slowest - 1))
+                bucket.interval = min(max(2 * bucket.interval, excess), RETIME_CAP)
+                bucket.slowest = 1.0
         bucket.wait, bucket.recent = bucket.interval, math.inf
         return result + (backend, size)
 
 
 class Bucket:
     """One size bucket's automatic choice (`BackendChoice`): the chosen backend, the others in turn to be
-    re-timed, the calls to wait before the next re-timing, and the least seconds per element the chosen
-    backend took since the last one."""
+    re-timed, the calls to wait before the next re-timing, the least seconds per element the chosen
+    backend took since the last one, and how much slower the round's slowest runner-up was."""
 
-    __slots__ = ("backend", "others", "turn", "wait", "interval", "recent")
+    __slots__ = ("backend", "others", "turn", "wait", "interval", "recent", "slowest")
 
     def __init__(self, backend, others):
         self.backend, self.others, self.turn = backend, others, 0
         self.wait = self.interval = RETIME_FIRST
         self.recent = math.inf
+        self.slowest = 1.0  # the slowest runner-up of this round, as a multiple of the chosen backend
 
     def observe(self, seconds):
         """A call of the chosen backend took ``seconds`` per element."""
@@ -255,6 +268,7 @@ class Bucket:
 clock = time.perf_counter  # the choice's clock (a test injects its own)
 RETIME_FIRST = 2  # calls of the chosen backend before a runner-up is first re-timed
 RETIME_CAP = 256  # the longest wait between re-timings
+RETIME_EXCESS = 16  # a round's re-timings cost at most 1/16 of the calls waited for (until the cap)
 MARGIN = 1.25  # a runner-up takes over when the chosen backend is slower than it by this factor
 
 
