@@ -9,7 +9,8 @@ and ``db.sum`` where a fused broadcast helps), dualbroadcast prepared
 (``db.prepare_gradient``), and the installed peers (JAX ``grad`` and
 ``jit(grad)``, PyTorch eager autograd, autograd).  Times are medians; the table
 shows each as a ratio to the primal of the same row, measured in the same run,
-with the absolute median beside it.  Every implementation's gradient is checked
+with the absolute median beside it, warm (calls back to back) and cold (single
+calls, the row's cells in turns, each after a cache flush: a user's loop).  Every implementation's gradient is checked
 against the hand-written one before it is timed: a disagreement is printed as a
 warning and its cell is marked ``!``; an exception marks the cell ``err``.
 A column is ``-`` when the implementation is not installed or does not apply.
@@ -35,11 +36,13 @@ import dualbroadcast as db
 from . import models as m
 from . import peers as pm
 from .progress import Progress
+from .timing import warm_and_cold
 
 COLUMNS = ("primal", "hand", "db", "db.sum", "db prep", "jax", "jax.jit", "torch", "autograd")
 DEFAULT_JSON = Path(__file__).resolve().parent / "results.json"
 QUICK_BUDGET, FULL_BUDGET = 0.06, 1.0  # seconds of timed calls per cell
 QUICK_CAP, FULL_CAP = 2.0, 30.0  # a first call slower than this is the only call of its cell
+QUICK_COLD_ROUNDS, FULL_COLD_ROUNDS = 5, 15  # single cold calls per cell (fewer where a row's calls are slow)
 
 
 # --- timing -----------------------------------------------------------------------------------
@@ -135,6 +138,7 @@ def _db_columns(plain, fused, args):
     if fused is not None:
         impls["db.sum"] = lambda: (lambda: db.gradient(fused, *args))
     impls["db prep"] = _prepared([f for f in (fused, plain) if f is not None], args)
+    impls["prep plain"] = _prepared([plain], args)  # not a suite column: the plain NumPy model prepared (issue18)
     return impls
 
 
@@ -426,6 +430,7 @@ def run(quick=True, only=None, peers=("jax", "torch", "autograd"), budget=None, 
     """
     budget = budget if budget is not None else (QUICK_BUDGET if quick else FULL_BUDGET)
     cap = cap if cap is not None else (QUICK_CAP if quick else FULL_CAP)
+    cold_rounds = QUICK_COLD_ROUNDS if quick else FULL_COLD_ROUNDS
     started = time.perf_counter()
     unknown = set(only or ()) - set(WORKLOAD_KEYS)
     if unknown:
@@ -445,13 +450,14 @@ def run(quick=True, only=None, peers=("jax", "torch", "autograd"), budget=None, 
             results["workloads"].append(entry)
             for build in w.rows:
                 row = build()
-                entry["rows"].append(_run_row(w, row, budget, cap, bar, results["warnings"]))
+                entry["rows"].append(_run_row(w, row, budget, cap, bar, results["warnings"], cold_rounds))
     results["meta"]["wall_seconds"] = round(time.perf_counter() - started, 2)
     return results
 
 
-def _run_row(w, row, budget, cap, bar, warnings):
+def _run_row(w, row, budget, cap, bar, warnings, cold_rounds=QUICK_COLD_ROUNDS):
     cells = {}
+    timed = {}  # column -> its callable, for the cold figures
     reference = None
     for column in w.columns:
         bar.step(f"{w.key} {row.label} {column}")
@@ -486,6 +492,8 @@ def _run_row(w, row, budget, cap, bar, warnings):
                     bar.write(message)
             seconds, calls = measure(fn, budget, cap=cap, warm=warm)
             cell.update(seconds=seconds, calls=calls)
+            if calls and seconds <= budget / 2:  # a slower cell's warm figure is a few single calls already
+                timed[column] = fn
             cell.setdefault("status", "ok")
             cell["wall_seconds"] = round(time.perf_counter() - started, 3)
         except Exception as e:
@@ -495,11 +503,33 @@ def _run_row(w, row, budget, cap, bar, warnings):
             warnings.append(message)
             bar.write(message)
         bar.advance()
-    base = cells["primal"].get("seconds")
+    _cold(cells, timed, budget, cold_rounds)
+    base, cold_base = cells["primal"].get("seconds"), cells["primal"].get("cold_seconds")
     for cell in cells.values():
         if base and "seconds" in cell:
             cell["ratio"] = cell["seconds"] / base
+        if cold_base and "cold_seconds" in cell:
+            cell["cold_ratio"] = cell["cold_seconds"] / cold_base
     return {"label": row.label, "params": row.params, "cells": cells}
+
+
+def _cold(cells, timed, budget, rounds):
+    """Each timed cell's cold figure (``cold_seconds``): the median of single calls, the row's cells in turns,
+    each call after a cache flush (`timing.warm_and_cold`), as in a user's loop where other work comes
+    between gradient calls.  At least 3 rounds; fewer than ``rounds`` where they would take more than twice
+    the row's warm budget.  Cells slower than half the budget have none (their warm figure is a few calls)."""
+    if "primal" not in timed:
+        return
+    per_round = sum(cells[c]["seconds"] for c in timed) + 0.005 * len(timed)  # the flushes: ~4 ms each
+    rounds = max(3, min(rounds, int(2 * budget * len(timed) / per_round)))
+    try:
+        _, cold = warm_and_cold(list(timed.values()), rounds, warm_calls=0)
+    except Exception as e:  # a cell that failed here ran in its warm pass: keep its warm figure
+        for column in timed:
+            cells[column]["cold_error"] = f"{type(e).__name__}: {e}"[:200]
+        return
+    for column, seconds in zip(timed, cold):
+        cells[column].update(cold_seconds=seconds, cold_calls=rounds)
 
 
 def _first_call(fn):
@@ -579,8 +609,10 @@ def format_cell(cell, primal=False):
     mark = "!" if status == "mismatch" else ""
     mark += "~" if cell.get("calls") == 0 else ""
     if primal or "ratio" not in cell:
-        return human(cell["seconds"]) + mark
-    return f"{_ratio(cell['ratio'])} {human(cell['seconds'])}{mark}"
+        cold = f"/{human(cell['cold_seconds'])}" if "cold_seconds" in cell else ""
+        return human(cell["seconds"]) + cold + mark
+    cold = f"/{_ratio(cell['cold_ratio'])}" if "cold_ratio" in cell else ""
+    return f"{_ratio(cell['ratio'])}{cold} {human(cell['seconds'])}{mark}"
 
 
 def format_table(results):
@@ -588,7 +620,9 @@ def format_table(results):
     meta = results["meta"]
     lines = [
         f"dualbroadcast benchmarks ({'quick' if meta['quick'] else 'full'}): ratio to the NumPy primal of the same "
-        f"row, median time beside it; '!' = gradient disagrees with the hand-written one, 'err' = failed, "
+        f"row, warm/cold (warm: calls back to back; cold: single calls in turns, each after a cache flush), "
+        f"the warm median time beside it (the primal: warm/cold times); "
+        f"'!' = gradient disagrees with the hand-written one, 'err' = failed, "
         f"'~' = one slow first call (warm-up included), 'skip' = too slow to run (reason in the JSON), "
         f"'-' = not installed / not applicable",
         f"numpy {meta['numpy']}, python {meta['python']}, {meta['cpus']} cpus; peers: "

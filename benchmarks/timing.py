@@ -1,7 +1,17 @@
-"""Median timings of callables, with the repeat count chosen from a first run."""
+"""Median timings of callables, with the repeat count chosen from a first run; warm and cold.
 
+A warm figure times calls back to back (a benchmark's loop); a cold one times single calls, each
+after other work and a pass over more memory than the caches hold (a user's loop, where a gradient
+call follows the model's own work): the inputs come from memory, and threads that slept wake up.
+"""
+
+import functools
 import statistics
 import time
+
+import numpy as np
+
+FLUSH_BYTES = 64 << 20  # more than the last-level cache (32 MiB on the 2-core test machine)
 
 
 def median_time(fn, budget=0.5, max_runs=2000):
@@ -35,6 +45,41 @@ def interleaved_medians(fns, budget=0.5, max_runs=2000):
                 fn()
             taken.append((time.perf_counter() - start) / inner)
     return [statistics.median(taken) for taken in samples]
+
+
+@functools.cache
+def _flush_buffer():
+    return np.ones(FLUSH_BYTES // 8)
+
+
+def flush_caches():
+    """Read ``FLUSH_BYTES`` of a buffer of its own: what the next call reads is no longer in a cache."""
+    np.add.reduce(_flush_buffer())
+
+
+def warm_and_cold(fns, rounds, warm_calls=3):
+    """(warm medians, cold medians): seconds per call of each of ``fns``, sampled in turns.
+
+    Each round takes every function in turn: a cache flush (`flush_caches`), one call timed alone (a cold
+    sample: the other functions ran since its last call), then ``warm_calls`` calls back to back timed
+    together (a warm sample, their mean; none if 0, and the warm medians are then None).  ``warm_calls``: one
+    count for all, or one per function (many for a call of a microsecond).
+    """
+    cold, warm = [[] for _ in fns], [[] for _ in fns]
+    counts = warm_calls if isinstance(warm_calls, (list, tuple)) else [warm_calls] * len(fns)
+    for _ in range(rounds):
+        for fn, warm_calls, cold_taken, warm_taken in zip(fns, counts, cold, warm):
+            flush_caches()
+            start = time.perf_counter()
+            fn()
+            cold_taken.append(time.perf_counter() - start)
+            if warm_calls:
+                start = time.perf_counter()
+                for _ in range(warm_calls):
+                    fn()
+                warm_taken.append((time.perf_counter() - start) / warm_calls)
+    return ([statistics.median(t) if t else None for t in warm] if any(counts) else None,
+            [statistics.median(t) for t in cold])
 
 
 def ratio_table(title, rows, columns, budget=0.5):

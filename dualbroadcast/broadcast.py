@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import chunked, pytree
+from . import chunked, kernels, pytree
 from .chunked import Lazy, is_chunked
 from .errors import KernelError
 from .expr import Sym, complex_kernel_message, derivatives, trace, without_cuts
@@ -219,7 +219,8 @@ def _run(f, args, reduce, backend):
     if duals:
         return value if not active else Dual(value, _fitted_tangent(partials[0], value), duals[0].level)
     parents = [inputs[i] for i in active]
-    if treedef is None and recorder is None and used == "numpy" and backend is None and FORCED_BACKEND.get() is None:
+    if treedef is None and recorder is None and used == "numpy" and backend is None and FORCED_BACKEND.get() is None \
+            and kernel.choice.chosen(size) == "numpy":  # not a runner-up re-timed (`kernels.BackendChoice`)
         _plan(f, kernel, values, active, reduce, call, reads)
     if recorder is not None and any(type(leaf) is Tracked for leaf in inputs):
         record = lambda: _record(parents, value, partials, active_shapes, call, recorder.tape)  # noqa: E731
@@ -238,7 +239,7 @@ class _Plan:
     """
 
     __slots__ = ("code", "defaults", "namespace", "bindings", "helpers", "signature", "whole", "reduce", "call",
-                 "shape")
+                 "shape", "bucket", "size")
 
     def __init__(self, f, kernel, values, active, reduce, call, reads):
         self.code = f.__code__  # kept alive, so its id is not reused while this plan exists
@@ -248,6 +249,9 @@ class _Plan:
         self.helpers = tuple(reads.functions[1:])  # the first is f: checked by code, defaults and globals
         self.signature = tuple((i in active, v.dtype) for i, v in enumerate(values))
         self.shape = values[0].shape
+        self.size = values[0].size
+        bucket = kernel.choice.buckets.get(self.size.bit_length())
+        self.bucket = bucket if type(bucket) is kernels.Bucket else None  # an automatic choice to keep timing
         self.whole = kernel.typed_whole(tuple(v.dtype for v in values))
         self.reduce = reduce
         self.call = call
@@ -279,7 +283,16 @@ class _Plan:
         for helper, code, defaults in self.helpers:
             if helper.__code__ is not code or helper.__defaults__ is not defaults:
                 return None
-        results = self.whole(*values)
+        bucket = self.bucket
+        if bucket is None:
+            results = self.whole(*values)
+        elif bucket.wait and bucket.backend == "numpy":  # the choice's timed warm path (`BackendChoice.run`)
+            bucket.wait -= 1
+            start = kernels.clock()
+            results = self.whole(*values)
+            bucket.observe((kernels.clock() - start) / self.size)
+        else:
+            return None  # a runner-up is due, or took over: the kernel's own call
         value = np.add.reduce(results[0], None) if self.reduce else results[0]
         calls = _log.get()
         if calls is not None:

@@ -13,12 +13,14 @@ input) in one pass.  Its jobs are kept apart:
   ``numexpr`` (`_Numexpr`): one fused numexpr expression per output (best on
   arithmetic-heavy kernels; its exp/sin are slower than NumPy's here, as it lacks VML;
   no candidate for a kernel with an operation it lacks, such as a user's function);
-- the choice of backend (`BackendChoice`): forced with `set_backend` or ``backend=``,
-  else per size (powers of two) the eligible backends are timed on the first call of
-  that size and the fastest is remembered;
-- buffer ownership (`_owned_or_fresh`): a blocked kernel's output and scratch buffers
-  are fresh per call, or allocated once and owned by a prepared program whose every
-  replay overwrites them.
+- the choice of backend (`BackendChoice`): forced with `set_backend` or ``backend=`` (never
+  second-guessed), else per size (powers of two) the eligible backends are timed on the first call
+  of that size, every call of the chosen one is timed, and a runner-up is re-timed now and then
+  (after 2, 4, 8, ... calls, at most 256): it takes over when faster by a margin, so a first timing
+  spoiled by a busy machine is undone within a few calls;
+- buffer ownership (`_owned_or_recycled`): a blocked kernel's output and scratch buffers
+  are allocated once and owned by a prepared program whose every replay overwrites them,
+  or else recycled from an earlier call once nothing holds its results (no page faults).
 
 Every backend gives the dtypes NumPy's own evaluation would.  Generated code only
 contains names the library made.
@@ -31,6 +33,8 @@ import math
 import operator
 import os
 import re
+import sys
+import threading
 import time
 
 import numexpr
@@ -94,10 +98,13 @@ class Kernel:
         shapes = [getattr(v, "shape", ()) for v in values]
         shape = shapes[0] if shapes and shapes.count(shapes[0]) == len(shapes) else np.broadcast_shapes(*shapes)
         size = math.prod(shape)
-        backend = self.choice.pick(backend or FORCED_BACKEND.get(), values, size)
-        if backend is None:
-            return self.choice.measure(values, shape, size, active_shapes) + (size,)
-        return self.run(backend, values, shape, size, active_shapes) + (backend, size)
+        requested = backend or FORCED_BACKEND.get()
+        if requested is None:
+            return self.choice.run(values, shape, size, active_shapes)
+        _check_backend(requested)  # forced: never second-guessed, never timed
+        if requested != "numpy" and not self.backends[requested].eligible(values, size):
+            requested = "numpy"  # not eligible for these shapes (or numexpr lacks an operation)
+        return self.run(requested, values, shape, size, active_shapes) + (requested, size)
 
     def _candidates(self, values, size):
         """The backends that can run a call on ``values``: numpy always, the others from their sizes
@@ -123,7 +130,7 @@ class Kernel:
 
     def blocked_runner(self, values, shape, size, active_shapes, owned=True):
         """A function of the input values running the blocked kernel for these shapes and dtypes;
-        ``owned``: its buffers are allocated once and reused by every call (`_owned_or_fresh`)."""
+        ``owned``: its buffers are allocated once and reused by every call (`_owned_or_recycled`)."""
         return self.backends["blocked"].runner(values, shape, size, active_shapes, owned)
 
     def value_dtype(self, values):
@@ -139,40 +146,130 @@ class Kernel:
 
 
 class BackendChoice:
-    """Which backend a kernel runs a call on: the one asked for if eligible, else the fastest eligible
-    one for the call's size bucket (the bit length of its size), timed on the first call of that bucket."""
+    """Which backend a kernel runs an automatic call on, per size bucket (the bit length of the size).
+
+    The policy (issue 18: a first timing on a busy machine must not decide for the life of the process):
+
+    - the first call of a bucket with more than one eligible backend times each (`measure`, best of three:
+      their first runs generate code) and takes the fastest;
+    - every later call of the chosen backend is timed (two clock reads, about 0.1 us), and the bucket keeps
+      the least seconds per element since its last re-timing (`Bucket.recent`; noise only ever slows a call,
+      so a minimum is the robust statistic);
+    - now and then one call runs a runner-up instead, the others in turns: after ``RETIME_FIRST`` calls, and
+      after each full round of the others the wait doubles, and grows to ``RETIME_EXCESS`` times the
+      excess of the round's slowest runner-up (4x slower: a wait of 48 calls), so that from the second
+      round on re-timing costs at most 1/16 of the time; waits are at most ``RETIME_CAP`` calls;
+    - it switches when the runner-up's seconds per element are below the chosen one's by ``MARGIN``, and
+      the waits start again from ``RETIME_FIRST`` (a wrong switch is so undone as quickly).
+
+    Bound: a first measurement that picked the wrong backend is corrected by the ``1 + k (RETIME_FIRST + 1)``-th
+    call of the bucket, the truly fastest being the k-th of the others in turn (k <= 2: by the 7th call).
+    The cost, once the waits reached their cap: one call in ``RETIME_CAP + 1`` runs a slower backend (a
+    runner-up 4x slower adds about 1%).  A forced backend (`set_backend`, ``backend=``) is never timed.
+    Every backend gives the same results up to rounding (a blocked sum adds in another order).
+    """
 
     def __init__(self, kernel):
         self.kernel = kernel
-        self.fastest = {}  # size bucket -> backend measured fastest
+        self.buckets = {}  # size bucket -> its `Bucket`, or the name of its only candidate
 
-    def pick(self, requested, values, size):
-        """The backend for this call, or None if the candidates are to be timed on it (`measure`)."""
-        if requested is not None:
-            _check_backend(requested)
-        backend = requested or self.fastest.get(size.bit_length())
-        if backend is None:
-            if len(self.kernel._candidates(values, size)) > 1:
-                return None
-            backend = self.fastest[size.bit_length()] = "numpy"
-        elif backend != "numpy" and backend not in self.kernel._candidates(values, size):
-            backend = "numpy"  # not eligible for these shapes (or numexpr lacks an operation)
-        return backend
+    @property
+    def fastest(self):
+        """Size bucket -> the backend chosen for it now."""
+        return {k: b if type(b) is str else b.backend for k, b in self.buckets.items()}
 
-    def measure(self, values, shape, size, active_shapes):
-        """Time each candidate on this call's data (best of three: one slow run must not decide), keep
-        the fastest for this size, and return its ``(value, partials, backend)``."""
+    def chosen(self, size):
+        """The backend chosen for ``size`` (None before its first call)."""
+        bucket = self.buckets.get(size.bit_length())
+        return bucket if bucket is None or type(bucket) is str else bucket.backend
+
+    def run(self, values, shape, size, active_shapes):
+        """``(value, partials, backend, size)`` of a call on the chosen backend (timed), a runner-up (when one is
+        due), or each candidate (the bucket's first call)."""
+        kernel = self.kernel
+        bucket = self.buckets.get(size.bit_length())
+        if type(bucket) is Bucket:
+            backend = bucket.backend
+            if backend != "numpy" and not kernel.backends[backend].eligible(values, size):
+                return kernel.run("numpy", values, shape, size, active_shapes) + ("numpy", size)
+            if bucket.wait:
+                bucket.wait -= 1
+                start = clock()
+                result = kernel.run(backend, values, shape, size, active_shapes)
+                bucket.observe((clock() - start) / size)
+                return result + (backend, size)
+            return self.retime(bucket, values, shape, size, active_shapes)
+        if bucket is None:
+            candidates = kernel._candidates(values, size)
+            if len(candidates) > 1:
+                return self.measure(candidates, values, shape, size, active_shapes) + (size,)
+            bucket = self.buckets[size.bit_length()] = "numpy"
+        return kernel.run("numpy", values, shape, size, active_shapes) + ("numpy", size)
+
+    def measure(self, candidates, values, shape, size, active_shapes):
+        """Time each candidate on this call's data (best of three: one slow run must not decide), choose the
+        fastest for this size, and return its ``(value, partials, backend)``."""
         timings = {}
-        for backend in self.kernel._candidates(values, size):
+        for backend in candidates:
             best = math.inf
             for _ in range(3):
-                start = time.perf_counter()
+                start = clock()
                 result = self.kernel.run(backend, values, shape, size, active_shapes)
-                best = min(best, time.perf_counter() - start)
+                best = min(best, clock() - start)
             timings[backend] = (best, result)
         winner = min(timings, key=lambda b: timings[b][0])
-        self.fastest[size.bit_length()] = winner
+        self.buckets[size.bit_length()] = Bucket(winner, [b for b in candidates if b != winner])
         return timings[winner][1] + (winner,)
+
+    def retime(self, bucket, values, shape, size, active_shapes):
+        """Run this call on the next runner-up in turn, timed, and switch to it if it is faster by ``MARGIN``."""
+        others = bucket.others
+        backend = others[bucket.turn]
+        bucket.turn = (bucket.turn + 1) % len(others)
+        if not self.kernel.backends[backend].eligible(values, size):
+            bucket.wait = 1  # another shape of this bucket: try on the next call
+            return self.kernel.run(bucket.backend, values, shape, size, active_shapes) + (bucket.backend, size)
+        start = clock()
+        result = self.kernel.run(backend, values, shape, size, active_shapes)
+        seconds = (clock() - start) / size
+        if seconds * MARGIN < bucket.recent < math.inf:  # (inf: no call of the chosen one timed since)
+            others[others.index(backend)] = bucket.backend
+            bucket.backend, bucket.interval, bucket.slowest = backend, RETIME_FIRST, 1.0
+        else:
+            if bucket.recent < math.inf:
+                bucket.slowest = max(bucket.slowest, seconds / bucket.recent)
+            if bucket.turn == 0:  # a round of the others done: wait twice as long, and long enough
+                excess = math.ceil(RETIME_EXCESS * (bucket.slowest - 1))
+                bucket.interval = min(max(2 * bucket.interval, excess), RETIME_CAP)
+                bucket.slowest = 1.0
+        bucket.wait, bucket.recent = bucket.interval, math.inf
+        return result + (backend, size)
+
+
+class Bucket:
+    """One size bucket's automatic choice (`BackendChoice`): the chosen backend, the others in turn to be
+    re-timed, the calls to wait before the next re-timing, the least seconds per element the chosen
+    backend took since the last one, and how much slower the round's slowest runner-up was."""
+
+    __slots__ = ("backend", "others", "turn", "wait", "interval", "recent", "slowest")
+
+    def __init__(self, backend, others):
+        self.backend, self.others, self.turn = backend, others, 0
+        self.wait = self.interval = RETIME_FIRST
+        self.recent = math.inf
+        self.slowest = 1.0  # the slowest runner-up of this round, as a multiple of the chosen backend
+
+    def observe(self, seconds):
+        """A call of the chosen backend took ``seconds`` per element."""
+        if seconds < self.recent:
+            self.recent = seconds
+
+
+clock = time.perf_counter  # the choice's clock (a test injects its own)
+RETIME_FIRST = 2  # calls of the chosen backend before a runner-up is first re-timed
+RETIME_CAP = 256  # the longest wait between re-timings
+RETIME_EXCESS = 16  # a round's re-timings cost at most 1/16 of the calls waited for (until the cap)
+MARGIN = 1.25  # a runner-up takes over when the chosen backend is slower than it by this factor
 
 
 class _WholeArrays:
@@ -202,6 +299,7 @@ class _Blocked:
     def __init__(self, kernel):
         self.kernel = kernel
         self.compiled = {}  # (generator, input kinds, full-size inputs, stored outputs) -> generated kernel
+        self.idle = {}  # (signature, shape, active shapes) -> bound kernels not running (`_owned_or_recycled`)
 
     def eligible(self, values, size):
         return size >= 2 * BLOCK and all(np.size(v) in (1, size) for v in values)
@@ -236,9 +334,9 @@ class _Blocked:
                 results = [next(stores) if keep else np.reshape(next(sums), s) for s, keep in zip(shapes, stored)]
                 return results[0][()] if reduce else results[0], results[1:]
 
-            return execute
+            return execute, outs
 
-        return _owned_or_fresh(bind, owned)
+        return _owned_or_recycled(bind, owned, self._idle(signature, shape, active_shapes))
 
     def _single_block_runner(self, signature, shape, active_shapes, owned):
         """The one-block kernel bound to its buffers: ``kernel(*values) -> (value, partials)``.
@@ -250,22 +348,31 @@ class _Blocked:
 
         def bind():
             env = {"SHAPE": shape}
-            partials = []
+            partials, outs = [], []
             for k, keep in enumerate(stored):
                 target = active_shapes[k - 1] if self.kernel.reduce and k else shape
                 if keep:
                     env[f"r{k}"] = result = np.empty(target, out_dtypes[k])
                     env[f"o{k}"] = result.reshape(shape)
+                    outs.append(result)
                 else:
                     env[f"s{k}"] = result = target
                 if k:
                     partials.append(result)
             env["P"] = partials  # returned as is when every partial is stored
             env.update((name, np.empty(shape, dtype)) for name, dtype in scratch)
-            return make(**env)
+            return make(**env), outs
 
-        return _owned_or_fresh(bind, owned)
+        return _owned_or_recycled(bind, owned, self._idle(signature, shape, active_shapes))
 
+    def _idle(self, signature, shape, active_shapes):
+        """The bound kernels idle for calls of these dtypes and shapes (`_owned_or_recycled`); those of the
+        last shapes called only (a loop calls one)."""
+        key = (signature, shape, tuple(active_shapes))
+        idle = self.idle.get(key)
+        if idle is None:
+            self.idle = {key: (idle := [])}
+        return idle
 
     def _generated(self, generator, signature):
         """The kernel ``generator`` writes for ``signature`` (input kinds, full-size inputs, stored outputs),
@@ -277,12 +384,50 @@ class _Blocked:
         return compiled
 
 
-def _owned_or_fresh(bind, owned):
-    """The kernel ``bind()`` makes, bound to buffers of its own.  ``owned``: bound once, its buffers (and
-    so its results) reused by every call, as a prepared program replays it; else fresh buffers per call."""
+def _owned_or_recycled(bind, owned, idle):
+    """The kernel ``bind()`` makes, bound to buffers of its own (``bind() -> (kernel, its result buffers)``).
+
+    ``owned``: bound once, its buffers (and so its results) reused by every call, as a prepared program
+    replays it.  Else each call takes an ``idle`` bound kernel whose results nobody holds any more (their
+    reference counts are back to what the kernel alone holds: no view, no gradient made of them in place,
+    nothing of the caller's), or binds a new one; after the call it is idle again, and the last
+    ``KEEP_IDLE`` are kept.  Fresh buffers of a megabyte or more cost page faults on every first touch, a
+    third of a 2 ms kernel in a user's loop where other work runs between calls (issue 18's cold calls);
+    two kept let a loop that holds its last gradient while computing the next reuse the one before.
+    Results of more than ``RECYCLED_BYTES`` are fresh every call (not kept alive after their last use).
+    """
     if owned:
-        return bind()
-    return lambda *values: bind()(*values)
+        return bind()[0]
+
+    def call(*values):
+        entry = None
+        with _idle_lock:
+            for k, (_, buffers, counts) in enumerate(idle):
+                if _references(buffers) == counts:
+                    entry = idle.pop(k)
+                    break
+        if entry is None:
+            kernel, buffers = bind()
+            entry = (kernel, buffers, _references(buffers))
+        result = entry[0](*values)
+        if sum(b.nbytes for b in entry[1]) <= RECYCLED_BYTES:
+            with _idle_lock:
+                idle.append(entry)
+                if len(idle) > KEEP_IDLE:
+                    del idle[0]
+        return result
+
+    return call
+
+
+def _references(buffers):
+    """The reference counts of ``buffers``, counted alike whenever asked (`_owned_or_recycled`)."""
+    return [sys.getrefcount(b) for b in buffers]
+
+
+KEEP_IDLE = 2  # bound kernels kept per kernel and shapes for calls without an owner (`_owned_or_recycled`)
+RECYCLED_BYTES = 1 << 26  # results larger than 64 MiB are not kept for the next call
+_idle_lock = threading.Lock()
 
 
 class _Numexpr:
