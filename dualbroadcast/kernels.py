@@ -99,6 +99,19 @@ class Kernel:
             return self.choice.measure(values, shape, size, active_shapes) + (size,)
         return self.run(backend, values, shape, size, active_shapes) + (backend, size)
 
+    def into(self, out, values, backend=None):
+        """The value of a kernel without partials (not reducing), written into ``out`` (the call's shape and
+        the value's dtype) where the blocked backend runs it: each block reads its inputs before its last
+        operation writes ``out``, so ``out`` may be one of the inputs; on the other backends a fresh array."""
+        shape = np.broadcast_shapes(*[getattr(v, "shape", ()) for v in values])
+        size = math.prod(shape)
+        backend = self.choice.pick(backend or FORCED_BACKEND.get(), values, size)
+        if backend is None:
+            return self.choice.measure(values, shape, size, [])[0]
+        if backend != "blocked" or size <= BLOCK:
+            return self.run(backend, values, shape, size, [])[0]
+        return self.backends["blocked"].runner(values, shape, size, [], owned=False, outs=[out])(*values)[0]
+
     def _candidates(self, values, size):
         """The backends that can run a call on ``values``: numpy always, the others from their sizes
         (numexpr also from the operations it has)."""
@@ -209,8 +222,9 @@ class _Blocked:
     def run(self, values, shape, size, active_shapes):
         return self.runner(values, shape, size, active_shapes, owned=False)(*values)
 
-    def runner(self, values, shape, size, active_shapes, owned):
-        """A function of the input values running the blocked kernel for these shapes and dtypes.
+    def runner(self, values, shape, size, active_shapes, owned, outs=None):
+        """A function of the input values running the blocked kernel for these shapes and dtypes (into
+        ``outs``, the stored outputs, if given: see `Kernel.into`).
         A call that fits one block runs a kernel without a loop (`single_block_kernel`)."""
         reduce = self.kernel.reduce
         full = tuple(np.ndim(v) > 0 and np.size(v) == size for v in values)
@@ -224,15 +238,16 @@ class _Blocked:
         chunks = _chunks(size)
 
         def bind():
-            outs = [np.empty(s, d) for s, d, keep in zip(shapes, out_dtypes, stored) if keep]
-            flat_outs = [o.reshape(-1) for o in outs]
+            buffers = outs if outs is not None else [np.empty(s, d) for s, d, keep in
+                                                     zip(shapes, out_dtypes, stored) if keep]
+            flat_outs = [o.reshape(-1) for o in buffers]
             scratch = [[np.empty(block, d) for _, d in scratch_dtypes] for _ in range(len(chunks) - 1)]
 
             def execute(*values):
                 args = [np.ravel(v) if f else v if type(v) is float else np.reshape(v, ())
                         for v, f in zip(values, full)]
                 sums = iter(_in_threads(run, chunks, block, args + flat_outs, scratch))
-                stores = iter(outs)
+                stores = iter(buffers)
                 results = [next(stores) if keep else np.reshape(next(sums), s) for s, keep in zip(shapes, stored)]
                 return results[0][()] if reduce else results[0], results[1:]
 
