@@ -34,7 +34,7 @@ from .forward import Dual
 from .guards import RECORDER, Guarded
 from .kernel_source import _infer_dtypes, _scalar_nodes, needed_nodes
 from .kernels import FORCED_BACKEND, Kernel, _kind
-from .numpy_facts import FLOAT_LEAVES, REAL_FLOATS, getitem
+from .numpy_facts import FLOAT_LEAVES, PREDICATES, REAL_FLOATS, getitem
 from .pullbacks import (
     FACTORS,
     Contracted,
@@ -556,18 +556,18 @@ def _build_deferred(kernel, tracked, full_tracked, full, kinds):
     small = [p for p in tracked if p not in full_tracked]
     first = outputs[:2] + [partials[p] for p in small] + [tangent_partials[p] for p in small]
     dtypes = _infer_dtypes(kernel, [float if k is float else np.dtype(k) for k in kinds])
-    scalar = _scalar_nodes(kernel, [full[k] if k < len(full) else False for k in range(len(kernel.inputs))])
+    scalar = _scalar_nodes(kernel, full)
     needed = {node.index for node in needed_nodes(value.graph, wanted)}
     kept = [node for node in needed_nodes(value.graph, first) if node.index in needed and node.index not in scalar
             and node.op not in _RECOMPUTED and dtypes[node.index] == dtypes[value.index]]
     kept = kept if len(kept) <= MAX_KEPT else []
     forward = Kernel(value.graph, kernel.inputs, first + kept, True, kernel.name)
-    combines = {p: _cotangent_kernel(kernel.inputs, kept, partials[p], tangent_partials[p], kernel.name)
+    combines = {p: _cotangent_kernel(kernel.inputs, full, kept, partials[p], tangent_partials[p], kernel.name)
                 for p in full_tracked}
     return _Deferred(forward, small, len(kept), combines, {p: k for k, p in enumerate(tracked)})
 
 
-def _cotangent_kernel(inputs, kept, d, dt, name):
+def _cotangent_kernel(inputs, full, kept, d, dt, name):
     """The kernel of ``ȳ · d + ẏ̄ · dt`` (``d``, ``dt`` nodes of a traced graph), in a graph of its own whose
     inputs are the traced function's, then ``ȳ`` and ``ẏ̄``, then the ``kept`` nodes (read, not recomputed)."""
     graph = Graph()
@@ -577,9 +577,62 @@ def _cotangent_kernel(inputs, kept, d, dt, name):
     for node in needed_nodes(d.graph, [d, dt]):
         if node.index not in new:
             new[node.index] = graph.node(node.op, tuple(new[a.index] if type(a) is Sym else a for a in node.args))
-    total = graph.apply(np.add, (graph.apply(np.multiply, (new[d.index], g)),
-                                 graph.apply(np.multiply, (new[dt.index], gt))))
+    scalar = _scalar_nodes(_Nodes(graph.nodes[:len(inputs) + 2 + len(kept)], needed_nodes(graph, [new[d.index],
+                                                                                         new[dt.index]])),
+                           list(full) + [False, False] + [True] * len(kept))
+    total = _factored(graph, [(g, new[d.index]), (gt, new[dt.index])], scalar)
     return Kernel(graph, graph.nodes[:len(inputs) + 2 + len(kept)], [total], False, f"{name} cotangent")
+
+
+class _Nodes(NamedTuple):
+    """What `_scalar_nodes` reads of a kernel: its inputs and operations."""
+
+    inputs: list
+    order: list
+
+
+def _factored(graph, terms, scalar):
+    """``Σ c · p`` over ``terms`` (scalar ``c``, a node ``p``) with each product's factors regrouped: the
+    scalars (``scalar``: nodes of no full-size input, literals) multiplied first, once per call, and the
+    full-size factors common to every term taken out, so that EAM's ``ȳ · (-3r) + ẏ̄ · (-3v)(-3r)`` is
+    ``r · (-3ȳ + 9ẏ̄ · v)``: three passes over the elements instead of six."""
+    factors = [_product_factors(p, scalar) for _, p in terms]
+    common = []
+    for node in factors[0][1]:
+        if all(any(f is node for f in full) for _, full in factors[1:]):
+            common.append(node)
+            for _, full in factors[1:]:
+                full.pop(next(k for k, f in enumerate(full) if f is node))
+    for node in common:
+        factors[0][1].remove(node)
+    total = 0
+    for (c, _), (scalars, full) in zip(terms, factors):
+        python = [a for a in scalars if type(a) in (int, float)]  # folded weakly, as NumPy types a literal
+        term = graph.apply(np.multiply, (c, math.prod(python))) if python else c
+        for a in [a for a in scalars if type(a) not in (int, float)] + full:
+            term = graph.apply(np.multiply, (term, a))
+        total = term if type(total) is int else graph.apply(np.add, (total, term))
+    for node in common:
+        total = graph.apply(np.multiply, (total, node))
+    return total
+
+
+def _product_factors(node, scalar):
+    """``(scalar factors, full-size factors)`` of ``node`` read as a product through ``*`` and unary ``-``."""
+    if type(node) is not Sym or node.index in scalar:
+        return [node], []
+    if node.op is np.multiply and not any(map(_is_boolean_sym, node.args)):
+        (s0, f0), (s1, f1) = (_product_factors(a, scalar) for a in node.args)
+        return s0 + s1, f0 + f1
+    if node.op is np.negative:
+        s, f = _product_factors(node.args[0], scalar)
+        return s + [-1], f
+    return [], [node]
+
+
+def _is_boolean_sym(a):
+    """A truth value among a product's factors: kept as NumPy multiplies it (bool times bool is ``and``)."""
+    return type(a) is Sym and a.op in PREDICATES or isinstance(a, (bool, np.bool_))
 
 
 def _deferred_pullback(held, deferred, p, values, kept, partials, in_place, last, backend):
@@ -588,8 +641,8 @@ def _deferred_pullback(held, deferred, p, values, kept, partials, in_place, last
     ``kept`` arrays, over the first kept array where ``in_place`` (the tape is swept once) and it is this
     kernel's alone; other cotangents (a sweep recorded on a tape) take the partials of the whole kernel
     (``partials()``, computed again)."""
-    combine = deferred.combines[p]
-    dtype = np.dtype(combine.value_dtype(values + [values[0]] * 2 + kept)) if kept else None
+    combine, typed = deferred.combines[p], type(held.zero)  # ȳ, ẏ̄ in the value's dtype, as `_tangent_pullback`
+    dtype = np.dtype(combine.value_dtype(values + [held.zero] * 2 + kept)) if kept else None
     over = kept[0] if in_place and kept and len(deferred.combines) == 1 and type(kept[0]) is np.ndarray \
         and kept[0].base is None and kept[0].flags.c_contiguous and kept[0].dtype == dtype else None
     shape, k, n = np.shape(values[p]), deferred.index[p], len(deferred.index)
@@ -597,7 +650,7 @@ def _deferred_pullback(held, deferred, p, values, kept, partials, in_place, last
     def back(g):
         gt = held.take(last)
         if type(g) in REAL_FLOATS and type(gt) in REAL_FLOATS:
-            args = values + [g, gt] + kept
+            args = values + [typed(g), typed(gt)] + kept
             return combine(args, [], backend)[0] if over is None else combine.into(over, args, backend)
         results = partials()
         d, dt = results[1 + k], results[1 + n + k]

@@ -101,16 +101,16 @@ class Kernel:
 
     def into(self, out, values, backend=None):
         """The value of a kernel without partials (not reducing), written into ``out`` (the call's shape and
-        the value's dtype) where the blocked backend runs it: each block reads its inputs before its last
-        operation writes ``out``, so ``out`` may be one of the inputs; on the other backends a fresh array."""
+        the value's dtype) by the blocked backend wherever it is eligible and no other backend is asked for:
+        it allocates nothing then (a fresh 8 MB result costs page faults a timing on fresh buffers would not
+        weigh).  Each block reads its inputs before its last operation writes ``out``, so ``out`` may be one
+        of the inputs.  Elsewhere the chosen backend's fresh array."""
         shape = np.broadcast_shapes(*[getattr(v, "shape", ()) for v in values])
         size = math.prod(shape)
-        backend = self.choice.pick(backend or FORCED_BACKEND.get(), values, size)
-        if backend is None:
-            return self.choice.measure(values, shape, size, [])[0]
-        if backend != "blocked" or size <= BLOCK:
-            return self.run(backend, values, shape, size, [])[0]
-        return self.backends["blocked"].runner(values, shape, size, [], owned=False, outs=[out])(*values)[0]
+        requested = backend or FORCED_BACKEND.get()
+        if requested in (None, "blocked") and size > BLOCK and self.backends["blocked"].eligible(values, size):
+            return self.backends["blocked"].runner(values, shape, size, [], owned=False, outs=[out])(*values)[0]
+        return self(values, [], backend)[0]
 
     def _candidates(self, values, size):
         """The backends that can run a call on ``values``: numpy always, the others from their sizes
