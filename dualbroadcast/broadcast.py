@@ -28,13 +28,13 @@ import numpy as np
 from . import chunked, pytree
 from .chunked import Lazy, is_chunked
 from .errors import KernelError
-from .expr import Graph, Sym, complex_kernel_message, derivatives, trace, without_cuts
+from .expr import Graph, Sym, _is_boolean, complex_kernel_message, derivatives, trace, without_cuts
 from .expr import _cut as _cut_op
 from .forward import Dual
 from .guards import RECORDER, Guarded
 from .kernel_source import _infer_dtypes, _scalar_nodes, needed_nodes
 from .kernels import FORCED_BACKEND, Kernel, _kind
-from .numpy_facts import FLOAT_LEAVES, PREDICATES, REAL_FLOATS, getitem
+from .numpy_facts import FLOAT_LEAVES, REAL_FLOATS, getitem
 from .pullbacks import (
     FACTORS,
     Contracted,
@@ -466,6 +466,8 @@ def _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, 
     deferred = _deferred(kernel, key, values, shapes, tracked) if reduce and not moving else None
     if deferred is not None:
         value, results, used, size = deferred.forward(values, deferred.shapes(shapes), backend)
+        if deferred.scale != 1:
+            results[0] = results[0] * deferred.scale
     else:
         value, results, used, size = kernel(values, partial_shapes, backend)
     call = KernelCall(kernel.name, len(differentiated), used, size, reduce, len(tracked))
@@ -518,6 +520,7 @@ class _Deferred(NamedTuple):
     kept: int
     combines: dict  # tracked position -> its cotangent kernel (inputs: the call's, ȳ, ẏ̄, the kept nodes)
     index: dict  # tracked position -> its place among the tracked (for the whole kernel's partials)
+    scale: Any  # the tangent's literal factor, taken out of its sum (`_literal_factor`)
 
     def shapes(self, shapes):
         """The forward kernel's output shapes after the value: ``ẏ``, the small partials, the kept nodes."""
@@ -554,9 +557,10 @@ def _build_deferred(kernel, tracked, full_tracked, full, kinds):
     if any(type(o) is not Sym for o in [value, outputs[1]] + wanted):
         return None
     small = [p for p in tracked if p not in full_tracked]
-    first = outputs[:2] + [partials[p] for p in small] + [tangent_partials[p] for p in small]
     dtypes = _infer_dtypes(kernel, [float if k is float else np.dtype(k) for k in kinds])
     scalar = _scalar_nodes(kernel, full)
+    tangent, scale = _literal_factor(value.graph, outputs[1], scalar)
+    first = [value, tangent] + [partials[p] for p in small] + [tangent_partials[p] for p in small]
     needed = {node.index for node in needed_nodes(value.graph, wanted)}
     kept = [node for node in needed_nodes(value.graph, first) if node.index in needed and node.index not in scalar
             and node.op not in _RECOMPUTED and dtypes[node.index] == dtypes[value.index]]
@@ -564,7 +568,20 @@ def _build_deferred(kernel, tracked, full_tracked, full, kinds):
     forward = Kernel(value.graph, kernel.inputs, first + kept, True, kernel.name)
     combines = {p: _cotangent_kernel(kernel.inputs, full, kept, partials[p], tangent_partials[p], kernel.name)
                 for p in full_tracked}
-    return _Deferred(forward, small, len(kept), combines, {p: k for k, p in enumerate(tracked)})
+    return _Deferred(forward, small, len(kept), combines, {p: k for k, p in enumerate(tracked)}, scale)
+
+
+def _literal_factor(graph, node, scalar):
+    """``(p, c)`` with ``node = c · p``: ``c`` the product of its Python-number factors, ``p`` that of the rest,
+    so that a sum is ``c · Σ p`` (EAM's tangent ``Σ r · (-3v)`` is ``-3 · Σ r · v``, one dot product per
+    block); ``(node, 1)`` where it has no such factor or a node of no full-size input is a factor."""
+    scalars, full = _product_factors(node, scalar)
+    if not full or any(type(a) not in (int, float) for a in scalars) or len(scalars) == 0:
+        return node, 1
+    product = full[0]
+    for a in full[1:]:
+        product = graph.apply(np.multiply, (product, a))
+    return product, math.prod(scalars)
 
 
 def _cotangent_kernel(inputs, full, kept, d, dt, name):
@@ -621,18 +638,13 @@ def _product_factors(node, scalar):
     """``(scalar factors, full-size factors)`` of ``node`` read as a product through ``*`` and unary ``-``."""
     if type(node) is not Sym or node.index in scalar:
         return [node], []
-    if node.op is np.multiply and not any(map(_is_boolean_sym, node.args)):
+    if node.op is np.multiply and not any(map(_is_boolean, node.args)):  # bool·bool is `and`
         (s0, f0), (s1, f1) = (_product_factors(a, scalar) for a in node.args)
         return s0 + s1, f0 + f1
     if node.op is np.negative:
         s, f = _product_factors(node.args[0], scalar)
         return s + [-1], f
     return [], [node]
-
-
-def _is_boolean_sym(a):
-    """A truth value among a product's factors: kept as NumPy multiplies it (bool times bool is ``and``)."""
-    return type(a) is Sym and a.op in PREDICATES or isinstance(a, (bool, np.bool_))
 
 
 def _deferred_pullback(held, deferred, p, values, kept, partials, in_place, last, backend):
