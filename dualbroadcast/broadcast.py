@@ -456,14 +456,15 @@ def _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, 
     differentiated = tracked + [p for p in moving if p not in tracked]  # the partials ∂y/∂a the tape needs
     kinds = kinds + [np.result_type(t) for t in tangents]
     key = (structure, tuple(kinds), tuple(duals), reduce, "tangent on tape", tuple(differentiated), len(tracked))
-    kernel = _kernel(key, f, treedef, leaves, len(values), duals, reduce, input_kinds + kinds[-len(duals):],
+    input_kinds = input_kinds + kinds[-len(duals):]
+    kernel = _kernel(key, f, treedef, leaves, len(values), duals, reduce, input_kinds,
                      tangents=len(duals), tracked=(differentiated, tracked))
     if kernel.complex or len(kernel.outputs) == 1:  # complex values, or no real value: operation by operation
         return None
     shapes = {p: np.shape(values[p]) for p in differentiated}
     values = values + tangents
     partial_shapes = [() if reduce else np.shape(values[0])] + [shapes[p] for p in differentiated + tracked]
-    deferred = _deferred(kernel, key, values, shapes, tracked) if reduce and not moving else None
+    deferred = _deferred(kernel, key, input_kinds, values, shapes, tracked) if reduce and not moving else None
     if deferred is not None:
         value, results, used, size = deferred.forward(values, deferred.shapes(shapes), backend)
         if deferred.scale != 1:
@@ -528,20 +529,20 @@ class _Deferred(NamedTuple):
         return [()] + [shapes[p] for p in self.small] * 2 + [full] * self.kept
 
 
-def _deferred(kernel, key, values, shapes, tracked):
+def _deferred(kernel, key, kinds, values, shapes, tracked):
     """The `_Deferred` form of a reverse-over-forward kernel of a sum, or None if no tracked argument has the
     call's full size (the kernel's summed partials serve) or a partial of one is a constant."""
-    sizes = [np.size(v) for v in values]
-    size = max(sizes)
-    if size <= 1 or not any(math.prod(shapes[p]) == size for p in tracked):
+    shape = np.broadcast_shapes(*[np.shape(v) for v in values])
+    size = math.prod(shape)
+    if size <= 1 or not any(shapes[p] == shape for p in tracked):
         return None
-    full = tuple(s == size and np.ndim(v) > 0 for s, v in zip(sizes, values))
-    cache_key = (key, full)
+    full = tuple(np.ndim(v) > 0 and np.size(v) == size for v in values)
+    cache_key = (key, full, tuple(shapes[p] == shape for p in tracked))
     try:
         return _deferred_kernels[cache_key]
     except KeyError:
         pass
-    deferred = _build_deferred(kernel, tracked, [p for p in tracked if full[p]], full, key[1])
+    deferred = _build_deferred(kernel, tracked, [p for p in tracked if shapes[p] == shape], full, kinds)
     with _cache_lock:
         if len(_deferred_kernels) > CACHE_SIZE:
             _deferred_kernels.clear()
@@ -557,7 +558,7 @@ def _build_deferred(kernel, tracked, full_tracked, full, kinds):
     if any(type(o) is not Sym for o in [value, outputs[1]] + wanted):
         return None
     small = [p for p in tracked if p not in full_tracked]
-    dtypes = _infer_dtypes(kernel, [float if k is float else np.dtype(k) for k in kinds])
+    dtypes = _infer_dtypes(kernel, kinds)
     scalar = _scalar_nodes(kernel, full)
     tangent, scale = _literal_factor(value.graph, outputs[1], scalar)
     first = [value, tangent] + [partials[p] for p in small] + [tangent_partials[p] for p in small]
@@ -656,7 +657,8 @@ def _deferred_pullback(held, deferred, p, values, kept, partials, in_place, last
     combine, typed = deferred.combines[p], type(held.zero)  # ȳ, ẏ̄ in the value's dtype, as `_tangent_pullback`
     dtype = np.dtype(combine.value_dtype(values + [held.zero] * 2 + kept)) if kept else None
     over = kept[0] if in_place and kept and len(deferred.combines) == 1 and type(kept[0]) is np.ndarray \
-        and kept[0].base is None and kept[0].flags.c_contiguous and kept[0].dtype == dtype else None
+        and kept[0].base is None and kept[0].flags.c_contiguous and kept[0].dtype == dtype \
+        and not any(np.may_share_memory(kept[0], v) for v in values) else None  # the kernel's own array
     shape, k, n = np.shape(values[p]), deferred.index[p], len(deferred.index)
 
     def back(g):
