@@ -440,8 +440,10 @@ def _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, 
     as `db.hvp`), in one fused pass: the value ``y``, the tangent ``ẏ = Σ ∂f/∂dᵢ · tᵢ`` over the dual arguments,
     and per argument ``a`` the tape tracks ``∂y/∂a`` and ``∂ẏ/∂a`` (the second partials contracted with the
     tangents).  The tape records ``y`` and ``ẏ``: ``a``'s cotangent is ``ȳ · ∂y/∂a + ẏ̄ · ∂ẏ/∂a`` in one pass
-    (`_tangent_pullback`), a tracked tangent ``tᵢ``'s is ``ẏ̄ · ∂f/∂dᵢ``.  None where this kernel cannot serve
-    (values of two tapes or levels, complex values): the caller runs ``f`` operation by operation."""
+    (`_tangent_pullback`), a tracked tangent ``tᵢ``'s is ``ẏ̄ · ∂f/∂dᵢ``.  A sum over full-size tracked
+    arguments keeps no per-element partial: their cotangents come from a second kernel (`_Deferred`).  None
+    where this kernel cannot serve (values of two tapes or levels, complex values): the caller runs ``f``
+    operation by operation."""
     duals = [p for p in active if type(inputs[p]) is Dual]
     tracked = [p for p in active if type(inputs[p]) is Tracked or type(inputs[p].value) is Tracked]
     moving = [p for p in duals if type(inputs[p].tangent) is Tracked]  # tangents the tape tracks
