@@ -385,3 +385,34 @@ def test_kernel_into_an_input_gives_the_kernels_value(backend):
     got = combine.into(kept, args, backend)
     np.testing.assert_allclose(got, want, rtol=1e-15)
     assert (got is kept) == (backend == "blocked")
+
+
+@pytest.mark.parametrize("shape", [(BIG,), (200, 200), (10, 10)])
+def test_a_summed_product_is_a_dot_product_per_block(shape):
+    """A kernel's sum of a product of two float64 blocks is their dot product (`kernel_source.block_dot`):
+    the partial in a scalar of Σ exp(c·x) is Σ exp(c·x)·x, on the blocked backend, in a single block of a
+    prepared program, and in float32 (pairwise sums, no dot) as NumPy's backend gives it."""
+    x = np.random.default_rng(15).uniform(-1, 1, shape)
+    broadcast.clear_cache()
+    for dtype in (np.float64, np.float32):
+        xs = x.astype(dtype)
+
+        def f(c, backend):
+            return db.sum(lambda x, c: np.exp(c * x), db.cut(xs), c, backend=backend)
+
+        want = db.gradient(lambda c: f(c, "numpy"), dtype(0.3))
+        np.testing.assert_allclose(db.gradient(lambda c: f(c, "blocked"), dtype(0.3)), want,
+                                   rtol=1e-12 if dtype is np.float64 else 1e-5)
+        prog = db.prepare_gradient(lambda c: f(c, None), dtype(0.3))
+        np.testing.assert_allclose(prog(dtype(0.3)), want, rtol=1e-12 if dtype is np.float64 else 1e-5)
+    kernel = next(k for k in broadcast._cache.values() if len(k.inputs) == 2 and k.reduce)
+    code = broadcast_code(kernel, shape)
+    assert "block_dot" in code and code.count("add_reduce") == 1
+
+
+def broadcast_code(kernel, shape):
+    """The blocked kernel's operations for float64 inputs: a full-size one and a scalar."""
+    from dualbroadcast.kernel_source import _block_code
+
+    block = _block_code(kernel, (np.dtype(np.float64), np.dtype(np.float64)), (True, False), (False, False))
+    return "\n".join(block.operations + [total for total, _ in block.sums.values()])
