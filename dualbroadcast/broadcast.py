@@ -482,11 +482,12 @@ def _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, 
     if deferred is not None:
         held = _HeldCotangent(np.result_type(value).type(0))
         kept = results[1 + 2 * len(deferred.small):]
-        full = lambda: kernel(values, partial_shapes, backend)[1]  # noqa: E731 - every partial, if needed
+        every_partial = lambda: kernel(values, partial_shapes, backend)[1]  # noqa: E731 - if a sweep needs them
         small = dict(zip(deferred.small, zip(results[1:], results[1 + len(deferred.small):])))
         backs = [_tangent_pullback(held, *small[p], shapes[p], out_shape, tape.single_sweep, p == tracked[-1])
                  if p in small else
-                 _deferred_pullback(held, deferred, p, values, kept, full, tape.single_sweep, p == tracked[-1], backend)
+                 _deferred_pullback(held, deferred, p, values, kept, every_partial, tape.single_sweep, p == tracked[-1],
+                                    backend)
                  for p in tracked]
         value = tape.record(value, _edges(parents, backs), call)
         return Dual(value, tape.record(tangent, ((value.index, held.hold),), call), inputs[duals[0]].level)
