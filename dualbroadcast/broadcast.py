@@ -28,11 +28,11 @@ import numpy as np
 from . import chunked, kernels, pytree
 from .chunked import Lazy, is_chunked
 from .errors import KernelError
-from .expr import Sym, complex_kernel_message, derivatives, trace, without_cuts
+from .expr import Graph, Sym, _is_boolean, complex_kernel_message, derivatives, trace, without_cuts
 from .expr import _cut as _cut_op
 from .forward import Dual
 from .guards import RECORDER, Guarded
-from .kernel_source import needed_nodes
+from .kernel_source import _infer_dtypes, _scalar_nodes, needed_nodes
 from .kernels import FORCED_BACKEND, Kernel, _kind
 from .numpy_facts import FLOAT_LEAVES, REAL_FLOATS, getitem
 from .pullbacks import (
@@ -453,8 +453,10 @@ def _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, 
     as `db.hvp`), in one fused pass: the value ``y``, the tangent ``ẏ = Σ ∂f/∂dᵢ · tᵢ`` over the dual arguments,
     and per argument ``a`` the tape tracks ``∂y/∂a`` and ``∂ẏ/∂a`` (the second partials contracted with the
     tangents).  The tape records ``y`` and ``ẏ``: ``a``'s cotangent is ``ȳ · ∂y/∂a + ẏ̄ · ∂ẏ/∂a`` in one pass
-    (`_tangent_pullback`), a tracked tangent ``tᵢ``'s is ``ẏ̄ · ∂f/∂dᵢ``.  None where this kernel cannot serve
-    (values of two tapes or levels, complex values): the caller runs ``f`` operation by operation."""
+    (`_tangent_pullback`), a tracked tangent ``tᵢ``'s is ``ẏ̄ · ∂f/∂dᵢ``.  A sum over full-size tracked
+    arguments keeps no per-element partial: their cotangents come from a second kernel (`_Deferred`).  None
+    where this kernel cannot serve (values of two tapes or levels, complex values): the caller runs ``f``
+    operation by operation."""
     duals = [p for p in active if type(inputs[p]) is Dual]
     tracked = [p for p in active if type(inputs[p]) is Tracked or type(inputs[p].value) is Tracked]
     moving = [p for p in duals if type(inputs[p].tangent) is Tracked]  # tangents the tape tracks
@@ -469,22 +471,41 @@ def _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, 
     differentiated = tracked + [p for p in moving if p not in tracked]  # the partials ∂y/∂a the tape needs
     kinds = kinds + [np.result_type(t) for t in tangents]
     key = (structure, tuple(kinds), tuple(duals), reduce, "tangent on tape", tuple(differentiated), len(tracked))
-    kernel = _kernel(key, f, treedef, leaves, len(values), duals, reduce, input_kinds + kinds[-len(duals):],
+    input_kinds = input_kinds + kinds[-len(duals):]
+    kernel = _kernel(key, f, treedef, leaves, len(values), duals, reduce, input_kinds,
                      tangents=len(duals), tracked=(differentiated, tracked))
     if kernel.complex or len(kernel.outputs) == 1:  # complex values, or no real value: operation by operation
         return None
     shapes = {p: np.shape(values[p]) for p in differentiated}
-    value, results, used, size = kernel(
-        values + tangents, [() if reduce else np.shape(values[0])] + [shapes[p] for p in differentiated + tracked],
-        backend)
+    values = values + tangents
+    partial_shapes = [() if reduce else np.shape(values[0])] + [shapes[p] for p in differentiated + tracked]
+    deferred = _deferred(kernel, key, input_kinds, values, shapes, tracked) if reduce and not moving else None
+    if deferred is not None:
+        value, results, used, size = deferred.forward(values, deferred.shapes(shapes), backend)
+        if deferred.scale != 1:
+            results[0] = results[0] * deferred.scale
+    else:
+        value, results, used, size = kernel(values, partial_shapes, backend)
     call = KernelCall(kernel.name, len(differentiated), used, size, reduce, len(tracked))
     calls = _log.get()
     if calls is not None:
         calls.append(call)
     out_shape = () if reduce else np.shape(value)
+    tangent = _fitted_tangent(results[0], value)
+    if deferred is not None:
+        held = _HeldCotangent(np.result_type(value).type(0))
+        kept = results[1 + 2 * len(deferred.small):]
+        every_partial = lambda: kernel(values, partial_shapes, backend)[1]  # noqa: E731 - if a sweep needs them
+        small = dict(zip(deferred.small, zip(results[1:], results[1 + len(deferred.small):])))
+        backs = [_tangent_pullback(held, *small[p], shapes[p], out_shape, tape.single_sweep, p == tracked[-1])
+                 if p in small else
+                 _deferred_pullback(held, deferred, p, values, kept, every_partial, tape.single_sweep, p == tracked[-1],
+                                    backend)
+                 for p in tracked]
+        value = tape.record(value, _edges(parents, backs), call)
+        return Dual(value, tape.record(tangent, ((value.index, held.hold),), call), inputs[duals[0]].level)
     partial = dict(zip(differentiated, results[1:]))
     tangent_partial = dict(zip(tracked, results[1 + len(differentiated):]))
-    tangent = _fitted_tangent(results[0], value)
     edges = _edges(tangent_parents, [kernel_pullback(partial[p], shapes[p], out_shape, False) for p in moving])
     if tracked:
         held = _HeldCotangent(np.result_type(value).type(0))
@@ -493,6 +514,182 @@ def _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, 
                               p == tracked[-1]) for p in tracked]), call)
         edges = ((value.index, held.hold),) + edges
     return Dual(value, tape.record(tangent, edges, call), inputs[duals[0]].level)
+
+
+# Operations a cotangent kernel recomputes from what it reads (one cheap pass each); a full-size node of
+# another operation (exp, log, a division, a user's primitive) that the forward pass computes anyway is kept.
+_RECOMPUTED = frozenset((np.add, np.subtract, np.multiply, np.negative, np.positive, np.square, np.absolute,
+                         np.maximum, np.minimum, np.where, np.sign, np.copysign))
+MAX_KEPT = 2  # full-size nodes a forward pass keeps for its cotangent kernels: the two partials it used to keep
+_deferred_kernels = {}  # (kernel key, which inputs have the call's full size) -> its `_Deferred`, or None
+
+
+class _Deferred(NamedTuple):
+    """A reverse-over-forward `db.sum` whose tracked arguments include full-size ones (``full``): its forward
+    kernel computes ``y``, ``ẏ``, the summed partials of the ``small`` tracked arguments and the ``kept`` nodes
+    (full-size values its cotangent kernels read instead of recomputing them), but no per-element partial; a
+    full-size argument's cotangent ``ȳ · ∂y/∂a + ẏ̄ · ∂ẏ/∂a`` is one pass of its cotangent kernel
+    (``combines``), once the scalars ``ȳ``, ``ẏ̄`` are known.  EAM's hvp at N=1e6: one exp pass with two sums,
+    then ``x̄`` from the kept ``exp`` and ``v`` in one pass written over the kept array."""
+
+    forward: Kernel
+    small: list
+    kept: int
+    combines: dict  # tracked position -> its cotangent kernel (inputs: the call's, ȳ, ẏ̄, the kept nodes)
+    index: dict  # tracked position -> its place among the tracked (for the whole kernel's partials)
+    scale: Any  # the tangent's literal factor, taken out of its sum (`_literal_factor`)
+
+    def shapes(self, shapes):
+        """The forward kernel's output shapes after the value: ``ẏ``, the small partials, the kept nodes."""
+        full = shapes[next(iter(self.combines))]
+        return [()] + [shapes[p] for p in self.small] * 2 + [full] * self.kept
+
+
+def _deferred(kernel, key, kinds, values, shapes, tracked):
+    """The `_Deferred` form of a reverse-over-forward kernel of a sum, or None if no tracked argument has the
+    call's full size (the kernel's summed partials serve) or a partial of one is a constant."""
+    shape = np.broadcast_shapes(*[np.shape(v) for v in values])
+    size = math.prod(shape)
+    if size <= 1 or not any(shapes[p] == shape for p in tracked):
+        return None
+    full = tuple(np.ndim(v) > 0 and np.size(v) == size for v in values)
+    cache_key = (key, full, tuple(shapes[p] == shape for p in tracked))
+    try:
+        return _deferred_kernels[cache_key]
+    except KeyError:
+        pass
+    deferred = _build_deferred(kernel, tracked, [p for p in tracked if shapes[p] == shape], full, kinds)
+    with _cache_lock:
+        if len(_deferred_kernels) > CACHE_SIZE:
+            _deferred_kernels.clear()
+        _deferred_kernels[cache_key] = deferred
+    return deferred
+
+
+def _build_deferred(kernel, tracked, full_tracked, full, kinds):
+    outputs, n = kernel.outputs, len(tracked)
+    value, partials, tangent_partials = outputs[0], dict(zip(tracked, outputs[2:2 + n])), \
+        dict(zip(tracked, outputs[2 + n:]))
+    wanted = [partials[p] for p in full_tracked] + [tangent_partials[p] for p in full_tracked]
+    if any(type(o) is not Sym for o in [value, outputs[1]] + wanted):
+        return None
+    small = [p for p in tracked if p not in full_tracked]
+    dtypes = _infer_dtypes(kernel, kinds)
+    scalar = _scalar_nodes(kernel, full)
+    tangent, scale = _literal_factor(value.graph, outputs[1], scalar)
+    first = [value, tangent] + [partials[p] for p in small] + [tangent_partials[p] for p in small]
+    needed = {node.index for node in needed_nodes(value.graph, wanted)}
+    kept = [node for node in needed_nodes(value.graph, first) if node.index in needed and node.index not in scalar
+            and node.op not in _RECOMPUTED and dtypes[node.index] == dtypes[value.index]]
+    kept = kept if len(kept) <= MAX_KEPT else []
+    forward = Kernel(value.graph, kernel.inputs, first + kept, True, kernel.name)
+    combines = {p: _cotangent_kernel(kernel.inputs, full, kept, partials[p], tangent_partials[p], kernel.name)
+                for p in full_tracked}
+    return _Deferred(forward, small, len(kept), combines, {p: k for k, p in enumerate(tracked)}, scale)
+
+
+def _literal_factor(graph, node, scalar):
+    """``(p, c)`` with ``node = c · p``: ``c`` the product of its Python-number factors, ``p`` that of the rest,
+    so that a sum is ``c · Σ p`` (EAM's tangent ``Σ r · (-3v)`` is ``-3 · Σ r · v``, one dot product per
+    block); ``(node, 1)`` where it has no such factor or a node of no full-size input is a factor."""
+    scalars, full = _product_factors(node, scalar)
+    if not full or any(type(a) not in (int, float) for a in scalars) or len(scalars) == 0:
+        return node, 1
+    product = full[0]
+    for a in full[1:]:
+        product = graph.apply(np.multiply, (product, a))
+    return product, math.prod(scalars)
+
+
+def _cotangent_kernel(inputs, full, kept, d, dt, name):
+    """The kernel of ``ȳ · d + ẏ̄ · dt`` (``d``, ``dt`` nodes of a traced graph), in a graph of its own whose
+    inputs are the traced function's, then ``ȳ`` and ``ẏ̄``, then the ``kept`` nodes (read, not recomputed)."""
+    graph = Graph()
+    new = {x.index: graph.input() for x in inputs}
+    g, gt = graph.input(), graph.input()
+    new.update((node.index, graph.input()) for node in kept)
+    for node in needed_nodes(d.graph, [d, dt]):
+        if node.index not in new:
+            new[node.index] = graph.node(node.op, tuple(new[a.index] if type(a) is Sym else a for a in node.args))
+    scalar = _scalar_nodes(_Nodes(graph.nodes[:len(inputs) + 2 + len(kept)], needed_nodes(graph, [new[d.index],
+                                                                                         new[dt.index]])),
+                           list(full) + [False, False] + [True] * len(kept))
+    total = _factored(graph, [(g, new[d.index]), (gt, new[dt.index])], scalar)
+    return Kernel(graph, graph.nodes[:len(inputs) + 2 + len(kept)], [total], False, f"{name} cotangent")
+
+
+class _Nodes(NamedTuple):
+    """What `_scalar_nodes` reads of a kernel: its inputs and operations."""
+
+    inputs: list
+    order: list
+
+
+def _factored(graph, terms, scalar):
+    """``Σ c · p`` over ``terms`` (scalar ``c``, a node ``p``) with each product's factors regrouped: the
+    scalars (``scalar``: nodes of no full-size input, literals) multiplied first, once per call, and the
+    full-size factors common to every term taken out, so that EAM's ``ȳ · (-3r) + ẏ̄ · (-3v)(-3r)`` is
+    ``r · (-3ȳ + 9ẏ̄ · v)``: three passes over the elements instead of six."""
+    factors = [_product_factors(p, scalar) for _, p in terms]
+    common = []
+    for node in factors[0][1]:
+        if all(any(f is node for f in full) for _, full in factors[1:]):
+            common.append(node)
+            for _, full in factors[1:]:
+                full.pop(next(k for k, f in enumerate(full) if f is node))
+    for node in common:
+        factors[0][1].remove(node)
+    total = 0
+    for (c, _), (scalars, full) in zip(terms, factors):
+        python = [a for a in scalars if type(a) in (int, float)]  # folded weakly, as NumPy types a literal
+        term = graph.apply(np.multiply, (c, math.prod(python))) if python else c
+        for a in [a for a in scalars if type(a) not in (int, float)] + full:
+            term = graph.apply(np.multiply, (term, a))
+        total = term if type(total) is int else graph.apply(np.add, (total, term))
+    for node in common:
+        total = graph.apply(np.multiply, (total, node))
+    return total
+
+
+def _product_factors(node, scalar):
+    """``(scalar factors, full-size factors)`` of ``node`` read as a product through ``*`` and unary ``-``."""
+    if type(node) is not Sym or node.index in scalar:
+        return [node], []
+    if node.op is np.multiply and not any(map(_is_boolean, node.args)):  # bool·bool is `and`
+        (s0, f0), (s1, f1) = (_product_factors(a, scalar) for a in node.args)
+        return s0 + s1, f0 + f1
+    if node.op is np.negative:
+        s, f = _product_factors(node.args[0], scalar)
+        return s + [-1], f
+    return [], [node]
+
+
+def _deferred_pullback(held, deferred, p, values, kept, partials, in_place, last, backend):
+    """The pullback ``ȳ ↦ ȳ · ∂y/∂a + ẏ̄ · ∂ẏ/∂a`` into the full-size argument at ``p`` of a `_Deferred` kernel
+    (``ẏ̄`` held by ``held``): scalar cotangents run its cotangent kernel on the call's ``values`` and the
+    ``kept`` arrays, over the first kept array where ``in_place`` (the tape is swept once) and it is this
+    kernel's alone; other cotangents (a sweep recorded on a tape) take the partials of the whole kernel
+    (``partials()``, computed again)."""
+    combine, typed = deferred.combines[p], type(held.zero)  # ȳ, ẏ̄ in the value's dtype, as `_tangent_pullback`
+    dtype = np.dtype(combine.value_dtype(values + [held.zero] * 2 + kept)) if kept else None
+    over = kept[0] if in_place and kept and len(deferred.combines) == 1 and type(kept[0]) is np.ndarray \
+        and kept[0].base is None and kept[0].flags.c_contiguous and kept[0].dtype == dtype \
+        and not any(np.may_share_memory(kept[0], v) for v in values) else None  # the kernel's own array
+    shape, k, n = np.shape(values[p]), deferred.index[p], len(deferred.index)
+
+    def back(g):
+        gt = held.take(last)
+        if type(g) in REAL_FLOATS and type(gt) in REAL_FLOATS:
+            args = values + [typed(g), typed(gt)] + kept
+            return combine(args, [], backend)[0] if over is None else combine.into(over, args, backend)
+        results = partials()
+        d, dt = results[1 + k], results[1 + n + k]
+        ct = g * d if gt is None else g * d + gt * dt
+        if np.shape(ct) == shape:
+            return ct
+        return unbroadcast(np.broadcast_to(ct, np.broadcast_shapes(np.shape(ct), ())), shape)
+
+    return back
 
 
 class _HeldCotangent:
@@ -990,3 +1187,4 @@ def clear_cache() -> None:
     with _cache_lock:
         _cache.clear()
         _plans.clear()
+        _deferred_kernels.clear()

@@ -101,6 +101,7 @@ def _namespace(kernel):
     namespace = dict(kernel.constants)
     namespace.update((name, function) for function, name in kernel.functions.items())
     namespace["np"], namespace["add_reduce"], namespace["one_like"] = np, np.add.reduce, one_like
+    namespace["block_dot"] = block_dot
     return namespace
 
 
@@ -235,9 +236,12 @@ def _block_code(kernel, kinds, full, stored):
     def dtype_of(a):  # a buffer or an input array: strong; a Python float or a hoisted value: unsure
         return np.dtype(node_dtypes[a.index]) if a.index in buffers or a.index in array_inputs else None
 
+    dots = _summed_products(kernel, node_dtypes, hoisted, stored, full)
     hoisted_lines, operations = [], []
     for node in kernel.order:
-        if _is_unit_power(node):
+        if node.index in dots:  # Σ a·b of two float64 blocks: a dot product, no pass writing a·b
+            operations.append(f"{dots[node.index]} = block_dot({', '.join(ref(a) for a in node.args)})")
+        elif _is_unit_power(node):
             hoisted_lines.append(f"{names[node.index]} = {_unit_literal(node, node_dtypes[node.index], namespace)}")
         elif node.index in hoisted:  # depends on no full-size input: computed once, as Python would
             refs = [_ref(names, a) for a in node.args]
@@ -250,6 +254,8 @@ def _block_code(kernel, kinds, full, stored):
         source = ref(o) if type(o) is Sym else _ref(names, o)
         if keep and source != f"o{k}":
             operations.append(f"o{k}[...] = {source}")
+        elif not keep and type(o) is Sym and o.index in dots:
+            sums[k] = (dots[o.index], True)
         elif not keep and type(o) is Sym and o.index in buffers:
             sums[k] = (f"add_reduce({source}, None)", True)
         elif not keep:  # a literal, input or hoisted node: summed as often as the block has elements
@@ -350,6 +356,38 @@ def _unit_literal(node, dtype, namespace):
     name = f"u{node.index}"
     namespace[name] = np.ones((), dtype)
     return name
+
+
+def _summed_products(kernel, node_dtypes, hoisted, stored, full):
+    """Per summed output ``a · b`` of two float64 blocks (full-size nodes or inputs) that nothing else reads,
+    the name of its block's dot product (`block_dot`): one pass reading a and b where the product and its sum
+    were a pass writing a·b and one reading it (EAM's hvp tangent ``Σ r·v``).  float32 sums stay pairwise
+    (``add_reduce``): a dot product accumulates in float32."""
+    full_inputs = {x.index for x, f in zip(kernel.inputs, full) if f}
+    uses = {}
+    for a in [a for node in kernel.order for a in node.args] + list(kernel.outputs):
+        if type(a) is Sym:
+            uses[a.index] = uses.get(a.index, 0) + 1
+    dots = {}
+    for k, (o, keep) in enumerate(zip(kernel.outputs, stored)):
+        if not keep and type(o) is Sym and o.op is np.multiply and o.index not in hoisted and uses[o.index] == 1 \
+                and all(type(a) is Sym and np.dtype(node_dtypes[a.index]) == np.float64 and a.index not in hoisted
+                        and (a.op is not None or a.index in full_inputs) for a in o.args):
+            dots[o.index] = f"d{k}"
+    return dots
+
+
+DOT_PIECE = 8192  # elements per BLAS dot product: OpenBLAS splits a longer one among its threads
+
+
+def block_dot(a, b):
+    """``Σ a·b`` of two float64 blocks of one size (flat, or of the call's shape in a single-block kernel), in
+    pieces BLAS computes on the calling thread (its threads would wait on a kernel's own)."""
+    a, b = a.reshape(-1), b.reshape(-1)
+    total = np.vdot(a[:DOT_PIECE], b[:DOT_PIECE])
+    for lo in range(DOT_PIECE, a.shape[0], DOT_PIECE):
+        total += np.vdot(a[lo:lo + DOT_PIECE], b[lo:lo + DOT_PIECE])
+    return total
 
 
 def _assign_buffers(kernel, node_dtypes, hoisted, owners):

@@ -106,6 +106,19 @@ class Kernel:
             requested = "numpy"  # not eligible for these shapes (or numexpr lacks an operation)
         return self.run(requested, values, shape, size, active_shapes) + (requested, size)
 
+    def into(self, out, values, backend=None):
+        """The value of a kernel without partials (not reducing), written into ``out`` (the call's shape and
+        the value's dtype) by the blocked backend wherever it is eligible and no other backend is asked for:
+        it allocates nothing then (a fresh 8 MB result costs page faults a timing on fresh buffers would not
+        weigh).  Each block reads its inputs before its last operation writes ``out``, so ``out`` may be one
+        of the inputs.  Elsewhere the chosen backend's fresh array."""
+        shape = np.broadcast_shapes(*[getattr(v, "shape", ()) for v in values])
+        size = math.prod(shape)
+        requested = backend or FORCED_BACKEND.get()
+        if requested in (None, "blocked") and size > BLOCK and self.backends["blocked"].eligible(values, size):
+            return self.backends["blocked"].runner(values, shape, size, [], owned=False, outs=[out])(*values)[0]
+        return self(values, [], backend)[0]
+
     def _candidates(self, values, size):
         """The backends that can run a call on ``values``: numpy always, the others from their sizes
         (numexpr also from the operations it has)."""
@@ -307,8 +320,9 @@ class _Blocked:
     def run(self, values, shape, size, active_shapes):
         return self.runner(values, shape, size, active_shapes, owned=False)(*values)
 
-    def runner(self, values, shape, size, active_shapes, owned):
-        """A function of the input values running the blocked kernel for these shapes and dtypes.
+    def runner(self, values, shape, size, active_shapes, owned, outs=None):
+        """A function of the input values running the blocked kernel for these shapes and dtypes (into
+        ``outs``, the stored outputs, if given: see `Kernel.into`).
         A call that fits one block runs a kernel without a loop (`single_block_kernel`)."""
         reduce = self.kernel.reduce
         full = tuple(np.ndim(v) > 0 and np.size(v) == size for v in values)
@@ -322,15 +336,16 @@ class _Blocked:
         chunks = _chunks(size)
 
         def bind():
-            outs = [np.empty(s, d) for s, d, keep in zip(shapes, out_dtypes, stored) if keep]
-            flat_outs = [o.reshape(-1) for o in outs]
+            buffers = outs if outs is not None else [np.empty(s, d) for s, d, keep in
+                                                     zip(shapes, out_dtypes, stored) if keep]
+            flat_outs = [o.reshape(-1) for o in buffers]
             scratch = [[np.empty(block, d) for _, d in scratch_dtypes] for _ in range(len(chunks) - 1)]
 
             def execute(*values):
                 args = [np.ravel(v) if f else v if type(v) is float else np.reshape(v, ())
                         for v, f in zip(values, full)]
                 sums = iter(_in_threads(run, chunks, block, args + flat_outs, scratch))
-                stores = iter(outs)
+                stores = iter(buffers)
                 results = [next(stores) if keep else np.reshape(next(sums), s) for s, keep in zip(shapes, stored)]
                 return results[0][()] if reduce else results[0], results[1:]
 

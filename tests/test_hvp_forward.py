@@ -8,6 +8,8 @@ written out), hand-written Hessians, central differences of the gradient and ``j
 kernel backend; with `cut`/`uncut`, pytrees, float32; and for perturbation confusion (closures over the
 gradient's variable inside the jvp)."""
 
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -273,3 +275,144 @@ def test_reverse_over_forward_names_hvp_where_a_rule_cannot_run_on_tracked_value
     hand = (6 * x * np.sin(x) + 6 * x ** 2 * np.cos(x) - x ** 3 * np.sin(x)) * v  # (x³ sin x)'' v
     np.testing.assert_allclose(db.hvp(f, x, v), hand, rtol=1e-12)
     np.testing.assert_allclose(reverse_over_reverse(f, (x,), (v,)), hand, rtol=1e-12)
+
+
+# --- a db.sum over full-size tracked arguments: kept nodes and a cotangent kernel (`broadcast._Deferred`) ------
+broadcast = sys.modules["dualbroadcast.broadcast"]  # the module, not db.broadcast
+BIG = 40_000  # more than two blocks: the blocked backend is eligible, and its cotangent runs over the kept array
+
+
+def general_path(monkeypatch, f, args, vectors):
+    """The same hvp with the kernel writing both per-element partials (the path before `_Deferred`)."""
+    with monkeypatch.context() as patch:
+        patch.setattr(broadcast, "_deferred", lambda *_: None)
+        return reverse_over_forward(f, args, vectors)
+
+
+def full_size_sums(backend):
+    """Sums whose cotangents take each form: one kept node written over (EAM; a log beside a scalar), several
+    full-size arguments beside a scalar, more nodes than are kept (recomputed), a row broadcast along a grid
+    and no kept node, and a column times a row (no argument of the call's size: the whole kernel's partials)."""
+    def eam(x):
+        p = db.sum(lambda r: np.exp(-3 * (r + 1)), x, backend=backend)
+        return p ** 2 + p ** 3 + 0.25 * p ** 4
+
+    def several(x, y, c):
+        return db.sum(lambda x, y, c: np.sin(x * y) * c + np.log1p(x * x) / (2 + y), x, y, c, backend=backend) ** 2
+
+    def recomputed(x):
+        return db.sum(lambda x: np.exp(x) * np.sin(x) * np.log1p(x * x) * np.cos(x), x, backend=backend) ** 3
+
+    def polynomial(x, row):
+        return np.sin(db.sum(lambda x, row: x ** 3 * row - 2 * x * x, x, row, backend=backend))
+
+    def logarithm(x, a):
+        return db.sum(lambda x, a: np.log(x + a) * a, x, a, backend=backend) ** 2
+
+    def outer(column, row):  # no argument has the call's size, the column has the most elements
+        return db.sum(lambda c, r: np.exp(c * r) * c, column, row, backend=backend) ** 2
+
+    rng = np.random.default_rng(7)
+    x, y = rng.uniform(0.1, 1, (2, BIG))
+    grid = rng.uniform(0.1, 1, (BIG // 8, 8))
+    return [(eam, (x,)), (several, (x, y, 0.7)), (recomputed, (x,)), (polynomial, (grid, rng.uniform(-1, 1, 8))),
+            (logarithm, (x, 1.5)), (outer, (x[:BIG // 4, None], y[:4]))]
+
+
+@pytest.mark.parametrize("backend", ["numpy", "blocked", "numexpr"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_cotangent_kernel_agrees_with_both_partials_and_differences(monkeypatch, backend, dtype):
+    for f, args in full_size_sums(backend):
+        rng = np.random.default_rng(8)
+        args = tuple(np.asarray(a, dtype) if np.ndim(a) else dtype(a) for a in args)
+        vectors = tuple(rng.standard_normal(np.shape(a)).astype(dtype) if np.ndim(a) else dtype(0.3) for a in args)
+        kept = [a.copy() for a in args if np.ndim(a)]
+        got = reverse_over_forward(f, args, vectors)
+        got = got if len(args) > 1 else (got,)
+        assert all(np.array_equal(a, k) for a, k in zip([a for a in args if np.ndim(a)], kept))  # inputs untouched
+        want = general_path(monkeypatch, f, args, vectors)
+        want = want if len(args) > 1 else (want,)
+        wide = tuple(np.asarray(a, np.float64) for a in args)
+        differences = gradient_differences(f, wide, tuple(np.asarray(v, np.float64) for v in vectors))
+        for g, w, d in zip(got, want, differences):
+            assert np.result_type(g) == dtype
+            scale = np.max(np.abs(d))
+            rtol = 1e-4 if dtype is np.float32 else 1e-12
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale)
+            np.testing.assert_allclose(g, d, rtol=1e-3 if dtype is np.float32 else 1e-6,
+                                       atol=(1e-3 if dtype is np.float32 else 1e-6) * scale)
+
+
+def test_cotangent_kernel_keeps_the_exp_and_writes_over_it():
+    x = np.random.default_rng(9).random(BIG)
+    v = np.random.default_rng(10).standard_normal(BIG)
+    broadcast.clear_cache()
+    db.hvp(lambda x: eam_fused(x, "blocked"), x, v)
+    (eam,) = broadcast._deferred_kernels.values()
+    assert [node.op for node in eam.forward.outputs[2:]] == [np.exp] and eam.scale == -3  # r kept; Σ r·v
+    (combine,) = eam.combines.values()
+    once = broadcast._scalar_nodes(combine, [True, True, False, False, True])  # x, v, ȳ, ẏ̄, r
+    assert len([node for node in combine.order if node.index not in once]) == 3  # r · (-3ȳ + 9ẏ̄ · v)
+    out = np.empty(BIG)
+    assert combine.into(out, [x, v, 1.0, 1.0, out], "blocked") is out
+
+
+def test_cotangent_kernel_on_a_tape_swept_twice_and_without_the_tangent_cotangent():
+    x = np.random.default_rng(11).random(BIG)
+    v = np.random.default_rng(12).standard_normal(BIG)
+    f = lambda x: eam_fused(x, "blocked")
+    want = eam_hand(x, v)
+    _, back = db.pullback(lambda x: db.jvp(f, (x,), (v,))[1], x)
+    first, second = back(1.0), back(2.0)  # a pullback keeps the kept array: nothing written over it
+    np.testing.assert_allclose(first, want, rtol=1e-11, atol=1e-11 * np.max(np.abs(want)))
+    np.testing.assert_allclose(second, 2 * want, rtol=1e-11, atol=1e-11 * np.max(np.abs(want)))
+    # the value alone: the tangent has no cotangent, the whole kernel's partials serve
+    np.testing.assert_allclose(db.gradient(lambda x: db.jvp(f, (x,), (v,))[0], x), db.gradient(f, x), rtol=1e-12)
+    both = db.gradient(lambda x: (lambda y, t: 0.5 * y + 3 * t)(*db.jvp(f, (x,), (v,))), x)
+    np.testing.assert_allclose(both, 0.5 * db.gradient(f, x) + 3 * want, rtol=1e-11,
+                               atol=1e-11 * np.max(np.abs(want)))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "blocked", "numexpr"])
+def test_kernel_into_an_input_gives_the_kernels_value(backend):
+    x = np.random.default_rng(13).random(BIG)
+    v = np.random.default_rng(14).standard_normal(BIG)
+    db.hvp(lambda x: eam_fused(x, backend), x, v)
+    combine = next(iter(next(d for d in broadcast._deferred_kernels.values() if d is not None).combines.values()))
+    kept = np.exp(x)
+    args = [x, v, np.float64(0.5), np.float64(-2.0), kept]
+    want = combine(args, [], backend)[0]
+    got = combine.into(kept, args, backend)
+    np.testing.assert_allclose(got, want, rtol=1e-15)
+    assert (got is kept) == (backend == "blocked")
+
+
+@pytest.mark.parametrize("shape", [(BIG,), (200, 200), (10, 10)])
+def test_a_summed_product_is_a_dot_product_per_block(shape):
+    """A kernel's sum of a product of two float64 blocks is their dot product (`kernel_source.block_dot`):
+    the partial in a scalar of Σ exp(c·x) is Σ exp(c·x)·x, on the blocked backend, in a single block of a
+    prepared program, and in float32 (pairwise sums, no dot) as NumPy's backend gives it."""
+    x = np.random.default_rng(15).uniform(-1, 1, shape)
+    broadcast.clear_cache()
+    for dtype in (np.float64, np.float32):
+        xs = x.astype(dtype)
+
+        def f(c, backend):
+            return db.sum(lambda x, c: np.exp(c * x), db.cut(xs), c, backend=backend)
+
+        want = db.gradient(lambda c: f(c, "numpy"), dtype(0.3))
+        np.testing.assert_allclose(db.gradient(lambda c: f(c, "blocked"), dtype(0.3)), want,
+                                   rtol=1e-12 if dtype is np.float64 else 1e-5)
+        prog = db.prepare_gradient(lambda c: f(c, None), dtype(0.3))
+        np.testing.assert_allclose(prog(dtype(0.3)), want, rtol=1e-12 if dtype is np.float64 else 1e-5)
+    kernel = next(k for k in broadcast._cache.values() if len(k.inputs) == 2 and k.reduce)
+    code = broadcast_code(kernel, shape)
+    assert "block_dot" in code and code.count("add_reduce") == 1
+
+
+def broadcast_code(kernel, shape):
+    """The blocked kernel's operations for float64 inputs: a full-size one and a scalar."""
+    from dualbroadcast.kernel_source import _block_code
+
+    block = _block_code(kernel, (np.dtype(np.float64), np.dtype(np.float64)), (True, False), (False, False))
+    return "\n".join(block.operations + [total for total, _ in block.sums.values()])
