@@ -349,8 +349,10 @@ class _Blocked:
                 results = [next(stores) if keep else np.reshape(next(sums), s) for s, keep in zip(shapes, stored)]
                 return results[0][()] if reduce else results[0], results[1:]
 
-            return execute, outs
+            return execute, buffers
 
+        if outs is not None:  # the caller's buffers, for this call: never recycled for another
+            return bind()[0]
         return _owned_or_recycled(bind, owned, self._idle(signature, shape, active_shapes))
 
     def _single_block_runner(self, signature, shape, active_shapes, owned):

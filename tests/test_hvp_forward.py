@@ -385,6 +385,10 @@ def test_kernel_into_an_input_gives_the_kernels_value(backend):
     got = combine.into(kept, args, backend)
     np.testing.assert_allclose(got, want, rtol=1e-15)
     assert (got is kept) == (backend == "blocked")
+    other = np.exp(x) * 2  # a second call into another array writes there, never into the first one again
+    again = combine.into(other, args[:-1] + [other], backend)
+    np.testing.assert_allclose(again, combine(args[:-1] + [np.exp(x) * 2], [], backend)[0], rtol=1e-15)
+    np.testing.assert_allclose(got, want, rtol=1e-15)
 
 
 @pytest.mark.parametrize("shape", [(BIG,), (200, 200), (10, 10)])
