@@ -24,7 +24,7 @@ import numpy as np
 from .derivatives import DERIVATIVES
 from .expr import UfuncOperators
 from .kernel_source import _infer_dtypes, _out_dtypes
-from .kernels import _kind
+from .kernels import FORCED_BACKEND, Kernel, _kind
 from .numpy_facts import as_dtype, getitem, source_of
 from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpacked
 from .pullbacks import (
@@ -99,8 +99,12 @@ def compile_program(program, guard_failed):
 
     ``run(leaf_values, out=None) -> (value, gradients of the active leaves)``, and
     ``gradient(...)``, the same without the value: forward steps only the value needed
-    are left out.  With ``out`` (one array per active leaf) the gradients are written
-    there instead and ``out`` is returned in their place.
+    are left out, and a forward region's kernel whose value nothing else reads runs
+    without it (`_valueless`).  With ``out`` (one array per active leaf) the gradients
+    are written there instead and ``out`` is returned in their place.
+
+    Returns ``(run, gradient, source, removed)``, ``removed`` per function name the
+    positions in ``program.steps`` of the steps it leaves out (shown by `db.explain`).
     """
     space = Namespace()
     space.names["GuardFailed"] = guard_failed
@@ -115,14 +119,30 @@ def compile_program(program, guard_failed):
     leaves = f"    {''.join(f'v{i}, ' for _, i in program.leaves)}= leaves"
     for i in sorted(program.complex_leaves):  # a Python complex is weak in NumPy; its tape value is np.complex128
         leaves += f"\n    v{i} = {space.bind(np.complex128)}(v{i})"
-    functions = []
+    functions, removed = [], {}
     for name, returned in (("run", value), ("gradient", "None")):
         backward = _Backward(program, space).lines(returned)
         needed = set(_LOCAL.findall("\n".join(backward)))
-        functions += [f"def {name}(leaves, out=None):", leaves] + _live(blocks, needed) + backward
+        dropped = []
+        lines = _live(blocks, needed, dropped)
+        dead = _dead_region_values(program, lines + backward)
+        if dead:  # their kernels again, without the value
+            dropped = []
+            lines = _live(_Forward(program, space).blocks(dead), needed, dropped)
+        removed[name] = dropped
+        functions += [f"def {name}(leaves, out=None):", leaves] + lines + backward
     source = "\n".join(functions)
     exec(compile(source, "<dualbroadcast prepared program>", "exec"), space.names)
-    return space.names["run"], space.names["gradient"], source
+    return space.names["run"], space.names["gradient"], source, removed
+
+
+def _dead_region_values(program, lines):
+    """The outputs of forward regions whose value no line but their kernel's own reads."""
+    counts = {}
+    for name in _LOCAL.findall("\n".join(lines)):
+        counts[name] = counts.get(name, 0) + 1
+    return {s.out for s in program.steps
+            if type(s) is KernelStep and s.region is not None and counts.get(f"v{s.out}", 0) == 1}
 
 
 _LOCAL = re.compile(r"\b[vpr]\d+\b")  # the generated code's values, kernel partials and multiple results
@@ -138,20 +158,26 @@ class _Block:
     """Forward lines for one step, the local names they define and use; a guard (or a step that may raise,
     `_may_raise`) is always kept."""
 
-    __slots__ = ("lines", "defines", "uses", "guard")
+    __slots__ = ("lines", "defines", "uses", "guard", "step")
 
     def __init__(self, lines, defines, uses, guard=False):
         self.lines, self.defines, self.uses, self.guard = lines, set(defines), set(uses), guard
+        self.step = None  # the position of the step it computes (None: a conversion)
 
 
-def _live(blocks, needed):
-    """The lines of the blocks that guards or the ``needed`` names depend on, in order."""
+def _live(blocks, needed, dropped=None):
+    """The lines of the blocks that guards or the ``needed`` names depend on, in order; the positions of
+    the steps left out appended to ``dropped``."""
     kept, live = [], set(needed)
     for block in reversed(blocks):
         if block.guard or block.defines & live:
             kept.append(block.lines)
             live -= block.defines  # in place: a new set per block made long programs quadratic
             live |= block.uses
+        elif dropped is not None and block.step is not None:
+            dropped.append(block.step)
+    if dropped is not None:
+        dropped.reverse()
     return [line for lines in reversed(kept) for line in lines]
 
 
@@ -194,8 +220,9 @@ class _Forward(_Writer):
         super().__init__(program, space)
         self.floats = set(program.float_leaves)
 
-    def blocks(self):
-        """The forward steps as `_Block` s, in order."""
+    def blocks(self, valueless=()):
+        """The forward steps as `_Block` s, in order; the kernels of the forward regions whose outputs are in
+        ``valueless`` compute their partials only."""
         blocks = []
         for k, step in enumerate(self.p.steps):
             if type(step) is Guard:
@@ -203,7 +230,7 @@ class _Forward(_Writer):
                 blocks.append(self.guard(step))
             elif type(step) is KernelStep:
                 blocks += self.as_numpy(_indices(step.refs))
-                blocks.append(self.kernel(step))
+                blocks.append(self.kernel(step, step.out in valueless))
             elif type(step) is SecondOrderStep:
                 blocks += self.as_numpy(_indices(step.refs))
                 blocks.append(self.second_order(step))
@@ -215,6 +242,7 @@ class _Forward(_Writer):
                 else:
                     blocks += self.as_numpy(_indices(step.refs))
                 blocks.append(self.step(k, step))
+            blocks[-1].step = k
         return blocks
 
     def guard(self, step):
@@ -228,8 +256,12 @@ class _Forward(_Writer):
             self.floats.add(step.outs[0])
         return _Block([f"    v{step.outs[0]} = {self.ref(step.refs[0])}"], [f"v{step.outs[0]}"], _uses(step))
 
-    def kernel(self, step):
-        line = f"    v{step.out}, p{step.out} = {self.kernel_runner(step)}({', '.join(self.ref(r) for r in step.refs)})"
+    def kernel(self, step, valueless=False):
+        args = ", ".join(self.ref(r) for r in step.refs)
+        if valueless:
+            return _Block([f"    p{step.out} = {self.kernel_runner(step, True)}({args})[1]"], [f"p{step.out}"],
+                          _uses(step))
+        line = f"    v{step.out}, p{step.out} = {self.kernel_runner(step)}({args})"
         return _Block([line], [f"v{step.out}", f"p{step.out}"], _uses(step))
 
     def second_order(self, step):
@@ -297,15 +329,28 @@ class _Forward(_Writer):
                 blocks.append(_Block([f"    v{r} = {self.space.bind(np.float64)}(v{r})"], [f"v{r}"], [f"v{r}"]))
         return blocks
 
-    def kernel_runner(self, step):
+    def kernel_runner(self, step, valueless=False):
         """The kernel on its recorded backend and shapes; blocked with buffers of its own when the
-        shapes allow (no allocation per call), else the recorded backend."""
+        shapes allow (no allocation per call), else the recorded backend.  A forward region's (``backend``
+        None) runs blocked, or on the backend `kernels.set_backend` forced when it was compiled, or as
+        ``db.sum`` chooses; ``valueless``: its variant without the value (`_valueless`)."""
         kernel, backend = step.kernel, step.backend
         examples = [np.zeros(*self.p.meta[r]) if type(r) is int else r.value for r in step.refs]
         shape = np.broadcast_shapes(*[np.shape(v) for v in examples])
         size = int(np.prod(shape))
         active_shapes = [np.shape(examples[i]) for i in step.active]
-        if size and all(np.size(v) in (1, size) for v in examples) and _partials_typed_as_value(kernel, examples):
+        blockable = size and all(np.size(v) in (1, size) for v in examples) \
+            and _partials_typed_as_value(kernel, examples)
+        if step.region is not None:
+            forced = FORCED_BACKEND.get()
+            if valueless:
+                kernel = _valueless(kernel, examples)
+            if blockable and forced in (None, "blocked"):
+                return self.space.bind(kernel.blocked_runner(examples, shape, size, active_shapes), "k")
+            if forced is None:
+                return self.space.bind(lambda *values: kernel(values, active_shapes)[:2], "k")
+            backend = forced if forced in kernel._candidates(examples, size) else "numpy"
+        elif blockable:
             return self.space.bind(kernel.blocked_runner(examples, shape, size, active_shapes), "k")
 
         def run(*values):
@@ -573,6 +618,14 @@ def _real_part(term, real):
     if not real:
         return term
     return Folded(np.real(term.value)) if type(term) is Folded else f"np.real({term})"
+
+
+def _valueless(kernel, examples):
+    """A forward region's kernel without its value (a zero of its dtype in its place): what the gradient
+    alone needs when nothing else reads the sum (``sum(arctan2(x, 2))`` needs only ``2 / (x*x + 4)``)."""
+    zero = np.dtype(kernel.value_dtype(examples)).type(0)
+    return Kernel(kernel.inputs[0].graph, kernel.inputs, [zero] + kernel.outputs[1:], kernel.reduce, kernel.name,
+                  kernel.complex)
 
 
 def _partials_typed_as_value(kernel, examples):
