@@ -1,0 +1,233 @@
+"""Forward regions of prepared programs (`dualbroadcast.regions`): elementwise steps feeding a sum, fused
+into one kernel.  Each model is replayed fused and unfused (`FUSE_REGIONS` off), on every backend, and
+checked against central differences; the tests also check which steps were fused, so that a model that
+stopped being fused fails here instead of silently running the old way."""
+
+import numpy as np
+import pytest
+
+import dualbroadcast as db
+from dualbroadcast import kernels
+from dualbroadcast.kernels import BACKENDS
+from dualbroadcast.program import KernelStep
+from dualbroadcast.regions import FUSE_REGIONS
+
+N = 70_000  # every backend eligible (numexpr, blocked over several blocks)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    kernels.set_backend(request.param)
+    yield request.param
+    kernels.set_backend(None)
+
+
+def _program(prog):
+    (programs,) = {id(v): v for v in prog.variants.values()}.values()
+    return programs[-1]
+
+
+def _unfused(f, *args):
+    token = FUSE_REGIONS.set(False)
+    try:
+        prog = db.prepare_gradient(f, *args)
+        return prog, prog.value_and_gradient(*args)
+    finally:
+        FUSE_REGIONS.reset(token)
+
+
+def _as_tuple(g):
+    """The gradients of the differentiated arguments (a cut one's is None)."""
+    return tuple(a for a in (g if isinstance(g, tuple) else (g,)) if a is not None)
+
+
+def _central_difference(f, args, grads, positions, rtol):
+    """⟨∇f, v⟩ against (f(a + hv) - f(a - hv)) / 2h along a random direction in the differentiated arguments."""
+    rng = np.random.default_rng(7)
+    vs = [rng.standard_normal(np.shape(args[i])) for i in positions]
+    h = 1e-6
+
+    def at(sign):
+        moved = list(args)
+        for i, v in zip(positions, vs):
+            moved[i] = np.asarray(args[i], np.float64) + sign * h * v
+            moved[i] = float(moved[i]) if type(args[i]) is float else moved[i]
+        return f(*moved)
+
+    expected = (at(1) - at(-1)) / (2 * h)
+    got = sum(np.sum(np.asarray(g, np.float64) * v) for g, v in zip(grads, vs))
+    assert np.isclose(got, expected, rtol=rtol, atol=rtol * 1e-3 * abs(f(*args)) + 1e-12), (got, expected)
+
+
+def _check(f, args, positions=(0,), regions=1, fused_steps=None, rtol=1e-10):
+    """f prepared, its forward regions counted, replayed (value and gradient, gradient alone, into out=)
+    against the unfused program and central differences."""
+    prog = db.prepare_gradient(f, *args)
+    value, grads = prog.value_and_gradient(*args)
+    program = _program(prog)
+    assert len(program.regions) == regions
+    if fused_steps is not None:
+        assert [len(r.steps) for r in program.regions] == fused_steps
+    _, (expected_value, expected) = _unfused(f, *args)
+    float32 = any(getattr(a, "dtype", None) == np.float32 for a in args)
+    tol = 1e-5 if float32 else 1e-12
+    assert np.result_type(value) == np.result_type(expected_value)
+    np.testing.assert_allclose(value, expected_value, rtol=tol, atol=1e-3 if float32 else 0)  # float32: sums of 7e4
+    for g, e in zip(_as_tuple(grads), _as_tuple(expected)):
+        assert np.result_type(g) == np.result_type(e) and np.shape(g) == np.shape(e)
+        np.testing.assert_allclose(g, e, rtol=tol, atol=tol * 1e-3)
+    again = prog(*args)  # the gradient alone (a region's kernel maybe without its value), twice: buffers reused
+    for g, e in zip(_as_tuple(again), _as_tuple(prog(*args))):
+        np.testing.assert_array_equal(g, e)
+    for g, e in zip(_as_tuple(again), _as_tuple(grads)):
+        np.testing.assert_allclose(g, e, rtol=tol, atol=tol * 1e-3)
+    if not float32:
+        _central_difference(f, args, _as_tuple(grads), positions, rtol=1e-6)
+    return prog, program
+
+
+def _x(n=N, seed=0):
+    return np.random.default_rng(seed).uniform(-1, 1, n)
+
+
+def test_a_chain_feeding_a_sum_is_one_kernel(backend):
+    def eam(x):
+        p = np.sum(np.exp(-3 * (x + 1)))
+        return p**2 + p**3 + p**4 / 4
+
+    _, program = _check(eam, (_x(),), fused_steps=[4])
+    (kernel,) = [s for s in program.steps if type(s) is KernelStep]
+    assert kernel.region is program.regions[0] and kernel.active == [0]
+
+
+def test_a_diamond_with_a_shared_subexpression(backend):
+    def f(x):
+        a = x * x + 1
+        return np.sum(np.log(a) * np.sqrt(a))
+
+    _check(f, (_x(),), fused_steps=[6])
+
+
+def test_an_intermediate_read_outside_the_region_is_its_input(backend):
+    def f(x):
+        a = np.sin(x)
+        return np.sum(a * x) + np.max(a)  # np.max reads a: the region is a * x and its sum, a an input
+
+    _, program = _check(f, (_x(),), fused_steps=[2])
+    assert sorted(program.regions[0].active) == [0, 1]
+
+
+def test_an_intermediate_used_twice_inside_the_region(backend):
+    def f(x):
+        a = np.cos(x)
+        return np.sum(a * a + 2 * a)
+
+    _check(f, (_x(),), fused_steps=[5])
+
+
+def test_small_arguments_broadcast_their_partials_reduced(backend):
+    def f(x, w, c):
+        return np.sum(np.tanh(x * w + c))
+
+    x = _x().reshape(-1, 7)
+    w = np.linspace(0.5, 1.5, 7)
+    _check(f, (x, w, 0.3), positions=(0, 1, 2), fused_steps=[4])
+
+
+def test_float32_keeps_its_dtype(backend):
+    x = _x().astype(np.float32)
+    _check(lambda x: np.sum(x**2), (x,), fused_steps=[2])
+    _check(lambda x: np.sum(np.arctan2(x, 2)), (x,), fused_steps=[2])
+
+
+def test_constants_in_the_region(backend):
+    k = np.linspace(-1, 2, N)
+
+    def f(x):
+        return np.sum(np.exp(x) * k + np.float64(0.5) * x - 0.25)
+
+    _, program = _check(f, (_x(),), fused_steps=[6])
+    assert len(program.regions[0].refs) == 3  # x, the array k and the NumPy scalar (as db.sum); 0.25 a literal
+
+
+def test_integer_and_boolean_inputs(backend):
+    def f(x, mask, n):
+        return np.sum(x * mask + n * x * x)
+
+    x = _x()
+    mask, n = db.cut(x > 0), db.cut(np.arange(N) % 5)
+    _, program = _check(f, (x, mask, n), fused_steps=[5])
+    assert program.regions[0].active == [0]
+
+
+def test_where_and_a_comparison_inside(backend):
+    def f(x):
+        return np.sum(np.where(x > 0, x**2, -x))
+
+    _check(f, (_x(),), fused_steps=[5])
+
+
+def test_a_guard_on_a_region_value_stops_the_region(backend):
+    def f(x):
+        b = x * 3
+        c = np.sin(b) if b[0] > 0 else np.cos(b)  # the guard reads b (through b[0]): b is the region's input
+        return np.sum(c * x)
+
+    x = _x()
+    x[0] = abs(x[0])
+    prog, _ = _check(f, (x,), fused_steps=[3])
+    y = x.copy()
+    y[0] = -y[0]
+    np.testing.assert_allclose(prog(y), db.gradient(f, y), rtol=1e-12)  # the other branch: recorded anew
+    assert prog.recordings == 2
+
+
+def test_several_regions_and_a_sum_of_a_leaf_alone():
+    def f(x, y):
+        return np.sum(np.exp(x)) * np.sum(y * y) + np.sum(x)  # np.sum(x) alone: no elementwise step, kept
+
+    _check(f, (_x(), _x(seed=1)), positions=(0, 1), regions=2)
+
+
+def test_a_region_whose_value_is_the_result():
+    _check(lambda x: np.sum(np.cos(x) * x), (_x(100),), fused_steps=[3])
+
+
+def test_python_float_arguments_in_a_region():
+    def f(x, s):
+        return np.sum(np.exp(s * x))
+
+    _check(f, (_x(50), 0.7), positions=(0, 1), fused_steps=[3])
+
+
+def test_a_complex_or_mixed_precision_region_stays_as_recorded():
+    x = _x(10)
+    prog = db.prepare_gradient(lambda x: np.sum(np.real(np.exp(1j * x))), x)
+    assert _program(prog).regions == []
+    a = x.astype(np.float32)
+    prog = db.prepare_gradient(lambda s, a: np.sum((s - 1.0) * a), 0.1, a)
+    assert _program(prog).regions == []
+
+
+def test_the_gradient_alone_skips_the_sums_value():
+    x = _x(1000).astype(np.float32)
+    prog = db.prepare_gradient(lambda x: np.sum(np.arctan2(x, 2)), x)
+    program = _program(prog)
+    out = program.regions[0].out
+    gradient_source = program.source[program.source.index("def gradient"):]
+    run_source = program.source[:program.source.index("def gradient")]
+    assert f"v{out}" in run_source and f"v{out}" not in gradient_source
+    np.testing.assert_allclose(prog(x), 2 / (x * x + 4), rtol=1e-6)
+    value = prog.value_and_gradient(x)[0]
+    np.testing.assert_allclose(value, np.sum(np.arctan2(x, 2), dtype=np.float64), rtol=1e-5)
+
+
+def test_the_gradient_alone_keeps_a_sum_the_backward_pass_reads():
+    def eam(x):
+        p = np.sum(np.exp(-3 * (x + 1)))
+        return p**2 + p**3
+
+    x = _x(1000)
+    program = _program(db.prepare_gradient(eam, x))
+    gradient_source = program.source[program.source.index("def gradient"):]
+    assert f"v{program.regions[0].out}, " in gradient_source  # P is read by E's adjoint
