@@ -29,15 +29,18 @@ FUSE_REGIONS = contextvars.ContextVar("dualbroadcast_fuse_regions", default=True
 
 class Region:
     """What one forward region fused: its steps (the last the sum), its inputs (value indices and
-    constants) and which of them are active; what `explain` shows of a prepared program."""
+    constants), the positions of the active ones among them, the value index of its sum, and the backends
+    its kernel runs on (``"value"``, and ``"gradient alone"`` for its variant without the value, set when the
+    program is compiled); what `explain` shows of a prepared program."""
 
-    __slots__ = ("steps", "refs", "active", "out")
+    __slots__ = ("steps", "refs", "active", "out", "backends")
 
     def __init__(self, steps, refs, active, out):
         self.steps = steps
         self.refs = refs
         self.active = active
         self.out = out
+        self.backends = {}
 
 
 def forward_regions(steps, meta, out):

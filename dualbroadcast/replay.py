@@ -342,8 +342,9 @@ class _Forward(_Writer):
         blockable = size and all(np.size(v) in (1, size) for v in examples) \
             and _partials_typed_as_value(kernel, examples)
         if step.region is not None:
-            return self.space.bind(_region_runner(kernel, valueless, examples, shape, size, active_shapes, blockable),
-                                   "k")
+            runner, used = _region_runner(kernel, valueless, examples, shape, size, active_shapes, blockable)
+            step.region.backends["gradient alone" if valueless else "value"] = used
+            return self.space.bind(runner, "k")
         if blockable:
             return self.space.bind(kernel.blocked_runner(examples, shape, size, active_shapes), "k")
 
@@ -619,24 +620,24 @@ def _real_part(term, real):
 
 def _region_runner(kernel, valueless, examples, shape, size, active_shapes, blockable):
     """A forward region's kernel (``valueless``: its variant without the value) as a function of its inputs
-    returning ``(value, partials)``.  On the backend `kernels.set_backend` forced when the program was compiled;
-    else whole arrays where the blocked kernel would run on one thread and the whole-array kernel's results
-    are its own arrays of the call's shape (NumPy's passes over arrays that stay in cache beat the blocked
-    loop's calls per block: ``sum(x**2)`` of 1e5 float32 took 0.29x the primal so, 2.4x blocked), blocked
-    where it runs on several, else as ``db.sum`` chooses."""
+    returning ``(value, partials)``, and the backend's name.  On the backend `kernels.set_backend` forced when
+    the program was compiled; else whole arrays where the blocked kernel would run on one thread and the
+    whole-array kernel's results are its own arrays of the call's shape (NumPy's passes over arrays that stay in
+    cache beat the blocked loop's calls per block: ``sum(x**2)`` of 1e5 float32 took 0.29x the primal so, 2.4x
+    blocked), blocked where it runs on several, else as ``db.sum`` chooses."""
     if valueless:
         kernel = _valueless(kernel, examples)
     forced = FORCED_BACKEND.get()
     if forced is None and len(_chunks(size)) == 2:
         whole = _whole_runner(kernel, valueless, examples, shape, active_shapes)
         if whole is not None:
-            return whole
+            return whole, "numpy"
     if blockable and forced in (None, "blocked"):
-        return kernel.blocked_runner(examples, shape, size, active_shapes)
+        return kernel.blocked_runner(examples, shape, size, active_shapes), "blocked"
     if forced is None:
-        return lambda *values: kernel(values, active_shapes)[:2]
+        return (lambda *values: kernel(values, active_shapes)[:2]), "chosen per call"
     backend = forced if forced in kernel._candidates(examples, size) else "numpy"
-    return lambda *values: kernel.run(backend, values, shape, size, active_shapes)
+    return (lambda *values: kernel.run(backend, values, shape, size, active_shapes)), backend
 
 
 def _whole_runner(kernel, valueless, examples, shape, active_shapes):

@@ -231,3 +231,42 @@ def test_the_gradient_alone_keeps_a_sum_the_backward_pass_reads():
     program = _program(db.prepare_gradient(eam, x))
     gradient_source = program.source[program.source.index("def gradient"):]
     assert f"v{program.regions[0].out}, " in gradient_source  # P is read by E's adjoint
+
+
+# --- db.explain of a prepared program ------------------------------------------------------------------------------
+def test_explain_shows_the_eam_region_and_the_steps_the_gradient_leaves_out():
+    def eam(x):
+        p = np.sum(np.exp(-3 * (x + 1)))
+        return p**2 + p**3 + p**4 / 4
+
+    x = _x(1000)
+    prog = db.prepare_gradient(eam, x)
+    report = db.explain(prog, x)
+    (region,) = report.regions
+    assert region.fused == ("np.add", "np.multiply", "np.exp", "np.sum") and region.active == region.width == 1
+    assert region.gradient_alone == "runs"  # P is read by E's adjoint
+    assert report.recorded == 10 and len(report.steps) == 7
+    assert [s.name for s in report.removed] == ["np.power", "np.power", "np.add", "np.power", "np.divide", "np.add"]
+    assert report.value == pytest.approx(eam(x))
+    text = str(report)
+    assert "region(np.add, np.multiply, np.exp, np.sum)" in text and "forward region" in text
+    assert "1 forward region(s) fusing 4 steps; the gradient alone leaves out 6 step(s)" in text
+    assert "<table>" in report._repr_html_()
+
+
+def test_explain_shows_a_region_computed_without_its_value():
+    x = _x(1000).astype(np.float32)
+    report = db.explain(db.prepare_gradient(lambda x: np.sum(np.arctan2(x, 2)), x), x)
+    (region,) = report.regions
+    assert region.gradient_alone == "without value" and region.fused == ("np.arctan2", "np.sum")
+    assert "computes 1 region(s) without their value" in str(report)
+
+
+def test_explain_of_the_variant_the_arguments_take():
+    def f(x):
+        return np.sum(np.exp(x)) if np.sum(x) > 0 else np.sum(x * x * x)
+
+    prog = db.prepare_gradient(f, np.ones(10))
+    assert db.explain(prog, np.ones(10)).regions[0].fused == ("np.exp", "np.sum")
+    assert db.explain(prog, -np.ones(10)).regions[0].fused == ("np.multiply", "np.multiply", "np.sum")
+    assert prog.recordings == 2
