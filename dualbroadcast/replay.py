@@ -17,7 +17,9 @@ negation on them give what NumPy's float64 gives (IEEE, no exception), and cost
 less.  Any other use first converts the value to ``np.float64``.
 """
 
+import math
 import re
+import time
 
 import numpy as np
 
@@ -621,23 +623,43 @@ def _real_part(term, real):
 def _region_runner(kernel, valueless, examples, shape, size, active_shapes, blockable):
     """A forward region's kernel (``valueless``: its variant without the value) as a function of its inputs
     returning ``(value, partials)``, and the backend's name.  On the backend `kernels.set_backend` forced when
-    the program was compiled; else whole arrays where the blocked kernel would run on one thread and the
-    whole-array kernel's results are its own arrays of the call's shape (NumPy's passes over arrays that stay in
-    cache beat the blocked loop's calls per block: ``sum(x**2)`` of 1e5 float32 took 0.29x the primal so, 2.4x
-    blocked), blocked where it runs on several, else as ``db.sum`` chooses."""
+    the program was compiled; else blocked where it runs on several threads; where it would run on one, whole
+    arrays if they time faster here (NumPy's passes over arrays that stay in cache can beat the blocked loop's
+    calls per block: ``sum(x**2)`` of 1e5 float32 took 0.29x the primal so, 2.4x blocked; EAM's four
+    operations on 1e5 float64 took 6x blocked's time); else as ``db.sum`` chooses."""
     if valueless:
         kernel = _valueless(kernel, examples)
     forced = FORCED_BACKEND.get()
+    candidates = []
+    if blockable and forced in (None, "blocked"):
+        candidates.append((kernel.blocked_runner(examples, shape, size, active_shapes), "blocked"))
     if forced is None and len(_chunks(size)) == 2:
         whole = _whole_runner(kernel, valueless, examples, shape, active_shapes)
         if whole is not None:
-            return whole, "numpy"
-    if blockable and forced in (None, "blocked"):
-        return kernel.blocked_runner(examples, shape, size, active_shapes), "blocked"
+            candidates.append((whole, "numpy"))
+    if candidates:
+        return _fastest(candidates, examples)
     if forced is None:
         return (lambda *values: kernel(values, active_shapes)[:2]), "chosen per call"
     backend = forced if forced in kernel._candidates(examples, size) else "numpy"
     return (lambda *values: kernel.run(backend, values, shape, size, active_shapes)), backend
+
+
+def _fastest(candidates, examples, rounds=5):
+    """The candidate ``(runner, name)`` that runs fastest on ``examples`` (a half in each element: no special
+    values), best of ``rounds`` timed in turns so that a moment of load hits each alike."""
+    if len(candidates) == 1:
+        return candidates[0]
+    values = [np.full(np.shape(v), 0.5, v.dtype) if np.result_type(v).kind == "f" and type(v) is np.ndarray else v
+              for v in examples]
+    best = [math.inf] * len(candidates)
+    with np.errstate(all="ignore"):
+        for _ in range(rounds):
+            for k, (runner, _) in enumerate(candidates):
+                start = time.perf_counter()
+                runner(*values)
+                best[k] = min(best[k], time.perf_counter() - start)
+    return candidates[best.index(min(best))]
 
 
 def _whole_runner(kernel, valueless, examples, shape, active_shapes):
