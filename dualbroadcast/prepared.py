@@ -535,7 +535,7 @@ def _plain(args):
 
 def _plain_gradients(args, grads):
     """The gradients of plain arguments, as `db.gradient` gives them: Python floats as floats
-    (in their tuple or list), arrays as fresh arrays (the program's buffers are reused)."""
+    (in their tuple or list), arrays as fresh arrays (a program returns no buffer it reuses)."""
     result, k = [], 0
     for a in args:
         kind = type(a)
@@ -545,8 +545,8 @@ def _plain_gradients(args, grads):
             continue
         g = grads[k]
         k += 1
-        result.append(float(g) if kind is float
-                      else np.array(g, dtype=a.dtype) if kind is np.ndarray else a.dtype.type(g))
+        result.append(float(g) if kind is float  # a program returns arrays nothing else holds (`_Cotangents.gradients`)
+                      else np.asarray(g, dtype=a.dtype) if kind is np.ndarray else a.dtype.type(g))
     return result[0] if len(result) == 1 else tuple(result)
 
 

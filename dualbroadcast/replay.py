@@ -123,14 +123,15 @@ def compile_program(program, guard_failed):
         leaves += f"\n    v{i} = {space.bind(np.complex128)}(v{i})"
     functions, removed = [], {}
     for name, returned in (("run", value), ("gradient", "None")):
-        backward = _Backward(program, space).lines(returned)
+        backward = _Backward(program, space, forward.fresh_partials(())).lines(returned)
         needed = set(_LOCAL.findall("\n".join(backward)))
         dropped = []
         lines = _live(blocks, needed, dropped)
         dead = _dead_region_values(program, lines + backward)
         if dead:  # their kernels again, without the value
             dropped = []
-            lines = _live(_Forward(program, space).blocks(dead), needed, dropped)
+            lines = _live(forward.without_values(blocks, dead), needed, dropped)
+            backward = _Backward(program, space, forward.fresh_partials(dead)).lines(returned)
         removed[name] = dropped
         functions += [f"def {name}(leaves, out=None):", leaves] + lines + backward
     source = "\n".join(functions)
@@ -221,10 +222,28 @@ class _Forward(_Writer):
     def __init__(self, program, space):
         super().__init__(program, space)
         self.floats = set(program.float_leaves)
+        self.fresh = set()  # (kernel output, without its value): partials that are new arrays on every call
 
-    def blocks(self, valueless=()):
-        """The forward steps as `_Block` s, in order; the kernels of the forward regions whose outputs are in
-        ``valueless`` compute their partials only."""
+    def fresh_partials(self, valueless):
+        """The kernel outputs whose partials are arrays of their own on every call, when the regions of the
+        outputs in ``valueless`` run without their values."""
+        return {o for o, without in self.fresh if without == (o in valueless)}
+
+    def without_values(self, blocks, dead):
+        """``blocks`` with the kernels of the forward regions whose outputs are in ``dead`` computing their
+        partials only."""
+        changed = []
+        for block in blocks:
+            step = self.p.steps[block.step] if block.step is not None else None
+            if type(step) is KernelStep and step.out in dead:
+                position = block.step
+                block = self.kernel(step, True)
+                block.step = position
+            changed.append(block)
+        return changed
+
+    def blocks(self):
+        """The forward steps as `_Block` s, in order."""
         blocks = []
         for k, step in enumerate(self.p.steps):
             if type(step) is Guard:
@@ -232,7 +251,7 @@ class _Forward(_Writer):
                 blocks.append(self.guard(step))
             elif type(step) is KernelStep:
                 blocks += self.as_numpy(_indices(step.refs))
-                blocks.append(self.kernel(step, step.out in valueless))
+                blocks.append(self.kernel(step))
             elif type(step) is SecondOrderStep:
                 blocks += self.as_numpy(_indices(step.refs))
                 blocks.append(self.second_order(step))
@@ -344,8 +363,10 @@ class _Forward(_Writer):
         blockable = size and all(np.size(v) in (1, size) for v in examples) \
             and _partials_typed_as_value(kernel, examples)
         if step.region is not None:
-            runner, used = _region_runner(kernel, valueless, examples, shape, size, active_shapes, blockable)
+            runner, used, fresh = _region_runner(kernel, valueless, examples, shape, size, active_shapes, blockable)
             step.region.backends["gradient alone" if valueless else "value"] = used
+            if fresh:
+                self.fresh.add((step.out, valueless))
             return self.space.bind(runner, "k")
         if blockable:
             return self.space.bind(kernel.blocked_runner(examples, shape, size, active_shapes), "k")
@@ -364,9 +385,9 @@ class _Backward(_Writer):
     """The backward code: per step, last first, the terms of its arguments' cotangents, each handed to
     `_Cotangents` (which decides how it is added); then the gradients returned or written into ``out``."""
 
-    def __init__(self, program, space):
+    def __init__(self, program, space, fresh=()):
         super().__init__(program, space)
-        self.cotangents = _Cotangents(program, space)
+        self.cotangents = _Cotangents(program, space, fresh)
 
     def lines(self, value):
         """The adjoints, then the gradients returned (or written into ``out``) with ``value``."""
@@ -504,12 +525,13 @@ class _Cotangents:
     deferred to be written straight into ``out=``); and in ``known`` the cotangents that are numbers here,
     which a `Folded` term is added to now instead of by the generated code."""
 
-    def __init__(self, program, space):
+    def __init__(self, program, space, fresh=()):
         self.p = program
         self.space = space
         self.state = {}
         self.known = {}
         self.last = {}  # active leaf -> (partial, kernel value): its one product, written last
+        self.fresh = fresh  # kernel values whose partials are new arrays on every call
 
     def __contains__(self, i):
         """Whether value ``i`` has a cotangent: its adjoints are needed."""
@@ -572,34 +594,45 @@ class _Cotangents:
 
     def gradients(self, value):
         """The function's end: the active leaves' cotangents (zeros for those without one, the deferred
-        products) returned with ``value``, or written into ``out``."""
+        products) returned with ``value``, or written into ``out``.  Returned gradients are arrays nothing else
+        holds (the caller keeps them as they are): a deferred product into its partial if that is new on every
+        call, else into a new array; any other cotangent copied."""
         lines = []
+        new = set()
         for i in self.p.active_leaves:
             if i not in self.state:
                 shape, dtype = self.p.meta[i]
                 lines.append(f"    g{i} = {self.space.bind(np.zeros)}({shape!r}, {self.space.bind(dtype)})")
+                new.add(i)
         returned, written = [], []
         for k, i in enumerate(self.p.active_leaves):
             if i in self.last:
                 partial, o = self.last[i]
-                returned += self.product(partial, o, partial, f"g{i} = ")
+                returned += self.product(partial, o, partial if o in self.fresh else None, f"g{i} = ")
                 written += self.product(partial, o, f"out[{k}]", "")
+                new.add(i)
             else:
                 written.append(f"    np.copyto(out[{k}], g{i})")
+        copy = self.space.bind(np.array)
         lines.append("    if out is None:")
         lines += ["    " + line for line in returned]
-        lines.append(f"        return {value}, ({''.join(f'g{i}, ' for i in self.p.active_leaves)})")
+        items = "".join(f"g{i}, " if i in new else f"{copy}(g{i}), " for i in self.p.active_leaves)
+        lines.append(f"        return {value}, ({items})")
         return lines + written + [f"    return {value}, out"]
 
     def product(self, partial, o, target, assign):
-        """``partial · g<o>`` written into ``target``.  A scalar cotangent of the dtype it was recorded
-        with goes through a 0-d buffer of the program's: a ufunc takes that ~150 ns faster than a
-        NumPy scalar, and computes the same (both are strong, same dtype); any other type as it is."""
+        """``partial · g<o>`` written into ``target`` (None: a new array like the partial).  A scalar cotangent
+        of the dtype it was recorded with goes through a 0-d buffer of the program's: a ufunc takes that ~150 ns
+        faster than a NumPy scalar, and computes the same (both are strong, same dtype); any other type as it is."""
         multiply = self.space.bind(np.multiply, "f")
         shape, dtype = self.p.meta[o]
         one = self.known.get(o)
         if type(one) is dtype.type and one == 1:  # the cotangent of f's result itself: the partial is the product
-            return [f"    {assign}{partial}"] if assign else [f"    np.copyto({target}, {partial})"]
+            if target is None:
+                return [f"    {assign}{self.space.bind(np.array)}({partial})"]
+            return [f"    {assign}{partial}"] if target == partial else [f"    np.copyto({target}, {partial})"]
+        if target is None:
+            target = f"{self.space.bind(np.empty_like)}({partial})"
         if shape:
             return [f"    {assign}{multiply}({partial}, g{o}, {target})"]
         scalar, buffer = self.space.bind(dtype.type), self.space.bind(np.empty((), dtype), "z")
@@ -622,11 +655,12 @@ def _real_part(term, real):
 
 def _region_runner(kernel, valueless, examples, shape, size, active_shapes, blockable):
     """A forward region's kernel (``valueless``: its variant without the value) as a function of its inputs
-    returning ``(value, partials)``, and the backend's name.  On the backend `kernels.set_backend` forced when
-    the program was compiled; else blocked where it runs on several threads; where it would run on one, whole
-    arrays if they time faster here (NumPy's passes over arrays that stay in cache can beat the blocked loop's
-    calls per block: ``sum(x**2)`` of 1e5 float32 took 0.29x the primal so, 2.4x blocked; EAM's four
-    operations on 1e5 float64 took 6x blocked's time); else as ``db.sum`` chooses."""
+    returning ``(value, partials)``, the backend's name, and whether its partials are new arrays on every call.
+    On the backend `kernels.set_backend` forced when the program was compiled; else blocked where it runs on
+    several threads; where it would run on one, whole arrays if they time faster here (NumPy's passes over
+    arrays that stay in cache can beat the blocked loop's calls per block: ``sum(x**2)`` of 1e5 float32 took
+    0.29x the primal so, 2.4x blocked; EAM's four operations on 1e5 float64 took 6x blocked's time); else as
+    ``db.sum`` chooses."""
     if valueless:
         kernel = _valueless(kernel, examples)
     forced = FORCED_BACKEND.get()
@@ -638,11 +672,12 @@ def _region_runner(kernel, valueless, examples, shape, size, active_shapes, bloc
         if whole is not None:
             candidates.append((whole, "numpy"))
     if candidates:
-        return _fastest(candidates, examples)
+        runner, name = _fastest(candidates, examples)
+        return runner, name, name == "numpy"
     if forced is None:
-        return (lambda *values: kernel(values, active_shapes)[:2]), "chosen per call"
+        return (lambda *values: kernel(values, active_shapes)[:2]), "chosen per call", False
     backend = forced if forced in kernel._candidates(examples, size) else "numpy"
-    return (lambda *values: kernel.run(backend, values, shape, size, active_shapes)), backend
+    return (lambda *values: kernel.run(backend, values, shape, size, active_shapes)), backend, False
 
 
 def _fastest(candidates, examples, rounds=5):
