@@ -278,3 +278,16 @@ def test_explain_of_the_variant_the_arguments_take():
     assert db.explain(prog, np.ones(10)).regions[0].fused == ("np.exp", "np.sum")
     assert db.explain(prog, -np.ones(10)).regions[0].fused == ("np.multiply", "np.multiply", "np.sum")
     assert prog.recordings == 2
+
+
+def test_a_region_of_constants_alone_and_one_whose_sum_only_the_value_reads():
+    d = np.random.default_rng(3).random(N)
+
+    def f(x, d):
+        return np.sum(np.exp(d) * 2) * np.sum(x * x)  # the first region has no active input; the second's sum
+        # is read only by the product's value (its adjoint in x reads the first sum, not the second)
+
+    _, program = _check(f, (_x(), db.cut(d)), regions=2, fused_steps=[3, 2])
+    assert [r.active for r in program.regions] == [[], [0]]
+    report = db.explain(db.prepare_gradient(f, _x(), db.cut(d)), _x(), db.cut(d))
+    assert [s.gradient_alone for s in report.regions] == ["runs", "without value"]
