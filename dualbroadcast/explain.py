@@ -136,7 +136,7 @@ class ProgramStep(NamedTuple):
     mode: str  # "forward region" (steps fused when compiled), "forward" (a db.sum/db.broadcast), "reverse", "guard"
     active: int  # its active inputs: one partial or cotangent each
     width: int  # dual width of a forward kernel (0 otherwise)
-    fused: tuple  # a forward region's steps, its sum last
+    fused: tuple  # a forward region's steps, its sum (or the step whose value it gives) last
     backend: str  # a forward region's backend ("" otherwise)
     gradient_alone: str  # "runs", "removed" (nothing the gradient needs reads it) or "without value"
 

@@ -1,4 +1,4 @@
-"""Forward regions of a prepared program: elementwise steps feeding a sum, fused into one kernel.
+"""Forward regions of a prepared program: connected elementwise steps fused into one kernel.
 
 A recorded program written in plain NumPy (``np.sum(np.exp(-3 * (x + 1)))``) is
 a chain of elementwise steps, each a pass over memory forward and another
@@ -8,7 +8,10 @@ keywords) whose only reader is a whole sum, and replaces group and sum by one
 `KernelStep`: the kernel `broadcast._build` makes for ``db.sum`` of the same
 function, traced from the steps themselves, so the replay runs it as a
 ``db.sum`` step — value and one partial per active input in one pass, the
-backward pass its partials times the sum's cotangent.
+backward pass its partials times the sum's cotangent.  Then each group read by
+another step (a matrix product, a guard, ...) becomes a ``db.broadcast`` kernel
+of its last step's value, if that has at least `BROADCAST_MIN` elements (on
+fewer, the inline steps cost less than a kernel call).
 
 A step joins the region only if every reader of its value is in the region: a
 value also read elsewhere (a later step, a guard, the result) is an input of
@@ -16,6 +19,7 @@ the region instead, so no value the rest of the program reads disappears.
 """
 
 import contextvars
+import math
 
 import numpy as np
 
@@ -24,28 +28,30 @@ from .expr import _has_forward_rule
 from .program import Const, Guard, KernelStep, Step, unpacked
 from .registry import PER_ARGUMENT
 
+BROADCAST_MIN = 16384  # elements from which a region not feeding a sum is fused: below, its steps inline cost less
 FUSE_REGIONS = contextvars.ContextVar("dualbroadcast_fuse_regions", default=True)  # False: steps as recorded
 
 
 class Region:
-    """What one forward region fused: its steps (the last the sum), its inputs (value indices and
-    constants), the positions of the active ones among them, the value index of its sum, and the backends
-    its kernel runs on (``"value"``, and ``"gradient alone"`` for its variant without the value, set when the
-    program is compiled); what `explain` shows of a prepared program."""
+    """What one forward region fused: its steps (the last its sum, or the step whose value it gives), its
+    inputs (value indices and constants), the positions of the active ones among them, the value index of its
+    result, and the backends its kernel runs on (``"value"``, and ``"gradient alone"`` for its variant without
+    the value, set when the program is compiled); what `explain` shows of a prepared program."""
 
-    __slots__ = ("steps", "refs", "active", "out", "backends")
+    __slots__ = ("steps", "refs", "active", "out", "position", "backends")
 
-    def __init__(self, steps, refs, active, out):
+    def __init__(self, steps, refs, active, out, position):
         self.steps = steps
         self.refs = refs
         self.active = active
         self.out = out
+        self.position = position  # of its last step among those recorded
         self.backends = {}
 
 
 def forward_regions(steps, meta, out):
     """``(steps, regions)``: the program's steps with each forward region replaced by its `KernelStep`
-    (placed where its sum was), and the `Region` s in order.  ``out``: the result's value index (read by
+    (placed where its last step was), and the `Region` s in order.  ``out``: the result's value index (read by
     the caller)."""
     producer, readers = {}, {out: {-1}}
     for k, step in enumerate(steps):
@@ -63,12 +69,26 @@ def forward_regions(steps, meta, out):
         region = _grow(k, steps, producer, readers, meta)
         if len(region) < 2:
             continue
-        kernel_step, info = _fused(sorted(region), steps, meta)
+        kernel_step, info = _fused(sorted(region), steps, meta, True)
         if kernel_step is None:
             continue
         taken |= region
         replaced[k] = kernel_step
         regions.append(info)
+    for k in range(len(steps) - 1, -1, -1):  # then the elementwise steps read by other steps, last first
+        if k in taken or not _is_elementwise(steps[k], meta) or meta[steps[k].outs[0]][1].kind != "f" \
+                or math.prod(meta[steps[k].outs[0]][0]) < BROADCAST_MIN:
+            continue
+        region = _grow(k, steps, producer, readers, meta) - taken
+        if len(region) < 2:
+            continue
+        kernel_step, info = _fused(sorted(region), steps, meta, False)
+        if kernel_step is None:
+            continue
+        taken |= region
+        replaced[k] = kernel_step
+        regions.append(info)
+    regions.sort(key=lambda r: r.position)
     if not regions:
         return steps, []
     return [replaced.get(k, s) for k, s in enumerate(steps) if k in replaced or k not in taken], regions
@@ -136,10 +156,11 @@ def _grow(k, steps, producer, readers, meta):
     return region
 
 
-def _fused(order, steps, meta):
-    """The `KernelStep` of the region ``order`` (step positions, the sum last) and its `Region`; (None, None)
-    if the kernel cannot be built."""
-    *elementwise, last = order
+def _fused(order, steps, meta, reduce):
+    """The `KernelStep` of the region ``order`` (step positions; ``reduce``: the last is their sum) and its
+    `Region`; (None, None) if the kernel cannot be built."""
+    last = order[-1]
+    elementwise = order[:-1] if reduce else order
     made = {steps[j].outs[0] for j in elementwise}
     refs, keys = [], {}  # kernel inputs: value indices and array constants, each once
     for j in elementwise:
@@ -152,7 +173,7 @@ def _fused(order, steps, meta):
                 refs.append(r)
     active = sorted({keys[steps[j].refs[i]] for j in elementwise for i in steps[j].active
                      if type(steps[j].refs[i]) is int and steps[j].refs[i] in keys})
-    summed = steps[last].refs[0]
+    summed = steps[last].refs[0] if reduce else steps[last].outs[0]
     body = [steps[j] for j in elementwise]
 
     def f(*symbols):
@@ -175,11 +196,11 @@ def _fused(order, steps, meta):
     if any(k.kind == "f" and k != meta[steps[last].outs[0]][1] for k in kinds):
         return None, None  # a kernel sums a partial that is an input in the input's precision, the tape in the value's
     try:
-        kernel = _build(f, None, examples, len(refs), active, True, kinds)
+        kernel = _build(f, None, examples, len(refs), active, reduce, kinds)
     except Exception:  # noqa: BLE001 - a region the kernels cannot run stays as recorded
         return None, None
     if active and len(kernel.outputs) == 1:
         return None, None  # its value is not a real number
     out = steps[last].outs[0]
-    region = Region([steps[j] for j in order], refs, active, out)
-    return KernelStep(kernel, refs, active, None, out, True, region), region
+    region = Region([steps[j] for j in order], refs, active, out, last)
+    return KernelStep(kernel, refs, active, None, out, reduce, region), region

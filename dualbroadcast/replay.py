@@ -140,12 +140,12 @@ def compile_program(program, guard_failed):
 
 
 def _dead_region_values(program, lines):
-    """The outputs of forward regions whose value no line but their kernel's own reads."""
+    """The outputs of the forward regions feeding a sum whose value no line but their kernel's own reads."""
     counts = {}
     for name in _LOCAL.findall("\n".join(lines)):
         counts[name] = counts.get(name, 0) + 1
     return {s.out for s in program.steps
-            if type(s) is KernelStep and s.region is not None and counts.get(f"v{s.out}", 0) == 1}
+            if type(s) is KernelStep and s.region is not None and s.reduce and counts.get(f"v{s.out}", 0) == 1}
 
 
 _LOCAL = re.compile(r"\b[vpr]\d+\b")  # the generated code's values, kernel partials and multiple results
@@ -675,9 +675,22 @@ def _region_runner(kernel, valueless, examples, shape, size, active_shapes, bloc
         runner, name = _fastest(candidates, examples)
         return runner, name, name == "numpy"
     if forced is None:
-        return (lambda *values: kernel(values, active_shapes)[:2]), "chosen per call", False
-    backend = forced if forced in kernel._candidates(examples, size) else "numpy"
-    return (lambda *values: kernel.run(backend, values, shape, size, active_shapes)), backend, False
+        def run(*values):
+            return kernel(values, active_shapes)[:2]
+        name = "chosen per call"
+    else:
+        backend = name = forced if forced in kernel._candidates(examples, size) else "numpy"
+
+        def run(*values):
+            return kernel.run(backend, values, shape, size, active_shapes)
+    if kernel.reduce:
+        return run, name, False
+
+    def run_full(*values):  # a broadcast's adjoints take each partial at the value's shape (see kernel_adjoints)
+        value, partials = run(*values)
+        return value, [p if p.shape == shape else np.array(np.broadcast_to(p, shape)) for p in partials]
+
+    return run_full, name, False
 
 
 def _fastest(candidates, examples, rounds=5):
@@ -710,6 +723,8 @@ def _whole_runner(kernel, valueless, examples, shape, active_shapes):
         results = whole(*examples)
     if any(type(r) is not np.ndarray or r.shape != shape or r.dtype != dtype for r in results[valueless:]):
         return None
+    if not kernel.reduce:
+        return whole
     if valueless:
         zero = dtype.type(0)
         return lambda *values: (zero, whole(*values)[1:])
