@@ -48,8 +48,9 @@ class Step:
 
 class KernelStep:
     """A broadcast/sum kernel: rerun with the same backend, pullbacks rebuilt from its partials.  ``region``:
-    the `regions.Region` it replaces (elementwise steps and their sum, fused when the program was compiled;
-    ``backend`` None: chosen as ``db.sum`` chooses), None for a recorded ``db.sum`` / ``db.broadcast``."""
+    the `regions.Region` it replaces (elementwise steps, and their sum if ``reduce``, fused when the program was
+    compiled; ``backend`` None: chosen when compiled, `replay._region_runner`), None for a recorded ``db.sum`` /
+    ``db.broadcast``."""
 
     __slots__ = ("kernel", "refs", "active", "backend", "out", "reduce", "region")
 
