@@ -133,12 +133,12 @@ def _prepared(candidates, args):
 
 
 def _db_columns(plain, fused, args):
-    """``db``, ``db.sum`` and ``db prep`` for a model written in plain NumPy (and fused)."""
+    """``db``, ``db.sum`` and ``db prep`` for a model written in plain NumPy (and fused).  ``db prep`` prepares
+    the plain model (its elementwise steps fused into forward regions), the fused one if that fails."""
     impls = {"db": lambda: (lambda: db.gradient(plain, *args))}
     if fused is not None:
         impls["db.sum"] = lambda: (lambda: db.gradient(fused, *args))
-    impls["db prep"] = _prepared([f for f in (fused, plain) if f is not None], args)
-    impls["prep plain"] = _prepared([plain], args)  # not a suite column: the plain NumPy model prepared (issue18)
+    impls["db prep"] = _prepared([f for f in (plain, fused) if f is not None], args)
     return impls
 
 

@@ -86,8 +86,11 @@ class Explanation:
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table><p>{summary}</p>"
 
 
-def explain(f: Callable[..., Any], *args: Any) -> Explanation:
+def explain(f: Callable[..., Any], *args: Any) -> "Explanation | ProgramExplanation":
     """Record one gradient evaluation of ``f(*args)`` and report every operation on its tape.
+
+    ``f`` a prepared gradient (`db.prepare_gradient`): the program it replays for ``args``
+    (a `ProgramExplanation`), its forward regions and the steps the gradient alone leaves out.
 
     >>> print(db.explain(lambda x: db.sum(np.exp, x) ** 2, np.zeros(3)))
     #  operation            mode     active  width  kept
@@ -95,6 +98,10 @@ def explain(f: Callable[..., Any], *args: Any) -> Explanation:
     2  np.power             reverse  1       -      8 B
     2 operations (1 forward, 1 reverse); 32 B kept for the backward pass; argument 0: 1 active leaf(s), 0 cut
     """
+    from .prepared import PreparedGradient  # (prepared imports api, as this module does)
+
+    if isinstance(f, PreparedGradient):
+        return _explain_program(f, args)
     tape, out, arguments = _trace(f, args)
     value, _ = _scalar_seed(out, tape)
     operations, everything = [], {}
@@ -120,6 +127,115 @@ def _operation(op, active, kept):
         name = f"{'sum' if op.reduce else 'broadcast'}({op.function}) [{op.backend}, {op.size}{order}]"
         return Operation(name, "forward", active, op.width, kept)
     return Operation(qualified_name(op), "reverse", active, 0, kept)
+
+
+class ProgramStep(NamedTuple):
+    """One step of a prepared program as replayed."""
+
+    name: str
+    mode: str  # "forward region" (steps fused when compiled), "forward" (a db.sum/db.broadcast), "reverse", "guard"
+    active: int  # its active inputs: one partial or cotangent each
+    width: int  # dual width of a forward kernel (0 otherwise)
+    fused: tuple  # a forward region's steps, its sum (or the step whose value it gives) last
+    backend: str  # a forward region's backend ("" otherwise)
+    gradient_alone: str  # "runs", "removed" (nothing the gradient needs reads it) or "without value"
+
+
+class ProgramExplanation:
+    """`explain` of a prepared gradient: the steps its program replays for the arguments given, with its forward
+    regions, and what its gradient alone (``prog(*args)``) leaves out; ``str()`` for text, ``_repr_html_`` for
+    Jupyter."""
+
+    def __init__(self, value, recorded, steps):
+        self.value = value
+        self.recorded = recorded  # how many steps were recorded
+        self.steps = steps
+
+    @property
+    def regions(self):
+        return [s for s in self.steps if s.mode == "forward region"]
+
+    @property
+    def removed(self):
+        """The steps ``prog(*args)`` does not run (their values only the result needs)."""
+        return [s for s in self.steps if s.gradient_alone == "removed"]
+
+    def _rows(self):
+        return [(str(k), s.name, s.mode, str(s.active), str(s.width) if s.width else "-", s.backend or "-",
+                 s.gradient_alone) for k, s in enumerate(self.steps, start=1)]
+
+    _HEADER = ("#", "step", "mode", "active", "width", "backend", "gradient alone")
+
+    def _summary(self):
+        fused = sum(len(s.fused) for s in self.regions)
+        return (f"{self.recorded} steps recorded, {len(self.steps)} replayed: {len(self.regions)} forward region(s) "
+                f"fusing {fused} steps; the gradient alone leaves out {len(self.removed)} step(s)"
+                + "".join(f" and computes {len(without)} region(s) without their value"
+                          for without in [[s for s in self.steps if s.gradient_alone == "without value"]] if without))
+
+    def __str__(self):
+        rows = [self._HEADER] + self._rows()
+        widths = [max(len(r[i]) for r in rows) for i in range(len(self._HEADER))]
+        lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+        return "\n".join(lines + [self._summary()])
+
+    def __repr__(self):
+        return f"<ProgramExplanation: {self._summary()}>"
+
+    def _repr_html_(self):
+        head = "".join(f"<th>{h}</th>" for h in self._HEADER)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in self._rows()
+        )
+        summary = html.escape(self._summary())
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table><p>{summary}</p>"
+
+
+def _explain_program(prog, args):
+    """The program ``prog`` replays for ``args`` (recorded first if none fits), step by step."""
+    from . import pytree
+    from .prepared import GuardFailed, _run, _signature
+
+    value, _ = prog.value_and_gradient(*args)
+    flat = [pytree.flatten(arg) for arg in args]
+    for program in prog.variants.get(_signature(flat), ()):
+        try:
+            _run(program.gradient, program, flat, None)
+        except GuardFailed:
+            continue
+        return ProgramExplanation(value, len(program.recorded_steps), _program_steps(program))
+    raise ValueError("these arguments are not replayed by a recorded program (f is evaluated by db.gradient for "
+                     "them; db.explain(f, *args) shows that evaluation)")
+
+
+def _program_steps(program):
+    from .program import Guard, KernelStep, SecondOrderStep
+
+    removed = set(program.removed["gradient"])
+    steps = []
+    for k, step in enumerate(program.steps):
+        alone = "removed" if k in removed else "runs"
+        if type(step) is Guard:
+            steps.append(ProgramStep(f"guard {_name(step.convert)}", "guard", 0, 0, (), "", alone))
+        elif type(step) is KernelStep and step.region is not None:
+            region = step.region
+            if "gradient alone" in region.backends and alone == "runs":
+                alone = "without value"
+            backend = region.backends.get("value", "")
+            fused = tuple(_name(s.func) for s in region.steps)
+            steps.append(ProgramStep(f"region({', '.join(fused)})", "forward region", len(region.active),
+                                     len(region.active), fused, backend, alone))
+        elif type(step) in (KernelStep, SecondOrderStep):
+            kind = "sum" if type(step) is SecondOrderStep or step.reduce else "broadcast"
+            width = len(step.active) if type(step) is KernelStep else len(step.slots)
+            steps.append(ProgramStep(f"{kind}({step.kernel.name})", "forward", width, width, (), step.backend, alone))
+        else:
+            steps.append(ProgramStep(_name(step.func), "reverse", len(step.active), 0, (), "", alone))
+    return steps
+
+
+def _name(func):
+    return func if type(func) is str else qualified_name(func) if hasattr(func, "__name__") else repr(func)
 
 
 def _kept_arrays(backs):

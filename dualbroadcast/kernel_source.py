@@ -258,6 +258,8 @@ def _block_code(kernel, kinds, full, stored):
             sums[k] = (dots[o.index], True)
         elif not keep and type(o) is Sym and o.index in buffers:
             sums[k] = (f"add_reduce({source}, None)", True)
+        elif not keep and type(o) is not Sym and not isinstance(o, np.ndarray) and o == 0:  # (a value not computed)
+            sums[k] = (f"z{k}", True)
         elif not keep:  # a literal, input or hoisted node: summed as often as the block has elements
             sums[k] = (f"add_reduce(np.broadcast_to({source}, SHAPE), None)", False)
         if not keep:

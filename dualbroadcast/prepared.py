@@ -41,6 +41,7 @@ from .guards import RECORDER, NotReplayableError
 from .numpy_facts import FLOAT_LEAVES, getitem, qualified_name
 from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpacked
 from .pytree import Cut
+from .regions import FUSE_REGIONS, forward_regions
 from .registry import BY_ARGNUM, OUTPUTS, complex_rule, first_output
 from .replay import _same, compile_program
 from .tape import (
@@ -295,7 +296,7 @@ class Program:
     """One recorded variant, compiled to straight-line Python (see `replay.compile_program`)."""
 
     def __init__(self, tape, recorder, arguments, out, float_leaves, complex_leaves=()):
-        self.steps = recorder.steps
+        self.recorded_steps = recorder.steps
         self.meta = recorder.meta
         self.tape = tape  # the recorded pullbacks' kinds shape the generated code
         self.arguments = arguments
@@ -305,7 +306,9 @@ class Program:
         self.constant = None if type(out) is Tracked else out  # a result that depends on no argument
         self.float_leaves = float_leaves  # value indices of the leaves passed as Python floats
         self.complex_leaves = complex_leaves  # ... and as Python complex numbers
-        self.run, self.gradient, self.source = compile_program(self, GuardFailed)
+        self.steps, self.regions = forward_regions(recorder.steps, self.meta, self.out) if FUSE_REGIONS.get() \
+            else (recorder.steps, [])
+        self.run, self.gradient, self.source, self.removed = compile_program(self, GuardFailed)
         self.tape = None  # the recording's values are not needed any more
 
     def shape_of(self, ref):
@@ -532,7 +535,7 @@ def _plain(args):
 
 def _plain_gradients(args, grads):
     """The gradients of plain arguments, as `db.gradient` gives them: Python floats as floats
-    (in their tuple or list), arrays as fresh arrays (the program's buffers are reused)."""
+    (in their tuple or list), arrays as fresh arrays (a program returns no buffer it reuses)."""
     result, k = [], 0
     for a in args:
         kind = type(a)
@@ -542,8 +545,8 @@ def _plain_gradients(args, grads):
             continue
         g = grads[k]
         k += 1
-        result.append(float(g) if kind is float
-                      else np.array(g, dtype=a.dtype) if kind is np.ndarray else a.dtype.type(g))
+        result.append(float(g) if kind is float  # a program returns arrays nothing else holds (`_Cotangents.gradients`)
+                      else np.asarray(g, dtype=a.dtype) if kind is np.ndarray else a.dtype.type(g))
     return result[0] if len(result) == 1 else tuple(result)
 
 

@@ -47,17 +47,21 @@ class Step:
 
 
 class KernelStep:
-    """A broadcast/sum kernel: rerun with the same backend, pullbacks rebuilt from its partials."""
+    """A broadcast/sum kernel: rerun with the same backend, pullbacks rebuilt from its partials.  ``region``:
+    the `regions.Region` it replaces (elementwise steps, and their sum if ``reduce``, fused when the program was
+    compiled; ``backend`` None: chosen when compiled, `replay._region_runner`), None for a recorded ``db.sum`` /
+    ``db.broadcast``."""
 
-    __slots__ = ("kernel", "refs", "active", "backend", "out", "reduce")
+    __slots__ = ("kernel", "refs", "active", "backend", "out", "reduce", "region")
 
-    def __init__(self, kernel, refs, active, backend, out, reduce):
+    def __init__(self, kernel, refs, active, backend, out, reduce, region=None):
         self.kernel = kernel
         self.refs = refs
         self.active = active
         self.backend = backend
         self.out = out
         self.reduce = reduce
+        self.region = region
 
 
 class SecondOrderStep:

@@ -17,14 +17,16 @@ negation on them give what NumPy's float64 gives (IEEE, no exception), and cost
 less.  Any other use first converts the value to ``np.float64``.
 """
 
+import math
 import re
+import time
 
 import numpy as np
 
 from .derivatives import DERIVATIVES
 from .expr import UfuncOperators
 from .kernel_source import _infer_dtypes, _out_dtypes
-from .kernels import _kind
+from .kernels import FORCED_BACKEND, Kernel, _chunks, _kind
 from .numpy_facts import as_dtype, getitem, source_of
 from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpacked
 from .pullbacks import (
@@ -99,8 +101,12 @@ def compile_program(program, guard_failed):
 
     ``run(leaf_values, out=None) -> (value, gradients of the active leaves)``, and
     ``gradient(...)``, the same without the value: forward steps only the value needed
-    are left out.  With ``out`` (one array per active leaf) the gradients are written
-    there instead and ``out`` is returned in their place.
+    are left out, and a forward region's kernel whose value nothing else reads runs
+    without it (`_valueless`).  With ``out`` (one array per active leaf) the gradients
+    are written there instead and ``out`` is returned in their place.
+
+    Returns ``(run, gradient, source, removed)``, ``removed`` per function name the
+    positions in ``program.steps`` of the steps it leaves out (shown by `db.explain`).
     """
     space = Namespace()
     space.names["GuardFailed"] = guard_failed
@@ -115,14 +121,31 @@ def compile_program(program, guard_failed):
     leaves = f"    {''.join(f'v{i}, ' for _, i in program.leaves)}= leaves"
     for i in sorted(program.complex_leaves):  # a Python complex is weak in NumPy; its tape value is np.complex128
         leaves += f"\n    v{i} = {space.bind(np.complex128)}(v{i})"
-    functions = []
+    functions, removed = [], {}
     for name, returned in (("run", value), ("gradient", "None")):
-        backward = _Backward(program, space).lines(returned)
+        backward = _Backward(program, space, forward.fresh_partials(())).lines(returned)
         needed = set(_LOCAL.findall("\n".join(backward)))
-        functions += [f"def {name}(leaves, out=None):", leaves] + _live(blocks, needed) + backward
+        dropped = []
+        lines = _live(blocks, needed, dropped)
+        dead = _dead_region_values(program, lines + backward)
+        if dead:  # their kernels again, without the value
+            dropped = []
+            lines = _live(forward.without_values(blocks, dead), needed, dropped)
+            backward = _Backward(program, space, forward.fresh_partials(dead)).lines(returned)
+        removed[name] = dropped
+        functions += [f"def {name}(leaves, out=None):", leaves] + lines + backward
     source = "\n".join(functions)
     exec(compile(source, "<dualbroadcast prepared program>", "exec"), space.names)
-    return space.names["run"], space.names["gradient"], source
+    return space.names["run"], space.names["gradient"], source, removed
+
+
+def _dead_region_values(program, lines):
+    """The outputs of the forward regions feeding a sum whose value no line but their kernel's own reads."""
+    counts = {}
+    for name in _LOCAL.findall("\n".join(lines)):
+        counts[name] = counts.get(name, 0) + 1
+    return {s.out for s in program.steps
+            if type(s) is KernelStep and s.region is not None and s.reduce and counts.get(f"v{s.out}", 0) == 1}
 
 
 _LOCAL = re.compile(r"\b[vpr]\d+\b")  # the generated code's values, kernel partials and multiple results
@@ -138,20 +161,26 @@ class _Block:
     """Forward lines for one step, the local names they define and use; a guard (or a step that may raise,
     `_may_raise`) is always kept."""
 
-    __slots__ = ("lines", "defines", "uses", "guard")
+    __slots__ = ("lines", "defines", "uses", "guard", "step")
 
     def __init__(self, lines, defines, uses, guard=False):
         self.lines, self.defines, self.uses, self.guard = lines, set(defines), set(uses), guard
+        self.step = None  # the position of the step it computes (None: a conversion)
 
 
-def _live(blocks, needed):
-    """The lines of the blocks that guards or the ``needed`` names depend on, in order."""
+def _live(blocks, needed, dropped=None):
+    """The lines of the blocks that guards or the ``needed`` names depend on, in order; the positions of
+    the steps left out appended to ``dropped``."""
     kept, live = [], set(needed)
     for block in reversed(blocks):
         if block.guard or block.defines & live:
             kept.append(block.lines)
             live -= block.defines  # in place: a new set per block made long programs quadratic
             live |= block.uses
+        elif dropped is not None and block.step is not None:
+            dropped.append(block.step)
+    if dropped is not None:
+        dropped.reverse()
     return [line for lines in reversed(kept) for line in lines]
 
 
@@ -193,6 +222,25 @@ class _Forward(_Writer):
     def __init__(self, program, space):
         super().__init__(program, space)
         self.floats = set(program.float_leaves)
+        self.fresh = set()  # (kernel output, without its value): partials that are new arrays on every call
+
+    def fresh_partials(self, valueless):
+        """The kernel outputs whose partials are arrays of their own on every call, when the regions of the
+        outputs in ``valueless`` run without their values."""
+        return {o for o, without in self.fresh if without == (o in valueless)}
+
+    def without_values(self, blocks, dead):
+        """``blocks`` with the kernels of the forward regions whose outputs are in ``dead`` computing their
+        partials only."""
+        changed = []
+        for block in blocks:
+            step = self.p.steps[block.step] if block.step is not None else None
+            if type(step) is KernelStep and step.out in dead:
+                position = block.step
+                block = self.kernel(step, True)
+                block.step = position
+            changed.append(block)
+        return changed
 
     def blocks(self):
         """The forward steps as `_Block` s, in order."""
@@ -215,6 +263,7 @@ class _Forward(_Writer):
                 else:
                     blocks += self.as_numpy(_indices(step.refs))
                 blocks.append(self.step(k, step))
+            blocks[-1].step = k
         return blocks
 
     def guard(self, step):
@@ -228,8 +277,12 @@ class _Forward(_Writer):
             self.floats.add(step.outs[0])
         return _Block([f"    v{step.outs[0]} = {self.ref(step.refs[0])}"], [f"v{step.outs[0]}"], _uses(step))
 
-    def kernel(self, step):
-        line = f"    v{step.out}, p{step.out} = {self.kernel_runner(step)}({', '.join(self.ref(r) for r in step.refs)})"
+    def kernel(self, step, valueless=False):
+        args = ", ".join(self.ref(r) for r in step.refs)
+        if valueless:
+            return _Block([f"    p{step.out} = {self.kernel_runner(step, True)}({args})[1]"], [f"p{step.out}"],
+                          _uses(step))
+        line = f"    v{step.out}, p{step.out} = {self.kernel_runner(step)}({args})"
         return _Block([line], [f"v{step.out}", f"p{step.out}"], _uses(step))
 
     def second_order(self, step):
@@ -297,15 +350,25 @@ class _Forward(_Writer):
                 blocks.append(_Block([f"    v{r} = {self.space.bind(np.float64)}(v{r})"], [f"v{r}"], [f"v{r}"]))
         return blocks
 
-    def kernel_runner(self, step):
+    def kernel_runner(self, step, valueless=False):
         """The kernel on its recorded backend and shapes; blocked with buffers of its own when the
-        shapes allow (no allocation per call), else the recorded backend."""
+        shapes allow (no allocation per call), else the recorded backend.  A forward region's (``backend``
+        None) runs blocked, or on the backend `kernels.set_backend` forced when it was compiled, or as
+        ``db.sum`` chooses; ``valueless``: its variant without the value (`_valueless`)."""
         kernel, backend = step.kernel, step.backend
         examples = [np.zeros(*self.p.meta[r]) if type(r) is int else r.value for r in step.refs]
         shape = np.broadcast_shapes(*[np.shape(v) for v in examples])
         size = int(np.prod(shape))
         active_shapes = [np.shape(examples[i]) for i in step.active]
-        if size and all(np.size(v) in (1, size) for v in examples) and _partials_typed_as_value(kernel, examples):
+        blockable = size and all(np.size(v) in (1, size) for v in examples) \
+            and _partials_typed_as_value(kernel, examples)
+        if step.region is not None:
+            runner, used, fresh = _region_runner(kernel, valueless, examples, shape, size, active_shapes, blockable)
+            step.region.backends["gradient alone" if valueless else "value"] = used
+            if fresh:
+                self.fresh.add((step.out, valueless))
+            return self.space.bind(runner, "k")
+        if blockable:
             return self.space.bind(kernel.blocked_runner(examples, shape, size, active_shapes), "k")
 
         def run(*values):
@@ -322,9 +385,9 @@ class _Backward(_Writer):
     """The backward code: per step, last first, the terms of its arguments' cotangents, each handed to
     `_Cotangents` (which decides how it is added); then the gradients returned or written into ``out``."""
 
-    def __init__(self, program, space):
+    def __init__(self, program, space, fresh=()):
         super().__init__(program, space)
-        self.cotangents = _Cotangents(program, space)
+        self.cotangents = _Cotangents(program, space, fresh)
 
     def lines(self, value):
         """The adjoints, then the gradients returned (or written into ``out``) with ``value``."""
@@ -462,12 +525,13 @@ class _Cotangents:
     deferred to be written straight into ``out=``); and in ``known`` the cotangents that are numbers here,
     which a `Folded` term is added to now instead of by the generated code."""
 
-    def __init__(self, program, space):
+    def __init__(self, program, space, fresh=()):
         self.p = program
         self.space = space
         self.state = {}
         self.known = {}
         self.last = {}  # active leaf -> (partial, kernel value): its one product, written last
+        self.fresh = fresh  # kernel values whose partials are new arrays on every call
 
     def __contains__(self, i):
         """Whether value ``i`` has a cotangent: its adjoints are needed."""
@@ -530,31 +594,45 @@ class _Cotangents:
 
     def gradients(self, value):
         """The function's end: the active leaves' cotangents (zeros for those without one, the deferred
-        products) returned with ``value``, or written into ``out``."""
+        products) returned with ``value``, or written into ``out``.  Returned gradients are arrays nothing else
+        holds (the caller keeps them as they are): a deferred product into its partial if that is new on every
+        call, else into a new array; any other cotangent copied."""
         lines = []
+        new = set()
         for i in self.p.active_leaves:
             if i not in self.state:
                 shape, dtype = self.p.meta[i]
                 lines.append(f"    g{i} = {self.space.bind(np.zeros)}({shape!r}, {self.space.bind(dtype)})")
+                new.add(i)
         returned, written = [], []
         for k, i in enumerate(self.p.active_leaves):
             if i in self.last:
                 partial, o = self.last[i]
-                returned += self.product(partial, o, partial, f"g{i} = ")
+                returned += self.product(partial, o, partial if o in self.fresh else None, f"g{i} = ")
                 written += self.product(partial, o, f"out[{k}]", "")
+                new.add(i)
             else:
                 written.append(f"    np.copyto(out[{k}], g{i})")
+        copy = self.space.bind(np.array)
         lines.append("    if out is None:")
         lines += ["    " + line for line in returned]
-        lines.append(f"        return {value}, ({''.join(f'g{i}, ' for i in self.p.active_leaves)})")
+        items = "".join(f"g{i}, " if i in new else f"{copy}(g{i}), " for i in self.p.active_leaves)
+        lines.append(f"        return {value}, ({items})")
         return lines + written + [f"    return {value}, out"]
 
     def product(self, partial, o, target, assign):
-        """``partial · g<o>`` written into ``target``.  A scalar cotangent of the dtype it was recorded
-        with goes through a 0-d buffer of the program's: a ufunc takes that ~150 ns faster than a
-        NumPy scalar, and computes the same (both are strong, same dtype); any other type as it is."""
+        """``partial · g<o>`` written into ``target`` (None: a new array like the partial).  A scalar cotangent
+        of the dtype it was recorded with goes through a 0-d buffer of the program's: a ufunc takes that ~150 ns
+        faster than a NumPy scalar, and computes the same (both are strong, same dtype); any other type as it is."""
         multiply = self.space.bind(np.multiply, "f")
         shape, dtype = self.p.meta[o]
+        one = self.known.get(o)
+        if type(one) is dtype.type and one == 1:  # the cotangent of f's result itself: the partial is the product
+            if target is None:
+                return [f"    {assign}{self.space.bind(np.array)}({partial})"]
+            return [f"    {assign}{partial}"] if target == partial else [f"    np.copyto({target}, {partial})"]
+        if target is None:
+            target = f"{self.space.bind(np.empty_like)}({partial})"
         if shape:
             return [f"    {assign}{multiply}({partial}, g{o}, {target})"]
         scalar, buffer = self.space.bind(dtype.type), self.space.bind(np.empty((), dtype), "z")
@@ -573,6 +651,97 @@ def _real_part(term, real):
     if not real:
         return term
     return Folded(np.real(term.value)) if type(term) is Folded else f"np.real({term})"
+
+
+def _region_runner(kernel, valueless, examples, shape, size, active_shapes, blockable):
+    """A forward region's kernel (``valueless``: its variant without the value) as a function of its inputs
+    returning ``(value, partials)``, the backend's name, and whether its partials are new arrays on every call.
+    On the backend `kernels.set_backend` forced when the program was compiled; else blocked where it runs on
+    several threads; where it would run on one, whole arrays if they time faster here (NumPy's passes over
+    arrays that stay in cache can beat the blocked loop's calls per block: ``sum(x**2)`` of 1e5 float32 took
+    0.29x the primal so, 2.4x blocked; EAM's four operations on 1e5 float64 took 6x blocked's time); else as
+    ``db.sum`` chooses."""
+    if valueless:
+        kernel = _valueless(kernel, examples)
+    forced = FORCED_BACKEND.get()
+    candidates = []
+    if blockable and forced in (None, "blocked"):
+        candidates.append((kernel.blocked_runner(examples, shape, size, active_shapes), "blocked"))
+    if forced is None and len(_chunks(size)) == 2:
+        whole = _whole_runner(kernel, valueless, examples, shape, active_shapes)
+        if whole is not None:
+            candidates.append((whole, "numpy"))
+    if candidates:
+        runner, name = _fastest(candidates, examples)
+        return runner, name, name == "numpy"
+    if forced is None:
+        def run(*values):
+            return kernel(values, active_shapes)[:2]
+        name = "chosen per call"
+    else:
+        backend = name = forced if forced in kernel._candidates(examples, size) else "numpy"
+
+        def run(*values):
+            return kernel.run(backend, values, shape, size, active_shapes)
+    if kernel.reduce:
+        return run, name, False
+
+    def run_full(*values):  # a broadcast's adjoints take each partial at the value's shape (see kernel_adjoints)
+        value, partials = run(*values)
+        return value, [p if p.shape == shape else np.array(np.broadcast_to(p, shape)) for p in partials]
+
+    return run_full, name, False
+
+
+def _fastest(candidates, examples, rounds=5):
+    """The candidate ``(runner, name)`` that runs fastest on ``examples`` (a half in each element: no special
+    values), best of ``rounds`` timed in turns so that a moment of load hits each alike."""
+    if len(candidates) == 1:
+        return candidates[0]
+    values = [np.full(np.shape(v), 0.5, v.dtype) if np.result_type(v).kind == "f" and type(v) is np.ndarray else v
+              for v in examples]
+    best = [math.inf] * len(candidates)
+    with np.errstate(all="ignore"):
+        for _ in range(rounds):
+            for k, (runner, _) in enumerate(candidates):
+                start = time.perf_counter()
+                runner(*values)
+                best[k] = min(best[k], time.perf_counter() - start)
+    return candidates[best.index(min(best))]
+
+
+def _whole_runner(kernel, valueless, examples, shape, active_shapes):
+    """The whole-array kernel of a region whose inputs and partials all have the call's shape, each partial
+    an array of its own of the value's dtype (a partial that is an input would be multiplied in place), with
+    its value summed; None if these do not hold."""
+    if not all(kernel.fresh) or any(s != shape for s in active_shapes) \
+            or any(type(v) is not np.ndarray or v.shape != shape for v in examples):
+        return None
+    whole = kernel.typed_whole(tuple(map(_kind, examples)))
+    dtype = np.dtype(kernel.value_dtype(examples))
+    with np.errstate(all="ignore"):  # zeros for the example values: only the results' shapes and dtypes are read
+        results = whole(*examples)
+    if any(type(r) is not np.ndarray or r.shape != shape or r.dtype != dtype for r in results[valueless:]):
+        return None
+    if not kernel.reduce:
+        return whole
+    if valueless:
+        zero = dtype.type(0)
+        return lambda *values: (zero, whole(*values)[1:])
+
+    def run(*values):
+        results = whole(*values)
+        return np.add.reduce(results[0], None), results[1:]
+
+    return run
+
+
+def _valueless(kernel, examples):
+    """A forward region's kernel without its value (a zero of its dtype in its place): what the gradient
+    alone needs when nothing else reads the sum (``sum(arctan2(x, 2))`` needs only ``2 / (x*x + 4)``)."""
+    zero = np.dtype(kernel.value_dtype(examples)).type(0)
+    return Kernel(kernel.inputs[0].graph, kernel.inputs, [zero] + kernel.outputs[1:], kernel.reduce, kernel.name,
+                  kernel.complex)
 
 
 def _partials_typed_as_value(kernel, examples):

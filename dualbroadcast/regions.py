@@ -1,0 +1,206 @@
+"""Forward regions of a prepared program: connected elementwise steps fused into one kernel.
+
+A recorded program written in plain NumPy (``np.sum(np.exp(-3 * (x + 1)))``) is
+a chain of elementwise steps, each a pass over memory forward and another
+backward.  `forward_regions` finds each maximal connected group of elementwise
+steps (ufuncs and ``np.where`` the kernels can differentiate, called without
+keywords) whose only reader is a whole sum, and replaces group and sum by one
+`KernelStep`: the kernel `broadcast._build` makes for ``db.sum`` of the same
+function, traced from the steps themselves, so the replay runs it as a
+``db.sum`` step — value and one partial per active input in one pass, the
+backward pass its partials times the sum's cotangent.  Then each group read by
+another step (a matrix product, a guard, ...) becomes a ``db.broadcast`` kernel
+of its last step's value, if that has at least `BROADCAST_MIN` elements (on
+fewer, the inline steps cost less than a kernel call).
+
+A step joins the region only if every reader of its value is in the region: a
+value also read elsewhere (a later step, a guard, the result) is an input of
+the region instead, so no value the rest of the program reads disappears.
+"""
+
+import contextvars
+import math
+
+import numpy as np
+
+from .broadcast import _build
+from .expr import _has_forward_rule
+from .program import Const, Guard, KernelStep, Step, unpacked
+from .registry import PER_ARGUMENT
+
+BROADCAST_MIN = 16384  # elements from which a region not feeding a sum is fused: below, its steps inline cost less
+FUSE_REGIONS = contextvars.ContextVar("dualbroadcast_fuse_regions", default=True)  # False: steps as recorded
+
+
+class Region:
+    """What one forward region fused: its steps (the last its sum, or the step whose value it gives), its
+    inputs (value indices and constants), the positions of the active ones among them, the value index of its
+    result, and the backends its kernel runs on (``"value"``, and ``"gradient alone"`` for its variant without
+    the value, set when the program is compiled); what `explain` shows of a prepared program."""
+
+    __slots__ = ("steps", "refs", "active", "out", "position", "backends")
+
+    def __init__(self, steps, refs, active, out, position):
+        self.steps = steps
+        self.refs = refs
+        self.active = active
+        self.out = out
+        self.position = position  # of its last step among those recorded
+        self.backends = {}
+
+
+def forward_regions(steps, meta, out):
+    """``(steps, regions)``: the program's steps with each forward region replaced by its `KernelStep`
+    (placed where its last step was), and the `Region` s in order.  ``out``: the result's value index (read by
+    the caller)."""
+    producer, readers = {}, {out: {-1}}
+    for k, step in enumerate(steps):
+        for i in _read(step):
+            readers.setdefault(i, set()).add(k)
+        if type(step) is Step:
+            for o in step.outs:
+                if o is not None:
+                    producer[o] = k
+    replaced, regions = {}, []
+    taken = set()
+    for k, step in enumerate(steps):
+        if not _is_whole_sum(step, meta) or k in taken:
+            continue
+        region = _grow(k, steps, producer, readers, meta)
+        if len(region) < 2:
+            continue
+        kernel_step, info = _fused(sorted(region), steps, meta, True)
+        if kernel_step is None:
+            continue
+        taken |= region
+        replaced[k] = kernel_step
+        regions.append(info)
+    for k in range(len(steps) - 1, -1, -1):  # then the elementwise steps read by other steps, last first
+        if k in taken or not _is_elementwise(steps[k], meta) or meta[steps[k].outs[0]][1].kind != "f" \
+                or math.prod(meta[steps[k].outs[0]][0]) < BROADCAST_MIN:
+            continue
+        region = _grow(k, steps, producer, readers, meta) - taken
+        if len(region) < 2:
+            continue
+        kernel_step, info = _fused(sorted(region), steps, meta, False)
+        if kernel_step is None:
+            continue
+        taken |= region
+        replaced[k] = kernel_step
+        regions.append(info)
+    regions.sort(key=lambda r: r.position)
+    if not regions:
+        return steps, []
+    return [replaced.get(k, s) for k, s in enumerate(steps) if k in replaced or k not in taken], regions
+
+
+def _read(step):
+    """The value indices a step reads (a guard its value; a Pack's items)."""
+    if type(step) is Guard:
+        return [step.index]
+    return [r for r in unpacked(step.refs) if type(r) is int]
+
+
+def _is_whole_sum(step, meta):
+    """``np.sum(v)`` (or ``v.sum()``) of a traced value over every axis, to a real floating value."""
+    return type(step) is Step and step.func is np.sum and not step.kwargs and len(step.refs) == 1 \
+        and type(step.refs[0]) is int and not step.complex and step.outs[0] is not None \
+        and meta[step.outs[0]][1].kind == "f"
+
+
+def _is_elementwise(step, meta):
+    """A step a kernel can run: a ufunc of one result (or ``np.where(c, x, y)``) with a forward rule,
+    called without keywords on real numbers."""
+    if type(step) is not Step or step.kwargs or step.complex or step.kind not in (PER_ARGUMENT, None):
+        return False
+    func = step.func
+    if func is np.where:
+        if len(step.refs) != 3:
+            return False
+    elif not (isinstance(func, np.ufunc) and func.nout == 1 and func.nin == len(step.refs)):
+        return False
+    if not _has_forward_rule(func) or len(step.outs) != 1 or step.outs[0] is None:
+        return False
+    if meta[step.outs[0]][1].kind not in "biuf":
+        return False
+    for r in step.refs:
+        if type(r) is int:
+            if meta[r][1].kind not in "biuf":
+                return False
+        elif type(r) is not Const or not _is_real_constant(r.value):
+            return False
+    return True
+
+
+def _is_real_constant(value):
+    if type(value) in (bool, int, float):
+        return True
+    return isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in "biuf"
+
+
+def _grow(k, steps, producer, readers, meta):
+    """The steps of the region ending at the sum ``steps[k]``: the producers of its values added while
+    every reader of what they make is already in it."""
+    region = {k}
+    changed = True
+    while changed:
+        changed = False
+        for j in sorted(region, reverse=True):
+            for r in steps[j].refs:
+                p = producer.get(r) if type(r) is int else None
+                if p is None or p in region or not _is_elementwise(steps[p], meta):
+                    continue
+                if readers.get(steps[p].outs[0], set()) <= region:
+                    region.add(p)
+                    changed = True
+    return region
+
+
+def _fused(order, steps, meta, reduce):
+    """The `KernelStep` of the region ``order`` (step positions; ``reduce``: the last is their sum) and its
+    `Region`; (None, None) if the kernel cannot be built."""
+    last = order[-1]
+    elementwise = order[:-1] if reduce else order
+    made = {steps[j].outs[0] for j in elementwise}
+    refs, keys = [], {}  # kernel inputs: value indices and array constants, each once
+    for j in elementwise:
+        for r in steps[j].refs:
+            if type(r) is int and r not in made and r not in keys:
+                keys[r] = len(refs)
+                refs.append(r)
+            elif type(r) is Const and type(r.value) not in (bool, int, float) and id(r) not in keys:
+                keys[id(r)] = len(refs)
+                refs.append(r)
+    active = sorted({keys[steps[j].refs[i]] for j in elementwise for i in steps[j].active
+                     if type(steps[j].refs[i]) is int and steps[j].refs[i] in keys})
+    summed = steps[last].refs[0] if reduce else steps[last].outs[0]
+    body = [steps[j] for j in elementwise]
+
+    def f(*symbols):
+        values = {}
+        for r, s in zip(refs, symbols):
+            values[r if type(r) is int else id(r)] = s
+
+        def arg(r):
+            if type(r) is int:
+                return values[r]
+            return values.get(id(r), r.value)
+
+        for step in body:
+            values[step.outs[0]] = step.func(*map(arg, step.refs))
+        return values[summed]
+
+    f.__name__ = "region"
+    examples = [np.zeros(*meta[r]) if type(r) is int else r.value for r in refs]
+    kinds = [meta[r][1] if type(r) is int else np.result_type(r.value) for r in refs]
+    if any(k.kind == "f" and k != meta[steps[last].outs[0]][1] for k in kinds):
+        return None, None  # a kernel sums a partial that is an input in the input's precision, the tape in the value's
+    try:
+        kernel = _build(f, None, examples, len(refs), active, reduce, kinds)
+    except Exception:  # noqa: BLE001 - a region the kernels cannot run stays as recorded
+        return None, None
+    if active and len(kernel.outputs) == 1:
+        return None, None  # its value is not a real number
+    out = steps[last].outs[0]
+    region = Region([steps[j] for j in order], refs, active, out, last)
+    return KernelStep(kernel, refs, active, None, out, reduce, region), region
