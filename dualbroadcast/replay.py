@@ -546,8 +546,15 @@ class _Cotangents:
                 written.append(f"    np.copyto(out[{k}], g{i})")
         lines.append("    if out is None:")
         lines += ["    " + line for line in returned]
-        lines.append(f"        return {value}, ({''.join(f'g{i}, ' for i in self.p.active_leaves)})")
+        lines.append(f"        return {value}, ({''.join(f'{self.returned(i)}, ' for i in self.p.active_leaves)})")
         return lines + written + [f"    return {value}, out"]
+
+    def returned(self, i):
+        """The returned cotangent of active leaf ``i``: a number known here, of a leaf passed as a Python float, as
+        a Python float (the gradient `db.gradient` gives it: the call returns it as it is)."""
+        if i in self.p.float_leaves and i in self.known:
+            return self.space.bind(float(self.known[i]))
+        return f"g{i}"
 
     def product(self, partial, o, target, assign):
         """``partial · g<o>`` written into ``target``.  A scalar cotangent of the dtype it was recorded
