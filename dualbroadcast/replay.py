@@ -128,6 +128,13 @@ def compile_program(program, guard_failed):
 _LOCAL = re.compile(r"\b[vpr]\d+\b")  # the generated code's values, kernel partials and multiple results
 
 
+def _gives_view(index):
+    """Whether ``x[index]`` is a view of x for every array x it indexes (a slice, or a tuple of slices and
+    integers with a slice among them): adding into it adds into x."""
+    items = index if type(index) is tuple else (index,)
+    return slice in map(type, items) and all(type(i) in (slice, int) for i in items)
+
+
 def _may_raise(func):
     """Whether ``func`` raises on some values (np.linalg: a singular matrix): its step is kept even where the
     gradient does not read its value, so that a replay raises where `db.gradient` does."""
@@ -357,11 +364,13 @@ class _Backward(_Writer):
                 lines += self.cotangents.accumulate(parent, _real_part(self.inline_adjoint(step, i, o), real))
             elif dot is not None:
                 other = Src(self.ref(step.refs[1 - i]), self.space)
-                term = dot[i](other, Src(f"g{o}", self.space)).text
+                term = other.text if self.times_one(step, i, o) else dot[i](other, Src(f"g{o}", self.space)).text
                 lines += self.cotangents.accumulate(parent, _real_part(term, real))
             elif type(recorded) is IndexPullback and step.func is getitem and type(step.refs[1]) is Const:
                 index = self.ref(step.refs[1])
-                add = f"np.add.at(g{parent}, {index}, g{o})" if recorded.repeats else f"g{parent}[{index}] += g{o}"
+                add = f"np.add.at(g{parent}, {index}, g{o})" if recorded.repeats \
+                    else f"w = g{parent}[{index}]; w += g{o}" if _gives_view(step.refs[1].value) \
+                    else f"g{parent}[{index}] += g{o}"  # (into a view: no copy of it back into itself)
                 lines += self.cotangents.owned(parent) + [f"    {add}"]
             elif type(recorded) is IndexPullback:
                 lines.append(f"    b = {self.maker(step, i, j, k, o)}")
@@ -373,6 +382,16 @@ class _Backward(_Writer):
                 maker = self.maker(step, i, j, k, o)
                 lines += self.cotangents.accumulate(parent, f"{self.space.bind(apply, 'a')}({maker}, g{o})")
         return lines
+
+    def times_one(self, step, i, o):
+        """Whether argument ``i``'s term of the dot of two vectors ``step`` is the other vector itself: its
+        cotangent ``g<o>`` is a number known to be 1 that leaves the vector's dtype as it is (a sum of dots in a
+        loop), so ``g · b`` is ``b`` (shared, never changed in place: `_Cotangents`)."""
+        number, other = self.cotangents.number(o), step.refs[1 - i]
+        if number is None or type(other) is not int or len(self.p.shape_of(step.refs[i])) != 1:
+            return False
+        dtype = self.p.meta[other][1]
+        return number == 1 and np.result_type(number, dtype) == dtype and dtype.kind == "f"
 
     def inline_adjoint(self, step, i, o):
         """The term of argument ``i`` of an inline step: ``g<o>`` times its partial in the derivative table,
