@@ -571,7 +571,7 @@ class _Cotangents:
     def returned(self, i):
         """The returned cotangent of active leaf ``i``: a number known here, of a leaf passed as a Python float, as
         a Python float (the gradient `db.gradient` gives it: the call returns it as it is)."""
-        if i in self.p.float_leaves and i in self.known:
+        if i in self.p.float_leaves and isinstance(self.known.get(i), (int, float, np.floating)):
             return self.space.bind(float(self.known[i]))
         return f"g{i}"
 

@@ -12,6 +12,9 @@ import numpy as np
 import pytest
 
 import dualbroadcast as db
+from dualbroadcast.derivatives import DERIVATIVES
+from dualbroadcast.pullbacks import apply
+from dualbroadcast.rules.elementwise import power_vjp
 from dualbroadcast.rules.reductions import expand
 
 BROADCAST = sys.modules["dualbroadcast.broadcast"]  # the module (``db.broadcast`` is the function)
@@ -79,6 +82,17 @@ def test_square_pullback_called_twice_and_at_second_order():
     first = back(g)
     assert_identical(back(g), first)
     np.testing.assert_array_equal(db.hessian(lambda x: np.sum(x**2), x), 2 * np.eye(3))
+
+
+def test_square_pullback_only_for_the_tables_partial(monkeypatch):
+    """A partial of x ** y registered anew (db.defderivative) is used as written, for x ** 2 too."""
+    monkeypatch.setitem(DERIVATIVES, np.power, (lambda ans, x, y: 3 * x, DERIVATIVES[np.power][1]))
+    x = points((3,), np.float64)
+    back = power_vjp(np.power, 0)(x**2, x, 2)
+    np.testing.assert_array_equal(apply(back, np.ones(3)), 3 * x)
+    monkeypatch.undo()
+    back = power_vjp(np.power, 0)(x**2, x, 2)
+    np.testing.assert_array_equal(apply(back, np.ones(3)), 2 * x)
 
 
 # --- a total's cotangent, np.sum without keywords -----------------------------------------------
