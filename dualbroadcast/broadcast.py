@@ -248,7 +248,8 @@ class _Plan:
         self.helpers = tuple(reads.functions[1:])  # the first is f: checked by code, defaults and globals
         self.signature = tuple((i in active, v.dtype) for i, v in enumerate(values))
         self.shape = values[0].shape
-        self.whole = kernel.typed_whole(tuple(v.dtype for v in values), same_shape=True)  # `run` checks the shapes
+        # `run` checks the shapes; a ufunc of 0-d arrays gives NumPy scalars, no arrays a later one could write into
+        self.whole = kernel.typed_whole(tuple(v.dtype for v in values), same_shape=values[0].ndim > 0)
         self.reduce = reduce
         self.call = call
 

@@ -218,13 +218,14 @@ def _shared(x):
     return e * e + e
 
 
+@pytest.mark.parametrize("shape", [(3, 50), (1,), ()])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("f", [_chain, _mixed, _shared])
-def test_plan_kernel_like_the_numpy_backend(f, dtype):
+def test_plan_kernel_like_the_numpy_backend(f, dtype, shape):
     """The second call of a db.sum takes its plan (the in-place whole-array kernel): value and gradient bit
     for bit those of the numpy backend; the inputs unchanged; db.broadcast likewise; and finite differences."""
     n = f.__code__.co_argcount
-    args = [points((3, 50), dtype, seed=k) for k in range(n)]
+    args = [points(shape, dtype, seed=k) for k in range(n)]
     copies = [a.copy() for a in args]
     fast = lambda *a: db.sum(f, *a)
     reference = lambda *a: db.sum(f, *a, backend="numpy")
