@@ -252,7 +252,8 @@ class _Plan:
         self.size = values[0].size
         bucket = kernel.choice.buckets.get(self.size.bit_length())
         self.bucket = bucket if type(bucket) is kernels.Bucket else None  # an automatic choice to keep timing
-        self.whole = kernel.typed_whole(tuple(v.dtype for v in values))
+        # `run` checks the shapes; a ufunc of 0-d arrays gives NumPy scalars, no arrays a later one could write into
+        self.whole = kernel.typed_whole(tuple(v.dtype for v in values), same_shape=values[0].ndim > 0)
         self.reduce = reduce
         self.call = call
 

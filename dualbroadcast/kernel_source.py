@@ -10,7 +10,8 @@ write them (`numpy_facts.source_of`).
 
 - Whole arrays (`whole_array_kernel`, the ``numpy`` backend): one statement per
   operation, NumPy allocating each result.  Given the input dtypes, each weak literal
-  (``x + 1``) is a 0-d array of the dtype NumPy casts it to (the cached plan's kernel).
+  (``x + 1``) is a 0-d array of the dtype NumPy casts it to.  For inputs of one shape (the
+  cached plan's kernel, `whole_in_place_kernel`) a dead intermediate's array is reused.
 - Blocked (`blocked_kernel`, `single_block_kernel`): every operation writes ``out=``
   into a scratch buffer, reused once its value is dead, or into the output it computes;
   nodes that depend on no full-size input are computed once (hoisted).  One generator
@@ -192,6 +193,51 @@ def whole_array_kernel(kernel, kinds=None):
             lines.append(f"    {names[node.index]} = {one}")
             continue
         lines.append(f"    {names[node.index]} = {_call_source(kernel, node.op, refs)}")
+    lines.append("    return " + "".join(f"{_ref(names, o)}, " for o in kernel.outputs))
+    return _compile(lines, namespace, "kernel")
+
+
+def whole_in_place_kernel(kernel, kinds):
+    """`whole_array_kernel` for array inputs of one shape and of dtypes ``kinds`` (a cached plan's call): an
+    intermediate of that shape, once dead, is the ``out=`` of a later ufunc of its dtype, so that a call
+    allocates about as many arrays as it returns.  (Each large array freed and allocated again can be
+    page-faulted in anew: a float32 arctan2 kernel of 1e5 elements took 5x its operations' time so.)"""
+    names = kernel.names
+    namespace = _namespace(kernel)
+    node_dtypes = _infer_dtypes(kernel, kinds)
+
+    def dtype_of(a):
+        return np.dtype(node_dtypes[a.index])
+
+    last_use = {}
+    for k, node in enumerate(kernel.order):
+        for a in node.args:
+            if type(a) is Sym:
+                last_use[a.index] = k
+    full = {x.index for x in kernel.inputs}  # values of the call's shape
+    returned = {o.index for o in kernel.outputs if type(o) is Sym}
+    made, free = set(), {}  # nodes whose array this call allocated; dtype -> names of dead ones
+    lines = [f"def kernel({', '.join(kernel.input_names)}):"]
+    for k, node in enumerate(kernel.order):
+        refs = _operand_refs(kernel, node, lambda a: names[a.index], dtype_of, namespace)
+        if _is_unit_power(node):
+            lines.append(f"    {names[node.index]} = {_unit_literal(node, dtype_of(node), namespace)}")
+            continue
+        for i in {a.index for a in node.args if type(a) is Sym}:
+            if i in made and last_use[i] == k and i not in returned:  # dead from here: this result may take it
+                made.discard(i)
+                free.setdefault(np.dtype(node_dtypes[i]), []).append(names[i])
+        elementwise = isinstance(node.op, np.ufunc) and node.op.nout == 1 and any(
+            type(a) is Sym and a.index in full for a in node.args) and all(
+            a.index in full if type(a) is Sym else np.ndim(a) == 0 for a in node.args)
+        spare = free.get(dtype_of(node)) if elementwise else None
+        if spare:
+            lines.append(f"    {names[node.index]} = {_in_place_source(kernel, node.op, refs, spare.pop())}")
+        else:
+            lines.append(f"    {names[node.index]} = {_call_source(kernel, node.op, refs)}")
+        if elementwise:
+            full.add(node.index)
+            made.add(node.index)
     lines.append("    return " + "".join(f"{_ref(names, o)}, " for o in kernel.outputs))
     return _compile(lines, namespace, "kernel")
 

@@ -50,6 +50,7 @@ from .kernel_source import (
     numexpr_sources,
     single_block_kernel,
     whole_array_kernel,
+    whole_in_place_kernel,
 )
 from .pullbacks import unbroadcast
 
@@ -137,9 +138,10 @@ class Kernel:
         return value, [p if getattr(p, "dtype", None) is dtype or getattr(p, "dtype", None) == dtype
                        else np.asarray(p, dtype) for p in partials]
 
-    def typed_whole(self, kinds):
-        """The whole-array kernel for inputs of ``kinds`` (dtypes), its literals typed to match."""
-        return self.backends["numpy"].typed_whole(kinds)
+    def typed_whole(self, kinds, same_shape=False):
+        """The whole-array kernel for inputs of ``kinds`` (dtypes), its literals typed to match; ``same_shape``:
+        for array inputs of one shape only, reusing dead intermediates' arrays (`whole_in_place_kernel`)."""
+        return self.backends["numpy"].typed_whole(kinds, same_shape)
 
     def blocked_runner(self, values, shape, size, active_shapes, owned=True):
         """A function of the input values running the blocked kernel for these shapes and dtypes;
@@ -291,7 +293,7 @@ class _WholeArrays:
     def __init__(self, kernel):
         self.kernel = kernel
         self.whole = whole_array_kernel(kernel)
-        self.typed = {}  # input dtypes -> whole-array kernel with typed literals
+        self.typed = {}  # (input dtypes, for inputs of one shape) -> whole-array kernel with typed literals
 
     def eligible(self, values, size):
         return True
@@ -299,10 +301,11 @@ class _WholeArrays:
     def run(self, values, shape, size, active_shapes):
         return _finish(self.kernel, self.whole(*values), shape, active_shapes)
 
-    def typed_whole(self, kinds):
-        whole = self.typed.get(kinds)
+    def typed_whole(self, kinds, same_shape=False):
+        whole = self.typed.get((kinds, same_shape))
         if whole is None:
-            whole = self.typed[kinds] = whole_array_kernel(self.kernel, kinds)
+            make = whole_in_place_kernel if same_shape else whole_array_kernel
+            whole = self.typed[kinds, same_shape] = make(self.kernel, kinds)
         return whole
 
 

@@ -309,6 +309,9 @@ class Program:
         self.steps, self.regions = forward_regions(recorder.steps, self.meta, self.out) if FUSE_REGIONS.get() \
             else (recorder.steps, [])
         self.run, self.gradient, self.source, self.removed = compile_program(self, GuardFailed)
+        # Whether ``gradient`` gives Python floats, known after its first call: a program of Python-float leaves gives
+        # the same types on every call (its steps' types follow from its leaves'), a tuple of them its gradient as is.
+        self.floats_out = None
         self.tape = None  # the recording's values are not needed any more
 
     def shape_of(self, ref):
@@ -346,6 +349,29 @@ class PreparedGradient:
             return variants
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
+        if out is None and len(args) == 1 and not self.globals_read:  # one float, or one tuple or list of floats
+            x = args[0]
+            kind = type(x)
+            if kind is float:
+                key, leaves = _ONE_FLOAT, args
+            elif (kind is tuple or kind is list) and x and list(map(type, x)).count(float) == len(x):
+                key, leaves = ((kind, len(x)),), x
+            else:
+                return self._evaluate(args, out, False)[1]
+            try:
+                programs = self.local.variants.get(key, ())
+            except AttributeError:  # a thread's first call
+                programs = ()
+            for program in programs:
+                try:
+                    grads = program.gradient(leaves)[1]
+                except GuardFailed:
+                    continue
+                if kind is float:
+                    return float(grads[0])
+                if program.floats_out is None:  # Python floats on the first call: on every call (see `floats_out`)
+                    program.floats_out = list(map(type, grads)).count(float) == len(grads)
+                return grads if program.floats_out and kind is tuple else kind(map(float, grads))
         return self._evaluate(args, out, False)[1]
 
     def value_and_gradient(self, *args: Any, out: Any = None) -> tuple[Any, Any]:
@@ -531,6 +557,9 @@ def _plain(args):
         else:
             return None
     return tuple(key), leaves
+
+
+_ONE_FLOAT = (float,)  # `_plain`'s key of one Python float
 
 
 def _plain_gradients(args, grads):

@@ -114,6 +114,14 @@ def table_pullback(d, shape, out_shape):
     return d if kind in FACTORS else multiply_by(d)
 
 
+def one_number(g):
+    """The NumPy scalar a cotangent holds everywhere when it is 0-d or a broadcast of one number (a sum's
+    cotangent, `np.broadcast_to`), else None."""
+    if type(g) is np.ndarray:
+        return g[(0,) * g.ndim] if g.size and not any(g.strides) else None
+    return g if isinstance(g, np.generic) else None
+
+
 def table_pullback_source(g, d, shape, out_shape):
     """The cotangent `table_pullback` gives, as source: ``g`` the cotangent's source, ``d`` the partial's
     source or a number."""

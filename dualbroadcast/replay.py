@@ -151,6 +151,13 @@ def _dead_region_values(program, lines):
 _LOCAL = re.compile(r"\b[vpr]\d+\b")  # the generated code's values, kernel partials and multiple results
 
 
+def _gives_view(index):
+    """Whether ``x[index]`` is a view of x for every array x it indexes (a slice, or a tuple of slices and
+    integers with a slice among them): adding into it adds into x."""
+    items = index if type(index) is tuple else (index,)
+    return slice in map(type, items) and all(type(i) in (slice, int) for i in items)
+
+
 def _may_raise(func):
     """Whether ``func`` raises on some values (np.linalg: a singular matrix): its step is kept even where the
     gradient does not read its value, so that a replay raises where `db.gradient` does."""
@@ -420,11 +427,13 @@ class _Backward(_Writer):
                 lines += self.cotangents.accumulate(parent, _real_part(self.inline_adjoint(step, i, o), real))
             elif dot is not None:
                 other = Src(self.ref(step.refs[1 - i]), self.space)
-                term = dot[i](other, Src(f"g{o}", self.space)).text
+                term = other.text if self.times_one(step, i, o) else dot[i](other, Src(f"g{o}", self.space)).text
                 lines += self.cotangents.accumulate(parent, _real_part(term, real))
             elif type(recorded) is IndexPullback and step.func is getitem and type(step.refs[1]) is Const:
                 index = self.ref(step.refs[1])
-                add = f"np.add.at(g{parent}, {index}, g{o})" if recorded.repeats else f"g{parent}[{index}] += g{o}"
+                add = f"np.add.at(g{parent}, {index}, g{o})" if recorded.repeats \
+                    else f"w = g{parent}[{index}]; w += g{o}" if _gives_view(step.refs[1].value) \
+                    else f"g{parent}[{index}] += g{o}"  # (into a view: no copy of it back into itself)
                 lines += self.cotangents.owned(parent) + [f"    {add}"]
             elif type(recorded) is IndexPullback:
                 lines.append(f"    b = {self.maker(step, i, j, k, o)}")
@@ -436,6 +445,16 @@ class _Backward(_Writer):
                 maker = self.maker(step, i, j, k, o)
                 lines += self.cotangents.accumulate(parent, f"{self.space.bind(apply, 'a')}({maker}, g{o})")
         return lines
+
+    def times_one(self, step, i, o):
+        """Whether argument ``i``'s term of the dot of two vectors ``step`` is the other vector itself: its
+        cotangent ``g<o>`` is a number known to be 1 that leaves the vector's dtype as it is (a sum of dots in a
+        loop), so ``g · b`` is ``b`` (shared, never changed in place: `_Cotangents`)."""
+        number, other = self.cotangents.number(o), step.refs[1 - i]
+        if number is None or type(other) is not int or len(self.p.shape_of(step.refs[i])) != 1:
+            return False
+        dtype = self.p.meta[other][1]
+        return number == 1 and np.result_type(number, dtype) == dtype and dtype.kind == "f"
 
     def inline_adjoint(self, step, i, o):
         """The term of argument ``i`` of an inline step: ``g<o>`` times its partial in the derivative table,
@@ -613,12 +632,18 @@ class _Cotangents:
                 new.add(i)
             else:
                 written.append(f"    np.copyto(out[{k}], g{i})")
-        copy = self.space.bind(np.array)
         lines.append("    if out is None:")
         lines += ["    " + line for line in returned]
-        items = "".join(f"g{i}, " if i in new else f"{copy}(g{i}), " for i in self.p.active_leaves)
-        lines.append(f"        return {value}, ({items})")
+        lines.append(f"        return {value}, ({''.join(f'{self.returned(i, new)}, ' for i in self.p.active_leaves)})")
         return lines + written + [f"    return {value}, out"]
+
+    def returned(self, i, new):
+        """The returned cotangent of active leaf ``i``: a number known here, of a leaf passed as a Python float, as
+        a Python float (the gradient `db.gradient` gives it: the call returns it as it is); an array ``new`` on
+        this call, or a float leaf's (the call makes it a float), as it is; any other copied."""
+        if i in self.p.float_leaves and isinstance(self.known.get(i), (int, float, np.floating)):
+            return self.space.bind(float(self.known[i]))
+        return f"g{i}" if i in new or i in self.p.float_leaves else f"{self.space.bind(np.array)}(g{i})"
 
     def product(self, partial, o, target, assign):
         """``partial · g<o>`` written into ``target`` (None: a new array like the partial).  A scalar cotangent

@@ -62,8 +62,8 @@ def clock(monkeypatch):
         monkeypatch.setattr(cls, "run", run)
     typed_whole = kernels._WholeArrays.typed_whole
 
-    def timed_whole(self, kinds):  # the whole-array kernel a `_Plan` calls without `run`
-        whole = typed_whole(self, kinds)
+    def timed_whole(self, kinds, same_shape=False):  # the whole-array kernel a `_Plan` calls without `run`
+        whole = typed_whole(self, kinds, same_shape)
 
         def run(*values):
             result = whole(*values)

@@ -52,7 +52,7 @@ def write(shapes, deferrable, plan):
     the expected cotangents; also checks which cotangents the bookkeeping says exist and are numbers."""
     space = Namespace()
     program = types.SimpleNamespace(meta={i: (s, np.dtype(np.float64)) for i, s in enumerate(shapes)},
-                                    active_leaves=list(range(len(shapes))))
+                                    active_leaves=list(range(len(shapes))), float_leaves=set())
     cotangents = _Cotangents(program, space)
     expected = {i: np.zeros(s) for i, s in enumerate(shapes)}
     terms, partials, lines = {}, {}, []

@@ -80,6 +80,10 @@ def expand(g, shape, axis, keepdims):
     """Broadcast the cotangent of a reduction over ``axis`` back to the input ``shape``."""
     if axis is not None and not keepdims:
         g = np.expand_dims(g, axis)
+    elif type(g) is np.ndarray and g.ndim == 0 and g.dtype.kind in "fc":
+        g = g[()]
+    if isinstance(g, np.inexact):  # a total's cotangent: the view np.broadcast_to makes, at a tenth of its cost
+        return np.ndarray(shape, g.dtype, g, 0, (0,) * len(shape))  # (read-only: a NumPy scalar's buffer)
     return np.broadcast_to(g, shape)
 
 
@@ -136,6 +140,11 @@ def sum_vjp(ans, a, axis=None, dtype=None, out=None, keepdims=False, initial=Non
     """∂ Σ x / ∂x = 1 (``initial`` is a constant)."""
     shape = np.shape(a)
     return lambda g: masked(expand(g, shape, axis, keepdims), where)
+
+
+def sum_plain(a, axis=None, *rest):
+    """np.sum without keywords: of an array, its own ``np.add.reduce`` call, without np.sum's dispatch."""
+    return np.add.reduce(a, axis, *rest) if type(a) is np.ndarray else np.sum(a, axis, *rest)
 
 
 def mean_vjp(ans, a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
@@ -904,6 +913,7 @@ def add_reduceat_vjp(ans, array, indices, axis=0, dtype=None, out=None):
 
 
 defvjp(np.sum, sum_vjp)
+RULES[np.sum].plain = sum_plain
 defvjp(np.mean, mean_vjp)
 defvjp(np.prod, prod_vjp)
 for _extreme in (np.max, np.amax, np.min, np.amin):  # amax/amin are separate functions in NumPy 2

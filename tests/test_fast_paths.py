@@ -1,0 +1,281 @@
+"""The per-call fast paths (issue 18, per-call overhead) against the general paths they shortcut.
+
+Each fast path must give what the general path gives: the same numbers (bitwise where the operations are
+the same), types, shapes and dtypes, in float32 and float64, for 0-d values and pytrees; and the gradient
+must agree with central differences.  The general path is reached by a form the fast path does not take
+(an exponent as a 0-d array, a tuple holding a NumPy scalar, ``backend="numpy"``, ``db.gradient``).
+"""
+
+import sys
+
+import numpy as np
+import pytest
+
+import dualbroadcast as db
+from dualbroadcast.derivatives import DERIVATIVES
+from dualbroadcast.pullbacks import apply
+from dualbroadcast.rules.elementwise import power_vjp
+from dualbroadcast.rules.reductions import expand
+
+BROADCAST = sys.modules["dualbroadcast.broadcast"]  # the module (``db.broadcast`` is the function)
+SHAPES = [(), (1,), (5,), (3, 1, 4), (2, 3)]
+DTYPES = [np.float32, np.float64]
+
+
+def central(f, x, h=1e-6):
+    """∇f(x) by central differences, in float64."""
+    x = np.array(x, np.float64)
+    grad = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[i] = h
+        grad[i] = (float(f(x + e)) - float(f(x - e))) / (2 * h)
+    return grad
+
+
+def assert_identical(got, expected):
+    """The same type, shape, dtype and numbers, bit for bit (NaNs where NaNs)."""
+    assert type(got) is type(expected), (type(got), type(expected))
+    assert np.shape(got) == np.shape(expected)
+    assert np.result_type(got) == np.result_type(expected)
+    np.testing.assert_array_equal(got, expected)
+
+
+def points(shape, dtype, seed=0):
+    return np.asarray(np.random.default_rng(seed).uniform(-2, 2, shape)).astype(dtype)
+
+
+# --- x ** 2: the base's pullback (2g)·x -------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_square_pullback_is_the_table_formula(shape, dtype):
+    """sum(x**2) (a one-number cotangent) and sum(w * x**2) (an array cotangent) take the fast pullback;
+    the exponent as a 0-d array takes the table's y·x^(y-1): the same gradients, bit for bit."""
+    x, w = points(shape, dtype), points(shape, dtype, seed=1)
+    two = np.array(2, dtype)
+    for fast, general in [(lambda x: np.sum(x**2), lambda x: np.sum(x**two)),
+                          (lambda x: np.sum(w * x**2), lambda x: np.sum(w * x**two)),
+                          (lambda x: np.mean(x**2.0), lambda x: np.mean(x**two))]:
+        got = db.gradient(fast, x)
+        assert_identical(got, db.gradient(general, x))
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got, central(fast, x), rtol=1e-3 if dtype == np.float32 else 1e-6, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_square_partial_in_kernels_and_replay(dtype):
+    """The table's ∂(x ** 2)/∂x is 2·x (no power of each element) in a db.sum kernel, a prepared replay and
+    the tape: 2·x bit for bit, as 2·x¹ was; y · x^(y-1) for other exponents, and at 0."""
+    x = points((3, 4), dtype)
+    x[0, 0] = 0.0
+    two = dtype(2) * x
+    assert_identical(db.gradient(lambda x: db.sum(lambda v: v**2, x), x), two)
+    prog = db.prepare_gradient(lambda x: np.sum(x**2), x)
+    for _ in range(2):
+        assert_identical(prog(x), two)
+    for y in (3, 2.5, 0, 1):
+        got = db.gradient(lambda x: np.sum(np.abs(x) ** y), x)
+        expected = db.gradient(lambda x: np.sum(np.abs(x) ** np.array(y, dtype)), x)
+        assert_identical(got, expected)
+
+
+def test_square_pullback_in_a_pytree_and_with_other_cotangent_dtypes():
+    """A pytree of a float32 array and a float; a float64 sum of a float32 square (its cotangent float64)."""
+    x = points((4,), np.float32)
+    tree = {"a": x, "b": 1.5}
+    got = db.gradient(lambda p: np.sum(p["a"] ** 2) + p["b"] ** 2, tree)
+    assert_identical(got["a"], 2 * x)
+    assert type(got["b"]) is float and got["b"] == 3.0
+    two = np.array(2, np.float32)
+    wide = db.gradient(lambda x: np.sum(x**2, dtype=np.float64), x)
+    assert_identical(wide, db.gradient(lambda x: np.sum(x**two, dtype=np.float64), x))
+
+
+def test_square_pullback_called_twice_and_at_second_order():
+    """db.pullback's function called twice gives the same cotangent (no state kept); a Hessian of x**2 is 2I."""
+    x = points((3,), np.float64)
+    _, back = db.pullback(lambda x: x**2, x)
+    g = np.ones(3)
+    first = back(g)
+    assert_identical(back(g), first)
+    np.testing.assert_array_equal(db.hessian(lambda x: np.sum(x**2), x), 2 * np.eye(3))
+
+
+def test_square_pullback_only_for_the_tables_partial(monkeypatch):
+    """A partial of x ** y registered anew (db.defderivative) is used as written, for x ** 2 too."""
+    monkeypatch.setitem(DERIVATIVES, np.power, (lambda ans, x, y: 3 * x, DERIVATIVES[np.power][1]))
+    x = points((3,), np.float64)
+    back = power_vjp(np.power, 0)(x**2, x, 2)
+    np.testing.assert_array_equal(apply(back, np.ones(3)), 3 * x)
+    monkeypatch.undo()
+    back = power_vjp(np.power, 0)(x**2, x, 2)
+    np.testing.assert_array_equal(apply(back, np.ones(3)), 2 * x)
+
+
+# --- a total's cotangent, np.sum without keywords -----------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_sum_cotangent_view_and_plain_sum(shape, dtype):
+    """np.sum's cotangent, a NumPy scalar's view, read-only; np.sum with positional axis and dtype."""
+    x = points(shape, dtype)
+    for g in (dtype(2.5), np.array(2.5, dtype)):
+        ct = expand(g, shape, None, False)
+        expected = np.broadcast_to(g, shape)
+        assert ct.shape == expected.shape and ct.dtype == expected.dtype and not ct.flags.writeable
+        np.testing.assert_array_equal(ct, expected)
+        with pytest.raises(ValueError):
+            ct[...] = 0
+    _, back = db.pullback(lambda x: np.sum(x), x)
+    assert_identical(back(dtype(2.5)), np.full(shape, 2.5, dtype))
+    assert_identical(db.value_and_gradient(lambda x: np.sum(x), x)[0], np.sum(x))
+    if x.ndim:
+        y = db.value_and_gradient(lambda x: np.sum(np.sum(x, 0, np.float64) ** 2), x)
+        assert_identical(y[0], np.sum(np.sum(x, 0, np.float64) ** 2))
+        np.testing.assert_allclose(y[1], central(lambda x: np.sum(np.sum(x, 0) ** 2), x), rtol=1e-3, atol=1e-3)
+
+
+# --- prepared: one float, one tuple or list of floats -------------------------------------------
+def _qux(x):
+    y = np.sin(x)
+    return 1 / np.cosh(y) if y > 0 else np.tanh(y)
+
+
+def _products(xs):
+    total = xs[0] * xs[1]
+    for v in xs[2:]:
+        total = total - v * xs[0]
+    return total
+
+
+def _fold(xs):
+    total = xs[0]
+    for v in xs[1:]:
+        total = total - v
+    return total
+
+
+@pytest.mark.parametrize("x", [0.3, -0.4, 0.05, 2.0])
+def test_prepared_one_float_like_gradient(x):
+    """A branch on the value (a guard): both variants replay; the gradient a Python float, db.gradient's."""
+    prog = db.prepare_gradient(_qux, 0.5)
+    for _ in range(2):
+        got = prog(x)
+        assert type(got) is float and got == db.gradient(_qux, x)
+        assert abs(got - central(_qux, x)) < 1e-6
+    assert prog.value_and_gradient(x) == db.value_and_gradient(_qux, x)
+
+
+@pytest.mark.parametrize("f", [_fold, _products])
+@pytest.mark.parametrize("kind", [tuple, list])
+def test_prepared_floats_like_gradient(f, kind):
+    """A tuple or list of floats: constant cotangents (returned as Python floats) or products of the
+    arguments (NumPy scalars converted); the same as db.gradient, and as the general path (a NumPy scalar
+    in the tuple)."""
+    xs = kind(np.random.default_rng(3).uniform(-1, 1, 6).tolist())
+    prog = db.prepare_gradient(f, xs)
+    expected = db.gradient(f, xs)
+    for _ in range(3):
+        got = prog(xs)
+        assert type(got) is kind and all(type(g) is float for g in got)
+        assert got == expected
+    mixed = kind([np.float64(xs[0]), *xs[1:]])
+    assert list(prog(mixed)) == list(expected)
+    np.testing.assert_allclose(prog(xs), central(lambda v: f(list(v)), xs), atol=1e-6)
+    assert prog(kind(xs[:3])) == db.gradient(f, kind(xs[:3]))  # another length: another variant
+
+
+def test_prepared_fast_path_checks_globals_and_out():
+    """A global the function reads, rebound, records it again; ``out=`` takes the general path."""
+    global SCALE
+    SCALE = 2.0
+
+    def f(x):
+        return SCALE * np.sin(x)
+
+    prog = db.prepare_gradient(f, 0.1)
+    assert prog(0.1) == db.gradient(f, 0.1)
+    SCALE = 3.0
+    assert prog(0.1) == db.gradient(f, 0.1) and prog.recordings == 2
+    xs = (0.1, 0.2)
+    fold = db.prepare_gradient(_fold, xs)
+    out = (np.empty(()), np.empty(()))
+    assert fold(xs, out=out) is out and [float(o) for o in out] == [1.0, -1.0]
+
+
+# --- db.sum's plan: whole-array kernel reusing dead intermediates ------------------------------
+def _chain(x):
+    return np.arctan2(x, 2)
+
+
+def _mixed(x, y):
+    a = np.exp(-x) * y
+    b = np.where(a > 0.1, a * a, np.sin(y))
+    return np.sqrt(1 + b * b) + x**0 + np.maximum(x, y) - np.hypot(x, 3.0)
+
+
+def _shared(x):
+    e = np.exp(x)
+    return e * e + e
+
+
+@pytest.mark.parametrize("shape", [(3, 50), (1,), ()])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("f", [_chain, _mixed, _shared])
+def test_plan_kernel_like_the_numpy_backend(f, dtype, shape):
+    """The second call of a db.sum takes its plan (the in-place whole-array kernel): value and gradient bit
+    for bit those of the numpy backend; the inputs unchanged; db.broadcast likewise; and finite differences."""
+    n = f.__code__.co_argcount
+    args = [points(shape, dtype, seed=k) for k in range(n)]
+    copies = [a.copy() for a in args]
+    fast = lambda *a: db.sum(f, *a)
+    reference = lambda *a: db.sum(f, *a, backend="numpy")
+    expected = db.value_and_gradient(reference, *args)
+    for _ in range(3):
+        got = db.value_and_gradient(fast, *args)
+        assert (id(f.__code__), True) in BROADCAST._plans
+        assert_identical(got[0], expected[0])
+        for g, e in zip(got[1] if n > 1 else (got[1],), expected[1] if n > 1 else (expected[1],)):
+            assert_identical(g, e)
+    for a, c in zip(args, copies):
+        np.testing.assert_array_equal(a, c)
+    for _ in range(2):
+        assert_identical(db.broadcast(f, *args), db.broadcast(f, *args, backend="numpy"))
+    if dtype == np.float64:
+        first = lambda x: np.sum(f(x, *args[1:]))
+        grad = db.gradient(fast, *args)
+        np.testing.assert_allclose(grad[0] if n > 1 else grad, central(first, args[0]), rtol=1e-5, atol=1e-6)
+
+
+# --- replay: a dot's known-1 cotangent, a slice's cotangent added into its view ------------------
+def _columns(W, xs):
+    ys = [W @ x for x in xs]
+    total = 0.0
+    for y in ys:
+        for j in range(y.shape[1]):
+            total = total + np.dot(ys[0][:, j], y[:, j])
+    return total
+
+
+def _rows_and_scaled(W, xs):
+    y = W @ xs[0]
+    dots = np.float64(1.0) * np.dot(y[0], y[1]) + 2.0 * np.dot(y[0], y[2]) + np.dot(y[-1, :], y[0])
+    return dots + np.sum(y[1:3] ** 2) + np.sum(y[0]) + 3.0 * y[1][2]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("f", [_columns, _rows_and_scaled])
+def test_replayed_dots_and_slices_like_gradient(f, dtype):
+    """Sums of dots of columns and rows (a known-1 cotangent, one of float64 for float32 vectors), slices
+    of a matrix: the prepared gradient equals db.gradient (to rounding: the sums' order) and central
+    differences, in the argument's dtype."""
+    rng = np.random.default_rng(5)
+    W = rng.standard_normal((4, 3)).astype(dtype)
+    xs = list(rng.standard_normal((3, 3, 5)).astype(dtype))
+    prog = db.prepare_gradient(f, W, db.cut(xs))
+    expected = db.gradient(f, W, db.cut(xs))[0]
+    for _ in range(2):
+        got = prog(W, db.cut(xs))[0]
+        assert got.dtype == dtype and got.shape == W.shape
+        np.testing.assert_allclose(got, expected, rtol=1e-5 if dtype == np.float32 else 1e-12)
+    if dtype == np.float64:
+        np.testing.assert_allclose(expected, central(lambda w: f(w, xs), W), rtol=1e-6, atol=1e-6)
