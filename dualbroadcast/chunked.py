@@ -12,9 +12,10 @@ argument's chunks, computed on demand (each chunk's kernel runs again; no partia
 more Dask arrays, and each block's gradient is taken on a worker.
 
 Every task runs in a fresh context (no outer gradient is seen there, whatever the scheduler) with the
-kernels' own threads limited to `TASK_THREADS`, so Dask's workers and a kernel's blocks do not
-oversubscribe the cores.  The tasks are module functions of picklable data (the function's tree and
-its leaves), so `dask.distributed` ships them to worker processes, where kernels are rebuilt.
+kernels' own threads and BLAS's (threadpoolctl, while tasks run) limited to `TASK_THREADS`, so Dask's
+workers and a kernel's blocks or a matrix product's threads do not oversubscribe the cores.  The tasks are
+module functions of picklable data (the function's tree and its leaves), so `dask.distributed` ships them
+to worker processes, where kernels are rebuilt.
 
 Dask is imported here only when a Dask array is met or `sum_blocks` is called: the package itself
 needs NumPy and numexpr only.  A differentiated Dask array is carried on the tape as a `Lazy` value,
@@ -27,6 +28,7 @@ import functools
 import math
 import operator
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -403,7 +405,43 @@ def _in_task(function, *args):
 
 def _limited(function, *args):
     KERNEL_THREADS.set(TASK_THREADS)
-    return function(*args)
+    with _BLAS_LIMIT:
+        return function(*args)
+
+
+class _BlasLimit:
+    """While any task runs in this process, BLAS (matrix products in `sum_blocks`) uses `TASK_THREADS` threads:
+    OpenBLAS's thread count is the process's, so the first task to start limits it and the last to end restores
+    it (threadpoolctl, of the ``dask`` extra; without it, BLAS keeps its threads).  The libraries loaded are
+    looked up again (10 ms) only when a module was imported since (SciPy brings a BLAS of its own)."""
+
+    def __init__(self):
+        self.lock, self.running, self.limit, self.controller, self.modules = threading.Lock(), 0, None, None, 0
+
+    def __enter__(self):
+        with self.lock:
+            self.running += 1
+            if self.running == 1:
+                if self.controller is None or (self.controller and self.modules != len(sys.modules)):
+                    try:
+                        from threadpoolctl import ThreadpoolController
+                    except ImportError:
+                        self.controller = False
+                    else:
+                        self.modules = len(sys.modules)
+                        self.controller = ThreadpoolController()
+                if self.controller:
+                    self.limit = self.controller.limit(limits=TASK_THREADS, user_api="blas")
+
+    def __exit__(self, *exc):
+        with self.lock:
+            self.running -= 1
+            if self.running == 0 and self.limit is not None:
+                self.limit.restore_original_limits()
+                self.limit = None
+
+
+_BLAS_LIMIT = _BlasLimit()
 
 
 def _read_only_view(a):

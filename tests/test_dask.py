@@ -252,6 +252,18 @@ def test_a_task_limits_the_kernels_threads():
     assert kernels.KERNEL_THREADS.get() is None  # the caller's context is untouched
 
 
+def test_a_task_limits_blas_threads_while_it_runs():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    blas = lambda: [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
+    before = blas()
+    with threadpoolctl.threadpool_limits(2, user_api="blas"):  # more than a task's, whatever the machine
+        outside = blas()
+        assert chunked._in_task(blas) == [chunked.TASK_THREADS] * len(outside)
+        assert chunked._in_task(lambda: chunked._in_task(blas)) == [chunked.TASK_THREADS] * len(outside)
+        assert blas() == outside  # restored when the last task ends
+    assert blas() == before
+
+
 def run_python(source):
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(source)], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": ROOT})
