@@ -128,7 +128,16 @@ def run(f: Callable[..., Any], args: tuple, reduce: bool, backend: str | None) -
     import dask
 
     leaves, treedef = pytree.flatten((f, args))
-    plan = _Plan(leaves, pytree.leaf_activity(treedef), "sum" if reduce else "broadcast", treedef, backend)
+    activity = pytree.leaf_activity(treedef)
+    order = _order(leaves, activity)
+    if order:  # inside db.jvp, db.hvp, db.hessian: the small arguments' Taylor polynomial (`_taylor`)
+        if not reduce:
+            raise UnsupportedFunctionError(
+                "db.broadcast over Dask arrays inside db.jvp, db.hvp or db.hessian is not supported: its result is "
+                "as large as the data; reduce it in the same kernel, db.sum(f, ...), whose derivatives are taken "
+                "per chunk")
+        return _taylor(f, leaves, treedef, activity, order, backend)
+    plan = _Plan(leaves, activity, "sum" if reduce else "broadcast", treedef, backend)
     plan.call = _logged(f, len(plan.active), math.prod(plan.shape), reduce)
     if not reduce:
         return plan.broadcast()
@@ -178,15 +187,10 @@ class _Plan:
         self.small = [p for p in active if p not in big]
         self.context = (treedef, [None if p in big else v for p, v in enumerate(values)], tuple(big), kind, backend)
 
-    def tree_sum(self, wrt):
-        """A delayed ``(value, partial per position of wrt)`` summed over every block."""
-        import dask
-
-        context = dask.delayed(self.context, traverse=False)
-        delayed = [b.to_delayed().ravel() for b in self.blocks]
-        parts = [dask.delayed(_in_task)(_on_block, context, list(blocks), tuple(wrt))
-                 for blocks in zip(*delayed)]
-        return _tree(parts)
+    def tree_sum(self, wrt, order=None):
+        """A delayed ``(value, partial per position of wrt)`` summed over every block; with ``order``, the block's
+        Taylor coefficients in the flat vector of ``wrt`` instead (`_on_block_taylor`)."""
+        return _summed(self.context, self.blocks, wrt, order)
 
     def mapped(self, wrt):
         """`_block_map` over the grid: the lazy broadcast value, or ∂f/∂(big leaf wrt[0])."""
@@ -253,6 +257,84 @@ class _Plan:
     def record(self, value, backs):
         """``value`` recorded on the tape with a pullback per active leaf."""
         return _record(self.tape, [self.leaves[p] for p in self.active], value, backs, self.call)
+
+
+# --- inside db.jvp, db.hvp and db.hessian --------------------------------------------------------------
+def _layers(x, into):
+    """Add to ``into`` what differentiates ``x``: each tape tracking it and each `db.jvp` level of its duals."""
+    from .forward import Dual
+    from .tape import Tracked
+
+    while type(x) is Tracked or type(x) is Dual:
+        if type(x) is Dual:
+            into.add(("jvp", x.level))
+            _layers(x.tangent, into)
+        else:
+            into.add(("tape", id(x.tape)))
+        x = x.value
+    return x
+
+
+def _order(leaves, activity):
+    """The order of the derivatives a `db.sum` over Dask arrays must give its small arguments beyond the usual
+    first-order path's: 0 (one gradient: `_Plan`), 1 (a `db.jvp`), 2 (two nested levels: `db.hvp`, `db.hessian`)."""
+    from .forward import Dual
+    from .tape import Tracked
+
+    layers, dual = set(), False
+    for leaf, on in zip(leaves, activity):
+        if on and (type(leaf) is Tracked or type(leaf) is Dual):
+            dual = dual or type(leaf) is Dual
+            _layers(leaf, layers)
+    if len(layers) > 2:
+        raise UnsupportedFunctionError(
+            "derivatives of order 3 or more of a db.sum over Dask arrays are not supported (db.jvp, db.hvp and "
+            "db.hessian are); take them on a part of the data that fits in memory (.compute() it)")
+    return len(layers) if dual or len(layers) == 2 else 0
+
+
+def _taylor(f, leaves, treedef, activity, order, backend):
+    """``db.sum(f, *args)`` over Dask arrays whose small arguments p are duals or tracked by two nested gradients:
+    each chunk's value s, gradient ∇s (and, to order 2, Hessian ∇²s) in the flat vector of p, tree-summed in one
+    ``dask.compute``, then S + ∇S·d + ½ d·∇²S·d with d = p - p₀ computed on the arguments themselves.  At p = p₀
+    it has the value, the gradient and the Hessian of the sum, so the duals and tapes it runs on take the same
+    derivatives as in memory, to the order asked for (never beyond it: `_order` refuses a third level)."""
+    import dask
+
+    from .pullbacks import untracked
+
+    active = [p for p, (leaf, on) in enumerate(zip(leaves, activity)) if on and _is_differentiated(leaf)]
+    bases = [untracked(leaf) for leaf in leaves]
+    bases = [b.array if type(b) is Lazy else b for b in bases]
+    if any(is_chunked(bases[p]) for p in active):
+        raise UnsupportedFunctionError(
+            "db.jvp, db.hvp and db.hessian of a db.sum over Dask arrays take derivatives with respect to its small "
+            "arguments (NumPy arrays and scalars), not the Dask arrays: db.cut the Dask array, or .compute() it")
+    plan = _Plan(bases, [False] * len(bases), "sum", treedef, backend)
+    if any(p in plan.big for p in active):
+        raise UnsupportedFunctionError(
+            "db.jvp, db.hvp and db.hessian of a db.sum over Dask arrays: a differentiated NumPy argument spans the "
+            "chunked axis; make it a Dask array and db.cut it, or differentiate only arguments broadcast whole")
+    plan.call = _logged(f, len(active), math.prod(plan.shape), True)
+    value, gradient, hessian = dask.compute(plan.tree_sum(active, order))[0]
+    return _polynomial(value, gradient, hessian, [leaves[p] for p in active], [bases[p] for p in active])
+
+
+def _is_differentiated(leaf):
+    from .forward import Dual
+    from .tape import Tracked
+    return type(leaf) is Tracked or type(leaf) is Dual
+
+
+def _polynomial(value, gradient, hessian, arguments, bases):
+    """``value + gradient·d (+ ½ d·hessian·d)``, ``d`` the arguments less their values, flat, on the arguments."""
+    dtype = np.result_type(value)
+    d = [np.reshape(np.subtract(a, np.asarray(b, np.result_type(b))), (-1,)) for a, b in zip(arguments, bases)]
+    d = d[0] if len(d) == 1 else np.concatenate(d)
+    total = value + np.dot(np.asarray(gradient, dtype), d)
+    if hessian is not None:
+        total = total + dtype.type(0.5) * np.dot(d, np.dot(np.asarray(hessian, dtype), d))
+    return total
 
 
 def _sorted(leaves, activity):
@@ -334,6 +416,16 @@ def _unbroadcast(a, shape):
     return a.sum(axis=axes, keepdims=True) if axes else a
 
 
+def _summed(context, arrays, wrt, order=None):
+    """The delayed sum over the blocks of ``arrays`` (a grid) of `_on_block` (or `_on_block_taylor` to ``order``)."""
+    import dask
+
+    context = dask.delayed(context, traverse=False)
+    delayed = [a.to_delayed().ravel() for a in arrays]
+    task, extra = (_on_block, ()) if order is None else (_on_block_taylor, (order,))
+    return _tree([dask.delayed(_in_task)(task, context, list(blocks), tuple(wrt), *extra) for blocks in zip(*delayed)])
+
+
 def _tree(parts):
     """The delayed elementwise sum of delayed tuples, ``FAN_IN`` at a time."""
     import dask
@@ -344,7 +436,7 @@ def _tree(parts):
 
 
 def _added(*results):
-    return tuple(functools.reduce(operator.add, terms) for terms in zip(*results))
+    return tuple(None if terms[0] is None else functools.reduce(operator.add, terms) for terms in zip(*results))
 
 
 # --- db.sum_blocks ---------------------------------------------------------------------------------------
@@ -380,17 +472,25 @@ def sum_blocks(f: Callable[..., Any], data: Any, *params: Any) -> Any:
                          "e.g. a.rechunk({0: chunks})")
     arrays = tuple(a.rechunk(dict.fromkeys(range(1, a.ndim), -1)) if a.ndim > 1 else a for a in arrays)
     leaves, treedef = pytree.flatten((f, (arrays if type(data) is tuple else arrays[0], *params)))
-    values, big, active, tape = _sorted(leaves, pytree.leaf_activity(treedef))
-    if len(big) != len(arrays) or [values[p] for p in big] != list(arrays):
+    activity = pytree.leaf_activity(treedef)
+    order = _order(leaves, activity)
+    if order:  # inside db.jvp, db.hvp, db.hessian: the params' Taylor polynomial, as for db.sum (`_taylor`)
+        from .pullbacks import untracked
+        values = [untracked(leaf) for leaf in leaves]
+        active = [p for p, (leaf, on) in enumerate(zip(leaves, activity)) if on and _is_differentiated(leaf)]
+        big = [p for p, v in enumerate(values) if is_chunked(v)]
+    else:
+        values, big, active, tape = _sorted(leaves, activity)
+    if len(big) != len(arrays) or [values[p] for p in big] != list(arrays) or set(big) & set(active):
         raise UnsupportedFunctionError(
             "db.sum_blocks got a Dask array in its params or in f's own state, or differentiated its data; "
             "pass every Dask array in data (its rows are split into blocks) and differentiate the params")
     context = (treedef, [None if p in big else v for p, v in enumerate(values)], tuple(big), "call", None)
-    delayed_context = dask.delayed(context, traverse=False)
-    blocks = [a.to_delayed().ravel() for a in arrays]
-    parts = [dask.delayed(_in_task)(_on_block, delayed_context, list(b), tuple(active)) for b in zip(*blocks)]
     call = _logged(f, len(active), sum(rows), True)
-    total = dask.compute(_tree(parts))[0]
+    if order:
+        value, gradient, hessian = dask.compute(_summed(context, arrays, active, order))[0]
+        return _polynomial(value, gradient, hessian, [leaves[p] for p in active], [values[p] for p in active])
+    total = dask.compute(_summed(context, arrays, active))[0]
     if not active:
         return total[0]
     backs = [_numpy_pullback(partial, values[p]) for p, partial in zip(active, total[1:])]
@@ -457,6 +557,56 @@ def _read_only_view(a):
 def _on_block(context, blocks, wrt, cotangent=None):
     """One block's ``(value, partial per position of wrt)``, or with ``cotangent`` the block's vjp in them."""
     from .api import pullback, value_and_gradient
+
+    program, leaves = _block_program(context, blocks, wrt)
+    if cotangent is not None:
+        _, back = pullback(program, *[leaves[p] for p in wrt])
+        cts = back(cotangent)
+        return cts if len(wrt) > 1 else (cts,)
+    if not wrt:
+        return (program(),)
+    value, grads = value_and_gradient(program, *[leaves[p] for p in wrt])
+    return (value,) + (tuple(grads) if len(wrt) > 1 else (grads,))
+
+
+def _on_block_taylor(context, blocks, wrt, order):
+    """One block's ``(value, gradient, Hessian or None)`` in the flat vector of the leaves at ``wrt`` (`_taylor`):
+    to order 1 `value_and_gradient` of the block's program; to order 2 the `pullback` of its gradient (the
+    gradient is its value, the Hessian's rows its pullbacks of one-hot cotangents, the program's value is read
+    on the way): one kernel of second order, as `hessian` runs, giving all three."""
+    from .api import gradient, pullback, value_and_gradient
+    from .pullbacks import untracked
+
+    program, leaves = _block_program(context, blocks, wrt)
+    params = tuple(np.asarray(leaves[p], np.result_type(leaves[p])) for p in wrt)
+    if order == 1:
+        value, grads = value_and_gradient(lambda xs: program(*xs), params)
+        return value, flat(grads), None
+    values = []
+
+    def read(*xs):
+        values.append(program(*xs))
+        return values[-1]
+
+    grads, back = pullback(lambda xs: gradient(read, *xs), params)
+    grads = grads if len(params) > 1 else (grads,)
+    rows = []
+    for i, x in enumerate(params):
+        for k in range(x.size):
+            seed = tuple(np.zeros(np.shape(g), np.result_type(g)) for g in grads)
+            seed[i].reshape(-1)[k] = 1
+            rows.append(flat(back(seed if len(params) > 1 else seed[0])))
+    return untracked(values[0]), flat(grads), np.stack(rows)
+
+
+def flat(arrays):
+    """The arrays' elements in one vector."""
+    return np.concatenate([np.ravel(a) for a in arrays])
+
+
+def _block_program(context, blocks, wrt):
+    """``(program, leaves)``: the block's leaves, and the program of the values at ``wrt`` that runs the block's
+    `sum`, `broadcast` or `sum_blocks` call with them."""
     from .broadcast import broadcast, sum
 
     treedef, values, big, kind, backend = context
@@ -476,14 +626,7 @@ def _on_block(context, blocks, wrt, cotangent=None):
             return broadcast(f, *args, backend=backend or TASK_BACKEND)
         return f(*args)
 
-    if cotangent is not None:
-        _, back = pullback(program, *[leaves[p] for p in wrt])
-        cts = back(cotangent)
-        return cts if len(wrt) > 1 else (cts,)
-    if not wrt:
-        return (program(),)
-    value, grads = value_and_gradient(program, *[leaves[p] for p in wrt])
-    return (value,) + (tuple(grads) if len(wrt) > 1 else (grads,))
+    return program, leaves
 
 
 def _block_map(*blocks, context, wrt):
