@@ -222,26 +222,45 @@ class _Plan:
 
     def _chunked_numpy_cotangent(self, p, g):
         """ḡ of a NumPy argument of `broadcast` that Dask chunked: the lazy one, computed (a pass over the data)."""
-        return np.asarray(self._big_cotangent(p, g).compute(), np.result_type(self.values[p]))
+        return self._computed(p, self._big_cotangent(p, g))
 
     def _small_cotangent(self, p, g):
         """ḡ of a small argument of `broadcast`: Σ over blocks of the block's vjp (a pass over the data)."""
         import dask
+        import dask.array as da
 
         g = self._as_grid(g)
         context = dask.delayed(self.context, traverse=False)
         delayed = [b.to_delayed().ravel() for b in [*self.blocks, g]]
         parts = [dask.delayed(_in_task)(_on_block, context, list(blocks[:-1]), (p,), blocks[-1])
                  for blocks in zip(*delayed)]
-        ct = dask.compute(_tree(parts))[0][0]
+        value = self.values[p]  # a Dask array, not a Delayed: dask.compute mixing both reorders the results
+        return self._computed(p, da.from_delayed(_tree(parts)[0], np.shape(value), np.result_type(value)))
+
+    def _computed(self, p, lazy):
+        """The NumPy cotangent of leaf p, ``lazy`` computed: at once, or in `pullback`'s one ``dask.compute``
+        (`_DEFERRED`: its first sweep collects ``lazy`` and gets zeros, its second gets the computed values)."""
+        import dask
+
         value = self.values[p]
         dtype = np.result_type(value)
+        deferred = _DEFERRED.get()
+        if deferred is None:
+            ct = dask.compute(lazy)[0]
+        elif deferred[0] == "collect":
+            deferred[1][self, p] = lazy
+            ct = np.zeros(np.shape(value), dtype)
+        else:
+            ct = deferred[1][self, p]
         return np.asarray(ct, dtype) if isinstance(value, np.ndarray) else dtype.type(ct)
 
     def _as_grid(self, g):
         import dask.array as da
-        g = g.array if type(g) is Lazy else g
-        return da.broadcast_to(da.asarray(g), self.shape, chunks=self.blocks[0].chunks)
+        g = da.asarray(g.array if type(g) is Lazy else g)
+        chunks = self.blocks[0].chunks
+        if g.shape == self.shape:  # a cotangent of the result, chunked as the caller chose
+            return g if g.chunks == chunks else g.rechunk(chunks)
+        return da.broadcast_to(g, self.shape, chunks=chunks)
 
     @functools.cached_property
     def dtype(self):
@@ -335,6 +354,61 @@ def _polynomial(value, gradient, hessian, arguments, bases):
     if hessian is not None:
         total = total + dtype.type(0.5) * np.dot(d, np.dot(np.asarray(hessian, dtype), d))
     return total
+
+
+# --- db.pullback of a Dask-array result -----------------------------------------------------------------
+_DEFERRED = contextvars.ContextVar("chunked_deferred", default=None)
+
+
+def pullback(tape, out_leaves, out_def, arguments):
+    """`db.pullback`'s ``(y, back)`` for a result holding Dask arrays (a `broadcast` over Dask arrays): ``y``'s
+    Dask arrays as they are; ``back(ȳ)`` (ȳ of NumPy or Dask arrays) the lazy cotangents of Dask arguments and
+    the NumPy cotangents of the others, these computed in one ``dask.compute``.  The sweep is linear in what
+    `_computed` gives, and what it gives depends on ȳ and the Dask cotangents only: a first sweep collects the
+    lazy values (zeros stand in), one ``dask.compute`` evaluates them together, a second sweep uses them."""
+    import dask
+    import dask.array as da
+
+    from .api import _cotangent, _gradients, _one_or_tuple
+    from .errors import ShapeMismatchError
+    from .tape import Tracked, backward
+
+    def back(ybar):
+        ybar_leaves = [ybar] if out_def is pytree.LEAF else pytree.flatten(ybar)[0]
+        if len(ybar_leaves) != len(out_leaves):
+            raise ShapeMismatchError(f"back expects a cotangent with the output's structure ({len(out_leaves)} arrays)")
+        seeds = {}
+        for o, yb in zip(out_leaves, ybar_leaves):
+            if type(o) is not Tracked:
+                continue
+            if type(o.value) is Lazy:
+                yb = da.asarray(yb)
+                yb = yb.astype(o.dtype) if yb.dtype != o.dtype else yb
+            else:
+                yb = _cotangent(yb, o.dtype)
+            if yb.shape != o.shape:
+                raise ShapeMismatchError(
+                    f"cotangent of shape {yb.shape} for an output of shape {o.shape}; pass one of the output's shape")
+            seeds[o.index] = seeds[o.index] + yb if o.index in seeds else yb
+        if not seeds:
+            return _one_or_tuple(_gradients(arguments, None))
+        collected = {}
+        token = _DEFERRED.set(("collect", collected))
+        try:
+            grads = backward(tape, seeds)
+        finally:
+            _DEFERRED.reset(token)
+        if collected:
+            token = _DEFERRED.set(("use", dict(zip(collected, dask.compute(*collected.values())))))
+            try:
+                grads = backward(tape, seeds)
+            finally:
+                _DEFERRED.reset(token)
+        return _one_or_tuple(_gradients(arguments, grads))
+
+    values = [o.value.array if type(o) is Tracked and type(o.value) is Lazy else o.value if type(o) is Tracked
+              else o for o in out_leaves]
+    return (values[0] if out_def is pytree.LEAF else pytree.unflatten(out_def, values)), back
 
 
 def _sorted(leaves, activity):

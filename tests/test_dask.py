@@ -145,6 +145,73 @@ def test_pullback_and_kernel_log():
     assert [(c.backend, c.width, c.size) for c in calls] == [("dask", 1, 6)]
 
 
+# --- db.pullback of a Dask-array result ---------------------------------------------------------------------
+@settings(max_examples=20, deadline=None)
+@given(problems(), st.booleans(), st.booleans())
+def test_pullback_of_a_broadcast_result_equals_the_program_in_memory(problem, dask_cotangent, with_sum):
+    """``db.pullback`` of ``db.broadcast`` over a Dask array (and, in a tuple, a ``db.sum`` with its own cotangent):
+    ``y`` a Dask array, ``back`` lazy in the Dask argument and NumPy in the others, as in memory."""
+    x, d, a, w, c, dtype = problem
+    ct = np.random.default_rng(1).normal(size=x.shape).astype(dtype)
+
+    def f(data, a, w, c):
+        y = db.broadcast(model, data, a, w, c)
+        return (y, db.sum(lambda x, a: a * x**2, data, a)) if with_sum else y
+
+    seed = da.from_array(ct, chunks=max(1, x.shape[0] // 3)) if dask_cotangent else ct
+    seed = (seed, dtype(2.5)) if with_sum else seed
+    y, back = db.pullback(f, d, a, w, c)
+    y0, back0 = db.pullback(f, x, a, w, c)
+    y, y0 = (y, y0) if with_sum else ((y,), (y0,))
+    assert isinstance(y[0], da.Array) and y[0].chunks == d.chunks
+    close(y[0].compute(), y0[0], dtype)
+    if with_sum:
+        close(y[1], y0[1], dtype)
+    g, g0 = back(seed), back0((ct, dtype(2.5)) if with_sum else ct)
+    assert isinstance(g[0], da.Array) and g[0].chunks == d.chunks and g[0].dtype == dtype
+    close(g[0].compute(), g0[0], dtype)
+    for gi, g0i in zip(g[1:], g0[1:]):
+        assert type(gi) is type(g0i) and np.shape(gi) == np.shape(g0i) and np.result_type(gi) == dtype
+        close(gi, g0i, dtype)
+
+
+def test_pullback_of_a_broadcast_against_finite_differences():
+    x = np.random.default_rng(8).uniform(0.5, 2.0, size=(9, 2))
+    d = da.from_array(x, chunks=(4, 2))
+    ct = np.random.default_rng(9).normal(size=x.shape)
+    theta = (1.3, np.array([0.7, 1.1]), 0.9)
+    _, back = db.pullback(lambda th: db.broadcast(model, d, *th), theta)
+    g = back(ct)
+    h = 1e-6
+    for k, t in enumerate(theta):
+        for i in np.ndindex(np.shape(t)):
+            step = np.zeros(np.shape(t))
+            step[i] = h
+            moved = [list(theta), list(theta)]
+            moved[0][k], moved[1][k] = t + step, t - step
+            fd = np.sum(ct * (model(x, *moved[0]) - model(x, *moved[1]))) / (2 * h)
+            np.testing.assert_allclose(np.asarray(g[k])[i], fd, rtol=1e-6)
+
+
+def test_pullback_of_a_broadcast_takes_one_pass_over_the_data():
+    computed = []
+
+    def block(b, block_info=None):
+        computed.append(block_info[None]["chunk-location"])
+        return np.full(b.shape, 0.5)
+
+    d = da.zeros(1_000, chunks=100).map_blocks(block, dtype=float)
+    f = lambda a, b: db.broadcast(lambda x, a, b: a * np.exp(b * x), d, a, b)
+    y, back = db.pullback(f, 2.0, np.array([1.0]))
+    assert computed == [] and isinstance(y, da.Array)  # y is lazy
+    ga, gb = back(np.ones(1_000))
+    assert sorted(computed) == [(k,) for k in range(10)]  # both small cotangents from one dask.compute
+    close(ga, 1000 * np.exp(0.5))
+    close(gb, [1000 * 2.0 * 0.5 * np.exp(0.5)])
+    with pytest.raises(db.ShapeMismatchError, match="shape"):
+        back(np.ones(999))
+
+
 # --- db.jvp, db.hvp, db.hessian: the small arguments' derivatives per chunk, tree-summed --------------------
 def second_order_loss(data, theta):
     a, w, c = theta
@@ -322,11 +389,6 @@ def test_unsupported_modes_are_clear_errors():
     f = lambda a: db.sum(lambda x, a: a * x**2, d, a) ** 2
     with pytest.raises(db.UnsupportedFunctionError, match="prepare_gradient"):
         db.prepare_gradient(f, 1.0)(1.0)
-    # the pullback of a Dask-array result (it returned the tape's internal value, and its back failed in Dask)
-    with pytest.raises(db.UnsupportedFunctionError, match=r"pullback.*Dask array.*db\.sum"):
-        db.pullback(lambda a: db.broadcast(lambda x, a: a * np.sin(x), d, a), 2.0)
-    y, back = db.pullback(lambda a: db.sum(lambda x, a: a * np.sin(x), d, a), 2.0)  # a reduced result works
-    np.testing.assert_allclose([y, back(1.0)], [20 * np.sin(1.0), 10 * np.sin(1.0)], rtol=1e-14)
 
 
 # --- scheduling: kernels' threads, the core import, memory, a cluster -------------------------------------
@@ -412,6 +474,12 @@ def test_on_a_distributed_cluster(client):
     g0 = db.gradient(lambda p: mlp_loss((xs, t), p), params)
     for k in params:
         np.testing.assert_allclose(g[k], g0[k], rtol=1e-10, atol=1e-10 * np.max(np.abs(g0[k])))
+    _, back = db.pullback(lambda w, data: db.broadcast(lambda x, w: np.exp(-w * x), data, w), w, d)
+    _, back0 = db.pullback(lambda w, data: db.broadcast(lambda x, w: np.exp(-w * x), data, w), w, x)
+    ct = rng.normal(size=x.shape)
+    (gw, gd), (gw0, gd0) = back(ct), back0(ct)
+    close(gw, gw0)
+    close(gd.compute(), gd0)
     theta = (1.5, np.array([0.5, 1.5]))  # the higher-order API: each chunk's Hessian on a worker
     loss2 = lambda th, data: (db.sum(lambda x, a, w: a * np.exp(-w * x), data, *th) - 1.0) ** 2
     h, h0 = db.hessian(lambda th: loss2(th, d), theta), db.hessian(lambda th: loss2(th, x), theta)
