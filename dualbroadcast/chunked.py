@@ -414,13 +414,11 @@ def pullback(tape, out_leaves, out_def, arguments):
 def _sorted(leaves, activity):
     """``(values, big, active, tape)``: the leaves' plain values (a Dask array for a differentiated one), the
     positions of Dask arrays, those of the differentiated leaves, and their tape."""
-    from .guards import RECORDER
+    from .guards import RECORDER, NotReplayableError
     from .tape import Tracked, tape_of
 
-    if RECORDER.get() is not None:
-        raise UnsupportedFunctionError(
-            "db.prepare_gradient of a program over Dask arrays is not supported yet; use db.gradient or "
-            "db.value_and_gradient (each call is one pass over the data)")
+    if RECORDER.get() is not None:  # prepare_gradient: this call signature runs `value_and_gradient` per call
+        raise NotReplayableError("a prepared program over Dask arrays is evaluated as db.value_and_gradient")
     values, big, active, tracked = list(leaves), [], [], []
     for p, (leaf, on) in enumerate(zip(leaves, activity)):
         value = leaf
