@@ -11,6 +11,11 @@ argument's chunks, computed on demand (each chunk's kernel runs again; no partia
 `sum_blocks` is the same plan for any program ``db.gradient`` handles: the blocks are rows of one or
 more Dask arrays, and each block's gradient is taken on a worker.
 
+The rest of the API: ``db.pullback`` of a ``db.broadcast`` result (`pullback`: lazy cotangents for Dask
+arguments, the others from one ``dask.compute``); ``db.jvp``, ``db.hvp``, ``db.hessian`` in the small arguments
+(`_taylor`: each chunk's value, gradient and Hessian, tree-summed, then their Taylor polynomial on the
+arguments); ``db.prepare_gradient`` runs ``db.value_and_gradient`` per call (`_sorted` stops its recording).
+
 Every task runs in a fresh context (no outer gradient is seen there, whatever the scheduler) with the
 kernels' own threads and BLAS's (threadpoolctl, while tasks run) limited to `TASK_THREADS`, so Dask's
 workers and a kernel's blocks or a matrix product's threads do not oversubscribe the cores.  The tasks are
