@@ -138,7 +138,8 @@ def run(f: Callable[..., Any], args: tuple, reduce: bool, backend: str | None) -
     if order:  # inside db.jvp, db.hvp, db.hessian: the small arguments' Taylor polynomial (`_taylor`)
         if not reduce:
             raise UnsupportedFunctionError(
-                "db.broadcast over Dask arrays inside db.jvp, db.hvp or db.hessian is not supported: its result is "
+                "db.broadcast over Dask arrays inside db.jvp, db.hvp, db.hessian or a gradient inside a gradient is "
+                "not supported: its result is "
                 "as large as the data; reduce it in the same kernel, db.sum(f, ...), whose derivatives are taken "
                 "per chunk")
         return _taylor(f, leaves, treedef, activity, order, backend)
@@ -301,20 +302,21 @@ def _layers(x, into):
 
 def _order(leaves, activity):
     """The order of the derivatives a `db.sum` over Dask arrays must give its small arguments beyond the usual
-    first-order path's: 0 (one gradient: `_Plan`), 1 (a `db.jvp`), 2 (two nested levels: `db.hvp`, `db.hessian`)."""
+    first-order path's: 0 (one gradient: `_Plan`), 1 (a `db.jvp`, or one gradient inside another that does not
+    track these arguments), 2 (two nested levels: `db.hvp`, `db.hessian`)."""
     from .forward import Dual
     from .tape import Tracked
 
-    layers, dual = set(), False
+    layers, beyond = set(), False  # beyond the first-order path: a dual, or a gradient inside another's
     for leaf, on in zip(leaves, activity):
         if on and (type(leaf) is Tracked or type(leaf) is Dual):
-            dual = dual or type(leaf) is Dual
+            beyond = beyond or type(leaf) is Dual or leaf.tape.level > 0
             _layers(leaf, layers)
     if len(layers) > 2:
         raise UnsupportedFunctionError(
             "derivatives of order 3 or more of a db.sum over Dask arrays are not supported (db.jvp, db.hvp and "
             "db.hessian are); take them on a part of the data that fits in memory (.compute() it)")
-    return len(layers) if dual or len(layers) == 2 else 0
+    return len(layers) if beyond or len(layers) == 2 else 0
 
 
 def _taylor(f, leaves, treedef, activity, order, backend):
@@ -429,10 +431,10 @@ def _sorted(leaves, activity):
         value = leaf
         if type(leaf) is Tracked:
             value = leaf.value
-            if type(value) is Tracked or leaf.tape.level:
+            if type(value) is Tracked or leaf.tape.level:  # `_order` sent the small arguments' to `_taylor`
                 raise UnsupportedFunctionError(
-                    "higher-order derivatives of programs over Dask arrays are not supported yet; take the "
-                    "second derivative on a part of the data that fits in memory (.compute() it)")
+                    "a derivative of a db.broadcast over Dask arrays, or one with respect to a Dask array, inside "
+                    "another derivative is not supported; reduce it with db.sum, or .compute() the data first")
             tracked.append(leaf)
             if on:
                 active.append(p)

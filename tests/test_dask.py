@@ -301,6 +301,15 @@ def test_the_issues_hessian_of_ten_parameters():
     close(db.hvp(lambda c: loss_of(db, r)(list(c)), theta, v), h0 @ v)
 
 
+def test_a_gradient_inside_a_gradient():
+    x = np.linspace(0.5, 2.0, 10)
+    d = da.from_array(x, chunks=4)
+    inner = lambda data, b: db.gradient(lambda a: db.sum(lambda x, a, c: a * x**2 * c, data, a, 1.5) ** 2, 1.0) * b
+    both = lambda data, b: db.gradient(lambda a: db.sum(lambda x, a, b: a * x**2 * b, data, a, b) ** 2, 1.0)
+    for f in (inner, both):  # the inner gradient's db.sum: tracked by one tape of level 1, or by both tapes
+        close(db.gradient(lambda b: f(d, b), 2.0), db.gradient(lambda b: f(x, b), 2.0))
+
+
 def test_higher_order_of_sum_blocks():
     x = np.random.default_rng(4).normal(size=(50, 3))
     d = da.from_array(x, chunks=(12, 3))
