@@ -599,8 +599,7 @@ class _BlasLimit:
 
     def __enter__(self):
         with self.lock:
-            self.running += 1
-            if self.running == 1:
+            if self.running == 0:
                 if self.controller is None or (self.controller and self.modules != len(sys.modules)):
                     try:
                         from threadpoolctl import ThreadpoolController
@@ -611,6 +610,7 @@ class _BlasLimit:
                         self.controller = ThreadpoolController()
                 if self.controller:
                     self.limit = self.controller.limit(limits=TASK_THREADS, user_api="blas")
+            self.running += 1
 
     def __exit__(self, *exc):
         with self.lock:
