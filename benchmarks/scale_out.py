@@ -14,7 +14,11 @@ memory (``resource.getrusage``), so one row's arrays do not count in another's m
   and kernels on one thread (`chunked.TASK_THREADS`), 20 chunks: the scaling (the workers' memory is not in
   the peak RSS column, which is the client's);
 - **sum_blocks MLP**: a 2-layer MLP's mean squared error over a 2e6 x 32 Dask array in chunks of 1e5 rows
-  against ``db.gradient`` of the same program on the NumPy arrays (time and largest relative difference).
+  against ``db.gradient`` of the same program on the NumPy arrays (time and largest relative difference),
+  on the threaded scheduler and on a ``LocalCluster`` of 2 worker processes (one thread each; BLAS limited to
+  one thread inside tasks, as the kernels are);
+- **Hessian**: ``db.hessian`` in the ten parameters over N/5 points (2e7 by default), in memory and on a Dask
+  array of the same data in 10 chunks (time, and the largest difference relative to the largest entry).
 """
 
 import argparse
@@ -107,26 +111,59 @@ def row_mlp_memory(n, chunk, runs):
     return seconds, None
 
 
-def row_mlp_blocks(n, chunk, runs):
+def row_mlp_blocks(n, chunk, runs, workers=None):
     import dask.array as da
 
     import dualbroadcast as db
+    if workers:
+        from distributed import Client, LocalCluster
+        client = Client(LocalCluster(n_workers=workers, processes=True, threads_per_worker=1,
+                                     dashboard_address=None))
     x, t, params = mlp_data(n)
     data = (da.from_array(x, chunks=(chunk, 32)), da.from_array(t, chunks=chunk))
+    if workers:  # the data on the workers before the clock starts
+        from distributed import wait
+        data = tuple(client.persist(list(data)))
+        wait(data)
     seconds, g = best_time(lambda: db.gradient(lambda p: db.sum_blocks(mlp_loss, data, p) / n, params), runs)
     g0 = np.load(os.path.join(os.environ.get("TMPDIR", "/tmp"), "scale_out_mlp.npz"))
     worst = max(float(np.max(np.abs(g[k] - g0[k])) / np.max(np.abs(g0[k]))) for k in g)
+    if workers:
+        client.close()
     return seconds, worst
 
 
+def row_hessian(n, chunk, runs, on_dask=True):
+    """The 10-parameter Hessian of the loss over N points: on a Dask array (each chunk's second-order kernel,
+    tree-summed), or in memory (saved, for the Dask row's difference)."""
+    import dask.array as da
+
+    import dualbroadcast as db
+    r = np.random.default_rng(0).uniform(2.0, 6.0, n)
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), "scale_out_hessian.npy")
+    if not on_dask:
+        seconds, h = best_time(lambda: db.hessian(lambda c: loss_of(db, r, backend="blocked")(list(c)),
+                                                  np.array(THETA)), runs)
+        np.save(path, h)
+        return seconds, None
+    r = da.from_array(r, chunks=chunk)
+    seconds, h = best_time(lambda: db.hessian(lambda c: loss_of(db, r)(list(c)), np.array(THETA)), runs)
+    h0 = np.load(path)
+    return seconds, float(np.max(np.abs(h - h0)) / np.max(np.abs(h0)))
+
+
 ROWS = {"memory": row_memory, "dask_same": row_dask_same, "generated": row_dask_generated,
-        "mlp_memory": row_mlp_memory, "mlp_blocks": row_mlp_blocks}  # and "workersK": K worker processes
+        "mlp_memory": row_mlp_memory, "mlp_blocks": row_mlp_blocks,
+        "hessian_memory": lambda n, chunk, runs: row_hessian(n, chunk, runs, False), "hessian_dask": row_hessian}
+# and "workersK" / "mlp_workersK": K worker processes
 
 
 def row(name):
     """The function of row ``name``."""
     if name.startswith("workers"):
         return lambda n, chunk, runs: row_dask_generated(n, chunk, runs, int(name[len("workers"):]))
+    if name.startswith("mlp_workers"):
+        return lambda n, chunk, runs: row_mlp_blocks(n, chunk, runs, int(name[len("mlp_workers"):]))
     return ROWS[name]
 
 
@@ -167,6 +204,9 @@ def main(argv=None):
         (f"2 worker processes, N={n // 5:.0e}", "workers2", n // 5, n // 100, 3),
         (f"MLP in memory, {mlp_n:.0e} x 32", "mlp_memory", mlp_n, mlp_chunk, 2),
         (f"MLP sum_blocks, chunks {mlp_chunk:.0e} rows", "mlp_blocks", mlp_n, mlp_chunk, 2),
+        ("MLP sum_blocks, 2 worker processes", "mlp_workers2", mlp_n, mlp_chunk, 2),
+        (f"Hessian in memory, N={n // 5:.0e} (blocked)", "hessian_memory", n // 5, n // 50, 2),
+        (f"Hessian, Dask, same data, chunks {n // 50:.0e}", "hessian_dask", n // 5, n // 50, 2),
     ]
     print(f"{'row':44s} {'seconds':>9s} {'ns/element':>11s} {'peak RSS':>10s}  note")
     measured = {}
@@ -180,7 +220,9 @@ def main(argv=None):
             note = f"data would be {8 * rows_n / 1e9:.1f} GB"
         elif name == "workers2":
             note = f"{measured['workers1'] / seconds:.2f}x faster than 1 worker"
-        elif name == "mlp_blocks":
+        elif name == "hessian_dask":
+            note = f"{seconds / measured['hessian_memory']:.2f}x in memory; max relative difference {result:.1e}"
+        elif name in ("mlp_blocks", "mlp_workers2"):
             note = f"{seconds / measured['mlp_memory']:.2f}x in memory; max relative difference {result:.1e}"
         print(f"{label:44s} {seconds:9.3f} {1e9 * seconds / rows_n:11.2f} {peak / 2**30:8.2f} GB  {note}")
         sys.stdout.flush()

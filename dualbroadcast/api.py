@@ -483,10 +483,7 @@ def pullback(f: Callable[..., Any], *args: Any) -> tuple[Any, Callable[[Any], An
     tape, out, arguments = _trace(f, args)
     out_leaves, out_def = pytree.flatten(out)
     if any(type(o) is Tracked and type(o.value) is chunked.Lazy for o in out_leaves):
-        raise UnsupportedFunctionError(
-            "db.pullback of a function whose result is a Dask array (a db.broadcast over Dask arrays) is not "
-            "supported yet: reduce it inside the function (db.sum, db.sum_blocks) and take the pullback or the "
-            "gradient of that, or .compute() the Dask arguments first")
+        return chunked.pullback(tape, out_leaves, out_def, arguments)  # a Dask-array result (db.broadcast)
 
     if type(out) is Tracked:  # one array output: no trees to walk on every call
         shape, dtype = out.shape, out.dtype

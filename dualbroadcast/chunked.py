@@ -11,10 +11,16 @@ argument's chunks, computed on demand (each chunk's kernel runs again; no partia
 `sum_blocks` is the same plan for any program ``db.gradient`` handles: the blocks are rows of one or
 more Dask arrays, and each block's gradient is taken on a worker.
 
+The rest of the API: ``db.pullback`` of a ``db.broadcast`` result (`pullback`: lazy cotangents for Dask
+arguments, the others from one ``dask.compute``); ``db.jvp``, ``db.hvp``, ``db.hessian`` in the small arguments
+(`_taylor`: each chunk's value, gradient and Hessian, tree-summed, then their Taylor polynomial on the
+arguments); ``db.prepare_gradient`` runs ``db.value_and_gradient`` per call (`_sorted` stops its recording).
+
 Every task runs in a fresh context (no outer gradient is seen there, whatever the scheduler) with the
-kernels' own threads limited to `TASK_THREADS`, so Dask's workers and a kernel's blocks do not
-oversubscribe the cores.  The tasks are module functions of picklable data (the function's tree and
-its leaves), so `dask.distributed` ships them to worker processes, where kernels are rebuilt.
+kernels' own threads and BLAS's (threadpoolctl, while tasks run) limited to `TASK_THREADS`, so Dask's
+workers and a kernel's blocks or a matrix product's threads do not oversubscribe the cores.  The tasks are
+module functions of picklable data (the function's tree and its leaves), so `dask.distributed` ships them
+to worker processes, where kernels are rebuilt.
 
 Dask is imported here only when a Dask array is met or `sum_blocks` is called: the package itself
 needs NumPy and numexpr only.  A differentiated Dask array is carried on the tape as a `Lazy` value,
@@ -27,6 +33,7 @@ import functools
 import math
 import operator
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -126,7 +133,17 @@ def run(f: Callable[..., Any], args: tuple, reduce: bool, backend: str | None) -
     import dask
 
     leaves, treedef = pytree.flatten((f, args))
-    plan = _Plan(leaves, pytree.leaf_activity(treedef), "sum" if reduce else "broadcast", treedef, backend)
+    activity = pytree.leaf_activity(treedef)
+    order = _order(leaves, activity)
+    if order:  # inside db.jvp, db.hvp, db.hessian: the small arguments' Taylor polynomial (`_taylor`)
+        if not reduce:
+            raise UnsupportedFunctionError(
+                "db.broadcast over Dask arrays inside db.jvp, db.hvp, db.hessian or a gradient inside a gradient is "
+                "not supported: its result is "
+                "as large as the data; reduce it in the same kernel, db.sum(f, ...), whose derivatives are taken "
+                "per chunk")
+        return _taylor(f, leaves, treedef, activity, order, backend)
+    plan = _Plan(leaves, activity, "sum" if reduce else "broadcast", treedef, backend)
     plan.call = _logged(f, len(plan.active), math.prod(plan.shape), reduce)
     if not reduce:
         return plan.broadcast()
@@ -176,15 +193,10 @@ class _Plan:
         self.small = [p for p in active if p not in big]
         self.context = (treedef, [None if p in big else v for p, v in enumerate(values)], tuple(big), kind, backend)
 
-    def tree_sum(self, wrt):
-        """A delayed ``(value, partial per position of wrt)`` summed over every block."""
-        import dask
-
-        context = dask.delayed(self.context, traverse=False)
-        delayed = [b.to_delayed().ravel() for b in self.blocks]
-        parts = [dask.delayed(_in_task)(_on_block, context, list(blocks), tuple(wrt))
-                 for blocks in zip(*delayed)]
-        return _tree(parts)
+    def tree_sum(self, wrt, order=None):
+        """A delayed ``(value, partial per position of wrt)`` summed over every block; with ``order``, the block's
+        Taylor coefficients in the flat vector of ``wrt`` instead (`_on_block_taylor`)."""
+        return _summed(self.context, self.blocks, wrt, order)
 
     def mapped(self, wrt):
         """`_block_map` over the grid: the lazy broadcast value, or ∂f/∂(big leaf wrt[0])."""
@@ -216,26 +228,45 @@ class _Plan:
 
     def _chunked_numpy_cotangent(self, p, g):
         """ḡ of a NumPy argument of `broadcast` that Dask chunked: the lazy one, computed (a pass over the data)."""
-        return np.asarray(self._big_cotangent(p, g).compute(), np.result_type(self.values[p]))
+        return self._computed(p, self._big_cotangent(p, g))
 
     def _small_cotangent(self, p, g):
         """ḡ of a small argument of `broadcast`: Σ over blocks of the block's vjp (a pass over the data)."""
         import dask
+        import dask.array as da
 
         g = self._as_grid(g)
         context = dask.delayed(self.context, traverse=False)
         delayed = [b.to_delayed().ravel() for b in [*self.blocks, g]]
         parts = [dask.delayed(_in_task)(_on_block, context, list(blocks[:-1]), (p,), blocks[-1])
                  for blocks in zip(*delayed)]
-        ct = dask.compute(_tree(parts))[0][0]
+        value = self.values[p]  # a Dask array, not a Delayed: dask.compute mixing both reorders the results
+        return self._computed(p, da.from_delayed(_tree(parts)[0], np.shape(value), np.result_type(value)))
+
+    def _computed(self, p, lazy):
+        """The NumPy cotangent of leaf p, ``lazy`` computed: at once, or in `pullback`'s one ``dask.compute``
+        (`_DEFERRED`: its first sweep collects ``lazy`` and gets zeros, its second gets the computed values)."""
+        import dask
+
         value = self.values[p]
         dtype = np.result_type(value)
+        deferred = _DEFERRED.get()
+        if deferred is None:
+            ct = dask.compute(lazy)[0]
+        elif deferred[0] == "collect":
+            deferred[1][self, p] = lazy
+            ct = np.zeros(np.shape(value), dtype)
+        else:
+            ct = deferred[1][self, p]
         return np.asarray(ct, dtype) if isinstance(value, np.ndarray) else dtype.type(ct)
 
     def _as_grid(self, g):
         import dask.array as da
-        g = g.array if type(g) is Lazy else g
-        return da.broadcast_to(da.asarray(g), self.shape, chunks=self.blocks[0].chunks)
+        g = da.asarray(g.array if type(g) is Lazy else g)
+        chunks = self.blocks[0].chunks
+        if g.shape == self.shape:  # a cotangent of the result, chunked as the caller chose
+            return g if g.chunks == chunks else g.rechunk(chunks)
+        return da.broadcast_to(g, self.shape, chunks=chunks)
 
     @functools.cached_property
     def dtype(self):
@@ -253,25 +284,157 @@ class _Plan:
         return _record(self.tape, [self.leaves[p] for p in self.active], value, backs, self.call)
 
 
+# --- inside db.jvp, db.hvp and db.hessian --------------------------------------------------------------
+def _layers(x, into):
+    """Add to ``into`` what differentiates ``x``: each tape tracking it and each `db.jvp` level of its duals."""
+    from .forward import Dual
+    from .tape import Tracked
+
+    while type(x) is Tracked or type(x) is Dual:
+        if type(x) is Dual:
+            into.add(("jvp", x.level))
+            _layers(x.tangent, into)
+        else:
+            into.add(("tape", id(x.tape)))
+        x = x.value
+    return x
+
+
+def _order(leaves, activity):
+    """The order of the derivatives a `db.sum` over Dask arrays must give its small arguments beyond the usual
+    first-order path's: 0 (one gradient: `_Plan`), 1 (a `db.jvp`, or one gradient inside another that does not
+    track these arguments), 2 (two nested levels: `db.hvp`, `db.hessian`)."""
+    from .forward import Dual
+    from .tape import Tracked
+
+    layers, beyond = set(), False  # beyond the first-order path: a dual, or a gradient inside another's
+    for leaf, on in zip(leaves, activity):
+        if on and (type(leaf) is Tracked or type(leaf) is Dual):
+            beyond = beyond or type(leaf) is Dual or leaf.tape.level > 0
+            _layers(leaf, layers)
+    if len(layers) > 2:
+        raise UnsupportedFunctionError(
+            "derivatives of order 3 or more of a db.sum over Dask arrays are not supported (db.jvp, db.hvp and "
+            "db.hessian are); take them on a part of the data that fits in memory (.compute() it)")
+    return len(layers) if beyond or len(layers) == 2 else 0
+
+
+def _taylor(f, leaves, treedef, activity, order, backend):
+    """``db.sum(f, *args)`` over Dask arrays whose small arguments p are duals or tracked by two nested gradients:
+    each chunk's value s, gradient ∇s (and, to order 2, Hessian ∇²s) in the flat vector of p, tree-summed in one
+    ``dask.compute``, then S + ∇S·d + ½ d·∇²S·d with d = p - p₀ computed on the arguments themselves.  At p = p₀
+    it has the value, the gradient and the Hessian of the sum, so the duals and tapes it runs on take the same
+    derivatives as in memory, to the order asked for (never beyond it: `_order` refuses a third level)."""
+    import dask
+
+    from .pullbacks import untracked
+
+    active = [p for p, (leaf, on) in enumerate(zip(leaves, activity)) if on and _is_differentiated(leaf)]
+    bases = [untracked(leaf) for leaf in leaves]
+    bases = [b.array if type(b) is Lazy else b for b in bases]
+    if any(is_chunked(bases[p]) for p in active):
+        raise UnsupportedFunctionError(
+            "db.jvp, db.hvp and db.hessian of a db.sum over Dask arrays take derivatives with respect to its small "
+            "arguments (NumPy arrays and scalars), not the Dask arrays: db.cut the Dask array, or .compute() it")
+    plan = _Plan(bases, [False] * len(bases), "sum", treedef, backend)
+    if any(p in plan.big for p in active):
+        raise UnsupportedFunctionError(
+            "db.jvp, db.hvp and db.hessian of a db.sum over Dask arrays: a differentiated NumPy argument spans the "
+            "chunked axis; make it a Dask array and db.cut it, or differentiate only arguments broadcast whole")
+    plan.call = _logged(f, len(active), math.prod(plan.shape), True)
+    value, gradient, hessian = dask.compute(plan.tree_sum(active, order))[0]
+    return _polynomial(value, gradient, hessian, [leaves[p] for p in active], [bases[p] for p in active])
+
+
+def _is_differentiated(leaf):
+    from .forward import Dual
+    from .tape import Tracked
+    return type(leaf) is Tracked or type(leaf) is Dual
+
+
+def _polynomial(value, gradient, hessian, arguments, bases):
+    """``value + gradient·d (+ ½ d·hessian·d)``, ``d`` the arguments less their values, flat, on the arguments."""
+    dtype = np.result_type(value)
+    d = [np.reshape(np.subtract(a, np.asarray(b, np.result_type(b))), (-1,)) for a, b in zip(arguments, bases)]
+    d = d[0] if len(d) == 1 else np.concatenate(d)
+    total = value + np.dot(np.asarray(gradient, dtype), d)
+    if hessian is not None:
+        total = total + dtype.type(0.5) * np.dot(d, np.dot(np.asarray(hessian, dtype), d))
+    return total
+
+
+# --- db.pullback of a Dask-array result -----------------------------------------------------------------
+_DEFERRED = contextvars.ContextVar("chunked_deferred", default=None)
+
+
+def pullback(tape, out_leaves, out_def, arguments):
+    """`db.pullback`'s ``(y, back)`` for a result holding Dask arrays (a `broadcast` over Dask arrays): ``y``'s
+    Dask arrays as they are; ``back(ȳ)`` (ȳ of NumPy or Dask arrays) the lazy cotangents of Dask arguments and
+    the NumPy cotangents of the others, these computed in one ``dask.compute``.  The sweep is linear in what
+    `_computed` gives, and what it gives depends on ȳ and the Dask cotangents only: a first sweep collects the
+    lazy values (zeros stand in), one ``dask.compute`` evaluates them together, a second sweep uses them."""
+    import dask
+    import dask.array as da
+
+    from .api import _cotangent, _gradients, _one_or_tuple
+    from .errors import ShapeMismatchError
+    from .tape import Tracked, backward
+
+    def back(ybar):
+        ybar_leaves = [ybar] if out_def is pytree.LEAF else pytree.flatten(ybar)[0]
+        if len(ybar_leaves) != len(out_leaves):
+            raise ShapeMismatchError(f"back expects a cotangent with the output's structure ({len(out_leaves)} arrays)")
+        seeds = {}
+        for o, yb in zip(out_leaves, ybar_leaves):
+            if type(o) is not Tracked:
+                continue
+            if type(o.value) is Lazy:
+                yb = da.asarray(yb)
+                yb = yb.astype(o.dtype) if yb.dtype != o.dtype else yb
+            else:
+                yb = _cotangent(yb, o.dtype)
+            if yb.shape != o.shape:
+                raise ShapeMismatchError(
+                    f"cotangent of shape {yb.shape} for an output of shape {o.shape}; pass one of the output's shape")
+            seeds[o.index] = seeds[o.index] + yb if o.index in seeds else yb
+        if not seeds:
+            return _one_or_tuple(_gradients(arguments, None))
+        collected = {}
+        token = _DEFERRED.set(("collect", collected))
+        try:
+            grads = backward(tape, seeds)
+        finally:
+            _DEFERRED.reset(token)
+        if collected:
+            token = _DEFERRED.set(("use", dict(zip(collected, dask.compute(*collected.values())))))
+            try:
+                grads = backward(tape, seeds)
+            finally:
+                _DEFERRED.reset(token)
+        return _one_or_tuple(_gradients(arguments, grads))
+
+    values = [o.value.array if type(o) is Tracked and type(o.value) is Lazy else o.value if type(o) is Tracked
+              else o for o in out_leaves]
+    return (values[0] if out_def is pytree.LEAF else pytree.unflatten(out_def, values)), back
+
+
 def _sorted(leaves, activity):
     """``(values, big, active, tape)``: the leaves' plain values (a Dask array for a differentiated one), the
     positions of Dask arrays, those of the differentiated leaves, and their tape."""
-    from .guards import RECORDER
+    from .guards import RECORDER, NotReplayableError
     from .tape import Tracked, tape_of
 
-    if RECORDER.get() is not None:
-        raise UnsupportedFunctionError(
-            "db.prepare_gradient of a program over Dask arrays is not supported yet; use db.gradient or "
-            "db.value_and_gradient (each call is one pass over the data)")
+    if RECORDER.get() is not None:  # prepare_gradient: this call signature runs `value_and_gradient` per call
+        raise NotReplayableError("a prepared program over Dask arrays is evaluated as db.value_and_gradient")
     values, big, active, tracked = list(leaves), [], [], []
     for p, (leaf, on) in enumerate(zip(leaves, activity)):
         value = leaf
         if type(leaf) is Tracked:
             value = leaf.value
-            if type(value) is Tracked or leaf.tape.level:
+            if type(value) is Tracked or leaf.tape.level:  # `_order` sent the small arguments' to `_taylor`
                 raise UnsupportedFunctionError(
-                    "higher-order derivatives of programs over Dask arrays are not supported yet; take the "
-                    "second derivative on a part of the data that fits in memory (.compute() it)")
+                    "a derivative of a db.broadcast over Dask arrays, or one with respect to a Dask array, inside "
+                    "another derivative is not supported; reduce it with db.sum, or .compute() the data first")
             tracked.append(leaf)
             if on:
                 active.append(p)
@@ -332,6 +495,16 @@ def _unbroadcast(a, shape):
     return a.sum(axis=axes, keepdims=True) if axes else a
 
 
+def _summed(context, arrays, wrt, order=None):
+    """The delayed sum over the blocks of ``arrays`` (a grid) of `_on_block` (or `_on_block_taylor` to ``order``)."""
+    import dask
+
+    context = dask.delayed(context, traverse=False)
+    delayed = [a.to_delayed().ravel() for a in arrays]
+    task, extra = (_on_block, ()) if order is None else (_on_block_taylor, (order,))
+    return _tree([dask.delayed(_in_task)(task, context, list(blocks), tuple(wrt), *extra) for blocks in zip(*delayed)])
+
+
 def _tree(parts):
     """The delayed elementwise sum of delayed tuples, ``FAN_IN`` at a time."""
     import dask
@@ -342,7 +515,7 @@ def _tree(parts):
 
 
 def _added(*results):
-    return tuple(functools.reduce(operator.add, terms) for terms in zip(*results))
+    return tuple(None if terms[0] is None else functools.reduce(operator.add, terms) for terms in zip(*results))
 
 
 # --- db.sum_blocks ---------------------------------------------------------------------------------------
@@ -378,17 +551,25 @@ def sum_blocks(f: Callable[..., Any], data: Any, *params: Any) -> Any:
                          "e.g. a.rechunk({0: chunks})")
     arrays = tuple(a.rechunk(dict.fromkeys(range(1, a.ndim), -1)) if a.ndim > 1 else a for a in arrays)
     leaves, treedef = pytree.flatten((f, (arrays if type(data) is tuple else arrays[0], *params)))
-    values, big, active, tape = _sorted(leaves, pytree.leaf_activity(treedef))
-    if len(big) != len(arrays) or [values[p] for p in big] != list(arrays):
+    activity = pytree.leaf_activity(treedef)
+    order = _order(leaves, activity)
+    if order:  # inside db.jvp, db.hvp, db.hessian: the params' Taylor polynomial, as for db.sum (`_taylor`)
+        from .pullbacks import untracked
+        values = [untracked(leaf) for leaf in leaves]
+        active = [p for p, (leaf, on) in enumerate(zip(leaves, activity)) if on and _is_differentiated(leaf)]
+        big = [p for p, v in enumerate(values) if is_chunked(v)]
+    else:
+        values, big, active, tape = _sorted(leaves, activity)
+    if len(big) != len(arrays) or [values[p] for p in big] != list(arrays) or set(big) & set(active):
         raise UnsupportedFunctionError(
             "db.sum_blocks got a Dask array in its params or in f's own state, or differentiated its data; "
             "pass every Dask array in data (its rows are split into blocks) and differentiate the params")
     context = (treedef, [None if p in big else v for p, v in enumerate(values)], tuple(big), "call", None)
-    delayed_context = dask.delayed(context, traverse=False)
-    blocks = [a.to_delayed().ravel() for a in arrays]
-    parts = [dask.delayed(_in_task)(_on_block, delayed_context, list(b), tuple(active)) for b in zip(*blocks)]
     call = _logged(f, len(active), sum(rows), True)
-    total = dask.compute(_tree(parts))[0]
+    if order:
+        value, gradient, hessian = dask.compute(_summed(context, arrays, active, order))[0]
+        return _polynomial(value, gradient, hessian, [leaves[p] for p in active], [values[p] for p in active])
+    total = dask.compute(_summed(context, arrays, active))[0]
     if not active:
         return total[0]
     backs = [_numpy_pullback(partial, values[p]) for p, partial in zip(active, total[1:])]
@@ -403,7 +584,43 @@ def _in_task(function, *args):
 
 def _limited(function, *args):
     KERNEL_THREADS.set(TASK_THREADS)
-    return function(*args)
+    with _BLAS_LIMIT:
+        return function(*args)
+
+
+class _BlasLimit:
+    """While any task runs in this process, BLAS (matrix products in `sum_blocks`) uses `TASK_THREADS` threads:
+    OpenBLAS's thread count is the process's, so the first task to start limits it and the last to end restores
+    it (threadpoolctl, of the ``dask`` extra; without it, BLAS keeps its threads).  The libraries loaded are
+    looked up again (10 ms) only when a module was imported since (SciPy brings a BLAS of its own)."""
+
+    def __init__(self):
+        self.lock, self.running, self.limit, self.controller, self.modules = threading.Lock(), 0, None, None, 0
+
+    def __enter__(self):
+        with self.lock:
+            if self.running == 0:
+                if self.controller is None or (self.controller and self.modules != len(sys.modules)):
+                    try:
+                        from threadpoolctl import ThreadpoolController
+                    except ImportError:
+                        self.controller = False
+                    else:
+                        self.modules = len(sys.modules)
+                        self.controller = ThreadpoolController()
+                if self.controller:
+                    self.limit = self.controller.limit(limits=TASK_THREADS, user_api="blas")
+            self.running += 1
+
+    def __exit__(self, *exc):
+        with self.lock:
+            self.running -= 1
+            if self.running == 0 and self.limit is not None:
+                self.limit.restore_original_limits()
+                self.limit = None
+
+
+_BLAS_LIMIT = _BlasLimit()
 
 
 def _read_only_view(a):
@@ -419,6 +636,56 @@ def _read_only_view(a):
 def _on_block(context, blocks, wrt, cotangent=None):
     """One block's ``(value, partial per position of wrt)``, or with ``cotangent`` the block's vjp in them."""
     from .api import pullback, value_and_gradient
+
+    program, leaves = _block_program(context, blocks, wrt)
+    if cotangent is not None:
+        _, back = pullback(program, *[leaves[p] for p in wrt])
+        cts = back(cotangent)
+        return cts if len(wrt) > 1 else (cts,)
+    if not wrt:
+        return (program(),)
+    value, grads = value_and_gradient(program, *[leaves[p] for p in wrt])
+    return (value,) + (tuple(grads) if len(wrt) > 1 else (grads,))
+
+
+def _on_block_taylor(context, blocks, wrt, order):
+    """One block's ``(value, gradient, Hessian or None)`` in the flat vector of the leaves at ``wrt`` (`_taylor`):
+    to order 1 `value_and_gradient` of the block's program; to order 2 the `pullback` of its gradient (the
+    gradient is its value, the Hessian's rows its pullbacks of one-hot cotangents, the program's value is read
+    on the way): one kernel of second order, as `hessian` runs, giving all three."""
+    from .api import gradient, pullback, value_and_gradient
+    from .pullbacks import untracked
+
+    program, leaves = _block_program(context, blocks, wrt)
+    params = tuple(np.asarray(leaves[p], np.result_type(leaves[p])) for p in wrt)
+    if order == 1:
+        value, grads = value_and_gradient(lambda xs: program(*xs), params)
+        return value, flat(grads), None
+    values = []
+
+    def read(*xs):
+        values.append(program(*xs))
+        return values[-1]
+
+    grads, back = pullback(lambda xs: gradient(read, *xs), params)
+    grads = grads if len(params) > 1 else (grads,)
+    rows = []
+    for i, x in enumerate(params):
+        for k in range(x.size):
+            seed = tuple(np.zeros(np.shape(g), np.result_type(g)) for g in grads)
+            seed[i].reshape(-1)[k] = 1
+            rows.append(flat(back(seed if len(params) > 1 else seed[0])))
+    return untracked(values[0]), flat(grads), np.stack(rows)
+
+
+def flat(arrays):
+    """The arrays' elements in one vector."""
+    return np.concatenate([np.ravel(a) for a in arrays])
+
+
+def _block_program(context, blocks, wrt):
+    """``(program, leaves)``: the block's leaves, and the program of the values at ``wrt`` that runs the block's
+    `sum`, `broadcast` or `sum_blocks` call with them."""
     from .broadcast import broadcast, sum
 
     treedef, values, big, kind, backend = context
@@ -438,14 +705,7 @@ def _on_block(context, blocks, wrt, cotangent=None):
             return broadcast(f, *args, backend=backend or TASK_BACKEND)
         return f(*args)
 
-    if cotangent is not None:
-        _, back = pullback(program, *[leaves[p] for p in wrt])
-        cts = back(cotangent)
-        return cts if len(wrt) > 1 else (cts,)
-    if not wrt:
-        return (program(),)
-    value, grads = value_and_gradient(program, *[leaves[p] for p in wrt])
-    return (value,) + (tuple(grads) if len(wrt) > 1 else (grads,))
+    return program, leaves
 
 
 def _block_map(*blocks, context, wrt):
