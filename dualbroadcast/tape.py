@@ -410,9 +410,11 @@ def _scattered(pulled):
     first, g0 = pulled[0]
     points = [back.index if type(back.index) is tuple else (back.index,) for back, _ in pulled]
     shape = np.shape(untracked(g0)) if len(pulled) > 1 else None
-    if len(pulled) > 1 and all(back.transform is None and not back.repeats and back.shape == first.shape
-                               and len(point) == len(points[0]) and all(type(i) is int for i in point)
-                               and np.shape(untracked(g)) == shape for (back, g), point in zip(pulled, points)):
+    # (an empty index, x[()] of a 0-d x, is no element: stacked, its g's would have an axis too many)
+    if len(pulled) > 1 and points[0] and all(
+            back.transform is None and not back.repeats and back.shape == first.shape
+            and len(point) == len(points[0]) and all(type(i) is int for i in point)
+            and np.shape(untracked(g)) == shape for (back, g), point in zip(pulled, points)):
         index = tuple(np.array(axis, np.intp) for axis in zip(*points))
         return scatter(np.stack([g for _, g in pulled]), index, first.shape, first.dtype, repeats=True)
     total = None
