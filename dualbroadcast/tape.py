@@ -424,6 +424,29 @@ def _scattered(pulled):
     return total
 
 
+def vector_elements(values):
+    """``(p, ks, n, dtype)`` where each of ``values`` is an element ``v[k]`` (an int k) of one vector ``v`` (tape
+    index p, n elements of ``dtype``) as `Tracked.__getitem__` records it, ``ks`` their k's; else None."""
+    tape = values[0].tape if type(values[0]) is Tracked else None
+    if tape is None:
+        return None
+    records, parent, ks = tape.records, None, []
+    for t in values:
+        if type(t) is not Tracked or t.tape is not tape or t.view is not None:
+            return None
+        record = records[t.index]
+        if type(record) is not tuple or len(record[0]) != 1 or record[1] is not getitem:
+            return None
+        (p, element), = record[0]
+        if type(element) is not IndexPullback or type(element.index) is not int or element.transform is not None \
+                or len(element.shape) != 1 or not 0 <= element.index < element.shape[0] \
+                or (parent is not None and p != parent):
+            return None
+        parent = p
+        ks.append(element.index)
+    return parent, ks, element.shape[0], element.dtype
+
+
 def backward_rows(tape, seeds):
     """Sweep the tape once for several cotangents at once (the rows of a Jacobian, as `hessian` takes them):
     every seed, and so every cotangent, has a leading axis of rows; return all cotangents so.  Pullbacks of
