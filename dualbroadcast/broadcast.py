@@ -188,7 +188,7 @@ def _run(f, args, reduce, backend):
             _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, active, reduce, backend)
         return _evaluated(f, args, reduce) if result is None else result
     if nested or _nested(inputs):
-        levels = _two_levels(inputs, activity if treedef is not None else None, leaves)
+        levels = _two_levels(inputs, values, activity if treedef is not None else None, leaves)
         if levels is not None and recorder is not None:  # a prepared program records it (`prepare_hvp`)
             levels = recorder.levels(levels)
         result = None if levels is None or not reduce else \
@@ -333,11 +333,12 @@ def _nested(inputs):
     return False
 
 
-def _two_levels(inputs, activity, leaves):
-    """For a `sum` whose inputs two nested gradients track: ``(inner, outer, inner positions, outer parents)``,
-    the inner tape and its tracked inputs' positions, the outer tape and ``{position: its tracked value}`` (an
-    inner input's value, or an input of the outer tape itself); None where a second-order kernel cannot
-    serve (more levels, a cut leaf, values of another shape than the sum's or a scalar)."""
+def _two_levels(inputs, values, activity, leaves):
+    """For a `sum` whose inputs (of plain ``values``) two nested gradients track: ``(inner, outer, inner
+    positions, outer parents)``, the inner tape and its tracked inputs' positions, the outer tape and
+    ``{position: its tracked value}`` (an inner input's value, or an input of the outer tape itself); None
+    where a second-order kernel cannot serve (more levels, a cut leaf, values of another shape than the
+    sum's or a scalar)."""
     tracked = [(p, a) for p, a in enumerate(inputs) if type(a) is Tracked]
     if activity is not None and not all(on for leaf, on in zip(leaves, activity) if type(leaf) is Tracked):
         return None
@@ -347,9 +348,9 @@ def _two_levels(inputs, activity, leaves):
     outer, inner = sorted(tapes, key=lambda t: t.level)
     if outer.closed or inner.closed or outer.level == inner.level:
         return None
-    tracked_shapes = [np.shape(untracked(a)) for _, a in tracked]
+    tracked_shapes = [getattr(values[p], "shape", ()) for p, _ in tracked]
     if any(tracked_shapes):  # scalars (coefficients) need no broadcast shape
-        shape = np.broadcast_shapes(*[np.shape(untracked(a)) for a in inputs])
+        shape = np.broadcast_shapes(*[np.shape(v) for v in values])
         if any(s not in ((), shape) for s in tracked_shapes):
             return None
     inner_positions = [p for p, a in tracked if a.tape is inner]

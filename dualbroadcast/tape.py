@@ -427,7 +427,7 @@ def _scattered(pulled):
 def vector_elements(values):
     """``(p, ks, n, dtype)`` where each of ``values`` is an element ``v[k]`` (an int k) of one vector ``v`` (tape
     index p, n elements of ``dtype``) as `Tracked.__getitem__` records it, ``ks`` their k's; else None."""
-    tape = values[0].tape if type(values[0]) is Tracked else None
+    tape = values[0].tape if values and type(values[0]) is Tracked else None
     if tape is None:
         return None
     records, parent, ks = tape.records, None, []
