@@ -446,10 +446,12 @@ def _second_order_of_scalars(kernel, levels, active, inputs, values, kinds, back
 
 
 def _elements_of(values, dtype):
-    """``(p, ks, n)`` where ``values`` are elements ``v[k]`` of one vector ``v`` of ``dtype`` (`vector_elements`),
-    else None."""
+    """``(p, ks, n)`` where ``values`` are elements ``v[k]`` of one vector ``v`` of ``dtype`` (`vector_elements`)
+    that are most of v, else None (a few of a long vector: an edge each, not a pullback of v's size per row)."""
     vector = vector_elements(values)
-    return None if vector is None or vector[3] != dtype else vector[:3]
+    if vector is None or vector[3] != dtype or vector[2] > 2 * len(values) + 8:
+        return None
+    return vector[:3]
 
 
 def _scalar_partials(outer, results, active, inner_positions, parents, columns, vector, call):

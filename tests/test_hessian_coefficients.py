@@ -107,6 +107,22 @@ def test_some_coefficients_unused_and_a_second_argument():
     assert not got[0][0][4:].any() and not got[0][0][:, 4:].any()
 
 
+def test_a_few_elements_of_a_long_vector():
+    """theta[0], ..., theta[4] of 10^4 parameters: an edge each (no 5 x 10^4 pullback), the same Hessian."""
+    theta = np.concatenate([C, np.full(10**4 - 5, 0.5)])
+
+    def f(theta):
+        return db.sum(term, db.cut(XS), *[theta[k] for k in range(5)])
+
+    v = np.zeros_like(theta)
+    v[:5] = [1.0, -2.0, 0.5, 0.0, 3.0]
+    hv = db.hvp(f, theta, v)
+    np.testing.assert_allclose(hv[:5], exp_poly_hessian(C, XS) @ v[:5], rtol=1e-12)
+    assert not hv[5:].any()
+    g = db.gradient(lambda t: db.gradient(f, t)[2], theta)
+    np.testing.assert_allclose(g[:5], exp_poly_hessian(C, XS)[2], rtol=1e-12)
+
+
 def test_scaled_sum_and_a_hessian_inside_a_gradient():
     """2·sum (the inner cotangents are products, no vector's elements) and a gradient of a Hessian's trace."""
     def f(c):
