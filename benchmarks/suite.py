@@ -176,9 +176,9 @@ def eam_jvp_workload(quick, peers):
         x, t = rng.random(n), rng.standard_normal(n)
         impls = {"db": lambda: (lambda: db.jvp(m.eam_numpy, (x,), (t,))[1]),
                  "db.sum": lambda: (lambda: db.jvp(m.eam_dualbroadcast, (x,), (t,))[1])}
-        for peer in peers:
-            if peer.name == "jax":
-                impls.update(_jax_columns(peer, lambda jax, f: lambda x, t: jax.jvp(f, (x,), (t,))[1], pm.eam, (x, t)))
+        impls.update(_higher_order_peers(peers, pm.eam, (x, t),
+                                         jax=lambda jax, f: lambda x, t: jax.jvp(f, (x,), (t,))[1],
+                                         torch=lambda func, f: lambda x, t: func.jvp(f, (x,), (t,))[1]))
         return Row(f"N={_sci(n)}", lambda: m.eam_numpy(x), lambda: m.eam_hand_gradient(x) @ t, impls, 1e-8, {"N": n})
 
     return Workload("eam_jvp", "EAM jvp: dE/dx · t along a random t (float64; hand: the gradient · t)",
@@ -199,10 +199,9 @@ def eam_hvp_workload(quick, peers):
 
         impls = {"db": lambda: (lambda: db.hvp(m.eam_numpy, x, v)),
                  "db.sum": lambda: (lambda: db.hvp(m.eam_dualbroadcast, x, v)), "db prep": prepared}
-        for peer in peers:
-            if peer.name == "jax":
-                impls.update(_jax_columns(peer, lambda jax, f: lambda x, v: jax.jvp(jax.grad(f), (x,), (v,))[1],
-                                          pm.eam, (x, v)))
+        impls.update(_higher_order_peers(peers, pm.eam, (x, v),
+                                         jax=lambda jax, f: lambda x, v: jax.jvp(jax.grad(f), (x,), (v,))[1],
+                                         torch=lambda func, f: lambda x, v: func.jvp(func.grad(f), (x,), (v,))[1]))
         return Row(f"N={_sci(n)}", lambda: m.eam_numpy(x), lambda: m.eam_hvp_hand(x, v), impls, 1e-8, {"N": n})
 
     return Workload("eam_hvp", "EAM hvp: H·v along a random v (float64; hand: E''(P) ∇P ∇Pᵀv + E'(P) diag(9r) v)",
@@ -218,14 +217,41 @@ def exp_poly_hessian_workload(quick, peers):
         xs = np.random.default_rng(2).uniform(-1, 1, n)
         impls = {"db": lambda: (lambda: db.hessian(lambda c: m.exp_poly(c, xs), c)),
                  "db.sum": lambda: (lambda: db.hessian(lambda c: m.exp_poly_db(c, xs), c))}
-        for peer in peers:
-            if peer.name == "jax":
-                impls.update(_jax_columns(peer, lambda jax, f: jax.hessian(f), pm.exp_poly, (c, xs)))
+        impls.update(_higher_order_peers(peers, pm.exp_poly, (c, xs), jax=lambda jax, f: jax.hessian(f),
+                                         torch=lambda func, f: func.hessian(f)))
         return Row(f"N={_sci(n)}", lambda: m.exp_poly(c, xs), lambda: m.exp_poly_hessian_hand(c, xs), impls, 1e-8,
                    {"N": n})
 
     return Workload("exp_poly_hessian", "exp-poly Hessian: d²/dc² sum(exp(c0 + c1 x + ... + c9 x^9)), 10 coefficients",
                     [lambda n=n: build(n) for n in (10**3, 10**6)])
+
+
+def _higher_order_peers(peers, model, args, jax, torch):
+    """The peers' columns of a higher-order row: ``jax(jax, f)`` and ``torch(torch.func, f)`` transform ``f``, the
+    model over that library's arrays, into what is timed on ``args`` (forward over reverse for an hvp, as both
+    libraries' documentation writes it)."""
+    impls = {}
+    for peer in peers:
+        if peer.name == "jax":
+            impls.update(_jax_columns(peer, jax, model, args))
+        elif peer.name == "torch":
+            impls.update(_torch_columns(peer, torch, model, args))
+    return impls
+
+
+def _torch_columns(peer, transform, model, args):
+    """The ``torch`` column timing ``transform(torch.func, f)(*args)`` for ``f`` the model on torch tensors (eager
+    mode, as a PyTorch user calls torch.func).  The first torch.func call of an operation in a process sets it
+    up, once (2.8 s here for the EAM jvp's, 4 s for the first call at all), so the factory calls it once before
+    the first, timed call: what is timed is every later call's work, as a user's loop sees it."""
+    converted = peer.convert(args)
+    computed = transform(peer.torch.func, lambda *a: model(peer.xp, *a))
+
+    def factory():
+        computed(*converted)
+        return (lambda: computed(*converted)), (lambda out: out.detach().numpy())
+
+    return {"torch": factory}
 
 
 def _jax_columns(peer, transform, model, args):

@@ -47,7 +47,7 @@ from .pullbacks import (
     untracked,
 )
 from .registry import COMPLEX_RULES, SAME_RULE
-from .tape import Tracked, _edge, _edges, tape_of
+from .tape import Tracked, _edge, _edges, tape_of, vector_elements
 
 CACHE_SIZE = 512
 _PLAIN = FLOAT_LEAVES | {Tracked}
@@ -188,7 +188,7 @@ def _run(f, args, reduce, backend):
             _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, active, reduce, backend)
         return _evaluated(f, args, reduce) if result is None else result
     if nested or _nested(inputs):
-        levels = _two_levels(inputs, activity if treedef is not None else None, leaves)
+        levels = _two_levels(inputs, values, activity if treedef is not None else None, leaves)
         if levels is not None and recorder is not None:  # a prepared program records it (`prepare_hvp`)
             levels = recorder.levels(levels)
         result = None if levels is None or not reduce else \
@@ -347,11 +347,12 @@ def _nested(inputs):
     return False
 
 
-def _two_levels(inputs, activity, leaves):
-    """For a `sum` whose inputs two nested gradients track: ``(inner, outer, inner positions, outer parents)``,
-    the inner tape and its tracked inputs' positions, the outer tape and ``{position: its tracked value}`` (an
-    inner input's value, or an input of the outer tape itself); None where a second-order kernel cannot
-    serve (more levels, a cut leaf, values of another shape than the sum's or a scalar)."""
+def _two_levels(inputs, values, activity, leaves):
+    """For a `sum` whose inputs (of plain ``values``) two nested gradients track: ``(inner, outer, inner
+    positions, outer parents)``, the inner tape and its tracked inputs' positions, the outer tape and
+    ``{position: its tracked value}`` (an inner input's value, or an input of the outer tape itself); None
+    where a second-order kernel cannot serve (more levels, a cut leaf, values of another shape than the
+    sum's or a scalar)."""
     tracked = [(p, a) for p, a in enumerate(inputs) if type(a) is Tracked]
     if activity is not None and not all(on for leaf, on in zip(leaves, activity) if type(leaf) is Tracked):
         return None
@@ -361,9 +362,9 @@ def _two_levels(inputs, activity, leaves):
     outer, inner = sorted(tapes, key=lambda t: t.level)
     if outer.closed or inner.closed or outer.level == inner.level:
         return None
-    tracked_shapes = [np.shape(untracked(a)) for _, a in tracked]
+    tracked_shapes = [getattr(values[p], "shape", ()) for p, _ in tracked]
     if any(tracked_shapes):  # scalars (coefficients) need no broadcast shape
-        shape = np.broadcast_shapes(*[np.shape(untracked(a)) for a in inputs])
+        shape = np.broadcast_shapes(*[np.shape(v) for v in values])
         if any(s not in ((), shape) for s in tracked_shapes):
             return None
     inner_positions = [p for p, a in tracked if a.tape is inner]
@@ -387,8 +388,11 @@ def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, val
     if kernel.complex or (recorder is not None and not outer_parents):
         return None  # complex values take part (their rules, operation by operation: `_evaluated`), or a constant
     shapes = {p: np.shape(values[p]) for p in active}
-    pairs = [(a, b) for i, a in enumerate(active) for b in active[i:]]
     scalars = not any(shapes.values())  # then so are their second partials: no broadcast shape needed
+    outer_at = list(outer_parents)
+    if outer_at and scalars and recorder is None:
+        return _second_order_of_scalars(kernel, levels, active, inputs, values, input_kinds, backend)
+    pairs = [(a, b) for i, a in enumerate(active) for b in active[i:]]
     shape = () if scalars else np.broadcast_shapes(*[np.shape(v) for v in values])
     pair_shapes = [() if shapes[a] == shapes[b] == () else shape for a, b in pairs]
     value, results, used, size = kernel(values, [shapes[p] for p in active] + pair_shapes, backend)
@@ -397,50 +401,94 @@ def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, val
     calls = _log.get()
     if calls is not None:
         calls.append(call)
-    outer_at = list(outer_parents)
     if outer_at:
         value = outer.record(value, _edges([outer_parents[p] for p in outer_at],
                                            [kernel_pullback(partial[p], shapes[p], (), False) for p in outer_at]), call)
-    if outer_at and scalars and recorder is None:
-        ds = _scalar_partials(outer, results, active, inner_positions, [outer_parents[q] for q in outer_at],
-                              [active.index(q) for q in outer_at], call)
-    else:  # each partial its own value (a prepared program's recording replays them one by one)
-        second = {}
-        for (a, b), h in zip(pairs, results[len(active):]):
-            second[a, b] = second[b, a] = h
-        ds = []
-        for p in inner_positions:
-            d = partial[p]
-            if outer_at:  # the partial as the outer tape's value: its pullbacks are the second partials
-                d = outer.record(d, _edges([outer_parents[q] for q in outer_at],
-                                           [_second_partial_pullback(second[p, q], shapes[q], shapes[p])
-                                            for q in outer_at]), call)
-            ds.append(d)
-        if recorder is not None:
-            recorder.second_order(kernel, inputs, values, used, value, active, pairs, outer_at,
-                                  dict(zip(inner_positions, ds)), [shapes[p] for p in active] + pair_shapes)
+    second = {}  # each partial its own value (a prepared program's recording replays them one by one)
+    for (a, b), h in zip(pairs, results[len(active):]):
+        second[a, b] = second[b, a] = h
+    ds = []
+    for p in inner_positions:
+        d = partial[p]
+        if outer_at:  # the partial as the outer tape's value: its pullbacks are the second partials
+            d = outer.record(d, _edges([outer_parents[q] for q in outer_at],
+                                       [_second_partial_pullback(second[p, q], shapes[q], shapes[p])
+                                        for q in outer_at]), call)
+        ds.append(d)
+    if recorder is not None:
+        recorder.second_order(kernel, inputs, values, used, value, active, pairs, outer_at,
+                              dict(zip(inner_positions, ds)), [shapes[p] for p in active] + pair_shapes)
     backs = [kernel_pullback(d, shapes[p], (), False) for p, d in zip(inner_positions, ds)]
     return inner.record(value, _edges([inputs[p] for p in inner_positions], backs), call)
 
 
-def _scalar_partials(outer, results, active, inner_positions, parents, columns, call):
-    """The partials of the inner inputs of a second-order kernel of scalars (``results``: its partials of the
-    ``active`` inputs, then their second partials, the upper triangle row by row) as values of the outer
-    tape: one vector, whose pullback into each outer input ``parents[j]`` contracts the cotangent with that
-    input's second partials (`Contracted`, column ``columns[j]`` of the Hessian), and its elements.  A
-    Hessian of k coefficients so sweeps k edges, not k²."""
+def _second_order_of_scalars(kernel, levels, active, inputs, values, kinds, backend):
+    """`_second_order` where every argument either gradient tracks is a scalar and the outer tape tracks one
+    at least (not recorded by a prepared program): the kernel's results as one vector (`Kernel.partial_sums`),
+    the inner partials one vector of the outer tape (`_scalar_partials`).  Arguments that are the elements
+    ``c[0], c[1], ...`` of one vector (`tape.vector_elements`: coefficients) are reached along one edge into
+    that vector, on either tape: a Hessian in k coefficients then sweeps two edges, not 2k."""
+    inner, outer, inner_positions, outer_parents = levels
+    value, results, used, size = kernel.partial_sums(values, backend, tuple(kinds))
     k = len(active)
-    dtype = np.result_type(results[0])
+    call = KernelCall(kernel.name, k, used, size, True, k * (k + 1) // 2)
+    calls = _log.get()
+    if calls is not None:
+        calls.append(call)
+    dtype = results.dtype
+    parents = list(outer_parents.values())
+    columns = [active.index(q) for q in outer_parents]
+    vector = _elements_of(parents, dtype)
+    if vector is None:
+        edges = _edges(parents, [fitting_kernel_pullback(results[j], False) for j in columns])
+    else:  # ∂f/∂v: the partials at the elements' places
+        p, ks, n = vector
+        dv = np.zeros(n, dtype)
+        np.add.at(dv, ks, results[columns])
+        edges = ((p, fitting_kernel_pullback(dv, False)),)
+    value = outer.record(value, edges, call)
+    arguments = [inputs[p] for p in inner_positions]
+    stacked = _scalar_partials(outer, results, active, inner_positions, parents, columns, vector, call)
+    inner_vector = _elements_of(arguments, dtype)
+    if inner_vector is not None and inner_vector[1] == list(range(inner_vector[2])):  # c[0], ..., c[n-1] of c
+        return inner.record(value, ((inner_vector[0], fitting_kernel_pullback(stacked, False)),), call)
+    shape = stacked.value.shape  # its elements as `Tracked.__getitem__` records them, without a call each
+    ds = [outer.record(d, ((stacked.index, IndexPullback(i, shape, dtype)),), getitem)
+          for i, d in enumerate(stacked.value)]
+    backs = [fitting_kernel_pullback(d, False) for d in ds]  # each d a scalar, as its argument
+    return inner.record(value, _edges(arguments, backs), call)
+
+
+def _elements_of(values, dtype):
+    """``(p, ks, n)`` where ``values`` are elements ``v[k]`` of one vector ``v`` of ``dtype`` (`vector_elements`)
+    that are most of v, else None (a few of a long vector: an edge each, not a pullback of v's size per row)."""
+    vector = vector_elements(values)
+    if vector is None or vector[3] != dtype or vector[2] > 2 * len(values) + 8:
+        return None
+    return vector[:3]
+
+
+def _scalar_partials(outer, results, active, inner_positions, parents, columns, vector, call):
+    """The partials of the inner inputs of a second-order kernel of scalars (``results``: its partials of the
+    ``active`` inputs, then their second partials, the upper triangle row by row) as one vector of the outer
+    tape, whose pullback into each outer input ``parents[j]`` contracts the cotangent with that input's
+    second partials (`Contracted`, column ``columns[j]`` of the Hessian); where those inputs are the elements
+    ``v[k]`` of one vector (``vector``: ``(p, ks, n)``), into v at once.  A Hessian of k coefficients so
+    sweeps one edge or k, not k²."""
+    k = len(active)
+    dtype = results.dtype
     hessian = np.empty((k, k), dtype)
     upper = _upper_triangle(k)
-    hessian[upper] = hessian.T[upper] = np.array(results[k:], dtype)
+    hessian[upper] = hessian.T[upper] = results[k:]
     rows = [active.index(p) for p in inner_positions]
-    partials = np.array(results[:k], dtype)[rows]
+    partials = results[:k][rows]
     block = hessian[columns][:, rows]  # row j: the second partials of the outer input j (the Hessian is symmetric)
-    stacked = outer.record(partials, _edges(parents, [Contracted(row) for row in block]), call)
-    shape = partials.shape  # its elements as `Tracked.__getitem__` records them, without a call each
-    return [outer.record(d, ((stacked.index, IndexPullback(i, shape, dtype)),), getitem)
-            for i, d in enumerate(partials)]
+    if vector is None:
+        return outer.record(partials, _edges(parents, [Contracted(row) for row in block]), call)
+    p, ks, n = vector
+    into = np.zeros((len(rows), n), dtype)
+    np.add.at(into.T, ks, block)  # (an element twice, c[0] and c[0]: both its columns)
+    return outer.record(partials, ((p, Contracted(into)),), call)
 
 
 @functools.cache
@@ -1138,7 +1186,7 @@ def _build(f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, tangent
                 ones = [np.dtype(kinds[i]).type(1) for i in differentiated]
                 partials += derivatives(graph, wanted, [inputs[i] for i in differentiated], ones)
     outputs = without_cuts(graph, [output] + partials)
-    kernel = Kernel(graph, inputs, outputs, reduce, name, has_complex)
+    kernel = Kernel(graph, inputs, outputs, reduce, name, has_complex, dot_products=order == 2)
     if active and np.dtype(kernel.dtype_for(tuple(kinds))).kind not in "fc":
         return Kernel(graph, inputs, outputs[:1], reduce, name, has_complex)  # a truth value or a count: no gradient
     return kernel

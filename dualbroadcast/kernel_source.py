@@ -242,6 +242,116 @@ def whole_in_place_kernel(kernel, kinds):
     return _compile(lines, namespace, "kernel")
 
 
+def summed_whole_array_kernel(kernel, full):
+    """The whole-array kernel of a `sum` whose outputs are all summed whole (the partials of scalar arguments),
+    for inputs of which those marked ``full`` have the call's shape: ``kernel(SHAPE, *inputs) -> (the sum of
+    the value, the sums of the partials as one vector)``.  Each output node is summed once, however often it
+    is returned (a second-order kernel's first partials are second partials too).  An output ``a · b`` of
+    two full-size factors is summed as their dot product, and computed only where another node uses it: the
+    products of a second-order kernel are entries of one matrix product of the factors stacked (`gram`;
+    ten coefficients at N=1e3: 63 products, 10 + 9 factors, one 10x1000x9 product, no 1000-element array
+    per product).  Elsewhere (a factor of another shape or dtype at run time) each product is summed alone
+    (`sum_of_product`)."""
+    names = kernel.names
+    namespace = _namespace(kernel)
+    namespace.update(sum_of_product=sum_of_product, summed=summed, gram=gram, gram_fits=gram_fits)
+    scalar = _scalar_nodes(kernel, full)
+    full_inputs = {x.index for x, f in zip(kernel.inputs, full) if f}
+
+    def full_size(a):
+        return type(a) is Sym and (a.index in full_inputs or (a.op is not None and a.index not in scalar))
+
+    unique = list({_ref(names, o): o for o in kernel.outputs}.values())  # each output node once
+    products = [o for o in unique if type(o) is Sym and o.op is np.multiply and len(o.args) == 2
+                and all(map(full_size, o.args))]
+    left, right = _factor_sides([o.args for o in products])
+    if len(left) * len(right) > 4 * len(products) + 16:  # a matrix product mostly of entries nobody wants
+        left = right = ()
+    used = {a.index for node in kernel.order for a in node.args if type(a) is Sym}
+    skipped = {o.index for o in products if o.index not in used}  # only its sum is wanted
+    lines = [f"def kernel(SHAPE, {', '.join(kernel.input_names)}):"]
+    for node in kernel.order:
+        if node.index in skipped:
+            continue
+        args = _operand_refs(kernel, node, lambda a: names[a.index], None, namespace)
+        if _is_unit_power(node):
+            lines.append(f"    {names[node.index]} = one_like({args[0]})")
+            continue
+        lines.append(f"    {names[node.index]} = {_call_source(kernel, node.op, args)}")
+    others = [o for o in unique if all(o is not p for p in products)]
+    sums = [f"summed({_ref(names, o)}, SHAPE)" for o in others]
+    product_sums = [f"sum_of_product({names[a.index]}, {names[b.index]}, SHAPE)" for a, b in (o.args for o in products)]
+    if left:
+        left_names = ", ".join(names[a] for a in left) + ","
+        right_names = ", ".join(names[b] for b in right) + ","
+        rows = [left.index(a.index) if a.index in left and b.index in right else left.index(b.index)
+                for a, b in (o.args for o in products)]
+        columns = [right.index(b.index) if a.index in left and b.index in right else right.index(a.index)
+                   for a, b in (o.args for o in products)]
+        namespace["ROWS"], namespace["COLUMNS"] = np.array(rows, np.intp), np.array(columns, np.intp)
+        lines.append(f"    if gram_fits(SHAPE, ({left_names} {right_names})):")
+        lines.append(f"        products = gram(({left_names}), ({right_names}))[ROWS, COLUMNS]")
+        lines.append("    else:")
+        lines.append(f"        products = np.array([{', '.join(product_sums)}])")
+    else:
+        lines.append(f"    products = np.array([{', '.join(product_sums)}])")
+    lines.append(f"    rest = np.array([{', '.join(sums)}])")
+    slots = {_ref(names, o): k for k, o in enumerate(products + others)}  # the order of the sums computed
+    namespace["ORDER"] = np.array([slots[_ref(names, o)] for o in kernel.outputs], np.intp)
+    lines.append("    total = np.concatenate((products, rest))[ORDER]")
+    lines.append("    return total[0], total[1:]")
+    return _compile(lines, namespace, "kernel")
+
+
+def _factor_sides(pairs):
+    """Two lists of node indices, ``left`` and ``right``, such that each pair of nodes ``(a, b)`` has one node in
+    each: the rows of the two factors of `gram`'s matrix product (few, shared: x^j · e^p and x^i · (x^j e^p)
+    put the powers x^i on one side)."""
+    left, right = [], []
+    for a, b in pairs:
+        a, b = a.index, b.index
+        if (a in left and b in right) or (b in left and a in right):
+            continue
+        if a in left:
+            right.append(b)
+        elif b in left:
+            right.append(a)
+        elif a in right:
+            left.append(b)
+        elif b in right:
+            left.append(a)
+        else:
+            left.append(a)
+            right.append(b)
+    return left, right
+
+
+_GRAM_DTYPE = np.dtype(np.float64)  # float32: sums by pairs (np.add.reduce), more accurate than BLAS's
+
+
+def gram_fits(shape, factors):
+    """Whether every factor is a float64 array of the call's ``shape`` (then `gram` sums their products)."""
+    return all(type(a) is np.ndarray and a.shape == shape and a.dtype == _GRAM_DTYPE for a in factors)
+
+
+def gram(left, right):
+    """``G[i, j] = sum(left[i] * right[j])``: one matrix product of the factors stacked as rows."""
+    return np.array(left).reshape(len(left), -1) @ np.array(right).reshape(len(right), -1).T
+
+
+def sum_of_product(a, b, shape):
+    """``sum(a * b)`` over ``shape``: the dot product of two float64 arrays of that shape, never their product."""
+    if type(a) is np.ndarray and type(b) is np.ndarray and a.shape == shape == b.shape and a.dtype == b.dtype \
+            and a.dtype == _GRAM_DTYPE:
+        return np.dot(a.reshape(-1), b.reshape(-1))
+    return summed(a * b, shape)
+
+
+def summed(a, shape):
+    """``a`` broadcast to ``shape`` and summed (a literal or a scalar node counts once per element)."""
+    return np.add.reduce(a if np.shape(a) == shape else np.broadcast_to(a, shape), axis=None)
+
+
 # --- blocked ---------------------------------------------------------------------
 class _BlockCode(NamedTuple):
     """The operations of a blocked kernel over one block (`_block_code`); lines without indentation."""

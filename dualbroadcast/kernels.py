@@ -49,6 +49,7 @@ from .kernel_source import (
     needed_nodes,
     numexpr_sources,
     single_block_kernel,
+    summed_whole_array_kernel,
     whole_array_kernel,
     whole_in_place_kernel,
 )
@@ -80,8 +81,9 @@ def _check_backend(name):
 class Kernel:
     """Value and partials of one traced function; ``reduce`` sums them (``db.sum``)."""
 
-    def __init__(self, graph, inputs, outputs, reduce, name, complex=False):
+    def __init__(self, graph, inputs, outputs, reduce, name, complex=False, dot_products=False):
         self.complex = complex  # complex numbers take part: holomorphic, numexpr only where it has complex forms
+        self.dot_products = dot_products  # numpy backend, every output summed whole: products as dot products
         self.inputs = inputs
         self.outputs = outputs  # [value, ∂value/∂active_0, ...]: Syms or literals
         self.reduce = reduce
@@ -119,6 +121,24 @@ class Kernel:
         if requested in (None, "blocked") and size > BLOCK and self.backends["blocked"].eligible(values, size):
             return self.backends["blocked"].runner(values, shape, size, [], owned=False, outs=[out])(*values)[0]
         return self(values, [], backend)[0]
+
+    def partial_sums(self, values, backend=None, kinds=None):
+        """`__call__` for a `sum` whose partials are all summed whole (every active argument a scalar), the
+        partials as one vector: on the numpy backend, a second-order kernel's products of factors are summed
+        as one matrix product (`summed_whole_array_kernel`).  ``kinds``: the values' (`_kind`), if known.
+        Where the backend is chosen automatically among several, the call goes through the choice (timed,
+        `BackendChoice`), whose numpy run sums so too."""
+        shapes = [getattr(v, "shape", ()) for v in values]
+        shape = shapes[0] if shapes and shapes.count(shapes[0]) == len(shapes) else np.broadcast_shapes(*shapes)
+        size = math.prod(shape)
+        requested = backend or FORCED_BACKEND.get()
+        chosen = requested if requested is not None else self.choice.buckets.get(size.bit_length())
+        if chosen != "numpy" or not self.dot_products:  # else numpy forced, or the size's only candidate: untimed
+            value, partials, used, size = self(values, [()] * (len(self.outputs) - 1), backend)
+            return value, np.array(partials, np.result_type(value)), used, size
+        value, sums = self.backends["numpy"].sums(values, shape)
+        dtype = self.value_dtype(values) if kinds is None else self.dtype_for(kinds)
+        return dtype.type(value), sums if sums.dtype == dtype else sums.astype(dtype), "numpy", size
 
     def _candidates(self, values, size):
         """The backends that can run a call on ``values``: numpy always, the others from their sizes
@@ -294,12 +314,24 @@ class _WholeArrays:
         self.kernel = kernel
         self.whole = whole_array_kernel(kernel)
         self.typed = {}  # (input dtypes, for inputs of one shape) -> whole-array kernel with typed literals
+        self.summing = {}  # inputs of the call's shape -> the kernel returning sums (`summed_whole_array_kernel`)
 
     def eligible(self, values, size):
         return True
 
     def run(self, values, shape, size, active_shapes):
+        if self.kernel.dot_products and self.kernel.reduce and not any(active_shapes):
+            value, sums = self.sums(values, shape)
+            return value, [np.array(s) for s in sums]  # each its own array: a pullback may overwrite it
         return _finish(self.kernel, self.whole(*values), shape, active_shapes)
+
+    def sums(self, values, shape):
+        """The value and the partials of a `sum` whose partials are all summed whole, as one vector."""
+        full = tuple(type(v) is np.ndarray and v.shape == shape for v in values)
+        summing = self.summing.get(full)
+        if summing is None:
+            summing = self.summing[full] = summed_whole_array_kernel(self.kernel, full)
+        return summing(shape, *values)
 
     def typed_whole(self, kinds, same_shape=False):
         whole = self.typed.get((kinds, same_shape))

@@ -186,8 +186,9 @@ def _kernel_partial_fits(partial_shape, shape, out_shape):
 
 class Contracted:
     """``g -> g @ column``: the pullback into a scalar of a vector whose partials in it are ``column`` (a
-    second-order kernel's partials of its scalar arguments, stacked, see `broadcast._scalar_partials`).  A
-    cotangent with a leading axis of rows (`tape.backward_rows`) contracts row by row as it is."""
+    second-order kernel's partials of its scalar arguments, stacked, see `broadcast._scalar_partials`), or
+    into a vector, ``column`` then a matrix (column k: the partials in its element k).  A cotangent with a
+    leading axis of rows (`tape.backward_rows`) contracts row by row as it is."""
 
     __slots__ = ("column",)
 

@@ -410,9 +410,11 @@ def _scattered(pulled):
     first, g0 = pulled[0]
     points = [back.index if type(back.index) is tuple else (back.index,) for back, _ in pulled]
     shape = np.shape(untracked(g0)) if len(pulled) > 1 else None
-    if len(pulled) > 1 and all(back.transform is None and not back.repeats and back.shape == first.shape
-                               and len(point) == len(points[0]) and all(type(i) is int for i in point)
-                               and np.shape(untracked(g)) == shape for (back, g), point in zip(pulled, points)):
+    # (an empty index, x[()] of a 0-d x, is no element: stacked, its g's would have an axis too many)
+    if len(pulled) > 1 and points[0] and all(
+            back.transform is None and not back.repeats and back.shape == first.shape
+            and len(point) == len(points[0]) and all(type(i) is int for i in point)
+            and np.shape(untracked(g)) == shape for (back, g), point in zip(pulled, points)):
         index = tuple(np.array(axis, np.intp) for axis in zip(*points))
         return scatter(np.stack([g for _, g in pulled]), index, first.shape, first.dtype, repeats=True)
     total = None
@@ -420,6 +422,29 @@ def _scattered(pulled):
         ct = back.scatter(g)
         total = ct if total is None else total + ct
     return total
+
+
+def vector_elements(values):
+    """``(p, ks, n, dtype)`` where each of ``values`` is an element ``v[k]`` (an int k) of one vector ``v`` (tape
+    index p, n elements of ``dtype``) as `Tracked.__getitem__` records it, ``ks`` their k's; else None."""
+    tape = values[0].tape if values and type(values[0]) is Tracked else None
+    if tape is None:
+        return None
+    records, parent, ks = tape.records, None, []
+    for t in values:
+        if type(t) is not Tracked or t.tape is not tape or t.view is not None:
+            return None
+        record = records[t.index]
+        if type(record) is not tuple or len(record[0]) != 1 or record[1] is not getitem:
+            return None
+        (p, element), = record[0]
+        if type(element) is not IndexPullback or type(element.index) is not int or element.transform is not None \
+                or len(element.shape) != 1 or not 0 <= element.index < element.shape[0] \
+                or (parent is not None and p != parent):
+            return None
+        parent = p
+        ks.append(element.index)
+    return parent, ks, element.shape[0], element.dtype
 
 
 def backward_rows(tape, seeds):
