@@ -499,22 +499,28 @@ def pullback(f: Callable[..., Any], *args: Any) -> tuple[Any, Callable[[Any], An
         return out.value, back_one
 
     def back(ybar):
-        ybar_leaves, _ = pytree.flatten(ybar)
-        if len(ybar_leaves) != len(out_leaves):
-            raise ShapeMismatchError(f"back expects a cotangent with the output's structure ({len(out_leaves)} arrays)")
-        seeds = {}
-        for o, yb in zip(out_leaves, ybar_leaves):
-            if type(o) is not Tracked:
-                continue
-            yb = _cotangent(yb, o.dtype)
-            if yb.shape != o.shape:
-                raise ShapeMismatchError(
-                    f"cotangent of shape {yb.shape} for an output of shape {o.shape}; pass one of the output's shape")
-            seeds[o.index] = seeds[o.index] + yb if o.index in seeds else yb
+        seeds = _pullback_seeds(out_leaves, pytree.flatten(ybar)[0])
         grads = backward(tape, seeds) if seeds else None
         return _one_or_tuple(_gradients(arguments, grads))
 
     return pytree.unflatten(out_def, [value_of(o) for o in out_leaves]), back
+
+
+def _pullback_seeds(out_leaves, ybar_leaves, cast=None):
+    """A pullback's seeds of the backward sweep, output index -> cotangent: each leaf of ȳ cast to its output's
+    dtype (`_cotangent`, or ``cast(ybar, output)``) and checked against its shape, summed where outputs repeat."""
+    if len(ybar_leaves) != len(out_leaves):
+        raise ShapeMismatchError(f"back expects a cotangent with the output's structure ({len(out_leaves)} arrays)")
+    seeds = {}
+    for o, yb in zip(out_leaves, ybar_leaves):
+        if type(o) is not Tracked:
+            continue
+        yb = _cotangent(yb, o.dtype) if cast is None else cast(yb, o)
+        if yb.shape != o.shape:
+            raise ShapeMismatchError(
+                f"cotangent of shape {yb.shape} for an output of shape {o.shape}; pass one of the output's shape")
+        seeds[o.index] = seeds[o.index] + yb if o.index in seeds else yb
+    return seeds
 
 
 def _cotangent(ybar, dtype):

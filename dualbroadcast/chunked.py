@@ -376,27 +376,18 @@ def pullback(tape, out_leaves, out_def, arguments):
     import dask
     import dask.array as da
 
-    from .api import _cotangent, _gradients, _one_or_tuple
-    from .errors import ShapeMismatchError
+    from .api import _cotangent, _gradients, _one_or_tuple, _pullback_seeds
     from .tape import Tracked, backward
 
+    def cast(yb, o):
+        """ȳ of a Dask-array output as a Dask array of its dtype; of another output, as `db.pullback` takes it."""
+        if type(o.value) is not Lazy:
+            return _cotangent(yb, o.dtype)
+        yb = da.asarray(yb)
+        return yb.astype(o.dtype) if yb.dtype != o.dtype else yb
+
     def back(ybar):
-        ybar_leaves = [ybar] if out_def is pytree.LEAF else pytree.flatten(ybar)[0]
-        if len(ybar_leaves) != len(out_leaves):
-            raise ShapeMismatchError(f"back expects a cotangent with the output's structure ({len(out_leaves)} arrays)")
-        seeds = {}
-        for o, yb in zip(out_leaves, ybar_leaves):
-            if type(o) is not Tracked:
-                continue
-            if type(o.value) is Lazy:
-                yb = da.asarray(yb)
-                yb = yb.astype(o.dtype) if yb.dtype != o.dtype else yb
-            else:
-                yb = _cotangent(yb, o.dtype)
-            if yb.shape != o.shape:
-                raise ShapeMismatchError(
-                    f"cotangent of shape {yb.shape} for an output of shape {o.shape}; pass one of the output's shape")
-            seeds[o.index] = seeds[o.index] + yb if o.index in seeds else yb
+        seeds = _pullback_seeds(out_leaves, [ybar] if out_def is pytree.LEAF else pytree.flatten(ybar)[0], cast)
         if not seeds:
             return _one_or_tuple(_gradients(arguments, None))
         collected = {}

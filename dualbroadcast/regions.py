@@ -63,31 +63,25 @@ def forward_regions(steps, meta, out):
                     producer[o] = k
     replaced, regions = {}, []
     taken = set()
-    for k, step in enumerate(steps):
-        if not _is_whole_sum(step, meta) or k in taken:
-            continue
-        region = _grow(k, steps, producer, readers, meta)
-        if len(region) < 2:
-            continue
-        kernel_step, info = _fused(sorted(region), steps, meta, True)
-        if kernel_step is None:
-            continue
-        taken |= region
-        replaced[k] = kernel_step
-        regions.append(info)
-    for k in range(len(steps) - 1, -1, -1):  # then the elementwise steps read by other steps, last first
-        if k in taken or not _is_elementwise(steps[k], meta) or meta[steps[k].outs[0]][1].kind != "f" \
-                or math.prod(meta[steps[k].outs[0]][0]) < BROADCAST_MIN:
-            continue
+
+    def fuse(k, whole_sum):
+        """Fuse the region ending at step ``k`` (steps not taken yet), if it has two steps or more."""
         region = _grow(k, steps, producer, readers, meta) - taken
         if len(region) < 2:
-            continue
-        kernel_step, info = _fused(sorted(region), steps, meta, False)
-        if kernel_step is None:
-            continue
-        taken |= region
-        replaced[k] = kernel_step
-        regions.append(info)
+            return
+        kernel_step, info = _fused(sorted(region), steps, meta, whole_sum)
+        if kernel_step is not None:
+            taken.update(region)
+            replaced[k] = kernel_step
+            regions.append(info)
+
+    for k, step in enumerate(steps):
+        if _is_whole_sum(step, meta) and k not in taken:
+            fuse(k, True)
+    for k in range(len(steps) - 1, -1, -1):  # then the elementwise steps read by other steps, last first
+        if k not in taken and _is_elementwise(steps[k], meta) and meta[steps[k].outs[0]][1].kind == "f" \
+                and math.prod(meta[steps[k].outs[0]][0]) >= BROADCAST_MIN:
+            fuse(k, False)
     regions.sort(key=lambda r: r.position)
     if not regions:
         return steps, []
