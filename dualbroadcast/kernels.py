@@ -388,7 +388,7 @@ class _Blocked:
 
         if outs is not None:  # the caller's buffers, for this call: never recycled for another
             return bind()[0]
-        return _owned_or_recycled(bind, owned, self._idle(signature, shape, active_shapes))
+        return _owned_or_recycled(bind, owned, self._idle(signature, shape, active_shapes, len(chunks)))
 
     def _single_block_runner(self, signature, shape, active_shapes, owned):
         """The one-block kernel bound to its buffers: ``kernel(*values) -> (value, partials)``.
@@ -415,12 +415,13 @@ class _Blocked:
             env.update((name, np.empty(shape, dtype)) for name, dtype in scratch)
             return make(**env), outs
 
-        return _owned_or_recycled(bind, owned, self._idle(signature, shape, active_shapes))
+        return _owned_or_recycled(bind, owned, self._idle(signature, shape, active_shapes, 1))
 
-    def _idle(self, signature, shape, active_shapes):
-        """The bound kernels idle for calls of these dtypes and shapes (`_owned_or_recycled`); those of the
-        last shapes called only (a loop calls one)."""
-        key = (signature, shape, tuple(active_shapes))
+    def _idle(self, signature, shape, active_shapes, chunks):
+        """The bound kernels idle for calls of these dtypes and shapes, split in ``chunks`` for as many threads
+        (`_owned_or_recycled`; a kernel bound inside a Dask task runs on one thread, `KERNEL_THREADS`, and must not
+        serve a call outside with one chunk, nor the reverse); those of the last shapes called only."""
+        key = (signature, shape, tuple(active_shapes), chunks)
         idle = self.idle.get(key)
         if idle is None:
             self.idle = {key: (idle := [])}
