@@ -985,6 +985,12 @@ def difference(got, want, rtol=0.0, atol=0.0, same_type=True, values=True):
             f"{g[worst]!r} vs {w[worst]!r}\n  got:      {show(g)}\n  expected: {show(w)}")
 
 
+def finite_scale(magnitude):
+    """The scale of an absolute tolerance: ``magnitude`` (at least 1), or 1 if it is infinite or NaN (a program
+    with an infinite value): an infinite tolerance would make every comparison pass."""
+    return max(1.0, magnitude) if math.isfinite(magnitude) else 1.0
+
+
 def gradient_scale(grads):
     """The largest finite gradient element (at least 1): the scale of absolute tolerances.  An infinite one
     would make the tolerance infinite and every comparison pass; it is compared exactly instead."""
@@ -1011,7 +1017,8 @@ def check_gradient(program):
             fail(f"gradient of {x.name}: {problem}", script)
     with np.errstate(all="ignore"):
         plain = compile_program(program, db_module=PlainDB)(*values)
-    problem = difference(np.float64(value), np.float64(plain), rtol=1e-9, atol=1e-9 * max(1.0, program.trace.largest))
+    atol = 1e-9 * finite_scale(program.trace.largest)
+    problem = difference(np.float64(value), np.float64(plain), rtol=1e-9, atol=atol)
     if problem:
         fail(f"value of db.value_and_gradient against plain NumPy: {problem}", script)
     if program.trace.kink > KINK_MARGIN:
@@ -1378,7 +1385,7 @@ def kernel_scales(g, args, shape):
         per_element = as_tuple(db.gradient(lambda *a: np.sum(g(*a)), *full), len(args))
     scales = [float(np.max(np.abs(unbroadcast_sum(np.abs(p), np.shape(a))), initial=0))
               for p, a in zip(per_element, args)]
-    return max(1.0, float(value)), [max(1.0, s) for s in scales]
+    return finite_scale(float(value)), [finite_scale(s) for s in scales]
 
 
 def unbroadcast_sum(x, shape):
