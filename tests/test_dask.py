@@ -121,14 +121,19 @@ def test_broadcast_inside_a_gradient_then_sum():
         close(gd.compute(), gd0)
 
 
-def test_value_and_gradient_take_one_pass_over_the_data():
+def counted_halves():
+    """(the chunk locations made so far, 1000 halves in 10 Dask chunks that append to it when made)."""
     computed = []
 
     def block(b, block_info=None):
         computed.append(block_info[None]["chunk-location"])
         return np.full(b.shape, 0.5)
 
-    d = da.zeros(1_000, chunks=100).map_blocks(block, dtype=float)
+    return computed, da.zeros(1_000, chunks=100).map_blocks(block, dtype=float)
+
+
+def test_value_and_gradient_take_one_pass_over_the_data():
+    computed, d = counted_halves()
     v, g = db.value_and_gradient(lambda a, b: db.sum(lambda x, a, b: a * np.exp(b * x), d, a, b), 2.0, 1.0)
     assert sorted(computed) == [(k,) for k in range(10)]  # each chunk made once: value and partials together
     close(v, 2000 * np.exp(0.5))
@@ -194,13 +199,7 @@ def test_pullback_of_a_broadcast_against_finite_differences():
 
 
 def test_pullback_of_a_broadcast_takes_one_pass_over_the_data():
-    computed = []
-
-    def block(b, block_info=None):
-        computed.append(block_info[None]["chunk-location"])
-        return np.full(b.shape, 0.5)
-
-    d = da.zeros(1_000, chunks=100).map_blocks(block, dtype=float)
+    computed, d = counted_halves()
     f = lambda a, b: db.broadcast(lambda x, a, b: a * np.exp(b * x), d, a, b)
     y, back = db.pullback(f, 2.0, np.array([1.0]))
     assert computed == [] and isinstance(y, da.Array)  # y is lazy
