@@ -85,7 +85,7 @@ class Rule:
                 backs.append(maker(ans, *values, **kwargs))
             return backs
         except TypeError as error:
-            if kwargs and "keyword argument" in str(error):
+            if kwargs and type(error) is TypeError and "keyword argument" in str(error):  # Python's, not ours
                 raise UnsupportedFunctionError(
                     f"the derivative rule of {qualified_name(func)} does not support the keyword arguments "
                     f"{sorted(kwargs)} ({error}); drop them, or register a rule that does (db.defvjp)"

@@ -28,7 +28,7 @@ from .errors import (
     UnsupportedFunctionError,
 )
 from .expr import Sym
-from .guards import RECORDER, Guarded
+from .guards import RECORDER, Guarded, NotReplayableError
 from .numpy_facts import ARRAY_METHODS, FLOAT_SCALARS, INFIX, REAL_FLOATS, astype, getitem, qualified_name
 from .pullbacks import (
     FACTORS,
@@ -396,6 +396,8 @@ def _sweep_nested(tape, seeds):
                     if ct is None:
                         ct = apply(back, g)
                 _add_cotangent(grads, p, ct)
+        except NotReplayableError:  # a prepared program's recording, left to the plain path (`pullbacks.plain`)
+            raise
         except (TypeError, AttributeError) as error:
             raise not_twice_differentiable(records[i][1], error) from error
     for p, pulled in indexed.items():  # into inputs
@@ -774,6 +776,10 @@ def record_operation(func, args, kwargs):
             and Tracked in map(type, [*kwargs.values(), *rest]):
         if rule is not None and rule.tracked_keywords is not None and Tracked in map(type, kwargs.values()):
             return rule.tracked_keywords(*args, **kwargs)  # its NumPy calls are recorded one by one
+        if nested is not None and all(v.tape is not nested.tape or v.index in nested.inactive
+                                      for v in [*kwargs.values(), *rest] if type(v) is Tracked):
+            raise NotReplayableError(f"{qualified_name(func)} got a value a prepared program traces (no gradient) "
+                                     "as a keyword argument")  # its recording left to the plain path
         raise UnsupportedFunctionError(
             f"{qualified_name(func)} got a tracked value as a keyword argument (or after its sequence of "
             "arrays); pass it positionally so its gradient can be recorded"
@@ -870,7 +876,7 @@ def _pullbacks(tape, func, rule, j, ans, values, active, kwargs):
             return rule.pullbacks(func, ans, values, active, kwargs)
         return output_pullbacks(func, rule.makers, j, ans, values, active, kwargs)
     except (TypeError, AttributeError) as error:
-        if not tape.level or isinstance(error, UnsupportedFunctionError):
+        if not tape.level or isinstance(error, (UnsupportedFunctionError, NotReplayableError)):
             raise
         raise not_twice_differentiable(func, error) from error
 

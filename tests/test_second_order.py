@@ -42,3 +42,28 @@ def test_rule_second_derivatives_match_finite_differences(case, data):
 def test_the_refusal_list_names_only_cases_that_exist():
     names = {str(c) for c in CASES}
     assert names >= NOT_TWICE and names >= AT_A_TIE
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+@settings(max_examples=1, deadline=None)
+@given(data=st.data())
+def test_every_rule_replays_in_a_prepared_hvp(case, data):
+    """db.prepare_hvp through every rule gives db.hvp, at the recorded arguments and at moved ones: a pullback
+    that chooses elements by a value (`pullbacks.plain`) leaves its recording to db.hvp, never refused."""
+    reset_streams()
+    fn, args = case.build(data.draw, np.float64)
+    seed = data.draw(st.integers(0, 1000))
+    rng = np.random.default_rng(seed)
+    vectors = tuple(rng.standard_normal(np.shape(a)) for a in args)
+    f = lambda *a: projection(fn(*a), seed)
+    try:
+        want = db.hvp(f, *args, vectors=vectors)
+    except (db.UnsupportedFunctionError, db.ValueConversionError):
+        assert str(case) in NOT_TWICE
+        return
+    prog = db.prepare_hvp(f, *args)
+    moved = [a * 1.01 for a in args]
+    for point, expected in ((args, want), (moved, db.hvp(f, *moved, vectors=vectors))):
+        got = prog(*point, vectors=vectors)
+        for g, w in zip(got if len(args) > 1 else (got,), expected if len(args) > 1 else (expected,)):
+            np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12, equal_nan=True)

@@ -72,6 +72,7 @@ import warnings
 import numpy as np
 
 from ..errors import UnsupportedFunctionError
+from ..guards import Guarded
 from ..pullbacks import as_array, unbroadcast
 from ..registry import RULES, defcomposition, defjvp, deflinear, defvjp, defvjp_outputs
 
@@ -301,7 +302,10 @@ def sorted_rows(rows):
 
 def unsort(g, order):
     """x̄ with x̄[order[k]] = ḡ[k] along the last axis: the transpose of taking ``order``, a take of ḡ at the
-    inverse permutation (a gather, so a tracked ḡ stays recorded)."""
+    inverse permutation (a gather, so a tracked ḡ stays recorded).  The inverse is a scatter of positions, or
+    where a prepared program traces ``order`` (`db.prepare_hvp`), which records no scatter, its argsort."""
+    if isinstance(order, Guarded):
+        return np.take_along_axis(g, np.argsort(order, axis=-1), axis=-1)
     inverse = np.empty_like(order)
     np.put_along_axis(inverse, order, np.broadcast_to(np.arange(order.shape[-1]), order.shape), axis=-1)
     return np.take_along_axis(g, inverse, axis=-1)
