@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dualbroadcast as db
+from dualbroadcast.api import directional_derivative
 
 from .cases import all_cases, reset_streams
 from .test_rules import projection
@@ -47,9 +48,11 @@ def test_the_refusal_list_names_only_cases_that_exist():
 @pytest.mark.parametrize("case", CASES, ids=str)
 @settings(max_examples=1, deadline=None)
 @given(data=st.data())
-def test_every_rule_replays_in_a_prepared_hvp(case, data):
-    """db.prepare_hvp through every rule gives db.hvp, at the recorded arguments and at moved ones: a pullback
-    that chooses elements by a value (`pullbacks.plain`) leaves its recording to db.hvp, never refused."""
+def test_every_rule_hvp_and_its_replay(case, data):
+    """db.hvp through every rule (reverse over forward: the gradient of each rule's tangent) equals the gradient
+    of ⟨∇f, v⟩ (reverse over reverse, checked against finite differences above); db.prepare_hvp replays it, at
+    the recorded arguments and at moved ones: a pullback that chooses elements by a value (`pullbacks.plain`)
+    leaves its recording to db.hvp, never refused."""
     reset_streams()
     fn, args = case.build(data.draw, np.float64)
     seed = data.draw(st.integers(0, 1000))
@@ -61,6 +64,9 @@ def test_every_rule_replays_in_a_prepared_hvp(case, data):
     except (db.UnsupportedFunctionError, db.ValueConversionError):
         assert str(case) in NOT_TWICE
         return
+    reverse = db.gradient(lambda *xs: directional_derivative(f, args, xs, vectors), *args)
+    for g, w in zip(want if len(args) > 1 else (want,), reverse if len(args) > 1 else (reverse,)):
+        np.testing.assert_allclose(g, w, rtol=1e-7, atol=1e-9 * max(1.0, np.max(np.abs(w), initial=0)), equal_nan=True)
     prog = db.prepare_hvp(f, *args)
     moved = [a * 1.01 for a in args]
     for point, expected in ((args, want), (moved, db.hvp(f, *moved, vectors=vectors))):
