@@ -23,7 +23,7 @@ from .errors import (
     ValueConversionError,
 )
 from .expr import TRACING, Sym
-from .forward import JVP_DEPTH, Dual, check_tangent, new_level, primal
+from .forward import JVP_DEPTH, Dual, check_tangent, end_level, forward_over_reverse, new_level, primal
 from .guards import RECORDER
 from .numpy_facts import FLOAT_LEAVES, FLOAT_SCALARS
 from .pullbacks import plain
@@ -207,9 +207,7 @@ def _float_value(x, position, leaf=None, tape=None):
     elif is_chunked(x) and x.dtype.kind == "f":  # a Dask array: tracked lazily (`chunked.Lazy`)
         return chunked.leaf_value(x)
     elif type(x) is Dual:
-        raise ArgumentTypeError("a gradient of a value db.jvp differentiates (forward over reverse) is not "
-                                "supported; for a Hessian-vector product use db.hvp(f, x, v), or compose them the "
-                                "other way, reverse over forward: db.gradient(lambda x: db.jvp(f, (x,), (v,))[1], x)")
+        raise ArgumentTypeError(forward_over_reverse("a value db.jvp differentiates"))
     else:
         what = f"of type {type(x).__name__}" + (f" with dtype {x.dtype}" if hasattr(x, "dtype") else "")
     where = "" if leaf is None else f" (leaf {leaf})"
@@ -574,6 +572,7 @@ def jvp(f: Callable[..., Any], primals: Any, tangents: Any) -> tuple[Any, Any]:
         out = f(*call_args)
     finally:
         JVP_DEPTH.reset(token)
+        end_level(level)
     out_leaves, out_def = pytree.flatten(out)
     values, out_tangents = [], []
     for leaf in out_leaves:

@@ -30,7 +30,7 @@ from .chunked import Lazy, is_chunked
 from .errors import KernelError
 from .expr import Graph, Sym, _is_boolean, complex_kernel_message, derivatives, trace, without_cuts
 from .expr import _cut as _cut_op
-from .forward import Dual
+from .forward import Dual, check_enclosing
 from .guards import RECORDER, Guarded
 from .kernel_source import _infer_dtypes, _scalar_nodes, needed_nodes
 from .kernels import FORCED_BACKEND, Kernel, _kind
@@ -184,6 +184,10 @@ def _run(f, args, reduce, backend):
             kinds.append(("baked", reads.key(leaf, names)))
     on_tape = on_tape or (Dual in map(type, inputs) and any(type(inputs[i]) is Tracked for i in active))
     if on_tape:  # a jvp inside a gradient (reverse over forward)
+        tracked = [a for a in inputs if type(a) is Tracked]
+        for d in inputs:
+            if type(d) is Dual:
+                check_enclosing([*tracked, d.value], d.level)  # not a gradient inside the jvp
         result = None if recorder is not None else \
             _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, active, reduce, backend)
         return _evaluated(f, args, reduce) if result is None else result

@@ -73,9 +73,37 @@ _levels = itertools.count(1)
 JVP_DEPTH = contextvars.ContextVar("dualbroadcast_jvp_depth", default=0)  # db.jvp calls running in this context
 
 
+_enclosing = {}  # level -> the innermost gradient's tape running when that `jvp` call began (None: none)
+
+
 def new_level():
     """A level for the duals of one `jvp` call, above every earlier one."""
-    return next(_levels)
+    level = next(_levels)
+    _enclosing[level] = tape.ACTIVE_TAPE.get()
+    return level
+
+
+def end_level(level):
+    """The `jvp` call of ``level`` has returned."""
+    _enclosing.pop(level, None)
+
+
+def forward_over_reverse(what):
+    """The message for a gradient of a value a `db.jvp` differentiates: ``what`` shows it."""
+    return (f"a gradient of {what} (forward over reverse) is not supported; for a Hessian-vector product use "
+            "db.hvp(f, x, v), or compose them the other way, reverse over forward: "
+            "db.gradient(lambda x: db.jvp(f, (x,), (v,))[1], x)")
+
+
+def check_enclosing(values, level):
+    """A value tracked by a gradient begun inside the `jvp` call of ``level`` meets its duals (a closure over
+    them): that gradient's tape would not carry their tangents, a silently wrong result: an error."""
+    enclosing = _enclosing.get(level, False)
+    for v in values:
+        if type(v) is Tracked and v.tape is not enclosing and enclosing is not False \
+                and (enclosing is None or v.tape.level > enclosing.level):
+            raise UnsupportedFunctionError(forward_over_reverse("a function of a db.jvp's dual value (a closure "
+                                                                "over it)"))
 
 
 class Dual(Guarded):
@@ -228,6 +256,8 @@ def apply_function(func, args, kwargs):
                                            "write z / np.abs(z) to differentiate it")
         return ans
     on_tape = Tracked in map(type, values)  # a jvp inside a gradient: NumPy hands tracked values to the tape
+    if on_tape and positions:
+        check_enclosing(values, level)
     ans = func(*call_values, **kwargs) if on_tape else rule.impl(*call_values, **kwargs)
     if not positions:  # only duals of outer levels: they carried their tangents through the call
         return ans

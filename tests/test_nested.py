@@ -296,6 +296,41 @@ def test_forward_over_reverse_is_a_clear_error_naming_hvp_and_reverse_over_forwa
         db.jvp(lambda x: db.gradient(f, x), (x,), (v,))
 
 
+Y0 = np.array([2.0, 1.5, -0.5])
+CLOSURES = {  # a gradient begun inside db.jvp, of a function closing over its dual value x
+    "gradient": lambda x: db.gradient(lambda y: np.sum(y * x), Y0),
+    "scalar gradient": lambda x: x[0] * db.gradient(lambda y: x[1] * y, 2.0),
+    "value_and_gradient": lambda x: db.value_and_gradient(lambda y: np.sum(y ** 2 * x), Y0)[1],
+    "pullback": lambda x: db.pullback(lambda y: y * x, Y0)[1](np.ones(3)),
+    "jacobian": lambda x: db.jacobian(lambda y: y * x, Y0, mode="reverse"),
+    "hessian": lambda x: db.hessian(lambda y: np.sum(y ** 3 * x), Y0),
+    "hvp": lambda x: db.hvp(lambda y: np.sum(y ** 3 * x), Y0, np.ones(3)),
+    "prepare_gradient": lambda x: db.prepare_gradient(lambda y: np.sum(y * x), Y0)(Y0),
+    "slice": lambda x: db.gradient(lambda y: np.sum(y[1:] * x[:2]), Y0),
+    "matmul": lambda x: db.gradient(lambda y: y @ x, Y0),
+    "db.sum": lambda x: db.gradient(lambda y: db.sum(lambda a, b: a * b, y, x), Y0),
+    "db.broadcast": lambda x: db.pullback(lambda y: db.broadcast(lambda a, b: np.sin(a * b), y, x), Y0)[1](Y0),
+}
+
+
+@pytest.mark.parametrize("name", CLOSURES)
+def test_a_gradient_of_a_closure_over_a_jvp_dual_is_a_clear_error(name):
+    """Forward over reverse through a closure: the inner gradient's tape does not carry the dual's tangent (the
+    pullback and db.broadcast forms gave zeros, silently); every form is the error naming db.hvp."""
+    x, v = np.array([0.3, 0.7, 1.1]), np.array([1.0, -0.5, 0.25])
+    with pytest.raises(db.UnsupportedFunctionError, match=r"forward over reverse.*db\.hvp.*reverse over forward"):
+        db.jvp(CLOSURES[name], (x,), (v,))
+
+
+def test_reverse_over_forward_through_a_closure_stays_right():
+    """The other order, a jvp inside a gradient closing over its tracked value, is no error: against central
+    differences of the jvp."""
+    x, v = np.array([0.3, 0.7, 1.1]), np.array([1.0, -0.5, 0.25])
+    f = lambda x: np.sum(db.jvp(lambda z: np.sin(z) * x ** 2, (x,), (v,))[1])
+    want = np.array([(f(x + 1e-6 * e) - f(x - 1e-6 * e)) / 2e-6 for e in np.eye(3)])
+    np.testing.assert_allclose(db.gradient(f, x), want, rtol=1e-7, atol=1e-9)
+
+
 def test_a_view_a_nested_gradient_froze_is_thawed_with_its_base():
     """The inner gradient of an hvp keeps a view made before the outer gradient froze its base; when the inner
     one ends the base is still frozen, so the view waits and is thawed with it (db.hvp raised 'cannot set
