@@ -41,7 +41,7 @@ from . import tape
 from .derivatives import DERIVATIVES
 from .errors import InPlaceMutationError, ShapeMismatchError, UnsupportedFunctionError, ValueConversionError
 from .guards import Guarded, NotReplayableError
-from .numpy_facts import ARRAY_METHODS, as_dtype, astype, getitem, qualified_name
+from .numpy_facts import ARRAY_METHODS, FLOAT_SCALARS, as_dtype, astype, getitem, qualified_name
 from .pullbacks import IndexPullback, apply, untracked
 from .registry import (
     COMPLEX_RULES,
@@ -290,6 +290,10 @@ def _dual(ans, tangent, level):
 def _like(t, ans):
     """The tangent ``t`` with ``ans``'s shape and dtype (a NumPy scalar for a scalar result)."""
     if type(t) is np.ndarray and type(ans) is np.ndarray and t.dtype == ans.dtype and t.shape == ans.shape:
+        return t
+    kind = type(t)
+    if kind is type(ans) and (kind in FLOAT_SCALARS or (kind is Tracked and type(t.value) is type(ans.value)
+                              and type(t.value) in FLOAT_SCALARS)):  # a float scalar of the result's own type
         return t
     bare = untracked(ans)
     dtype, shape = np.result_type(bare), np.shape(bare)
