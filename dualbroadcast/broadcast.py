@@ -50,7 +50,7 @@ from .registry import COMPLEX_RULES, SAME_RULE
 from .tape import Tracked, _edge, _edges, tape_of, vector_elements
 
 CACHE_SIZE = 512
-_PLAIN = FLOAT_LEAVES | {Tracked}
+_PLAIN = FLOAT_LEAVES | {Tracked, Dual}  # leaves of their own: the arguments need no tree walk
 _cache = collections.OrderedDict()
 _plans = {}  # (id of the code, reduce) -> the `_Plan` of its latest call (hashing a code object is slow)
 _names = {}  # id of a code object -> (the code, the names it reads: `_names_read`)

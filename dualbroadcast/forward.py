@@ -41,7 +41,7 @@ from . import tape
 from .derivatives import DERIVATIVES
 from .errors import InPlaceMutationError, ShapeMismatchError, UnsupportedFunctionError, ValueConversionError
 from .guards import Guarded, NotReplayableError
-from .numpy_facts import ARRAY_METHODS, as_dtype, astype, getitem, qualified_name
+from .numpy_facts import ARRAY_METHODS, FLOAT_SCALARS, as_dtype, astype, getitem, qualified_name
 from .pullbacks import IndexPullback, apply, untracked
 from .registry import (
     COMPLEX_RULES,
@@ -292,7 +292,7 @@ def _with_tangent(func, rule, kind, ans, values, call_values, positions, sequenc
     if not _is_inexact(ans):
         return constant_result(func, ans)
     tangent = tangent_of(func, rule, ans, call_values, positions, tangents, kwargs)
-    return _dual(ans, tangent, level)
+    return ans if tangent is None else Dual(ans, _like(tangent, ans), level)  # `_dual`, ans known inexact
 
 
 def _top_level(values):
@@ -321,6 +321,10 @@ def _like(t, ans):
     """The tangent ``t`` with ``ans``'s shape and dtype (a NumPy scalar for a scalar result)."""
     if type(t) is np.ndarray and type(ans) is np.ndarray and t.dtype == ans.dtype and t.shape == ans.shape:
         return t
+    kind = type(t)
+    if kind is type(ans) and (kind in FLOAT_SCALARS or (kind is Tracked and type(t.value) is type(ans.value)
+                              and type(t.value) in FLOAT_SCALARS)):  # a float scalar of the result's own type
+        return t
     bare = untracked(ans)
     dtype, shape = np.result_type(bare), np.shape(bare)
     if isinstance(t, Guarded) or isinstance(ans, Guarded):
@@ -347,13 +351,13 @@ def _tracked_like(t, dtype):
 def tangent_of(func, rule, ans, values, positions, tangents, kwargs):
     """``J·t`` of ``ans = func(*values, **kwargs)`` for the tangents of the arguments at ``positions`` (of
     the sequence, for a sequence rule), by the first way of the module's list that applies."""
-    complex_ = _is_complex(ans) or any(map(_is_complex, tangents)) or _any_complex(values)
     jvp = JVP_RULES.get(func)
     if type(jvp) is Linear:
         return _linear(func, rule, jvp, values, positions, tangents, kwargs)
     if jvp is MULTILINEAR:
         return _multilinear(func, rule, values, positions, tangents, kwargs)
-    if complex_ and COMPLEX_RULES.get(func) is not SAME_RULE:
+    if COMPLEX_RULES.get(func) is not SAME_RULE \
+            and (_is_complex(ans) or any(map(_is_complex, tangents)) or _any_complex(values)):  # complex values
         rule = complex_rule(func)
         if rule is None:
             raise UnsupportedFunctionError(_complex_message(func))
@@ -451,7 +455,7 @@ def _multilinear(func, rule, values, positions, tangents, kwargs):
 
 def _elementwise(func, partials, ans, values, positions, tangents):
     """``Σᵢ ∂f/∂aᵢ · tᵢ`` from the derivative table."""
-    typed = as_dtype(values, np.result_type(untracked(ans)))
+    typed = None  # the arguments a partial's formula reads (`as_dtype`), once one does
     total = None
     for i, t in zip(positions, tangents):
         d = partials[i] if i < len(partials) else None
@@ -460,6 +464,7 @@ def _elementwise(func, partials, ans, values, positions, tangents):
                 f"argument {i} of {qualified_name(func)} is not differentiable (an index or integer argument) "
                 "but received a dual value; pass a constant or db.cut(x)")
         if callable(d):
+            typed = as_dtype(values, np.result_type(untracked(ans))) if typed is None else typed
             term = t * d(ans, *typed)
         else:
             term = t if d == 1 else -t if d == -1 else t * d
