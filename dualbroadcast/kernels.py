@@ -26,7 +26,6 @@ Every backend gives the dtypes NumPy's own evaluation would.  Generated code onl
 contains names the library made.
 """
 
-import concurrent.futures
 import contextvars
 import functools
 import math
@@ -56,7 +55,8 @@ from .kernel_source import (
 from .pullbacks import unbroadcast
 
 BACKENDS = ("numpy", "blocked", "numexpr")
-BLOCK = 16384  # elements per block: a few scratch buffers of this size stay in L2
+BLOCK = 65536  # elements per block: each block costs a few Python-level ufunc calls (~1 us each), which at 16384
+# cost more than the caches lost at 65536 (EAM's gradient at 1e6 on two threads: 1.27 ms, 0.94 ms at 65536)
 NUMEXPR_BLOCK = 262144  # numexpr's own threads want larger blocks
 NUMEXPR_MIN = 1024  # elements from which numexpr is a candidate: below, its start-up cost dominates
 THREADS = os.cpu_count() or 1
@@ -95,6 +95,7 @@ class Kernel:
         self.dtypes = {}  # input kinds -> dtype of the value
         self.backends = {"numpy": _WholeArrays(self), "blocked": _Blocked(self), "numexpr": _Numexpr(self)}
         self.choice = BackendChoice(self)
+        self.unscaled = None  # a sum's: (kernel, its partials' literal factors), `broadcast._unscaled`
 
     def __call__(self, values, active_shapes, backend=None):
         """Return ``(value, partials, backend, size)``; partials reduced to ``active_shapes`` if reducing."""
@@ -350,7 +351,7 @@ class _Blocked:
         self.idle = {}  # (signature, shape, active shapes) -> bound kernels not running (`_owned_or_recycled`)
 
     def eligible(self, values, size):
-        return size >= 2 * BLOCK and all(np.size(v) in (1, size) for v in values)
+        return size >= BLOCK // 2 and all(np.size(v) in (1, size) for v in values)
 
     def run(self, values, shape, size, active_shapes):
         return self.runner(values, shape, size, active_shapes, owned=False)(*values)
@@ -367,8 +368,8 @@ class _Blocked:
             return self._single_block_runner(signature, shape, active_shapes, owned)
         run, out_dtypes, scratch_dtypes = self._generated(blocked_kernel, signature)
         shapes = [()] + list(active_shapes) if reduce else [shape] * len(stored)
-        block = min(BLOCK, size)
         chunks = _chunks(size)
+        block = min(BLOCK, -(-size // (len(chunks) - 1)))  # a chunk's elements at most
 
         def bind():
             buffers = outs if outs is not None else [np.empty(s, d) for s, d, keep in
@@ -533,25 +534,84 @@ def _kind(v):
 
 
 def _chunks(size):
-    """Bounds of the contiguous chunks a blocked kernel runs in parallel, one per core."""
-    chunks = min(KERNEL_THREADS.get() or THREADS, size // (4 * BLOCK)) or 1
+    """Bounds of the contiguous chunks a blocked kernel runs in parallel, one per core, each of at least
+    ``CHUNK_BLOCKS`` blocks."""
+    chunks = min(KERNEL_THREADS.get() or THREADS, size // (CHUNK_BLOCKS * BLOCK)) or 1
     return [size * c // chunks for c in range(chunks + 1)]
 
 
+CHUNK_BLOCKS = 1  # blocks per chunk at least: a thread's hand-off (~15 us, `_Worker`) against half the work
+
+
 def _in_threads(run, bounds, block, args, scratch):
-    """Run a blocked kernel over its chunks on the pool's threads (NumPy releases the GIL)."""
+    """Run a blocked kernel over its chunks, the first on the calling thread and each other on a `_Worker`
+    (NumPy releases the GIL)."""
     if len(bounds) == 2:
         return run(0, bounds[1], block, *args, *scratch[0])
-    futures = [
-        _pool().submit(run, bounds[c], bounds[c + 1], block, *args, *scratch[c]) for c in range(1, len(bounds) - 1)
-    ]
-    results = [run(0, bounds[1], block, *args, *scratch[0])] + [f.result() for f in futures]
+    workers = [_Worker.take() for _ in range(len(bounds) - 2)]
+    for c, worker in enumerate(workers, start=1):
+        worker.start(run, (bounds[c], bounds[c + 1], block, *args, *scratch[c]))
+    try:
+        first = run(0, bounds[1], block, *args, *scratch[0])
+    finally:
+        results = [worker.wait() for worker in workers]  # each waited for, even when the first chunk raised
+    results = [first] + [worker.result(r) for worker, r in zip(workers, results)]
     return tuple(functools.reduce(operator.add, sums) for sums in zip(*results))
 
 
-@functools.cache
-def _pool():
-    return concurrent.futures.ThreadPoolExecutor(max_workers=THREADS - 1, thread_name_prefix="dualbroadcast")
+class _Worker:
+    """A thread running one chunk at a time, handed over through two locks: a pool's ``submit`` and
+    ``Future.result`` took ~50 us a call here, this ~15 us (a kernel of 1e5 elements takes ~150 us).
+    Idle workers wait in `_idle_workers`; a call takes one (or starts one) and gives it back when done."""
+
+    def __init__(self):
+        self.go, self.done = threading.Lock(), threading.Lock()
+        self.go.acquire()
+        self.done.acquire()
+        self.job = self.outcome = None
+        threading.Thread(target=self.loop, name="dualbroadcast", daemon=True).start()
+
+    @staticmethod
+    def take():
+        with _idle_lock:
+            if _idle_workers:
+                return _idle_workers.pop()
+        return _Worker()
+
+    def loop(self):
+        while True:
+            self.go.acquire()
+            run, args = self.job
+            try:
+                self.outcome = (True, run(*args))
+            except Exception as error:  # noqa: BLE001 - raised again in the calling thread (`result`)
+                self.outcome = (False, error)
+            finally:
+                self.job = None
+                self.done.release()
+
+    def start(self, run, args):
+        self.job = (run, args)
+        self.go.release()
+
+    def wait(self):
+        """Wait for the chunk, give this worker back, and return its outcome (`result` reads it)."""
+        self.done.acquire()
+        outcome, self.outcome = self.outcome, None
+        with _idle_lock:
+            _idle_workers.append(self)
+        return outcome
+
+    @staticmethod
+    def result(outcome):
+        ok, value = outcome
+        if not ok:
+            raise value
+        return value
+
+
+_idle_workers = []  # `_Worker`s waiting for a chunk
+os.register_at_fork(after_in_child=_idle_workers.clear)  # a forked child has none of the parent's threads
 
 
 def _evaluate(source, local, shape):
