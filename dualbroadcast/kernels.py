@@ -47,6 +47,7 @@ from .kernel_source import (
     kernel_names,
     needed_nodes,
     numexpr_sources,
+    scratch_buffer,
     single_block_kernel,
     summed_whole_array_kernel,
     whole_array_kernel,
@@ -375,7 +376,7 @@ class _Blocked:
             buffers = outs if outs is not None else [np.empty(s, d) for s, d, keep in
                                                      zip(shapes, out_dtypes, stored) if keep]
             flat_outs = [o.reshape(-1) for o in buffers]
-            scratch = [[np.empty(block, d) for _, d in scratch_dtypes] for _ in range(len(chunks) - 1)]
+            scratch = [[scratch_buffer(block, *kind) for _, *kind in scratch_dtypes] for _ in range(len(chunks) - 1)]
 
             def execute(*values):
                 args = [np.ravel(v) if f else v if type(v) is float else np.reshape(v, ())
@@ -413,7 +414,7 @@ class _Blocked:
                 if k:
                     partials.append(result)
             env["P"] = partials  # returned as is when every partial is stored
-            env.update((name, np.empty(shape, dtype)) for name, dtype in scratch)
+            env.update((name, scratch_buffer(shape, dtype, fill)) for name, dtype, fill in scratch)
             return make(**env), outs
 
         return _owned_or_recycled(bind, owned, self._idle(signature, shape, active_shapes, 1))
