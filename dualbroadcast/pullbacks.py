@@ -180,9 +180,11 @@ def fitting_kernel_pullback(partial, in_place, scale=1):
     return functools.partial(np.multiply, partial)
 
 
-def kernel_pullback_source(g, partial, shape, out_shape):
+def kernel_pullback_source(g, partial, shape, out_shape, scale=1):
     """The cotangent `kernel_pullback` gives for a partial of ``shape`` that replay owns (``partial``:
-    its source), as source."""
+    its source; ``scale``: its literal factor, a Python number), as source."""
+    if scale != 1:
+        g = f"({g} * {scale!r})"
     if _kernel_partial_fits(shape, shape, out_shape):
         return f"np.multiply({partial}, {g}, out={partial})" if shape else f"({g} * {partial})"
     return f"unbroadcast(np.broadcast_to({g} * {partial}, {out_shape!r}), {shape!r})"

@@ -85,9 +85,17 @@ def test_unscaled_partials_through_prepared_programs_hvp_and_jvp():
     def plain(x):
         return energy(np.sum(rho(x)))
 
-    prepared = db.prepare_gradient(fused, x)
-    for _ in range(3):
-        close(prepared(x), tape_gradient(rho, x))
+    want = tape_gradient(rho, x)
+    for f in (fused, plain):  # a recorded db.sum, and a forward region (regions.py) of the same kernel
+        prepared = db.prepare_gradient(f, x)
+        for _ in range(3):
+            close(prepared(x), want)
+        out = np.empty_like(x)
+        prepared(x, out=(out,))
+        close(out, want)
+        value, gradient = prepared.value_and_gradient(x)
+        close(value, plain(x))
+        close(gradient, want)
     close(db.hvp(fused, x, v), db.hvp(plain, x, v))
     value, tangent = db.jvp(fused, (x,), (v,))
     close(value, plain(x))
