@@ -120,7 +120,7 @@ class Kernel:
         shape = np.broadcast_shapes(*[getattr(v, "shape", ()) for v in values])
         size = math.prod(shape)
         requested = backend or FORCED_BACKEND.get()
-        if requested in (None, "blocked") and size > BLOCK and self.backends["blocked"].eligible(values, size):
+        if requested in (None, "blocked") and self.backends["blocked"].eligible(values, size):
             return self.backends["blocked"].runner(values, shape, size, [], owned=False, outs=[out])(*values)[0]
         return self(values, [], backend)[0]
 
@@ -365,7 +365,7 @@ class _Blocked:
         full = tuple(np.ndim(v) > 0 and np.size(v) == size for v in values)
         stored = (not reduce,) + tuple(not reduce or (size > 1 and math.prod(s) == size) for s in active_shapes)
         signature = (tuple(_kind(v) for v in values), full, stored)
-        if size <= BLOCK:
+        if size <= BLOCK and outs is None:  # (into ``outs``: the loop, over one block)
             return self._single_block_runner(signature, shape, active_shapes, owned)
         run, out_dtypes, scratch_dtypes = self._generated(blocked_kernel, signature)
         shapes = [()] + list(active_shapes) if reduce else [shape] * len(stored)

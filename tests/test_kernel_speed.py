@@ -144,3 +144,20 @@ def test_a_worker_thread_raises_in_the_caller_and_is_used_again(monkeypatch):
     total = kernels._in_threads(lambda start, stop, block: (stop - start,), bounds, kernels.BLOCK, [], [[], []])
     assert total == (4 * kernels.BLOCK,)
     assert kernels._idle_workers == workers  # the same thread again, none started
+
+
+@pytest.mark.parametrize("n", [kernels.BLOCK // 2, kernels.BLOCK, 3 * kernels.BLOCK])
+def test_a_kernel_into_its_output_from_half_a_block(n):
+    """`Kernel.into` writes a blocked kernel's value into the given array wherever blocked is eligible (a single
+    block too), ``out`` one of the inputs or not; the hvp's cotangent kernel runs so."""
+    x = np.random.default_rng(0).random(n)
+    v = np.random.default_rng(1).random(n)
+    db.broadcast(rho, x)
+    kernel = next(k for k in BROADCAST._cache.values() if k.name == "rho" and not k.reduce)
+    out = np.empty(n)
+    assert kernel.into(out, [x]) is out
+    np.testing.assert_array_equal(out, rho(x))
+    y = x.copy()
+    assert kernel.into(y, [y]) is y  # over its own input
+    np.testing.assert_array_equal(y, rho(x))
+    close(db.hvp(lambda x: energy(db.sum(rho, x)), x, v), db.hvp(lambda x: energy(np.sum(rho(x))), x, v))
