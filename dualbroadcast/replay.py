@@ -697,7 +697,7 @@ def _region_runner(kernel, valueless, examples, shape, size, active_shapes, bloc
     candidates = []
     if blockable and forced in (None, "blocked"):
         candidates.append((kernel.blocked_runner(examples, shape, size, active_shapes), "blocked"))
-    if forced is None and len(_chunks(size)) == 2:
+    if forced is None and len(_chunks(size, np.dtype(kernel.value_dtype(examples)).itemsize)) == 2:
         whole = _whole_runner(kernel, valueless, examples, shape, active_shapes)
         if whole is not None:
             candidates.append((whole, "numpy"))
