@@ -210,6 +210,9 @@ def _run(f, args, reduce, backend):
     else:
         key = (structure, tuple(kinds), tuple(active), reduce)
         kernel = _kernel(key, f, treedef, leaves, len(values), active, reduce, input_kinds)
+    scales = None
+    if reduce and recorder is None and len(kernel.outputs) > 1:  # (a jvp's tangent: Σ r · (-3t) as -3 · Σ r · t)
+        kernel, scales = _unscaled(kernel)
     if active and len(kernel.outputs) == 1:
         active = []  # its value is not a real number: a constant (`_build`)
     active_shapes = [getattr(values[i], "shape", ()) for i in active]  # arrays, NumPy scalars or floats
@@ -221,17 +224,41 @@ def _run(f, args, reduce, backend):
     if calls is not None:
         calls.append(call)
     if duals:
-        return value if not active else Dual(value, _fitted_tangent(partials[0], value), duals[0].level)
+        tangent = partials[0] if scales is None else partials[0] * scales[0]
+        return value if not active else Dual(value, _fitted_tangent(tangent, value), duals[0].level)
     parents = [inputs[i] for i in active]
     if treedef is None and recorder is None and used == "numpy" and backend is None and FORCED_BACKEND.get() is None \
             and kernel.choice.chosen(size) == "numpy":  # not a runner-up re-timed (`kernels.BackendChoice`)
-        _plan(f, kernel, values, active, reduce, call, reads)
+        _plan(f, kernel, values, active, reduce, call, reads, scales)
     if recorder is not None and any(type(leaf) is Tracked for leaf in inputs):
         record = lambda: _record(parents, value, partials, active_shapes, call, recorder.tape)  # noqa: E731
         return recorder.kernel(kernel, inputs, values, active, used, reduce, record)
     if not active:
         return value
-    return _record(parents, value, partials, active_shapes, call)
+    return _record(parents, value, partials, active_shapes, call, scales=scales)
+
+
+def _unscaled(kernel):
+    """``(kernel, scales)``: a sum's kernel whose partials are computed without their literal factors
+    (`_literal_factor`), and per partial that factor (``scales`` None: no partial has one, the kernel as it
+    is).  EAM's ``∂/∂x Σ exp(-3(x + 1))`` is ``-3 · r``: the kernel stores ``r``, the exp it sums, where it
+    stored ``-3 · r`` in a pass of its own, and the pullback multiplies by ``ȳ · (-3)``, one number
+    (`kernel_pullback`): the same passes as a hand-written gradient.  Only partials that remain an operation's
+    result of their own are taken so (not an input, which a kernel copies; not shared)."""
+    if kernel.unscaled is None:
+        outputs = kernel.outputs
+        factored = [_literal_factor(o.graph, o, ()) if type(o) is Sym else (o, 1) for o in outputs[1:]]
+        factored = [(p, c) if c != 1 and type(p) is Sym and p.op is not None else (o, 1)
+                    for o, (p, c) in zip(outputs[1:], factored)]
+        unscaled = None
+        if any(c != 1 for _, c in factored):
+            graph = next(p.graph for p, c in factored if c != 1)
+            unscaled = Kernel(graph, kernel.inputs, [outputs[0]] + [p for p, _ in factored], True, kernel.name,
+                              kernel.complex)
+            if unscaled.fresh != kernel.fresh:  # a partial now shared with another: copied, no pass saved
+                unscaled = None
+        kernel.unscaled = (kernel, None) if unscaled is None else (unscaled, [c for _, c in factored])
+    return kernel.unscaled
 
 
 class _Plan:
@@ -243,9 +270,9 @@ class _Plan:
     """
 
     __slots__ = ("code", "defaults", "namespace", "bindings", "helpers", "signature", "whole", "reduce", "call",
-                 "shape", "bucket", "size")
+                 "shape", "bucket", "size", "scales")
 
-    def __init__(self, f, kernel, values, active, reduce, call, reads):
+    def __init__(self, f, kernel, values, active, reduce, call, reads, scales=None):
         self.code = f.__code__  # kept alive, so its id is not reused while this plan exists
         self.defaults = f.__defaults__
         self.namespace = f.__globals__
@@ -260,6 +287,7 @@ class _Plan:
         self.whole = kernel.typed_whole(tuple(v.dtype for v in values), same_shape=values[0].ndim > 0)
         self.reduce = reduce
         self.call = call
+        self.scales = scales or [1] * len(active)  # the partials' literal factors (`_unscaled`)
 
     def run(self, f, args):
         """``f(*args)`` through the plan, or None if it is not the call the plan was made for:
@@ -311,15 +339,15 @@ class _Plan:
             tape = tape_of(parents)  # a clear error for a stale or mixed value
         if len(parents) == 1:  # the usual case, one differentiated array
             x = parents[0]
-            back = fitting_kernel_pullback(results[1], tape.single_sweep)  # a plan's partials have x's shape
+            back = fitting_kernel_pullback(results[1], tape.single_sweep, self.scales[0])  # partials of x's shape
             if x.view is not None:
                 back = _edge(x, back)  # first: settling a view moves its index
             return tape.record(value, ((x.index, back),), self.call)
-        backs = [fitting_kernel_pullback(p, tape.single_sweep) for p in results[1:]]
+        backs = [fitting_kernel_pullback(p, tape.single_sweep, c) for p, c in zip(results[1:], self.scales)]
         return tape.record(value, _edges(parents, backs), self.call)
 
 
-def _plan(f, kernel, values, active, reduce, call, reads):
+def _plan(f, kernel, values, active, reduce, call, reads, scales=None):
     """Remember a `_Plan` for this call if its kernel's whole-array results need no reshaping,
     copying or casting (all inputs arrays of one shape, every partial an array of its own), and
     if the bindings ``f`` reads pin what it reads (``reads``: the walk of ``f`` that keyed its kernel)."""
@@ -329,7 +357,7 @@ def _plan(f, kernel, values, active, reduce, call, reads):
     if not all(type(v) is np.ndarray and v.shape == shape and v.dtype == dtype for v in values) \
             or not all(kernel.fresh):
         return
-    plan = _Plan(f, kernel, values, active, reduce, call, reads)
+    plan = _Plan(f, kernel, values, active, reduce, call, reads, scales)
     results = plan.whole(*values)
     if all(type(r) is np.ndarray and r.shape == shape and r.dtype == dtype for r in results):
         with _cache_lock:
@@ -815,10 +843,12 @@ def _evaluated(f, args, reduce):
     return np.sum(out) if reduce else out
 
 
-def _record(parents, value, partials, shapes, call, tape=None):
+def _record(parents, value, partials, shapes, call, tape=None, scales=None):
+    """``value`` recorded with a pullback per parent from the kernel's ``partials`` (times ``scales``, `_unscaled`)."""
     tape = tape_of(parents) if parents else tape
     out_shape = () if call.reduce else np.shape(value)
-    backs = [kernel_pullback(p, s, out_shape, tape.single_sweep) for p, s in zip(partials, shapes)]
+    backs = [kernel_pullback(p, s, out_shape, tape.single_sweep, c)
+             for p, s, c in zip(partials, shapes, scales or [1] * len(partials))]
     if np.iscomplexobj(value):  # a real parent's cotangent is the real part, as in `tape._record_complex`
         tape.complex = True
         backs = [b if np.iscomplexobj(p.value) else RealPart(b) for p, b in zip(parents, backs)]

@@ -26,7 +26,6 @@ Every backend gives the dtypes NumPy's own evaluation would.  Generated code onl
 contains names the library made.
 """
 
-import concurrent.futures
 import contextvars
 import functools
 import math
@@ -48,6 +47,7 @@ from .kernel_source import (
     kernel_names,
     needed_nodes,
     numexpr_sources,
+    scratch_buffer,
     single_block_kernel,
     summed_whole_array_kernel,
     whole_array_kernel,
@@ -56,7 +56,8 @@ from .kernel_source import (
 from .pullbacks import unbroadcast
 
 BACKENDS = ("numpy", "blocked", "numexpr")
-BLOCK = 16384  # elements per block: a few scratch buffers of this size stay in L2
+BLOCK = 65536  # elements per block: each block costs a few Python-level ufunc calls (~1 us each), which at 16384
+# cost more than the caches lost at 65536 (EAM's gradient at 1e6 on two threads: 1.27 ms, 0.94 ms at 65536)
 NUMEXPR_BLOCK = 262144  # numexpr's own threads want larger blocks
 NUMEXPR_MIN = 1024  # elements from which numexpr is a candidate: below, its start-up cost dominates
 THREADS = os.cpu_count() or 1
@@ -95,6 +96,7 @@ class Kernel:
         self.dtypes = {}  # input kinds -> dtype of the value
         self.backends = {"numpy": _WholeArrays(self), "blocked": _Blocked(self), "numexpr": _Numexpr(self)}
         self.choice = BackendChoice(self)
+        self.unscaled = None  # a sum's: (kernel, its partials' literal factors), `broadcast._unscaled`
 
     def __call__(self, values, active_shapes, backend=None):
         """Return ``(value, partials, backend, size)``; partials reduced to ``active_shapes`` if reducing."""
@@ -118,7 +120,7 @@ class Kernel:
         shape = np.broadcast_shapes(*[getattr(v, "shape", ()) for v in values])
         size = math.prod(shape)
         requested = backend or FORCED_BACKEND.get()
-        if requested in (None, "blocked") and size > BLOCK and self.backends["blocked"].eligible(values, size):
+        if requested in (None, "blocked") and self.backends["blocked"].eligible(values, size):
             return self.backends["blocked"].runner(values, shape, size, [], owned=False, outs=[out])(*values)[0]
         return self(values, [], backend)[0]
 
@@ -350,7 +352,7 @@ class _Blocked:
         self.idle = {}  # (signature, shape, active shapes) -> bound kernels not running (`_owned_or_recycled`)
 
     def eligible(self, values, size):
-        return size >= 2 * BLOCK and all(np.size(v) in (1, size) for v in values)
+        return size >= BLOCK // 2 and all(np.size(v) in (1, size) for v in values)
 
     def run(self, values, shape, size, active_shapes):
         return self.runner(values, shape, size, active_shapes, owned=False)(*values)
@@ -363,18 +365,18 @@ class _Blocked:
         full = tuple(np.ndim(v) > 0 and np.size(v) == size for v in values)
         stored = (not reduce,) + tuple(not reduce or (size > 1 and math.prod(s) == size) for s in active_shapes)
         signature = (tuple(_kind(v) for v in values), full, stored)
-        if size <= BLOCK:
+        if size <= BLOCK and outs is None:  # (into ``outs``: the loop, over one block)
             return self._single_block_runner(signature, shape, active_shapes, owned)
         run, out_dtypes, scratch_dtypes = self._generated(blocked_kernel, signature)
         shapes = [()] + list(active_shapes) if reduce else [shape] * len(stored)
-        block = min(BLOCK, size)
-        chunks = _chunks(size)
+        chunks = _chunks(size, max(np.dtype(d).itemsize for d in out_dtypes))
+        block = min(BLOCK, -(-size // (len(chunks) - 1)))  # a chunk's elements at most
 
         def bind():
             buffers = outs if outs is not None else [np.empty(s, d) for s, d, keep in
                                                      zip(shapes, out_dtypes, stored) if keep]
             flat_outs = [o.reshape(-1) for o in buffers]
-            scratch = [[np.empty(block, d) for _, d in scratch_dtypes] for _ in range(len(chunks) - 1)]
+            scratch = [[scratch_buffer(block, *kind) for _, *kind in scratch_dtypes] for _ in range(len(chunks) - 1)]
 
             def execute(*values):
                 args = [np.ravel(v) if f else v if type(v) is float else np.reshape(v, ())
@@ -412,7 +414,7 @@ class _Blocked:
                 if k:
                     partials.append(result)
             env["P"] = partials  # returned as is when every partial is stored
-            env.update((name, np.empty(shape, dtype)) for name, dtype in scratch)
+            env.update((name, scratch_buffer(shape, dtype, fill)) for name, dtype, fill in scratch)
             return make(**env), outs
 
         return _owned_or_recycled(bind, owned, self._idle(signature, shape, active_shapes, 1))
@@ -532,26 +534,90 @@ def _kind(v):
     return np.result_type(v) if dtype is None else dtype
 
 
-def _chunks(size):
-    """Bounds of the contiguous chunks a blocked kernel runs in parallel, one per core."""
-    chunks = min(KERNEL_THREADS.get() or THREADS, size // (4 * BLOCK)) or 1
+def _chunks(size, itemsize=8):
+    """Bounds of the contiguous chunks a blocked kernel runs in parallel, one per core, each of at least
+    ``CHUNK_BLOCKS`` float64 blocks' bytes (``itemsize``: the widest output's; a float32 element costs about
+    half a float64 one)."""
+    chunks = min(KERNEL_THREADS.get() or THREADS, int(size * itemsize / (CHUNK_BLOCKS * 8 * BLOCK))) or 1
     return [size * c // chunks for c in range(chunks + 1)]
 
 
+# A chunk's hand-off to a worker costs ~15 us alone, ~50 us with the other core busy; measured at 100352
+# elements, one chunk against two, in turns (5 runs, ~2 other processes on the 2 cores): EAM's float64
+# gradient kernel took 200-230 us on two against 270-280 on one in 4 of 5 runs; the float32
+# arctan2 gradient kernel 188-196 us on two against 184-185 on one in 4 of 5.
+CHUNK_BLOCKS = 0.75
+
+
 def _in_threads(run, bounds, block, args, scratch):
-    """Run a blocked kernel over its chunks on the pool's threads (NumPy releases the GIL)."""
+    """Run a blocked kernel over its chunks, the first on the calling thread and each other on a `_Worker`
+    (NumPy releases the GIL)."""
     if len(bounds) == 2:
         return run(0, bounds[1], block, *args, *scratch[0])
-    futures = [
-        _pool().submit(run, bounds[c], bounds[c + 1], block, *args, *scratch[c]) for c in range(1, len(bounds) - 1)
-    ]
-    results = [run(0, bounds[1], block, *args, *scratch[0])] + [f.result() for f in futures]
+    workers = [_Worker.take() for _ in range(len(bounds) - 2)]
+    for c, worker in enumerate(workers, start=1):
+        worker.start(run, (bounds[c], bounds[c + 1], block, *args, *scratch[c]))
+    try:
+        first = run(0, bounds[1], block, *args, *scratch[0])
+    finally:
+        results = [worker.wait() for worker in workers]  # each waited for, even when the first chunk raised
+    results = [first] + [worker.result(r) for worker, r in zip(workers, results)]
     return tuple(functools.reduce(operator.add, sums) for sums in zip(*results))
 
 
-@functools.cache
-def _pool():
-    return concurrent.futures.ThreadPoolExecutor(max_workers=THREADS - 1, thread_name_prefix="dualbroadcast")
+class _Worker:
+    """A thread running one chunk at a time, handed over through two locks: a pool's ``submit`` and
+    ``Future.result`` took ~50 us a call here, this ~15 us (a kernel of 1e5 elements takes ~150 us).
+    Idle workers wait in `_idle_workers`; a call takes one (or starts one) and gives it back when done."""
+
+    def __init__(self):
+        self.go, self.done = threading.Lock(), threading.Lock()
+        self.go.acquire()
+        self.done.acquire()
+        self.job = self.outcome = None
+        threading.Thread(target=self.loop, name="dualbroadcast", daemon=True).start()
+
+    @staticmethod
+    def take():
+        with _idle_lock:
+            if _idle_workers:
+                return _idle_workers.pop()
+        return _Worker()
+
+    def loop(self):
+        while True:
+            self.go.acquire()
+            run, args = self.job
+            try:
+                self.outcome = (True, run(*args))
+            except Exception as error:  # noqa: BLE001 - raised again in the calling thread (`result`)
+                self.outcome = (False, error)
+            finally:
+                self.job = None
+                self.done.release()
+
+    def start(self, run, args):
+        self.job = (run, args)
+        self.go.release()
+
+    def wait(self):
+        """Wait for the chunk, give this worker back, and return its outcome (`result` reads it)."""
+        self.done.acquire()
+        outcome, self.outcome = self.outcome, None
+        with _idle_lock:
+            _idle_workers.append(self)
+        return outcome
+
+    @staticmethod
+    def result(outcome):
+        ok, value = outcome
+        if not ok:
+            raise value
+        return value
+
+
+_idle_workers = []  # `_Worker`s waiting for a chunk
+os.register_at_fork(after_in_child=_idle_workers.clear)  # a forked child has none of the parent's threads
 
 
 def _evaluate(source, local, shape):

@@ -150,30 +150,41 @@ class Unbroadcast:
 
 
 # --- the pullback of a kernel's partial --------------------------------------------------
-def kernel_pullback(partial, shape, out_shape, in_place):
+def kernel_pullback(partial, shape, out_shape, in_place, scale=1):
     """The pullback ``g -> g · ∂f/∂a`` of a kernel argument ``a`` of ``shape`` (``out_shape``: the kernel's
-    result, ``()`` for a sum, whose partial is already reduced to ``shape``).
+    result, ``()`` for a sum, whose partial is already reduced to ``shape``); ``∂f/∂a`` is ``scale · partial``
+    (a sum's partial kept without its literal factor, `broadcast._unscaled`).
 
     ``in_place``: the partial is the kernel's own buffer and the tape is swept once, so it becomes
     the cotangent in place instead of allocating another array of its size.
     """
     if _kernel_partial_fits(getattr(partial, "shape", ()), shape, out_shape):
-        return fitting_kernel_pullback(partial, in_place)
+        return fitting_kernel_pullback(partial, in_place, scale)
+    if scale != 1:
+        return lambda g: unbroadcast(np.broadcast_to(g * scale * partial, out_shape), shape)
     return lambda g: unbroadcast(np.broadcast_to(g * partial, out_shape), shape)
 
 
-def fitting_kernel_pullback(partial, in_place):
-    """`kernel_pullback` of a partial known to have its argument's shape (a cached plan's, every call)."""
-    if in_place and type(partial) is np.ndarray and partial.base is None and partial.ndim:
+def fitting_kernel_pullback(partial, in_place, scale=1):
+    """`kernel_pullback` of a partial known to have its argument's shape (a cached plan's, every call): with a
+    ``scale``, ``g · scale`` (a sum's cotangent: one number) times the partial, one pass as without."""
+    owned = in_place and type(partial) is np.ndarray and partial.base is None and partial.ndim
+    if scale != 1:
+        if owned:
+            return lambda g: partial.__imul__(g * scale)
+        return lambda g: np.multiply(partial, g * scale)
+    if owned:
         return partial.__imul__  # a C call: no frame, no allocation
     # Not ``partial.__mul__``: the bound method alone holding a large array, NumPy takes it for a
     # temporary and multiplies in place, so a pullback called twice would scale it twice.
     return functools.partial(np.multiply, partial)
 
 
-def kernel_pullback_source(g, partial, shape, out_shape):
+def kernel_pullback_source(g, partial, shape, out_shape, scale=1):
     """The cotangent `kernel_pullback` gives for a partial of ``shape`` that replay owns (``partial``:
-    its source), as source."""
+    its source; ``scale``: its literal factor, a Python number), as source."""
+    if scale != 1:
+        g = f"({g} * {scale!r})"
     if _kernel_partial_fits(shape, shape, out_shape):
         return f"np.multiply({partial}, {g}, out={partial})" if shape else f"({g} * {partial})"
     return f"unbroadcast(np.broadcast_to({g} * {partial}, {out_shape!r}), {shape!r})"

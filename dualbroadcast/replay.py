@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from .broadcast import _unscaled
 from .derivatives import DERIVATIVES
 from .expr import UfuncOperators
 from .kernel_source import _infer_dtypes, _out_dtypes
@@ -361,8 +362,9 @@ class _Forward(_Writer):
         """The kernel on its recorded backend and shapes; blocked with buffers of its own when the
         shapes allow (no allocation per call), else the recorded backend.  A forward region's (``backend``
         None) runs blocked, or on the backend `kernels.set_backend` forced when it was compiled, or as
-        ``db.sum`` chooses; ``valueless``: its variant without the value (`_valueless`)."""
-        kernel, backend = step.kernel, step.backend
+        ``db.sum`` chooses; ``valueless``: its variant without the value (`_valueless`).  A sum's partials
+        without their literal factors (`broadcast._unscaled`; `kernel_adjoints` multiplies the cotangent)."""
+        kernel, backend = _unscaled(step.kernel)[0] if step.reduce else step.kernel, step.backend
         examples = [np.zeros(*self.p.meta[r]) if type(r) is int else r.value for r in step.refs]
         shape = np.broadcast_shapes(*[np.shape(v) for v in examples])
         size = int(np.prod(shape))
@@ -515,15 +517,16 @@ class _Backward(_Writer):
         lines = []
         out_shape = () if step.reduce else self.p.meta[step.out][0]
         complex_value = self.p.meta[step.out][1].kind == "c"
+        scales = (_unscaled(step.kernel)[1] if step.reduce else None) or [1] * len(step.active)
         for slot, i in enumerate(step.active):
             parent = step.refs[i]
             shape = self.p.shape_of(parent)
             partial = f"p{step.out}[{slot}]"
             real = complex_value and self.p.meta[parent][1].kind != "c"  # a real parent's: the real part
             if shape and (shape == out_shape or step.reduce) and not real \
-                    and self.cotangents.defer(parent, partial, step.out):
+                    and self.cotangents.defer(parent, partial, step.out, scales[slot]):
                 continue
-            term = kernel_pullback_source(f"g{step.out}", partial, shape, out_shape)
+            term = kernel_pullback_source(f"g{step.out}", partial, shape, out_shape, scales[slot])
             lines += self.cotangents.accumulate(parent, _real_part(term, real))
         return lines
 
@@ -594,12 +597,12 @@ class _Cotangents:
         self.state[i] = "owned"
         return lines
 
-    def defer(self, leaf, partial, o):
-        """Hold back ``partial · g<o>`` when it is the first contribution to the active leaf ``leaf``: written
-        last, into ``out=`` when given, it costs no array; False (nothing held) otherwise."""
+    def defer(self, leaf, partial, o, scale=1):
+        """Hold back ``partial · g<o>`` (times ``scale``) when it is the first contribution to the active leaf
+        ``leaf``: written last, into ``out=`` when given, it costs no array; False (nothing held) otherwise."""
         if leaf not in self.p.active_leaves or leaf in self.state:
             return False
-        self.last[leaf] = (partial, o)
+        self.last[leaf] = (partial, o, scale)
         self.state[leaf] = "last"
         return True
 
@@ -607,9 +610,9 @@ class _Cotangents:
         """A leaf's deferred product, written now: another contribution follows."""
         if self.state.get(i) != "last":
             return []
-        partial, o = self.last.pop(i)
+        partial, o, scale = self.last.pop(i)
         self.state[i] = "shared"
-        return self.product(partial, o, partial, f"g{i} = ")
+        return self.product(partial, o, partial, f"g{i} = ", scale)
 
     def gradients(self, value):
         """The function's end: the active leaves' cotangents (zeros for those without one, the deferred
@@ -626,9 +629,9 @@ class _Cotangents:
         returned, written = [], []
         for k, i in enumerate(self.p.active_leaves):
             if i in self.last:
-                partial, o = self.last[i]
-                returned += self.product(partial, o, partial if o in self.fresh else None, f"g{i} = ")
-                written += self.product(partial, o, f"out[{k}]", "")
+                partial, o, scale = self.last[i]
+                returned += self.product(partial, o, partial if o in self.fresh else None, f"g{i} = ", scale)
+                written += self.product(partial, o, f"out[{k}]", "", scale)
                 new.add(i)
             else:
                 written.append(f"    np.copyto(out[{k}], g{i})")
@@ -645,28 +648,30 @@ class _Cotangents:
             return self.space.bind(float(self.known[i]))
         return f"g{i}" if i in new or i in self.p.float_leaves else f"{self.space.bind(np.array)}(g{i})"
 
-    def product(self, partial, o, target, assign):
-        """``partial · g<o>`` written into ``target`` (None: a new array like the partial).  A scalar cotangent
-        of the dtype it was recorded with goes through a 0-d buffer of the program's: a ufunc takes that ~150 ns
-        faster than a NumPy scalar, and computes the same (both are strong, same dtype); any other type as it is."""
+    def product(self, partial, o, target, assign, scale=1):
+        """``partial · g<o>`` (times ``scale``, a literal factor the partial was computed without) written into
+        ``target`` (None: a new array like the partial).  A scalar cotangent of the dtype it was recorded with goes
+        through a 0-d buffer of the program's: a ufunc takes that ~150 ns faster than a NumPy scalar, and computes
+        the same (both are strong, same dtype); any other type as it is."""
         multiply = self.space.bind(np.multiply, "f")
         shape, dtype = self.p.meta[o]
         one = self.known.get(o)
-        if type(one) is dtype.type and one == 1:  # the cotangent of f's result itself: the partial is the product
+        g = f"g{o}" if scale == 1 else f"(g{o} * {self.space.bind(scale)})"
+        if scale == 1 and type(one) is dtype.type and one == 1:  # f's result's cotangent: the partial is the product
             if target is None:
                 return [f"    {assign}{self.space.bind(np.array)}({partial})"]
             return [f"    {assign}{partial}"] if target == partial else [f"    np.copyto({target}, {partial})"]
         if target is None:
             target = f"{self.space.bind(np.empty_like)}({partial})"
         if shape:
-            return [f"    {assign}{multiply}({partial}, g{o}, {target})"]
+            return [f"    {assign}{multiply}({partial}, {g}, {target})"]
         scalar, buffer = self.space.bind(dtype.type), self.space.bind(np.empty((), dtype), "z")
         return [
             f"    if type(g{o}) is {scalar}:",
-            f"        {buffer}[()] = g{o}",
+            f"        {buffer}[()] = {g}",
             f"        {assign}{multiply}({partial}, {buffer}, {target})",
             "    else:",
-            f"        {assign}{multiply}({partial}, g{o}, {target})",
+            f"        {assign}{multiply}({partial}, {g}, {target})",
         ]
 
 
@@ -692,7 +697,7 @@ def _region_runner(kernel, valueless, examples, shape, size, active_shapes, bloc
     candidates = []
     if blockable and forced in (None, "blocked"):
         candidates.append((kernel.blocked_runner(examples, shape, size, active_shapes), "blocked"))
-    if forced is None and len(_chunks(size)) == 2:
+    if forced is None and len(_chunks(size, np.dtype(kernel.value_dtype(examples)).itemsize)) == 2:
         whole = _whole_runner(kernel, valueless, examples, shape, active_shapes)
         if whole is not None:
             candidates.append((whole, "numpy"))

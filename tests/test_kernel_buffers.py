@@ -8,7 +8,7 @@ import numpy as np
 
 import dualbroadcast as db
 
-N = 200_000  # blocked is eligible (two blocks of 16,384) and splits into chunks
+N = 200_000  # blocked is eligible (three blocks of 65,536) and splits into chunks (a block each at least)
 
 
 def rho(x):
