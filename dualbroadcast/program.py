@@ -52,9 +52,9 @@ class KernelStep:
     compiled; ``backend`` None: chosen when compiled, `replay._region_runner`), None for a recorded ``db.sum`` /
     ``db.broadcast``."""
 
-    __slots__ = ("kernel", "refs", "active", "backend", "out", "reduce", "region")
+    __slots__ = ("kernel", "refs", "active", "backend", "out", "reduce", "region", "scale")
 
-    def __init__(self, kernel, refs, active, backend, out, reduce, region=None):
+    def __init__(self, kernel, refs, active, backend, out, reduce, region=None, scale=1):
         self.kernel = kernel
         self.refs = refs
         self.active = active
@@ -62,6 +62,7 @@ class KernelStep:
         self.out = out
         self.reduce = reduce
         self.region = region
+        self.scale = scale  # a Python number every partial is multiplied by: the kernel leaves it to the cotangent
 
 
 class SecondOrderStep:
