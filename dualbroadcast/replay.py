@@ -26,7 +26,7 @@ import numpy as np
 from .derivatives import DERIVATIVES
 from .expr import UfuncOperators
 from .kernel_source import _infer_dtypes, _out_dtypes
-from .kernels import FORCED_BACKEND, Kernel, _chunks, _kind
+from .kernels import FORCED_BACKEND, BackendChoice, Kernel, _chunks, _kind
 from .numpy_facts import as_dtype, getitem, source_of
 from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpacked
 from .pullbacks import (
@@ -371,7 +371,10 @@ class _Forward(_Writer):
             and _partials_typed_as_value(kernel, examples)
         if step.region is not None:
             runner, used, fresh = _region_runner(kernel, valueless, examples, shape, size, active_shapes, blockable)
-            step.region.backends["gradient alone" if valueless else "value"] = used
+            variant = "gradient alone" if valueless else "value"
+            step.region.backends[variant] = used
+            if hasattr(runner, "choice"):
+                step.region.choices[variant] = runner.choice
             if fresh:
                 self.fresh.add((step.out, valueless))
             return self.space.bind(runner, "k")
@@ -697,7 +700,9 @@ def _region_runner(kernel, valueless, examples, shape, size, active_shapes, bloc
     On the backend `kernels.set_backend` forced when the program was compiled; else blocked where it runs on
     several threads; where it would run on one, whole arrays if they time faster here (NumPy's passes over
     arrays that stay in cache can beat the blocked loop's calls per block: ``sum(x**2)`` of 1e5 float32 took
-    0.29x the primal so, 2.4x blocked; EAM's four operations on 1e5 float64 took 6x blocked's time); else as
+    0.29x the primal so, 2.4x blocked; EAM's four operations on 1e5 float64 took 6x blocked's time): from
+    ``CHOSEN_MIN`` elements under a `kernels.BackendChoice` that corrects a bad first timing (`_chosen`), on
+    fewer timed once here (`_fastest`: a choice's ~1 us a call would cost more than a wrong pick); else as
     ``db.sum`` chooses."""
     if valueless:
         kernel = _valueless(kernel, examples)
@@ -709,6 +714,10 @@ def _region_runner(kernel, valueless, examples, shape, size, active_shapes, bloc
         whole = _whole_runner(kernel, valueless, examples, shape, active_shapes)
         if whole is not None:
             candidates.append((whole, "numpy"))
+    if len(candidates) == 2 and size >= CHOSEN_MIN:
+        candidates[0] = (kernel.blocked_runner(examples, shape, size, active_shapes, owned=False), "blocked")
+        return _chosen(candidates, examples, shape, size, active_shapes), "chosen per call", True  # partials:
+        # arrays of their own on each backend (a recycled blocked kernel's once nothing holds them)
     if candidates:
         runner, name = _fastest(candidates, examples)
         return runner, name, name == "numpy"
@@ -729,6 +738,45 @@ def _region_runner(kernel, valueless, examples, shape, size, active_shapes, bloc
         return value, [p if p.shape == shape else np.array(np.broadcast_to(p, shape)) for p in partials]
 
     return run_full, name, False
+
+
+CHOSEN_MIN = 16384  # elements from which a region's backend is chosen per call (below, once when compiled: `_fastest`)
+
+
+class _Runners:
+    """A forward region's candidate runners as `kernels.BackendChoice` sees a kernel's backends: by name, each
+    eligible for every call (they were made for the call's shapes)."""
+
+    eligible = staticmethod(lambda values, size: True)
+
+    def __init__(self, candidates):
+        self.runners = {name: runner for runner, name in candidates}
+        self.backends = dict.fromkeys(self.runners, self)
+
+    def _candidates(self, values, size):
+        return list(self.runners)
+
+    def run(self, backend, values, shape, size, active_shapes):
+        return self.runners[backend](*values)  # a tuple (value, partials), as the kernels return it
+
+
+def _chosen(candidates, examples, shape, size, active_shapes):
+    """A runner of the candidates ``(runner, name)`` under a `kernels.BackendChoice` (each call of the chosen
+    one timed, a runner-up re-timed now and then: a wrong first timing is corrected), its first choice made on
+    ``examples`` (halves: no special values) when the program is compiled; ``runner.choice`` the choice."""
+    choice = BackendChoice(_Runners(candidates))
+    values = [np.full(np.shape(v), 0.5, v.dtype) if np.result_type(v).kind == "f" and type(v) is np.ndarray else v
+              for v in examples]
+    with np.errstate(all="ignore"):
+        choice.run(values, shape, size, active_shapes)
+    run = choice.run
+
+    def chosen(*values):
+        value, partials, _, _ = run(values, shape, size, active_shapes)
+        return value, partials
+
+    chosen.choice = choice
+    return chosen
 
 
 def _fastest(candidates, examples, rounds=5):
