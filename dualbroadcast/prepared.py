@@ -385,7 +385,9 @@ class PreparedGradient:
                     return float(grads[0])
                 if program.floats_out is None:  # Python floats on the first call: on every call (see `floats_out`)
                     program.floats_out = list(map(type, grads)).count(float) == len(grads)
-                return grads if program.floats_out and kind is tuple else kind(map(float, grads))
+                if program.floats_out:  # a tuple as it is; a list made of it (the caller's to change)
+                    return grads if kind is tuple else list(grads)
+                return kind(map(float, grads))
         return self._evaluate(args, out, False)[1]
 
     def value_and_gradient(self, *args: Any, out: Any = None) -> tuple[Any, Any]:

@@ -279,3 +279,45 @@ def test_replayed_dots_and_slices_like_gradient(f, dtype):
         np.testing.assert_allclose(got, expected, rtol=1e-5 if dtype == np.float32 else 1e-12)
     if dtype == np.float64:
         np.testing.assert_allclose(expected, central(lambda w: f(w, xs), W), rtol=1e-6, atol=1e-6)
+
+
+# --- prepared calls of one array, and gradients known when compiled ----------------------------------------------
+def _density(x):
+    return np.sum(np.exp(-3 * (x + SCALE)))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_prepared_one_array_reads_globals_like_gradient(shape, dtype):
+    """One array argument (replayed from ``__call__`` itself) of a function reading a global: db.gradient's
+    type, dtype, shape and numbers; the global rebound, recorded again; a fresh array on every call."""
+    global SCALE
+    SCALE = 1.0
+    x = points(shape, dtype)
+    prog = db.prepare_gradient(_density, x)
+    first = prog(x)
+    expected = db.gradient(_density, x)
+    assert type(first) is type(expected) and first.dtype == expected.dtype and first.shape == expected.shape
+    np.testing.assert_allclose(first, expected, rtol=1e-6 if dtype is np.float32 else 1e-14)
+    kept = first.copy()
+    prog(x * 0.5)
+    np.testing.assert_array_equal(first, kept)  # not a buffer the next call writes
+    SCALE = 0.5
+    np.testing.assert_allclose(prog(x), db.gradient(_density, x), rtol=1e-6 if dtype is np.float32 else 1e-14)
+    assert prog.recordings == 2
+    if dtype is np.float64:
+        g = prog(x)
+        np.testing.assert_allclose(g, central(_density, x), rtol=1e-6, atol=1e-6 * np.max(np.abs(g)))
+
+
+def test_prepared_known_gradients_are_new_lists_and_written_into_out():
+    """A fold's gradient, known when compiled: a new list on every call (the caller may change it), the
+    numbers written into ``out=``."""
+    xs = [0.5, 0.25, 2.0, -1.0]
+    prog = db.prepare_gradient(_fold, xs)
+    got = prog(xs)
+    assert got == db.gradient(_fold, xs) == [1.0, -1.0, -1.0, -1.0]
+    got[0] = 7.0
+    assert prog(xs) == [1.0, -1.0, -1.0, -1.0] and prog(xs) is not prog(xs)
+    out = tuple(np.empty(()) for _ in xs)
+    assert prog(xs, out=out) is out and [float(o) for o in out] == [1.0, -1.0, -1.0, -1.0]
