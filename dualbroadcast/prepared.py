@@ -354,7 +354,11 @@ class PreparedGradient:
             kind = type(x)
             if self.globals_read:
                 self._check_globals()
-            if kind is np.ndarray:  # the most common call, at the least cost (`_evaluate` less its branches)
+            if kind is float:
+                key, leaves = _ONE_FLOAT, args
+            elif (kind is tuple or kind is list) and x and list(map(type, x)).count(float) == len(x):
+                key, leaves = ((kind, len(x)),), x
+            elif kind is np.ndarray:  # the most common call, at the least cost (`_evaluate` less its branches)
                 try:
                     programs = self.local.variants.get(((x.shape, x.dtype),), ())
                 except AttributeError:  # a thread's first call
@@ -366,10 +370,6 @@ class PreparedGradient:
                         continue
                     return g if type(g) is np.ndarray and g.dtype == x.dtype else np.asarray(g, dtype=x.dtype)
                 return self._evaluate_tree(args, out, False, (((x.shape, x.dtype),), args))[1]
-            if kind is float:
-                key, leaves = _ONE_FLOAT, args
-            elif (kind is tuple or kind is list) and x and list(map(type, x)).count(float) == len(x):
-                key, leaves = ((kind, len(x)),), x
             else:
                 return self._evaluate(args, out, False)[1]
             try:
