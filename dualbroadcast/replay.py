@@ -133,7 +133,8 @@ def compile_program(program, guard_failed):
             lines = _live(forward.without_values(blocks, dead), needed, dropped)
             backward = _without_dead_stores(_Backward(program, space, forward.fresh_partials(dead)).lines(returned))
         removed[name] = dropped
-        functions += [f"def {name}(leaves, out=None):", leaves] + lines + backward
+        functions += [f"def {name}(leaves, out=None):", leaves] + _without_needless_conversions(lines + backward,
+                                                                                               space.names)
     source = "\n".join(functions)
     exec(compile(source, "<dualbroadcast prepared program>", "exec"), space.names)
     return space.names["run"], space.names["gradient"], source, removed
@@ -151,6 +152,27 @@ def _dead_region_values(program, lines):
 _LOCAL = re.compile(r"\b[vpr]\d+\b")  # the generated code's values, kernel partials and multiple results
 _COTANGENT = re.compile(r"\bg\d+\b")
 _STORE = re.compile(r"    (g\d+) = [A-Za-z_]\w*$")  # a cotangent given a name's value: no side effect
+
+
+def _without_needless_conversions(lines, names):
+    """``lines`` less each conversion of a Python float to np.float64 whose value every later line reads only as
+    the one argument of a ufunc of one input and one output (``np.sin(v0)``: the same float64 loop on the
+    same double, ~80 ns less a call)."""
+    kept = list(lines)
+    for k, line in enumerate(lines):
+        conversion = _CONVERSION.match(line)
+        if conversion is None or names.get(conversion.group(2)) is not np.float64:
+            continue
+        value = conversion.group(1)
+        later = "\n".join(lines[k + 1:])
+        calls = re.findall(rf"\b(\w+)\({value}\)", later)
+        if len(calls) == len(re.findall(rf"\b{value}\b", later)) and all(
+                isinstance(names.get(f), np.ufunc) and names[f].nin == 1 and names[f].nout == 1 for f in calls):
+            kept[k] = None
+    return [line for line in kept if line is not None]
+
+
+_CONVERSION = re.compile(r"    (v\d+) = (\w+)\(\1\)$")
 
 
 def _without_dead_stores(lines):

@@ -321,3 +321,25 @@ def test_prepared_known_gradients_are_new_lists_and_written_into_out():
     assert prog(xs) == [1.0, -1.0, -1.0, -1.0] and prog(xs) is not prog(xs)
     out = tuple(np.empty(()) for _ in xs)
     assert prog(xs, out=out) is out and [float(o) for o in out] == [1.0, -1.0, -1.0, -1.0]
+
+
+def _unary_chain(x):
+    return 1 / np.cosh(np.sin(x))
+
+
+def _log_too(x):
+    return np.sin(x) + np.log(x)
+
+
+@pytest.mark.parametrize(("f", "x"), [(_unary_chain, 0.3), (_unary_chain, 0.0), (_log_too, 0.7), (_log_too, 0.0)])
+def test_prepared_float_read_only_by_unary_ufuncs(f, x):
+    """A Python float read only by ufuncs of one input stays a float (no conversion), else it is converted
+    (``1 / x`` of a Python 0.0 would raise): db.gradient's gradient bit for bit, infinities included."""
+    prog = db.prepare_gradient(f, x)
+    with np.errstate(divide="ignore"):
+        for _ in range(2):
+            got, expected = prog(x), db.gradient(f, x)
+            assert type(got) is float and (got == expected or (np.isnan(got) and np.isnan(expected)))
+    (program,) = next(iter(prog.variants.values()))
+    source = program.source.split("def gradient")[1]
+    assert ("v0 = " in source) == (f is _log_too)  # the conversion left out where only np.sin reads the float
