@@ -123,7 +123,7 @@ def compile_program(program, guard_failed):
         leaves += f"\n    v{i} = {space.bind(np.complex128)}(v{i})"
     functions, removed = [], {}
     for name, returned in (("run", value), ("gradient", "None")):
-        backward = _without_dead_stores(_Backward(program, space, forward.fresh_partials(())).lines(returned))
+        backward = _tidied(_Backward(program, space, forward.fresh_partials(())).lines(returned))
         needed = set(_LOCAL.findall("\n".join(backward)))
         dropped = []
         lines = _live(blocks, needed, dropped)
@@ -131,7 +131,7 @@ def compile_program(program, guard_failed):
         if dead:  # their kernels again, without the value
             dropped = []
             lines = _live(forward.without_values(blocks, dead), needed, dropped)
-            backward = _without_dead_stores(_Backward(program, space, forward.fresh_partials(dead)).lines(returned))
+            backward = _tidied(_Backward(program, space, forward.fresh_partials(dead)).lines(returned))
         removed[name] = dropped
         functions += [f"def {name}(leaves, out=None):", leaves] + _without_needless_conversions(lines + backward,
                                                                                                space.names)
@@ -173,6 +173,39 @@ def _without_needless_conversions(lines, names):
 
 
 _CONVERSION = re.compile(r"    (v\d+) = (\w+)\(\1\)$")
+
+
+def _tidied(backward):
+    """The backward lines less the stores they need not make (`_without_dead_stores`, `_propagated`)."""
+    return _propagated(_without_dead_stores(backward))
+
+
+def _propagated(lines):
+    """``lines`` with each store of a value or constant into a cotangent that one later line reads once, as a
+    plain read (not a target), left out and the name read there instead: no line assigns a value or constant
+    in the backward code (a dot of two slices: ``g1 = v2`` then ``w = g3[c4]; w += g1``, 65536 times)."""
+    uses = {}
+    for k, line in enumerate(lines):
+        for name in _COTANGENT.findall(line):
+            uses.setdefault(name, []).append(k)
+    lines = list(lines)
+    for k, line in enumerate(lines):
+        store = _NAME_STORE.match(line)
+        if store is None:
+            continue
+        g, name = store.groups()
+        at = uses[g]
+        if len(at) != 2 or at[0] != k or at[1] == k:
+            continue
+        reader = lines[at[1]]
+        pattern = rf"\b{g}\b"
+        if len(re.findall(pattern, reader)) == 1 and re.search(rf"\b{g}\s*[-+*/@%&|^]?=(?!=)", reader) is None:
+            lines[at[1]] = re.sub(pattern, name, reader)
+            lines[k] = None
+    return [line for line in lines if line is not None]
+
+
+_NAME_STORE = re.compile(r"    (g\d+) = ([vc]\d+)$")
 
 
 def _without_dead_stores(lines):

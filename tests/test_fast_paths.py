@@ -343,3 +343,14 @@ def test_prepared_float_read_only_by_unary_ufuncs(f, x):
     (program,) = next(iter(prog.variants.values()))
     source = program.source.split("def gradient")[1]
     assert ("v0 = " in source) == (f is _log_too)  # the conversion left out where only np.sin reads the float
+
+
+def test_backward_stores_left_out_only_where_nothing_else_reads_them():
+    """`replay._tidied`: a store read once as a plain read is propagated, a store never read is dropped; a store
+    that is a target later (``+=``), read twice, or of an expression stays."""
+    from dualbroadcast.replay import _tidied
+
+    lines = ["    g1 = v2", "    w = g3[c4]; w += g1", "    g5 = v6", "    g5 += g7", "    g8 = c9",
+             "    g10 = c11", "    g12 = g8 * v13", "    g14 = (v15 + v16)", "    return g8, g12, g14"]
+    assert _tidied(lines) == ["    w = g3[c4]; w += v2", "    g5 = v6", "    g5 += g7", "    g8 = c9",
+                              "    g12 = g8 * v13", "    g14 = (v15 + v16)", "    return g8, g12, g14"]
