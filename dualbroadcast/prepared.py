@@ -349,7 +349,10 @@ class PreparedGradient:
             return variants
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
-        if out is None and len(args) == 1:  # one array, one float, or one tuple or list of floats
+        if out is not None:
+            if len(args) == 1 and type(args[0]) is np.ndarray and type(out) is np.ndarray:  # one array into one
+                return self._array_into(args, out)
+        elif len(args) == 1:  # one array, one float, or one tuple or list of floats
             x = args[0]
             kind = type(x)
             if self.globals_read:
@@ -388,6 +391,25 @@ class PreparedGradient:
                 if program.floats_out:  # a tuple as it is; a list made of it (the caller's to change)
                     return grads if kind is tuple else list(grads)
                 return kind(map(float, grads))
+        return self._evaluate(args, out, False)[1]
+
+    def _array_into(self, args, out):
+        """``self(x, out=out)`` of one array ``x`` into one array: `_evaluate` less its branches."""
+        if self.globals_read:
+            self._check_globals()
+        x = args[0]
+        try:
+            programs = self.local.variants.get(((x.shape, x.dtype),), ())
+        except AttributeError:  # a thread's first call
+            programs = ()
+        for program in programs:
+            if len(program.active_leaves) != 1:
+                break  # `_evaluate` says what is wrong
+            try:
+                program.gradient(args, (out,))
+            except GuardFailed:
+                continue
+            return out
         return self._evaluate(args, out, False)[1]
 
     def value_and_gradient(self, *args: Any, out: Any = None) -> tuple[Any, Any]:

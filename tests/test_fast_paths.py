@@ -354,3 +354,21 @@ def test_backward_stores_left_out_only_where_nothing_else_reads_them():
              "    g10 = c11", "    g12 = g8 * v13", "    g14 = (v15 + v16)", "    return g8, g12, g14"]
     assert _tidied(lines) == ["    w = g3[c4]; w += v2", "    g5 = v6", "    g5 += g7", "    g8 = c9",
                               "    g12 = g8 * v13", "    g14 = (v15 + v16)", "    return g8, g12, g14"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_prepared_one_array_into_out_like_gradient(dtype):
+    """``prog(x, out=o)`` of one array (replayed from ``__call__``): ``o`` returned, holding db.gradient's
+    numbers; a rebound global records again; an ``out`` of the wrong shape is NumPy's error."""
+    global SCALE
+    SCALE = 1.0
+    x = points((3, 4), dtype)
+    prog = db.prepare_gradient(_density, x)
+    out = np.empty_like(x)
+    for scale in (1.0, 1.0, 0.25):
+        SCALE = scale
+        assert prog(x, out=out) is out
+        np.testing.assert_allclose(out, db.gradient(_density, x), rtol=1e-6 if dtype is np.float32 else 1e-14)
+    assert prog.recordings == 2
+    with pytest.raises(ValueError):
+        prog(x, out=np.empty(5, dtype))
