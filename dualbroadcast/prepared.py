@@ -349,13 +349,30 @@ class PreparedGradient:
             return variants
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
-        if out is None and len(args) == 1 and not self.globals_read:  # one float, or one tuple or list of floats
+        if out is not None:
+            if len(args) == 1 and type(args[0]) is np.ndarray and type(out) is np.ndarray:  # one array into one
+                return self._array_into(args, out)
+        elif len(args) == 1:  # one array, one float, or one tuple or list of floats
             x = args[0]
             kind = type(x)
+            if self.globals_read:
+                self._check_globals()
             if kind is float:
                 key, leaves = _ONE_FLOAT, args
             elif (kind is tuple or kind is list) and x and list(map(type, x)).count(float) == len(x):
                 key, leaves = ((kind, len(x)),), x
+            elif kind is np.ndarray:  # the most common call, at the least cost (`_evaluate` less its branches)
+                try:
+                    programs = self.local.variants.get(((x.shape, x.dtype),), ())
+                except AttributeError:  # a thread's first call
+                    programs = ()
+                for program in programs:
+                    try:
+                        g = program.gradient(args)[1][0]
+                    except GuardFailed:
+                        continue
+                    return g if type(g) is np.ndarray and g.dtype == x.dtype else np.asarray(g, dtype=x.dtype)
+                return self._evaluate_tree(args, out, False, (((x.shape, x.dtype),), args))[1]
             else:
                 return self._evaluate(args, out, False)[1]
             try:
@@ -371,7 +388,28 @@ class PreparedGradient:
                     return float(grads[0])
                 if program.floats_out is None:  # Python floats on the first call: on every call (see `floats_out`)
                     program.floats_out = list(map(type, grads)).count(float) == len(grads)
-                return grads if program.floats_out and kind is tuple else kind(map(float, grads))
+                if program.floats_out:  # a tuple as it is; a list made of it (the caller's to change)
+                    return grads if kind is tuple else list(grads)
+                return kind(map(float, grads))
+        return self._evaluate(args, out, False)[1]
+
+    def _array_into(self, args, out):
+        """``self(x, out=out)`` of one array ``x`` into one array: `_evaluate` less its branches."""
+        if self.globals_read:
+            self._check_globals()
+        x = args[0]
+        try:
+            programs = self.local.variants.get(((x.shape, x.dtype),), ())
+        except AttributeError:  # a thread's first call
+            programs = ()
+        for program in programs:
+            if len(program.active_leaves) != 1:
+                break  # `_evaluate` says what is wrong
+            try:
+                program.gradient(args, (out,))
+            except GuardFailed:
+                continue
+            return out
         return self._evaluate(args, out, False)[1]
 
     def value_and_gradient(self, *args: Any, out: Any = None) -> tuple[Any, Any]:

@@ -38,7 +38,7 @@ class Region:
     result, and the backends its kernel runs on (``"value"``, and ``"gradient alone"`` for its variant without
     the value, set when the program is compiled); what `explain` shows of a prepared program."""
 
-    __slots__ = ("steps", "refs", "active", "out", "position", "backends")
+    __slots__ = ("steps", "refs", "active", "out", "position", "backends", "choices")
 
     def __init__(self, steps, refs, active, out, position):
         self.steps = steps
@@ -47,6 +47,7 @@ class Region:
         self.out = out
         self.position = position  # of its last step among those recorded
         self.backends = {}
+        self.choices = {}  # as ``backends``: the `kernels.BackendChoice` choosing per call, where one does
 
 
 def forward_regions(steps, meta, out):

@@ -27,7 +27,7 @@ from .broadcast import _unscaled
 from .derivatives import DERIVATIVES
 from .expr import UfuncOperators
 from .kernel_source import _infer_dtypes, _out_dtypes
-from .kernels import FORCED_BACKEND, Kernel, _chunks, _kind
+from .kernels import FORCED_BACKEND, BackendChoice, Kernel, _chunks, _kind
 from .numpy_facts import as_dtype, getitem, source_of
 from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpacked
 from .pullbacks import (
@@ -124,7 +124,7 @@ def compile_program(program, guard_failed):
         leaves += f"\n    v{i} = {space.bind(np.complex128)}(v{i})"
     functions, removed = [], {}
     for name, returned in (("run", value), ("gradient", "None")):
-        backward = _Backward(program, space, forward.fresh_partials(())).lines(returned)
+        backward = _tidied(_Backward(program, space, forward.fresh_partials(())).lines(returned))
         needed = set(_LOCAL.findall("\n".join(backward)))
         dropped = []
         lines = _live(blocks, needed, dropped)
@@ -132,9 +132,10 @@ def compile_program(program, guard_failed):
         if dead:  # their kernels again, without the value
             dropped = []
             lines = _live(forward.without_values(blocks, dead), needed, dropped)
-            backward = _Backward(program, space, forward.fresh_partials(dead)).lines(returned)
+            backward = _tidied(_Backward(program, space, forward.fresh_partials(dead)).lines(returned))
         removed[name] = dropped
-        functions += [f"def {name}(leaves, out=None):", leaves] + lines + backward
+        functions += [f"def {name}(leaves, out=None):", leaves] + _without_needless_conversions(lines + backward,
+                                                                                               space.names)
     source = "\n".join(functions)
     exec(compile(source, "<dualbroadcast prepared program>", "exec"), space.names)
     return space.names["run"], space.names["gradient"], source, removed
@@ -150,6 +151,79 @@ def _dead_region_values(program, lines):
 
 
 _LOCAL = re.compile(r"\b[vpr]\d+\b")  # the generated code's values, kernel partials and multiple results
+_COTANGENT = re.compile(r"\bg\d+\b")
+_STORE = re.compile(r"    (g\d+) = [A-Za-z_]\w*$")  # a cotangent given a name's value: no side effect
+
+
+def _without_needless_conversions(lines, names):
+    """``lines`` less each conversion of a Python float to np.float64 whose value every later line reads only as
+    the one argument of a ufunc of one input and one output (``np.sin(v0)``: the same float64 loop on the
+    same double, ~80 ns less a call)."""
+    kept = list(lines)
+    for k, line in enumerate(lines):
+        conversion = _CONVERSION.match(line)
+        if conversion is None or names.get(conversion.group(2)) is not np.float64:
+            continue
+        value = conversion.group(1)
+        later = "\n".join(lines[k + 1:])
+        calls = re.findall(rf"\b(\w+)\({value}\)", later)
+        if len(calls) == len(re.findall(rf"\b{value}\b", later)) and all(
+                isinstance(names.get(f), np.ufunc) and names[f].nin == 1 and names[f].nout == 1 for f in calls):
+            kept[k] = None
+    return [line for line in kept if line is not None]
+
+
+_CONVERSION = re.compile(r"    (v\d+) = (\w+)\(\1\)$")
+
+
+def _tidied(backward):
+    """The backward lines less the stores they need not make (`_without_dead_stores`, `_propagated`)."""
+    return _propagated(_without_dead_stores(backward))
+
+
+def _propagated(lines):
+    """``lines`` with each store of a value or constant into a cotangent that one later line reads once, as a
+    plain read (not a target), left out and the name read there instead: no line assigns a value or constant
+    in the backward code (a dot of two slices: ``g1 = v2`` then ``w = g3[c4]; w += g1``, 65536 times)."""
+    uses = {}
+    for k, line in enumerate(lines):
+        for name in _COTANGENT.findall(line):
+            uses.setdefault(name, []).append(k)
+    lines = list(lines)
+    for k, line in enumerate(lines):
+        store = _NAME_STORE.match(line)
+        if store is None:
+            continue
+        g, name = store.groups()
+        at = uses[g]
+        if len(at) != 2 or at[0] != k or at[1] == k:
+            continue
+        reader = lines[at[1]]
+        pattern = rf"\b{g}\b"
+        if len(re.findall(pattern, reader)) == 1 and re.search(rf"\b{g}\s*[-+*/@%&|^]?=(?!=)", reader) is None:
+            lines[at[1]] = re.sub(pattern, name, reader)
+            lines[k] = None
+    return [line for line in lines if line is not None]
+
+
+_NAME_STORE = re.compile(r"    (g\d+) = ([vc]\d+)$")
+
+
+def _without_dead_stores(lines):
+    """The backward ``lines`` less the stores of a name (a number bound here, another cotangent) into a
+    cotangent no later line reads: the numbers of a gradient known here are returned as such (a fold of
+    Python floats stored 32 cotangents it never read, ~15 ns each)."""
+    kept, read = [], set()
+    for line in reversed(lines):
+        store = _STORE.match(line)
+        if store is not None:
+            if store.group(1) not in read:
+                continue
+            read.discard(store.group(1))  # read later from this store: earlier ones are dead until read
+        read.update(_COTANGENT.findall(line.partition("=")[2] if store is not None else line))
+        kept.append(line)
+    kept.reverse()
+    return kept
 
 
 def _gives_view(index):
@@ -373,7 +447,10 @@ class _Forward(_Writer):
             and _partials_typed_as_value(kernel, examples)
         if step.region is not None:
             runner, used, fresh = _region_runner(kernel, valueless, examples, shape, size, active_shapes, blockable)
-            step.region.backends["gradient alone" if valueless else "value"] = used
+            variant = "gradient alone" if valueless else "value"
+            step.region.backends[variant] = used
+            if hasattr(runner, "choice"):
+                step.region.choices[variant] = runner.choice
             if fresh:
                 self.fresh.add((step.out, valueless))
             return self.space.bind(runner, "k")
@@ -630,11 +707,13 @@ class _Cotangents:
         for k, i in enumerate(self.p.active_leaves):
             if i in self.last:
                 partial, o, scale = self.last[i]
-                returned += self.product(partial, o, partial if o in self.fresh else None, f"g{i} = ", scale)
+                target = partial if o in self.fresh else None
+                returned += self.product(partial, o, target, f"g{i} = ", scale, self.p.meta[i][1])
                 written += self.product(partial, o, f"out[{k}]", "", scale)
                 new.add(i)
             else:
-                written.append(f"    np.copyto(out[{k}], g{i})")
+                known = self.known.get(i)
+                written.append(f"    np.copyto(out[{k}], {f'g{i}' if known is None else self.space.bind(known)})")
         lines.append("    if out is None:")
         lines += ["    " + line for line in returned]
         lines.append(f"        return {value}, ({''.join(f'{self.returned(i, new)}, ' for i in self.p.active_leaves)})")
@@ -648,11 +727,13 @@ class _Cotangents:
             return self.space.bind(float(self.known[i]))
         return f"g{i}" if i in new or i in self.p.float_leaves else f"{self.space.bind(np.array)}(g{i})"
 
-    def product(self, partial, o, target, assign, scale=1):
+    def product(self, partial, o, target, assign, scale=1, leaf_dtype=None):
         """``partial · g<o>`` (times ``scale``, a literal factor the partial was computed without) written into
         ``target`` (None: a new array like the partial).  A scalar cotangent of the dtype it was recorded with goes
         through a 0-d buffer of the program's: a ufunc takes that ~150 ns faster than a NumPy scalar, and computes
-        the same (both are strong, same dtype); any other type as it is."""
+        the same (both are strong, same dtype); any other type as it is.  A new array for a leaf of ``leaf_dtype``
+        that the product keeps (its dtype times the cotangent's is its dtype) is the ufunc's own result: ~250 ns
+        less than ``np.empty_like`` and an ``out=`` at 100 elements."""
         multiply = self.space.bind(np.multiply, "f")
         shape, dtype = self.p.meta[o]
         one = self.known.get(o)
@@ -661,6 +742,7 @@ class _Cotangents:
             if target is None:
                 return [f"    {assign}{self.space.bind(np.array)}({partial})"]
             return [f"    {assign}{partial}"] if target == partial else [f"    np.copyto({target}, {partial})"]
+        allocated = target is None and leaf_dtype is not None and np.result_type(leaf_dtype, dtype) == leaf_dtype
         if target is None:
             target = f"{self.space.bind(np.empty_like)}({partial})"
         if shape:
@@ -669,7 +751,7 @@ class _Cotangents:
         return [
             f"    if type(g{o}) is {scalar}:",
             f"        {buffer}[()] = {g}",
-            f"        {assign}{multiply}({partial}, {buffer}, {target})",
+            f"        {assign}{multiply}({partial}, {buffer}{'' if allocated else ', ' + target})",
             "    else:",
             f"        {assign}{multiply}({partial}, {g}, {target})",
         ]
@@ -689,7 +771,9 @@ def _region_runner(kernel, valueless, examples, shape, size, active_shapes, bloc
     On the backend `kernels.set_backend` forced when the program was compiled; else blocked where it runs on
     several threads; where it would run on one, whole arrays if they time faster here (NumPy's passes over
     arrays that stay in cache can beat the blocked loop's calls per block: ``sum(x**2)`` of 1e5 float32 took
-    0.29x the primal so, 2.4x blocked; EAM's four operations on 1e5 float64 took 6x blocked's time); else as
+    0.29x the primal so, 2.4x blocked; EAM's four operations on 1e5 float64 took 6x blocked's time): from
+    ``CHOSEN_MIN`` elements under a `kernels.BackendChoice` that corrects a bad first timing (`_chosen`), on
+    fewer timed once here (`_fastest`: a choice's ~1 us a call would cost more than a wrong pick); else as
     ``db.sum`` chooses."""
     if valueless:
         kernel = _valueless(kernel, examples)
@@ -701,6 +785,10 @@ def _region_runner(kernel, valueless, examples, shape, size, active_shapes, bloc
         whole = _whole_runner(kernel, valueless, examples, shape, active_shapes)
         if whole is not None:
             candidates.append((whole, "numpy"))
+    if len(candidates) == 2 and size >= CHOSEN_MIN:
+        candidates[0] = (kernel.blocked_runner(examples, shape, size, active_shapes, owned=False), "blocked")
+        return _chosen(candidates, examples, shape, size, active_shapes), "chosen per call", True  # partials:
+        # arrays of their own on each backend (a recycled blocked kernel's once nothing holds them)
     if candidates:
         runner, name = _fastest(candidates, examples)
         return runner, name, name == "numpy"
@@ -721,6 +809,45 @@ def _region_runner(kernel, valueless, examples, shape, size, active_shapes, bloc
         return value, [p if p.shape == shape else np.array(np.broadcast_to(p, shape)) for p in partials]
 
     return run_full, name, False
+
+
+CHOSEN_MIN = 16384  # elements from which a region's backend is chosen per call (below, once when compiled: `_fastest`)
+
+
+class _Runners:
+    """A forward region's candidate runners as `kernels.BackendChoice` sees a kernel's backends: by name, each
+    eligible for every call (they were made for the call's shapes)."""
+
+    eligible = staticmethod(lambda values, size: True)
+
+    def __init__(self, candidates):
+        self.runners = {name: runner for runner, name in candidates}
+        self.backends = dict.fromkeys(self.runners, self)
+
+    def _candidates(self, values, size):
+        return list(self.runners)
+
+    def run(self, backend, values, shape, size, active_shapes):
+        return self.runners[backend](*values)  # a tuple (value, partials), as the kernels return it
+
+
+def _chosen(candidates, examples, shape, size, active_shapes):
+    """A runner of the candidates ``(runner, name)`` under a `kernels.BackendChoice` (each call of the chosen
+    one timed, a runner-up re-timed now and then: a wrong first timing is corrected), its first choice made on
+    ``examples`` (halves: no special values) when the program is compiled; ``runner.choice`` the choice."""
+    choice = BackendChoice(_Runners(candidates))
+    values = [np.full(np.shape(v), 0.5, v.dtype) if np.result_type(v).kind == "f" and type(v) is np.ndarray else v
+              for v in examples]
+    with np.errstate(all="ignore"):
+        choice.run(values, shape, size, active_shapes)
+    run = choice.run
+
+    def chosen(*values):
+        value, partials, _, _ = run(values, shape, size, active_shapes)
+        return value, partials
+
+    chosen.choice = choice
+    return chosen
 
 
 def _fastest(candidates, examples, rounds=5):

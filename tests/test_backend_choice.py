@@ -207,3 +207,43 @@ def test_a_size_with_one_candidate_is_never_timed(clock):
     assert set(ran) == set(clock.runs) == {"numpy"}
     (kernel,) = [k for k in _kernels() if k.choice.buckets]
     assert kernel.choice.buckets == {x.size.bit_length(): "numpy"}  # a name, not a timed `Bucket`
+
+
+# --- A prepared program's forward region: its backends under the same self-correcting choice -------------------
+
+
+def test_prepared_region_corrects_a_bad_first_choice(monkeypatch):
+    """A region with two candidates (blocked, whole arrays) timed wrongly when the program is compiled (blocked
+    seems 4x faster, whole arrays are 3x faster) runs whole arrays by the bound's call, with the gradients of
+    the general path on every call."""
+    replay = importlib.import_module("dualbroadcast.replay")
+    fake = FakeClock()
+    fake.runs = []
+    fake.cost = {"numpy": 4e-9, "blocked": 1e-9}.get  # the bad first measurement
+    monkeypatch.setattr(kernels, "clock", fake)
+    original = replay._Runners.run
+
+    def run(self, backend, values, shape, size, active_shapes):
+        result = original(self, backend, values, shape, size, active_shapes)
+        fake.runs.append(backend)
+        fake.now += fake.cost(backend) * size
+        return result
+
+    monkeypatch.setattr(replay._Runners, "run", run)
+    n = replay.CHOSEN_MIN + 1000  # one chunk: whole arrays are a candidate
+    x = np.random.default_rng(0).uniform(-1, 1, n)
+
+    def f(x):
+        return np.sum(np.exp(-3.0 * (x + 1.0)) * x)
+
+    prog = db.prepare_gradient(f, x)
+    (program,) = next(iter(prog.variants.values()))
+    choice = program.regions[0].choices["gradient alone"]  # what ``prog(x)`` runs
+    assert choice.chosen(n) == "blocked"
+    fake.cost = {"numpy": 1e-9, "blocked": 3e-9}.get  # the truth
+    expected = db.gradient(f, x)
+    for call in range(1, BOUND + 20):
+        np.testing.assert_allclose(prog(x), expected, rtol=1e-12, atol=1e-14 * np.max(np.abs(expected)))
+        if call >= BOUND:
+            assert choice.chosen(n) == "numpy", call
+    assert fake.runs[-10:].count("numpy") >= 9

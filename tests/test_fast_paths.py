@@ -279,3 +279,96 @@ def test_replayed_dots_and_slices_like_gradient(f, dtype):
         np.testing.assert_allclose(got, expected, rtol=1e-5 if dtype == np.float32 else 1e-12)
     if dtype == np.float64:
         np.testing.assert_allclose(expected, central(lambda w: f(w, xs), W), rtol=1e-6, atol=1e-6)
+
+
+# --- prepared calls of one array, and gradients known when compiled ----------------------------------------------
+def _density(x):
+    return np.sum(np.exp(-3 * (x + SCALE)))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_prepared_one_array_reads_globals_like_gradient(shape, dtype):
+    """One array argument (replayed from ``__call__`` itself) of a function reading a global: db.gradient's
+    type, dtype, shape and numbers; the global rebound, recorded again; a fresh array on every call."""
+    global SCALE
+    SCALE = 1.0
+    x = points(shape, dtype)
+    prog = db.prepare_gradient(_density, x)
+    first = prog(x)
+    expected = db.gradient(_density, x)
+    assert type(first) is type(expected) and first.dtype == expected.dtype and first.shape == expected.shape
+    np.testing.assert_allclose(first, expected, rtol=1e-6 if dtype is np.float32 else 1e-14)
+    kept = first.copy()
+    prog(x * 0.5)
+    np.testing.assert_array_equal(first, kept)  # not a buffer the next call writes
+    SCALE = 0.5
+    np.testing.assert_allclose(prog(x), db.gradient(_density, x), rtol=1e-6 if dtype is np.float32 else 1e-14)
+    assert prog.recordings == 2
+    if dtype is np.float64:
+        g = prog(x)
+        np.testing.assert_allclose(g, central(_density, x), rtol=1e-6, atol=1e-6 * np.max(np.abs(g)))
+
+
+def test_prepared_known_gradients_are_new_lists_and_written_into_out():
+    """A fold's gradient, known when compiled: a new list on every call (the caller may change it), the
+    numbers written into ``out=``."""
+    xs = [0.5, 0.25, 2.0, -1.0]
+    prog = db.prepare_gradient(_fold, xs)
+    got = prog(xs)
+    assert got == db.gradient(_fold, xs) == [1.0, -1.0, -1.0, -1.0]
+    got[0] = 7.0
+    assert prog(xs) == [1.0, -1.0, -1.0, -1.0] and prog(xs) is not prog(xs)
+    out = tuple(np.empty(()) for _ in xs)
+    assert prog(xs, out=out) is out and [float(o) for o in out] == [1.0, -1.0, -1.0, -1.0]
+
+
+def _unary_chain(x):
+    return 1 / np.cosh(np.sin(x))
+
+
+def _log_too(x):
+    return np.sin(x) + np.log(x)
+
+
+@pytest.mark.parametrize(("f", "x"), [(_unary_chain, 0.3), (_unary_chain, 0.0), (_log_too, 0.7), (_log_too, 0.0)])
+def test_prepared_float_read_only_by_unary_ufuncs(f, x):
+    """A Python float read only by ufuncs of one input stays a float (no conversion), else it is converted
+    (``1 / x`` of a Python 0.0 would raise): db.gradient's gradient bit for bit, infinities included."""
+    prog = db.prepare_gradient(f, x)
+    with np.errstate(divide="ignore"):
+        for _ in range(2):
+            got, expected = prog(x), db.gradient(f, x)
+            assert type(got) is float and (got == expected or (np.isnan(got) and np.isnan(expected)))
+    (program,) = next(iter(prog.variants.values()))
+    source = program.source.split("def gradient")[1]
+    assert ("v0 = " in source) == (f is _log_too)  # the conversion left out where only np.sin reads the float
+
+
+def test_backward_stores_left_out_only_where_nothing_else_reads_them():
+    """`replay._tidied`: a store read once as a plain read is propagated, a store never read is dropped; a store
+    that is a target later (``+=``), read twice, or of an expression stays."""
+    from dualbroadcast.replay import _tidied
+
+    lines = ["    g1 = v2", "    w = g3[c4]; w += g1", "    g5 = v6", "    g5 += g7", "    g8 = c9",
+             "    g10 = c11", "    g12 = g8 * v13", "    g14 = (v15 + v16)", "    return g8, g12, g14"]
+    assert _tidied(lines) == ["    w = g3[c4]; w += v2", "    g5 = v6", "    g5 += g7", "    g8 = c9",
+                              "    g12 = g8 * v13", "    g14 = (v15 + v16)", "    return g8, g12, g14"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_prepared_one_array_into_out_like_gradient(dtype):
+    """``prog(x, out=o)`` of one array (replayed from ``__call__``): ``o`` returned, holding db.gradient's
+    numbers; a rebound global records again; an ``out`` of the wrong shape is NumPy's error."""
+    global SCALE
+    SCALE = 1.0
+    x = points((3, 4), dtype)
+    prog = db.prepare_gradient(_density, x)
+    out = np.empty_like(x)
+    for scale in (1.0, 1.0, 0.25):
+        SCALE = scale
+        assert prog(x, out=out) is out
+        np.testing.assert_allclose(out, db.gradient(_density, x), rtol=1e-6 if dtype is np.float32 else 1e-14)
+    assert prog.recordings == 2
+    with pytest.raises(ValueError):
+        prog(x, out=np.empty(5, dtype))

@@ -3,11 +3,14 @@ into one kernel.  Each model is replayed fused and unfused (`FUSE_REGIONS` off),
 checked against central differences; the tests also check which steps were fused, so that a model that
 stopped being fused fails here instead of silently running the old way."""
 
+import importlib
+
 import numpy as np
 import pytest
 
 import dualbroadcast as db
 from dualbroadcast import kernels
+from dualbroadcast.broadcast import _unscaled
 from dualbroadcast.kernels import BACKENDS
 from dualbroadcast.program import KernelStep
 from dualbroadcast.regions import FUSE_REGIONS
@@ -332,3 +335,72 @@ def test_small_values_are_not_fused_outside_a_sum():
 
     args = tuple(a[:10] if a.ndim == 2 and a.shape[0] == 2000 else a for a in _layer_args())
     assert _program(db.prepare_gradient(f, *args)).regions == []
+
+
+# --- issue 18, per-call overhead: literal factors left to the cotangent; the choice per call ----------------------
+FACTORED = [
+    (lambda x: np.sum(np.exp(-3 * (x + 1))), -3),  # EAM's density: the partial exp(..)·-3 is computed as exp(..)
+    (lambda x: np.sum(np.sin(x) * 2.5) ** 2, 2.5),
+    (lambda x: np.sum(0.5 * (x * x)) + np.sum(x), 0.5),
+    (lambda x: np.sum(np.sin(x) * np.cos(x)), None),  # no literal factor
+    (lambda x: np.sum(np.exp(x) * -1.5) * np.sum(np.cos(x)), -1.5),  # two regions, one with a factor
+]
+
+
+@pytest.mark.parametrize(("n", "dtype"), [(1, np.float32), (100, np.float32), (1, np.float64), (7, np.float64),
+                                          (100, np.float64), (N, np.float64)])  # (float32 sums of N: `_check`'s atol)
+@pytest.mark.parametrize("k", range(len(FACTORED)))
+def test_a_literal_factor_is_left_to_the_cotangent(k, n, dtype, backend):
+    """A region's partials ``c·p`` (``c`` one Python number) computed as ``p``, ``c`` applied to the sum's
+    cotangent: the unfused program's gradient (float32 stays float32), central differences."""
+    f, factor = FACTORED[k]
+    x = _x(n, seed=k).astype(dtype)
+    _, program = _check(f, (x,), regions=len(program_regions(f, x)))
+    scales = literal_factors(program)
+    assert (factor in scales) if factor is not None else scales == [1] * len(scales)
+
+
+def program_regions(f, x):
+    return _program(db.prepare_gradient(f, x)).regions
+
+
+def literal_factors(program):
+    """The literal factors the summing kernels of ``program`` leave to their cotangents, per partial
+    (`broadcast._unscaled`: 1 for a partial without one)."""
+    return [c for step in program.steps if type(step) is KernelStep and step.reduce
+            for c in (_unscaled(step.kernel)[1] or [1] * len(step.active))]
+
+
+def test_a_literal_factor_of_an_input_stays_in_the_kernel():
+    """``sum(-3·(x·y))``: the partials ``-3·y`` and ``-3·x`` keep their factor, since without it each would be an
+    input the kernel copies (no pass saved, `broadcast._unscaled`); the gradients are right either way."""
+    def f(x, y):
+        return np.sum(-3.0 * (x * y) + 0) ** 2
+
+    _, program = _check(f, (_x(100), _x(100, seed=1)), positions=(0, 1))
+    assert literal_factors(program) == [1, 1]
+
+
+def test_a_region_chosen_per_call_gives_fresh_gradients_on_each_backend():
+    """From `replay.CHOSEN_MIN` elements a region runs on the backend its `kernels.BackendChoice` picks: the
+    same gradients on either, and a returned gradient is the caller's (the next call, on the other, keeps it)."""
+    replay = importlib.import_module("dualbroadcast.replay")
+    x = _x(replay.CHOSEN_MIN + 100)
+
+    def f(x):
+        return np.sum(np.exp(-0.5 * x * x) * x)
+
+    prog, program = _check(f, (x,))
+    choices = program.regions[0].choices
+    assert set(choices) == {"value", "gradient alone"}
+    kept = []
+    for backend in ("blocked", "numpy", "blocked"):
+        for choice in choices.values():
+            (bucket,) = choice.buckets.values()
+            bucket.backend, bucket.others, bucket.wait = backend, [b for b in ("blocked", "numpy") if b != backend], 99
+        kept.append((prog(x), np.array(prog(x))))
+        value, g = prog.value_and_gradient(x)
+        np.testing.assert_allclose(value, f(x), rtol=1e-12)
+        np.testing.assert_allclose(g, kept[-1][1], rtol=1e-12, atol=1e-15)
+    for got, copy in kept:
+        np.testing.assert_array_equal(got, copy)
