@@ -1,4 +1,4 @@
-"""Suite-wide pytest hooks.
+"""Suite-wide pytest hooks and fixtures.
 
 Hypothesis's pytest plugin gives each parametrization of a ``@given`` test a new settings object whose parent
 is the one the previous parametrization left on the function (``_hypothesis_pytestplugin.py``, for the
@@ -21,3 +21,21 @@ def pytest_runtest_call(item):
     yield
     if own is not None:
         setattr(function, SETTINGS, own)
+
+
+@pytest.fixture
+def chunk_counts(monkeypatch):
+    """The number of chunks each blocked kernel call runs in, on a machine taken to have two cores: the list
+    `kernels._in_threads` appends to."""
+    from dualbroadcast import kernels
+
+    monkeypatch.setattr(kernels, "THREADS", 2)
+    chunks = []
+    in_threads = kernels._in_threads
+
+    def counted(run, bounds, block, args, scratch):
+        chunks.append(len(bounds) - 1)
+        return in_threads(run, bounds, block, args, scratch)
+
+    monkeypatch.setattr(kernels, "_in_threads", counted)
+    return chunks

@@ -163,21 +163,12 @@ def test_a_kernel_into_its_output_from_half_a_block(n):
     close(db.hvp(lambda x: energy(db.sum(rho, x)), x, v), db.hvp(lambda x: energy(np.sum(rho(x))), x, v))
 
 
-def test_chunks_are_counted_in_bytes(monkeypatch):
+def test_chunks_are_counted_in_bytes(chunk_counts):
     """Two threads from ``CHUNK_BLOCKS`` float64 blocks' bytes a chunk: a float32 kernel, half as costly per
     element, splits from twice the elements (measured at 100352 elements: float64 two, float32 one)."""
-    monkeypatch.setattr(kernels, "THREADS", 2)
-    chunks = []
-    in_threads = kernels._in_threads
-
-    def counted(run, bounds, block, args, scratch):
-        chunks.append(len(bounds) - 1)
-        return in_threads(run, bounds, block, args, scratch)
-
-    monkeypatch.setattr(kernels, "_in_threads", counted)
     n = int(2 * kernels.CHUNK_BLOCKS * kernels.BLOCK) + 64  # splits in float64, not in float32
     for dtype in (np.float64, np.float32):
         x = np.random.default_rng(0).random(n).astype(dtype)
         got = db.gradient(lambda x: db.sum(rho, x, backend="blocked"), x)
         np.testing.assert_allclose(got, -3 * rho(x), rtol=1e-6 if dtype == np.float32 else 1e-14)
-    assert chunks == [2, 1]
+    assert chunk_counts == [2, 1]
