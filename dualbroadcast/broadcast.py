@@ -574,7 +574,7 @@ def _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, 
     out_shape = () if reduce else np.shape(value)
     tangent = _fitted_tangent(results[0], value)
     if deferred is not None:
-        held = _HeldCotangent(np.result_type(value).type(0))
+        held = _HeldCotangent(_zero_cotangent(value))
         kept = results[1 + 2 * len(deferred.small):]
         every_partial = lambda: kernel(values, partial_shapes, backend)[1]  # noqa: E731 - if a sweep needs them
         small = dict(zip(deferred.small, zip(results[1:], results[1 + len(deferred.small):])))
@@ -589,7 +589,7 @@ def _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, 
     tangent_partial = dict(zip(tracked, results[1 + len(differentiated):]))
     edges = _edges(tangent_parents, [kernel_pullback(partial[p], shapes[p], out_shape, False) for p in moving])
     if tracked:
-        held = _HeldCotangent(np.result_type(value).type(0))
+        held = _HeldCotangent(_zero_cotangent(value))
         value = tape.record(value, _edges(parents, [
             _tangent_pullback(held, partial[p], tangent_partial[p], shapes[p], out_shape, tape.single_sweep,
                               p == tracked[-1]) for p in tracked]), call)
@@ -796,6 +796,13 @@ class _HeldCotangent:
         if last:
             self.local.g = None
         return g
+
+
+def _zero_cotangent(value):
+    """A zero of ``value``'s shape and dtype, what `_HeldCotangent.hold` gives ``y`` (a pullback's cotangent has its
+    argument's shape: a sweep adds into it at a view's index); an array's a read-only broadcast, no allocation."""
+    zero = np.result_type(value).type(0)
+    return zero if np.ndim(value) == 0 else np.broadcast_to(zero, np.shape(value))
 
 
 def _tangent_pullback(held, d, dt, shape, out_shape, in_place, last):
