@@ -1398,7 +1398,8 @@ def rounding_sensitivity(plain, space, names, value, grads, ulps=4):
     def moves(a, b):
         if a is None or b is None:
             return 0.0
-        gap = 2 * np.abs(np.asarray(a, np.complex128) - np.asarray(b, np.complex128))
+        with np.errstate(invalid="ignore"):  # inf - inf where both are infinite: no allowance there
+            gap = 2 * np.abs(np.asarray(a, np.complex128) - np.asarray(b, np.complex128))
         return np.where(np.isfinite(gap), gap, 0.0)
 
     return moves(moved_value, value), [moves(a, b) for a, b in zip(as_tuple(moved, len(grads)), grads)]
