@@ -99,9 +99,10 @@ def check_enclosing(values, level):
     """A value tracked by a gradient begun inside the `jvp` call of ``level`` meets its duals (a closure over
     them): that gradient's tape would not carry their tangents, a silently wrong result: an error."""
     enclosing = _enclosing.get(level, False)
+    if enclosing is False:  # that jvp call has returned: a stale dual, refused where it is used
+        return
     for v in values:
-        if type(v) is Tracked and v.tape is not enclosing and enclosing is not False \
-                and (enclosing is None or v.tape.level > enclosing.level):
+        if type(v) is Tracked and v.tape is not enclosing and (enclosing is None or v.tape.level > enclosing.level):
             raise UnsupportedFunctionError(forward_over_reverse("a function of a db.jvp's dual value (a closure "
                                                                 "over it)"))
 
