@@ -1276,6 +1276,27 @@ def outcome(call):
 
 
 # --- check 4: float32 against float64 -------------------------------------------------------------------
+def float32_rounding(program, count, ulps=4):
+    """Per input, twice how far the float64 gradient moves when every input moves by ``ulps`` float32 ulps:
+    float32 rounding of an intermediate value moves the float32 gradient as far (``sin(exp(|exp(x)|))`` at
+    x = 2: 9%); zero where the program is well conditioned, and where the moved gradient is not finite."""
+    f, values = compile_program(program), build_inputs(program)
+    moved_values = [v * (1 + ulps * float(np.finfo(np.float32).eps)) for v in values]
+    at, error = outcome(lambda: db.gradient(f, *wrap(program, values)))  # not ``grads``: those are checked
+    moved, moved_error = outcome(lambda: db.gradient(f, *wrap(program, moved_values)))
+    if error is not None or moved_error is not None:
+        return [0.0] * count
+    moves = []
+    for m, g in zip(as_tuple(moved, count), as_tuple(at, count)):
+        if m is None or g is None:
+            moves.append(0.0)
+            continue
+        with np.errstate(invalid="ignore"):
+            gap = 2 * np.abs(np.asarray(m, np.float64) - np.asarray(g, np.float64))
+        moves.append(np.where(np.isfinite(gap), gap, 0.0))
+    return moves
+
+
 def check_float32(program, grads):
     """The program in float32 (DT = np.float32, inputs rounded): float32 gradients of the inputs' types and
     shapes, close to the float64 ones at float32 tolerance (away from kinks: rounding could cross one)."""
@@ -1286,9 +1307,10 @@ def check_float32(program, grads):
     got = as_tuple(got, len(values))
     scale = gradient_scale(grads)
     close = program.trace.kink > FLOAT32_MARGIN
-    for x, v, g, g64 in zip(program.inputs, values, got, grads):
+    moves = float32_rounding(program, len(grads)) if close else [0.0] * len(grads)
+    for x, v, g, g64, move in zip(program.inputs, values, got, grads, moves):
         want = None if g64 is None else np.asarray(g64, np.float32) if isinstance(v, np.ndarray) else type(v)(g64)
-        problem = difference(g, want, rtol=2e-3, atol=2e-3 * scale, values=close)
+        problem = difference(g, want, rtol=2e-3, atol=2e-3 * scale + move, values=close)
         if problem:
             fail(f"float32 gradient of {x.name} against the float64 one: {problem}", script)
 
