@@ -881,7 +881,11 @@ def _whole_runner(kernel, valueless, examples, shape, active_shapes):
     if any(type(r) is not np.ndarray or r.shape != shape or r.dtype != dtype for r in results[valueless:]):
         return None
     if not kernel.reduce:
-        return whole
+        def split(*values):  # ``(value, partials)`` as every runner returns it, not the flat tuple of results
+            results = whole(*values)
+            return results[0], results[1:]
+
+        return split
     if valueless:
         zero = dtype.type(0)
         return lambda *values: (zero, whole(*values)[1:])
