@@ -13,6 +13,7 @@ differences), on ``jax.numpy`` (``jax.grad``) and in float32; a failure prints
 it as a copy-pastable reproduction (`snippet`).
 """
 
+import contextlib
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -1200,6 +1201,70 @@ def check_prepared(program, replays=2):
             problem = difference(g, w, rtol=1e-10, atol=1e-12 * scale)
             if problem:
                 fail(f"prepared gradient of {x.name} (call {position + 1}) against db.gradient: {problem}", script)
+
+
+@contextlib.contextmanager
+def small_thresholds(prefer):
+    """Prepared programs compiled as they are at 10^4..10^6 elements, at the random programs' few: every
+    elementwise region fused (`regions.BROADCAST_MIN`), the blocked kernel in blocks of 8 elements on two
+    threads (`kernels.BLOCK`), and where a region has two candidate runners (blocked, whole arrays) the one
+    ``prefer`` names taken, as a timing may take it (`replay._fastest`, not the per-call choice)."""
+    from dualbroadcast import kernels, regions, replay
+
+    fastest = replay._fastest
+
+    def preferred(candidates, examples, rounds=5):
+        return next((c for c in candidates if c[1] == prefer), candidates[0])
+
+    saved = [(regions, "BROADCAST_MIN", 1), (kernels, "BLOCK", 8), (kernels, "THREADS", 2),
+             (replay, "CHOSEN_MIN", math.inf), (replay, "_fastest", preferred)]
+    old = [getattr(module, name) for module, name, _ in saved]
+    try:
+        for module, name, value in saved:
+            setattr(module, name, value)
+        db.clear_cache()
+        yield
+    finally:
+        for (module, name, _), value in zip(saved, old):
+            setattr(module, name, value)
+        db.clear_cache()
+    assert replay._fastest is fastest
+
+
+def check_prepared_paths(program):
+    """The prepared gradient compiled under `small_thresholds` (regions fused, blocked, chunked on threads, on
+    whole arrays), on the example and on new inputs, also written into ``out=``, against ``db.gradient``."""
+    f = compile_program(program)
+    for prefer in ("numpy", "blocked"):
+        lines = [f"from tests.programs import small_thresholds\nwith small_thresholds({prefer!r}):",
+                 f"    prog = db.prepare_gradient(f, {arguments(program)})"]
+        for r in (0, 1):
+            values = wrap(program, build_inputs(program, r))
+            want, error = outcome(lambda v=values: db.gradient(f, *v))
+            if error is not None:
+                continue
+            want = as_tuple(want, len(values))
+            script = snippet(program, lines + [f"    print(prog({arguments(program, r)}))",
+                                               f"print(db.gradient(f, {arguments(program, r)}))"], [r] if r else [])
+            with small_thresholds(prefer):
+                prog = attempt(lambda: db.prepare_gradient(f, *wrap(program, build_inputs(program))),
+                               "db.prepare_gradient", script)
+                got = as_tuple(attempt(lambda v=values: prog(*v), f"the prepared gradient ({prefer})", script),
+                               len(values))
+                out = [None if g is None or not isinstance(g, np.ndarray) else np.full_like(g, np.nan) for g in want]
+                written = None
+                if all(o is not None or x.cut for o, x in zip(out, program.inputs)) and any(o is not None for o in out):
+                    given = out if len(out) > 1 else out[0]
+                    attempt(lambda v=values: prog(*v, out=given), f"the prepared gradient ({prefer}, out=)", script)
+                    written = out
+            scale = gradient_scale(want)
+            for k, (x, g, w) in enumerate(zip(program.inputs, got, want)):
+                problem = difference(g, w, rtol=1e-10, atol=1e-12 * scale)
+                if not problem and written is not None and w is not None:
+                    problem = difference(written[k], w, rtol=1e-10, atol=1e-12 * scale, same_type=False)
+                if problem:
+                    fail(f"prepared gradient of {x.name} ({prefer} runners, small thresholds) against db.gradient: "
+                         f"{problem}", script)
 
 
 # --- check 3b: a pullback called again -------------------------------------------------------------------

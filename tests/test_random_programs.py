@@ -2,7 +2,8 @@
 
 1. ``db.gradient`` against central finite differences and its value against plain NumPy (float64);
    against ``jax.grad`` of the same source on jax.numpy when JAX is installed;
-2. ``db.prepare_gradient`` replayed on new inputs and on the example, against ``db.gradient``;
+2. ``db.prepare_gradient`` replayed on new inputs and on the example, against ``db.gradient``; and compiled as
+   at large sizes (regions fused, blocked in chunks on threads, or on whole arrays), also into ``out=``;
 3. each ``db.sum`` / ``db.broadcast`` kernel, with random cuts, on every backend, against the plain reverse form;
 4. float32 against float64;
 5. ``db.hvp`` (a gradient of a gradient) against central differences of the gradient.
@@ -52,6 +53,7 @@ def check_program(data, jax_share):
     if HAVE_JAX and data.draw(st.integers(0, jax_share - 1), label="not compared with JAX") == 0:
         programs.check_jax(program, grads)
     programs.check_prepared(program, replays=data.draw(st.integers(2, 3), label="replays"))
+    programs.check_prepared_paths(program)
     programs.check_pullback(program, grads)
     programs.check_kernels(program)
     programs.check_float32(program, grads)
