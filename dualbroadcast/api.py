@@ -207,7 +207,7 @@ def _float_value(x, position, leaf=None, tape=None):
     elif is_chunked(x) and x.dtype.kind == "f":  # a Dask array: tracked lazily (`chunked.Lazy`)
         return chunked.leaf_value(x)
     elif type(x) is Dual:
-        raise ArgumentTypeError(forward_over_reverse("a value db.jvp differentiates"))
+        raise _ForwardOverReverse(forward_over_reverse("a value db.jvp differentiates"))
     else:
         what = f"of type {type(x).__name__}" + (f" with dtype {x.dtype}" if hasattr(x, "dtype") else "")
     where = "" if leaf is None else f" (leaf {leaf})"
@@ -758,7 +758,8 @@ def hvp(f: Callable[..., Any], *args: Any, vectors: Any = None) -> Any:
     vectors=(v1, ...))`` the products with respect to several arguments (pytrees, `cut` as in `gradient`).
     Reverse over forward: the gradient of the directional derivative ``jvp(f, x, v)``, one evaluation of f
     and one sweep, a `db.sum` in it one fused pass; where forward mode cannot go (a rule without a tangent on
-    tracked values, complex arguments), the gradient of ``⟨∇f, v⟩`` (reverse over reverse).  No dense Hessian.
+    tracked values, complex arguments, a gradient taken inside f), the gradient of ``⟨∇f, v⟩`` (reverse over
+    reverse).  No dense Hessian.
 
     >>> db.hvp(lambda x: np.sum(x ** 3), np.array([1.0, 2.0]), np.array([1.0, 0.0]))
     array([6., 0.])
@@ -802,7 +803,12 @@ class _NotScalar(Exception):
     """`hvp`'s ``f`` gave no real scalar: reverse over reverse says what is wrong (`gradient`'s errors)."""
 
 
-_FORWARD_REFUSES = (UnsupportedFunctionError, KernelError, ValueConversionError, _NotScalar)
+class _ForwardOverReverse(ArgumentTypeError):
+    """A gradient of a value a `jvp` differentiates: in `hvp`, ``f`` takes a gradient itself (a third
+    derivative), which reverse over reverse computes."""
+
+
+_FORWARD_REFUSES = (UnsupportedFunctionError, KernelError, ValueConversionError, _NotScalar, _ForwardOverReverse)
 
 
 def _tangent_of(tangent):
