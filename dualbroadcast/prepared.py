@@ -115,19 +115,39 @@ class Recorder:
             expected = {j: r for j, (r, o) in enumerate(zip(results, outs)) if o is None}
         else:
             expected = ans if outs == [None] else None
-        if self.shape_fixed(func, refs, kwargs):
+        fixed = self.shape_fixed(func, refs, kwargs)
+        if fixed:
             if outs == [None] and func in _SIZES:  # the size of a value of a known shape: no guard
                 return
             self.fixed.update(o for o in outs if o is not None)
         impl = rule.impl if rule is not None else func
         self.steps.append(Step(func, impl, kind, refs, rest, kwargs, outs, active, makers, expected, complex_step))
+        if not fixed and self.selects(refs, outs):
+            self.guard_shapes(outs)
+
+    def selects(self, refs, outs):
+        """Whether a step may give arrays whose shapes depend on values: it reads integers or booleans computed
+        from the arguments (``x[x > 0]``, ``np.compress(x > 0, x)``, ``x[np.nonzero(d)]``), or its results are such
+        values (``np.nonzero(x)``)."""
+        return any(type(r) is int and r in self.inactive and self.meta[r][1].kind in "biu" for r in unpacked(refs)) \
+            or any(o is not None and o in self.inactive and self.meta[o][1].kind in "biu" for o in outs)
+
+    def guard_shapes(self, outs):
+        """A guard on the shape of each array result: the program is compiled for these shapes (a broadcast
+        undone by a sum over its axes, a region's kernel bound to buffers), so another shape on replay is a
+        new case, recorded anew; the shapes are fixed from here on."""
+        for o in outs:
+            if o is not None and self.meta[o][0]:
+                self.steps.append(Guard(o, np.shape, self.meta[o][0]))
+                self.fixed.add(o)
 
     def shape_fixed(self, func, refs, kwargs):
         """Whether the results of ``func`` on ``refs`` have the same shapes on every replay of this signature:
         a function whose results' shapes follow from its arguments' shapes (a ufunc, x[index] with a constant
         index, ...), every traced argument of a fixed shape (an argument's leaves: the signature fixes them)."""
         if not (isinstance(func, np.ufunc) or func in _SHAPE_FUNCTIONS or func == "cut"
-                or (func is getitem and len(refs) == 2 and type(refs[1]) is Const)):
+                or (func is getitem and len(refs) == 2 and type(refs[1]) is Const)
+                or (func is np.where and len(refs) == 3)):  # (np.where(c) alone is np.nonzero(c))
             return False
         return all(type(r) is Const or r in self.fixed for r in unpacked(refs)) \
             and all(type(v) is not Tracked for v in kwargs.values())
