@@ -322,6 +322,7 @@ class Program:
         self.arguments = arguments
         self.leaves = _leaves(arguments)
         self.active_leaves = [t.index for arg in arguments for t in arg.inputs if t is not None]
+        self.gradient_shapes = [self.meta[i][0] for i in self.active_leaves]  # what ``out=`` arrays must have
         self.out = out.index if type(out) is Tracked else None
         self.constant = None if type(out) is Tracked else out  # a result that depends on no argument
         self.float_leaves = float_leaves  # value indices of the leaves passed as Python floats
@@ -423,7 +424,7 @@ class PreparedGradient:
         except AttributeError:  # a thread's first call
             programs = ()
         for program in programs:
-            if len(program.active_leaves) != 1:
+            if len(program.active_leaves) != 1 or out.shape != program.gradient_shapes[0]:
                 break  # `_evaluate` says what is wrong
             try:
                 program.gradient(args, (out,))
@@ -463,8 +464,9 @@ class PreparedGradient:
                     if out is None:
                         value, grads = run(leaves)
                         return value, _plain_gradients(args, grads)
-                    if type(out) is not np.ndarray or len(program.active_leaves) != 1:
-                        return run(leaves, _targets(out, len(program.active_leaves)))[0], out
+                    if type(out) is not np.ndarray or len(program.active_leaves) != 1 \
+                            or out.shape != program.gradient_shapes[0]:
+                        return run(leaves, _targets(out, program.gradient_shapes))[0], out
                     return run(leaves, (out,))[0], out
                 except GuardFailed:
                     continue
@@ -500,7 +502,7 @@ class PreparedGradient:
         if out is None:
             return value, grads
         gradients = _active_gradients(grads, len(args))
-        for g, o in zip(gradients, _targets(out, len(gradients))):
+        for g, o in zip(gradients, _targets(out, [np.shape(g) for g in gradients])):
             np.copyto(o, g)
         return value, out
 
@@ -578,7 +580,7 @@ def _run(run, program, flat, out):
     leaves = [leaf for leaves, _ in flat for leaf in leaves]
     values = [leaves[k] for k, _ in program.leaves]
     if out is not None:
-        return run(values, _targets(out, len(program.active_leaves)))[0], out
+        return run(values, _targets(out, program.gradient_shapes))[0], out
     value, grads = run(values)
     by_index = {i: np.array(g) for i, g in zip(program.active_leaves, grads)}  # buffers are reused
     return value, _one_or_tuple(_gradients(_called_with(program.arguments, flat), by_index))
@@ -637,15 +639,19 @@ def _plain_gradients(args, grads):
     return result[0] if len(result) == 1 else tuple(result)
 
 
-def _targets(out, count):
+def _targets(out, shapes):
     """The arrays of ``out=`` (shaped like the gradient, None for cut arguments), in leaf order;
-    ``count``: how many the gradient has."""
+    ``shapes``: the gradient's arrays' (a wrong one would be broadcast into, or fail inside the replay)."""
     targets = (out,) if type(out) is np.ndarray else [o for o in pytree.flatten(out)[0] if o is not None]
-    if len(targets) != count:
+    if len(targets) != len(shapes):
         raise ValueError(
-            f"out= has {len(targets)} arrays but the gradient has {count}; pass arrays shaped like "
+            f"out= has {len(targets)} arrays but the gradient has {len(shapes)}; pass arrays shaped like "
             "the gradient (None for cut arguments)"
         )
+    for k, (target, shape) in enumerate(zip(targets, shapes)):
+        if np.shape(target) != shape:
+            raise ValueError(f"out= array {k} has shape {np.shape(target)} but its gradient has shape {shape}; pass "
+                             "arrays shaped like the gradient (None for cut arguments)")
     return targets
 
 
