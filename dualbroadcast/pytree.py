@@ -125,7 +125,8 @@ def _children(x):
         return "tuple", None, x
     if type(x) is dict:
         keys = tuple(x)
-        return "dict", keys, [x[k] for k in keys]
+        order = _key_order(keys)
+        return "dict", (order, keys), [x[k] for k in order]
     if _is_namedtuple(x):
         return "namedtuple", type(x), list(x)
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
@@ -145,6 +146,16 @@ def _children(x):
     if _is_callable_object(x):
         return _object_children(x)
     return None
+
+
+def _key_order(keys):
+    """A dict's keys in the order its leaves are flattened: sorted, as JAX does, so that two dicts with the same
+    keys inserted in another order (a gradient's tangents, cotangents, ``out=``) pair leaf with leaf by key;
+    in insertion order where they cannot be sorted (keys of several types).  It is rebuilt in its own order."""
+    try:
+        return tuple(sorted(keys))
+    except TypeError:
+        return keys
 
 
 def _object_children(obj):
@@ -202,7 +213,9 @@ def _rebuild(kind, aux, children, strip_markers):
     if kind == "tuple":
         return tuple(children)
     if kind == "dict":
-        return dict(zip(aux, children))
+        order, keys = aux
+        built = dict(zip(order, children))
+        return built if order == keys else {k: built[k] for k in keys}
     if kind == "namedtuple":
         return aux(*children)
     if kind in ("dataclass", "object"):
