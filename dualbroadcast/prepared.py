@@ -43,7 +43,7 @@ from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpa
 from .pytree import Cut
 from .regions import FUSE_REGIONS, forward_regions
 from .registry import BY_ARGNUM, OUTPUTS, complex_rule, first_output
-from .replay import _same, compile_program
+from .replay import _same, compile_program, globals_check
 from .tape import (
     ACTIVE_TAPE,
     Tape,
@@ -308,7 +308,9 @@ class Program:
         self.complex_leaves = complex_leaves  # ... and as Python complex numbers
         self.steps, self.regions = forward_regions(recorder.steps, self.meta, self.out) if FUSE_REGIONS.get() \
             else (recorder.steps, [])
-        self.run, self.gradient, self.source, self.removed = compile_program(self, GuardFailed)
+        self.run, self.gradient, self.one, self.source, self.removed = compile_program(self, GuardFailed)
+        if self.one is None:  # (a program of one leaf has one: `PreparedGradient.__call__` calls it)
+            self.one = lambda leaf: self.gradient((leaf,))[1][0]
         # Whether ``gradient`` gives Python floats, known after its first call: a program of Python-float leaves gives
         # the same types on every call (its steps' types follow from its leaves'), a tuple of them its gradient as is.
         self.floats_out = None
@@ -334,6 +336,7 @@ class PreparedGradient:
         self.threads = {}  # thread id -> its variants, signature -> [Program, ...]: see `variants`
         self.local = threading.local()  # .variants: the calling thread's (read faster than by its id)
         self.globals_read = ()  # (namespace, name, value) the variants were recorded with
+        self.unchanged = None  # () -> whether each is still bound to its value (`replay.globals_check`); None: none
         self.unreplayable = set()  # signatures whose recording cannot be replayed: `gradient` evaluates them
         if example_args is not None and ACTIVE_TAPE.get() is None:  # inside a gradient, every call is a nested one
             self._record(example_args, _signature([pytree.flatten(arg) for arg in example_args]))
@@ -355,48 +358,72 @@ class PreparedGradient:
         elif len(args) == 1:  # one array, one float, or one tuple or list of floats
             x = args[0]
             kind = type(x)
-            if self.globals_read:
-                self._check_globals()
-            if kind is float:
-                key, leaves = _ONE_FLOAT, args
-            elif (kind is tuple or kind is list) and x and list(map(type, x)).count(float) == len(x):
-                key, leaves = ((kind, len(x)),), x
-            elif kind is np.ndarray:  # the most common call, at the least cost (`_evaluate` less its branches)
+            if self.unchanged is not None and not self.unchanged():
+                self._forget()
+            if kind is np.ndarray:  # the most common call, at the least cost (`_evaluate` less its branches)
                 try:
-                    programs = self.local.variants.get(((x.shape, x.dtype),), ())
+                    shape, dtype, programs = self.local.array
+                except AttributeError:  # a thread's first call
+                    shape = None
+                if shape != x.shape or dtype is not x.dtype:
+                    programs = self._programs(((x.shape, x.dtype),), x)
+                for program in programs:
+                    try:
+                        g = program.one(x)
+                    except GuardFailed:
+                        continue
+                    return g if type(g) is np.ndarray and g.dtype is x.dtype else np.asarray(g, dtype=x.dtype)
+                g = self._evaluate_tree(args, out, False, (((x.shape, x.dtype),), args))[1]
+                self._programs(((x.shape, x.dtype),), x)  # the variant just recorded, for the next call
+                return g
+            if kind is float:
+                try:
+                    programs = self.local.floats
+                except AttributeError:  # a thread's first call
+                    programs = self._programs(_ONE_FLOAT)
+                for program in programs:
+                    try:
+                        return float(program.one(x))
+                    except GuardFailed:
+                        continue
+                g = self._evaluate(args, out, False)[1]
+                self._programs(_ONE_FLOAT)
+                return g
+            if (kind is tuple or kind is list) and x and list(map(type, x)).count(float) == len(x):
+                try:
+                    programs = self.local.variants.get(((kind, len(x)),), ())
                 except AttributeError:  # a thread's first call
                     programs = ()
                 for program in programs:
                     try:
-                        g = program.gradient(args)[1][0]
+                        grads = program.gradient(x)[1]
                     except GuardFailed:
                         continue
-                    return g if type(g) is np.ndarray and g.dtype == x.dtype else np.asarray(g, dtype=x.dtype)
-                return self._evaluate_tree(args, out, False, (((x.shape, x.dtype),), args))[1]
-            else:
-                return self._evaluate(args, out, False)[1]
-            try:
-                programs = self.local.variants.get(key, ())
-            except AttributeError:  # a thread's first call
-                programs = ()
-            for program in programs:
-                try:
-                    grads = program.gradient(leaves)[1]
-                except GuardFailed:
-                    continue
-                if kind is float:
-                    return float(grads[0])
-                if program.floats_out is None:  # Python floats on the first call: on every call (see `floats_out`)
-                    program.floats_out = list(map(type, grads)).count(float) == len(grads)
-                if program.floats_out:  # a tuple as it is; a list made of it (the caller's to change)
-                    return grads if kind is tuple else list(grads)
-                return kind(map(float, grads))
+                    if program.floats_out is None:  # Python floats on the first call: on every call (`floats_out`)
+                        program.floats_out = list(map(type, grads)).count(float) == len(grads)
+                    if program.floats_out:  # a tuple as it is; a list made of it (the caller's to change)
+                        return grads if kind is tuple else list(grads)
+                    return kind(map(float, grads))
         return self._evaluate(args, out, False)[1]
+
+    def _programs(self, key, x=None):
+        """The calling thread's programs for one array like ``x`` or one float (``key`` their `_plain` key; an
+        empty list if none), kept for its next call (`_forget` empties the list in place): of one float as its
+        ``floats``, of one array as its ``array``, with the array's shape and dtype (read by the dtype's identity:
+        ~90 ns less than a key built and hashed)."""
+        programs = self.variants.get(key)
+        if programs is None:
+            return ()
+        if x is None:
+            self.local.floats = programs
+        else:
+            self.local.array = (x.shape, x.dtype, programs)
+        return programs
 
     def _array_into(self, args, out):
         """``self(x, out=out)`` of one array ``x`` into one array: `_evaluate` less its branches."""
-        if self.globals_read:
-            self._check_globals()
+        if self.unchanged is not None and not self.unchanged():
+            self._forget()
         x = args[0]
         try:
             programs = self.local.variants.get(((x.shape, x.dtype),), ())
@@ -452,11 +479,15 @@ class PreparedGradient:
 
     def _check_globals(self):
         """Forget every thread's variants if a global f reads was rebound: each baked the old value in."""
-        for namespace, name, value in self.globals_read:
-            if namespace.get(name) is not value:
-                for variants in list(self.threads.values()):
-                    variants.clear()
-                break
+        if self.unchanged is not None and not self.unchanged():
+            self._forget()
+
+    def _forget(self):
+        """Forget every thread's variants, their lists emptied too (a thread's ``array`` may hold one)."""
+        for variants in list(self.threads.values()):
+            for programs in list(variants.values()):
+                programs.clear()
+            variants.clear()
 
     def _evaluate_tree(self, args, out, with_value, plain):
         """`_evaluate` of arguments that no variant for plain ones fits: by their signature, or recorded."""
@@ -516,6 +547,7 @@ class PreparedGradient:
         program = Program(tape, recorder, arguments, out, {i for k, i in _leaves(arguments) if leaf_keys[k] is float},
                           {i for k, i in _leaves(arguments) if leaf_keys[k] is complex})
         self.globals_read = _globals_read(self.reads)  # after f ran: what it rebinds itself is not a change
+        self.unchanged = globals_check(self.globals_read)
         self.recordings += 1
         programs = self.variants.setdefault(signature, [])
         programs.insert(0, program)
