@@ -43,7 +43,7 @@ from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpa
 from .pytree import Cut
 from .regions import FUSE_REGIONS, forward_regions
 from .registry import BY_ARGNUM, OUTPUTS, complex_rule, first_output
-from .replay import _same, compile_program, globals_check
+from .replay import MISS, _same, compile_program, globals_check
 from .tape import (
     ACTIVE_TAPE,
     Tape,
@@ -295,7 +295,7 @@ def _holds_traced(items):
 class Program:
     """One recorded variant, compiled to straight-line Python (see `replay.compile_program`)."""
 
-    def __init__(self, tape, recorder, arguments, out, float_leaves, complex_leaves=()):
+    def __init__(self, tape, recorder, arguments, out, float_leaves, complex_leaves=(), globals_read=()):
         self.recorded_steps = recorder.steps
         self.meta = recorder.meta
         self.tape = tape  # the recorded pullbacks' kinds shape the generated code
@@ -306,11 +306,10 @@ class Program:
         self.constant = None if type(out) is Tracked else out  # a result that depends on no argument
         self.float_leaves = float_leaves  # value indices of the leaves passed as Python floats
         self.complex_leaves = complex_leaves  # ... and as Python complex numbers
+        self.globals_read = globals_read  # (namespace, name, value) of the globals it bakes in: ``one`` checks them
         self.steps, self.regions = forward_regions(recorder.steps, self.meta, self.out) if FUSE_REGIONS.get() \
             else (recorder.steps, [])
         self.run, self.gradient, self.one, self.source, self.removed = compile_program(self, GuardFailed)
-        if self.one is None:  # (a program of one leaf has one: `PreparedGradient.__call__` calls it)
-            self.one = lambda leaf: self.gradient((leaf,))[1][0]
         # Whether ``gradient`` gives Python floats, known after its first call: a program of Python-float leaves gives
         # the same types on every call (its steps' types follow from its leaves'), a tuple of them its gradient as is.
         self.floats_out = None
@@ -334,7 +333,7 @@ class PreparedGradient:
         self.reads = f  # the function whose globals a recording bakes in (`_globals_read`)
         self.recordings = 0
         self.threads = {}  # thread id -> its variants, signature -> [Program, ...]: see `variants`
-        self.local = threading.local()  # .variants: the calling thread's (read faster than by its id)
+        self.local = threading.local()  # .variants: the calling thread's (read faster than by its id); .one: its last
         self.globals_read = ()  # (namespace, name, value) the variants were recorded with
         self.unchanged = None  # () -> whether each is still bound to its value (`replay.globals_check`); None: none
         self.unreplayable = set()  # signatures whose recording cannot be replayed: `gradient` evaluates them
@@ -352,73 +351,67 @@ class PreparedGradient:
             return variants
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
-        if out is not None:
-            if len(args) == 1 and type(args[0]) is np.ndarray and type(out) is np.ndarray:  # one array into one
-                return self._array_into(args, out)
-        elif len(args) == 1:  # one array, one float, or one tuple or list of floats
+        if out is None and len(args) == 1:
             x = args[0]
             kind = type(x)
-            if self.unchanged is not None and not self.unchanged():
-                self._forget()
-            if kind is np.ndarray:  # the most common call, at the least cost (`_evaluate` less its branches)
-                try:
-                    shape, dtype, programs = self.local.array
-                except AttributeError:  # a thread's first call
-                    shape = None
-                if shape != x.shape or dtype is not x.dtype:
-                    programs = self._programs(((x.shape, x.dtype),), x)
-                for program in programs:
-                    try:
-                        g = program.one(x)
-                    except GuardFailed:
-                        continue
-                    return g if type(g) is np.ndarray and g.dtype is x.dtype else np.asarray(g, dtype=x.dtype)
-                g = self._evaluate_tree(args, out, False, (((x.shape, x.dtype),), args))[1]
-                self._programs(((x.shape, x.dtype),), x)  # the variant just recorded, for the next call
-                return g
-            if kind is float:
-                try:
-                    programs = self.local.floats
-                except AttributeError:  # a thread's first call
-                    programs = self._programs(_ONE_FLOAT)
-                for program in programs:
-                    try:
-                        return float(program.one(x))
-                    except GuardFailed:
-                        continue
-                g = self._evaluate(args, out, False)[1]
-                self._programs(_ONE_FLOAT)
-                return g
-            if (kind is tuple or kind is list) and x and list(map(type, x)).count(float) == len(x):
-                try:
-                    programs = self.local.variants.get(((kind, len(x)),), ())
-                except AttributeError:  # a thread's first call
-                    programs = ()
-                for program in programs:
-                    try:
-                        grads = program.gradient(x)[1]
-                    except GuardFailed:
-                        continue
-                    if program.floats_out is None:  # Python floats on the first call: on every call (`floats_out`)
-                        program.floats_out = list(map(type, grads)).count(float) == len(grads)
-                    if program.floats_out:  # a tuple as it is; a list made of it (the caller's to change)
-                        return grads if kind is tuple else list(grads)
-                    return kind(map(float, grads))
+            if kind is tuple or kind is list:
+                return self._call_floats(x, kind)
+            try:  # the thread's last program of one float or one array, if this call is its case (`replay._one`)
+                g = self.local.one(x)
+            except AttributeError:  # the thread's first call
+                self.local.one = _miss
+                return self._call_one(args)
+            except (GuardFailed, KeyError):  # a guard in the program failed, a global was deleted
+                return self._call_one(args)
+            return self._call_one(args) if g is MISS else g
+        if len(args) == 1 and type(args[0]) is np.ndarray and type(out) is np.ndarray:  # one array into one
+            return self._array_into(args, out)
         return self._evaluate(args, out, False)[1]
 
-    def _programs(self, key, x=None):
-        """The calling thread's programs for one array like ``x`` or one float (``key`` their `_plain` key; an
-        empty list if none), kept for its next call (`_forget` empties the list in place): of one float as its
-        ``floats``, of one array as its ``array``, with the array's shape and dtype (read by the dtype's identity:
-        ~90 ns less than a key built and hashed)."""
-        programs = self.variants.get(key)
-        if programs is None:
-            return ()
-        if x is None:
-            self.local.floats = programs
-        else:
-            self.local.array = (x.shape, x.dtype, programs)
-        return programs
+    def _call_one(self, args):
+        """``self(x)`` of one argument that the thread's last program did not take: one array or one float by a
+        cheap key, the program that replays it kept as the thread's ``one`` for the next call; else `_evaluate`."""
+        if self.unchanged is not None and not self.unchanged():
+            self._forget()
+        x = args[0]
+        kind = type(x)
+        if kind is not np.ndarray and kind is not float:
+            return self._evaluate(args, None, False)[1]
+        key = _ONE_FLOAT if kind is float else ((x.shape, x.dtype),)
+        for program in self.variants.get(key, ()):
+            try:
+                g = program.gradient(args)[1][0]
+            except GuardFailed:
+                continue
+            if program.one is not None:
+                self.local.one = program.one
+            if kind is float:
+                return float(g)
+            return g if type(g) is np.ndarray and g.dtype == x.dtype else np.asarray(g, dtype=x.dtype)
+        if kind is float:
+            return self._evaluate(args, None, False)[1]
+        return self._evaluate_tree(args, None, False, (key, args))[1]
+
+    def _call_floats(self, x, kind):
+        """``self(x)`` of one tuple or list ``x``: of Python floats, replayed by a cheap key; else `_evaluate`."""
+        if x and list(map(type, x)).count(float) == len(x):
+            if self.unchanged is not None and not self.unchanged():
+                self._forget()
+            try:
+                programs = self.local.variants.get(((kind, len(x)),), ())
+            except AttributeError:  # a thread's first call
+                programs = ()
+            for program in programs:
+                try:
+                    grads = program.gradient(x)[1]
+                except GuardFailed:
+                    continue
+                if program.floats_out is None:  # Python floats on the first call: on every call (see `floats_out`)
+                    program.floats_out = list(map(type, grads)).count(float) == len(grads)
+                if program.floats_out:  # a tuple as it is; a list made of it (the caller's to change)
+                    return grads if kind is tuple else list(grads)
+                return kind(map(float, grads))
+        return self._evaluate((x,), None, False)[1]
 
     def _array_into(self, args, out):
         """``self(x, out=out)`` of one array ``x`` into one array: `_evaluate` less its branches."""
@@ -483,10 +476,8 @@ class PreparedGradient:
             self._forget()
 
     def _forget(self):
-        """Forget every thread's variants, their lists emptied too (a thread's ``array`` may hold one)."""
+        """Forget every thread's variants (a thread's last ``one`` checks the globals itself)."""
         for variants in list(self.threads.values()):
-            for programs in list(variants.values()):
-                programs.clear()
             variants.clear()
 
     def _evaluate_tree(self, args, out, with_value, plain):
@@ -544,10 +535,10 @@ class PreparedGradient:
             tape.thaw()  # the steps' constant arrays, read-only while f ran (see `Recorder.hold`)
         recorder.settle()
         leaf_keys = [key for _, keys in signature for key in keys]
-        program = Program(tape, recorder, arguments, out, {i for k, i in _leaves(arguments) if leaf_keys[k] is float},
-                          {i for k, i in _leaves(arguments) if leaf_keys[k] is complex})
         self.globals_read = _globals_read(self.reads)  # after f ran: what it rebinds itself is not a change
         self.unchanged = globals_check(self.globals_read)
+        program = Program(tape, recorder, arguments, out, {i for k, i in _leaves(arguments) if leaf_keys[k] is float},
+                          {i for k, i in _leaves(arguments) if leaf_keys[k] is complex}, self.globals_read)
         self.recordings += 1
         programs = self.variants.setdefault(signature, [])
         programs.insert(0, program)
@@ -630,6 +621,11 @@ def _plain(args):
 
 
 _ONE_FLOAT = (float,)  # `_plain`'s key of one Python float
+
+
+def _miss(x):
+    """A thread's ``one`` before it has replayed one: no call is its case."""
+    return MISS
 
 
 def _plain_gradients(args, grads):

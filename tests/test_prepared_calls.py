@@ -72,6 +72,26 @@ def test_scalar_programs_like_gradient(f, x):
         assert abs(float(prog(x)) - central(f, float(x))) < 1e-6
 
 
+def test_calls_of_other_kinds_in_turns():
+    """One prepared gradient called in turns with a Python float, a NumPy scalar, a 0-d array, an array and a
+    tuple: each call db.gradient's (the thread's last program of one float or one array says it is not for the
+    others, and they take the general path), each kind recorded once."""
+    f = lambda x: np.sum(np.sin(x) * x)
+    calls = [0.5, np.float64(0.25), np.array(0.75), np.linspace(0.1, 1.0, 3), np.float32(0.5)]
+    prog = db.prepare_gradient(f, 0.5)
+    for _ in range(3):
+        for x in calls:
+            assert_identical(prog(x), db.gradient(f, x))
+    assert prog.recordings == 4  # a float, a 0-d float64 (a scalar or an array: one signature), (3,), float32
+    g = lambda xs: xs[0] * np.sin(xs[1])
+    prog = db.prepare_gradient(g, (0.5, 0.25))
+    for _ in range(3):
+        for xs in [(0.5, 0.25), [0.5, 0.25], np.array([0.5, 0.25])]:
+            got, expected = prog(xs), db.gradient(g, xs)
+            assert type(got) is type(expected)
+            np.testing.assert_array_equal(np.asarray(got, float), np.asarray(expected, float))
+
+
 def _sources(prog):
     (program,) = next(iter(prog.variants.values()))
     return program.source, program.gradient.__globals__
