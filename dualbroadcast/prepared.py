@@ -352,12 +352,8 @@ class PreparedGradient:
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
         if out is None and len(args) == 1:
-            x = args[0]
-            kind = type(x)
-            if kind is tuple or kind is list:
-                return self._call_floats(x, kind)
-            try:  # the thread's last program of one float or one array, if this call is its case (`replay._one`)
-                g = self.local.one(x)
+            try:  # the thread's last program of one argument, if this call is its case (`replay._one`)
+                g = self.local.one(args[0])
             except AttributeError:  # the thread's first call
                 self.local.one = _miss
                 return self._call_one(args)
@@ -369,12 +365,15 @@ class PreparedGradient:
         return self._evaluate(args, out, False)[1]
 
     def _call_one(self, args):
-        """``self(x)`` of one argument that the thread's last program did not take: one array or one float by a
-        cheap key, the program that replays it kept as the thread's ``one`` for the next call; else `_evaluate`."""
+        """``self(x)`` of one argument that the thread's last program did not take: one array, one float, or one
+        tuple or list of floats by a cheap key, the program that replays it kept as the thread's ``one`` for the
+        next call; anything else by `_evaluate`."""
         if self.unchanged is not None and not self.unchanged():
             self._forget()
         x = args[0]
         kind = type(x)
+        if kind is tuple or kind is list:
+            return self._call_floats(x, kind)
         if kind is not np.ndarray and kind is not float:
             return self._evaluate(args, None, False)[1]
         key = _ONE_FLOAT if kind is float else ((x.shape, x.dtype),)
@@ -393,19 +392,16 @@ class PreparedGradient:
         return self._evaluate_tree(args, None, False, (key, args))[1]
 
     def _call_floats(self, x, kind):
-        """``self(x)`` of one tuple or list ``x``: of Python floats, replayed by a cheap key; else `_evaluate`."""
+        """``self(x)`` of one tuple or list ``x``: of Python floats, replayed by a cheap key (the program kept as
+        the thread's ``one``); else `_evaluate`."""
         if x and list(map(type, x)).count(float) == len(x):
-            if self.unchanged is not None and not self.unchanged():
-                self._forget()
-            try:
-                programs = self.local.variants.get(((kind, len(x)),), ())
-            except AttributeError:  # a thread's first call
-                programs = ()
-            for program in programs:
+            for program in self.variants.get(((kind, len(x)),), ()):
                 try:
                     grads = program.gradient(x)[1]
                 except GuardFailed:
                     continue
+                if program.one is not None:
+                    self.local.one = program.one
                 if program.floats_out is None:  # Python floats on the first call: on every call (see `floats_out`)
                     program.floats_out = list(map(type, grads)).count(float) == len(grads)
                 if program.floats_out:  # a tuple as it is; a list made of it (the caller's to change)

@@ -143,38 +143,58 @@ def compile_program(program, guard_failed):
         read = set(_LOCAL.findall("\n".join(body)))
         unpacked = [leaves] if any(f"v{i}" in read for _, i in program.leaves) else []  # (a fold's known gradient)
         functions += [f"def {name}(leaves, out=None):"] + unpacked + body
-        if name == "gradient" and writer.single is not None:
-            functions += _one(program, space, lines, writer.single)
+        if name == "gradient":
+            functions += _one(program, space, lines, writer)
     source = "\n".join(functions)
     exec(compile(source, "<dualbroadcast prepared program>", "exec"), space.names)
     return space.names["run"], space.names["gradient"], space.names.get("one"), source, removed
 
 
-def _one(program, space, forward, backward):
-    """The lines of ``one(x)``, a program of one leaf's call ``prepared(x)`` whole (no lines for other programs):
-    `MISS` unless ``x`` is a Python float or an array of the recorded shape and dtype (the dtype by identity)
-    and the globals f read are bound as when it was recorded (a KeyError if one was deleted); then the
-    ``forward`` lines and the ``backward`` ones ending in ``return <gradient>``, the gradient returned as
-    `db.gradient` gives it (a Python float; an array of x's dtype).  `prepared.PreparedGradient.__call__` keeps
-    the thread's last ``one`` and calls it first: ~300 ns less than finding the program and checking each."""
-    if len(program.leaves) != 1 or program.complex_leaves:
+def _one(program, space, forward, writer):
+    """The lines of ``one(x)``: the call ``prepared(x)`` whole, of a program of one argument that is one Python float,
+    one array or a flat tuple or list of Python floats (no lines for other programs).  It returns `MISS` unless
+    ``x`` is such an argument of the recorded kind (an array's shape, its dtype by identity; a sequence's type and
+    length, floats only) and the globals f read are bound as when it was recorded (a KeyError if one was deleted);
+    then the ``forward`` lines and ``writer``'s backward ones (`_Backward.single` or ``every``), the gradient
+    returned as `db.gradient` gives it (a Python float; an array of x's dtype; Python floats in x's type).
+    `prepared.PreparedGradient.__call__` keeps the thread's last ``one`` and calls it first: ~300 ns less than
+    finding the program and checking each."""
+    kind = _sequence_of_floats(program)
+    if kind is None and (len(program.leaves) != 1 or program.complex_leaves or writer.single is None):
         return []
-    (_, leaf), = program.leaves
-    x = f"v{leaf}"
-    if leaf in program.float_leaves:
-        test = f"type({x}) is not float"
+    if kind is not None:
+        x, n = "xs", len(program.leaves)
+        test = f"type(xs) is not {kind.__name__} or len(xs) != {n} or list(map(type, xs)).count(float) != {n}"
     else:
-        shape, dtype = program.meta[leaf]
-        test = f"type({x}) is not {space.bind(np.ndarray)} or {x}.dtype is not {space.bind(dtype)} " \
-               f"or {x}.shape != {shape!r}"
+        (_, leaf), = program.leaves
+        x = f"v{leaf}"
+        if leaf in program.float_leaves:
+            test = f"type({x}) is not float"
+        else:
+            shape, dtype = program.meta[leaf]
+            test = f"type({x}) is not {space.bind(np.ndarray)} or {x}.dtype is not {space.bind(dtype)} " \
+                   f"or {x}.shape != {shape!r}"
     if program.globals_read:
         test += f" or not ({_globals_test(program.globals_read, space)})"
-    lines = _without_needless_conversions(forward + _tidied(backward), space.names)
+    lines = _without_needless_conversions(forward + _tidied(writer.single if kind is None else writer.every),
+                                          space.names)
     gradient = lines.pop()
     if not gradient.startswith("    return "):
         raise AssertionError(gradient)  # (the backward lines end with the gradient returned)
     gradient = gradient[len("    return "):]
-    if leaf in program.float_leaves:
+    if kind is not None:
+        read = set(_LOCAL.findall("\n".join(lines + [gradient])))
+        unpacked = [f"    {''.join(f'v{i}, ' for _, i in program.leaves)}= xs"] \
+            if any(f"v{i}" in read for _, i in program.leaves) else []
+        lines = unpacked + lines
+        if type(space.names.get(gradient)) is tuple:  # known numbers: Python floats already
+            end = [f"    return {gradient if kind is tuple else f'list({gradient})'}"]
+        else:
+            end = [f"    grads = {gradient}",
+                   f"    if list(map(type, grads)).count(float) == {n}:",
+                   f"        return {'grads' if kind is tuple else 'list(grads)'}",
+                   f"    return {kind.__name__}(map(float, grads))"]
+    elif leaf in program.float_leaves:
         end = [f"    return float({gradient})"]
     else:
         dtype = space.bind(program.meta[leaf][1])
@@ -183,6 +203,21 @@ def _one(program, space, forward, backward):
                "        return result",
                f"    return {space.bind(np.asarray)}(result, dtype={dtype})"]
     return [f"def one({x}):", f"    if {test}:", f"        return {space.bind(MISS)}"] + lines + end
+
+
+def _sequence_of_floats(program):
+    """``tuple`` or ``list`` when the program's one argument is a flat tuple or list of Python floats, each
+    differentiated; else None."""
+    if len(getattr(program, "arguments", ())) != 1:
+        return None
+    argument = program.arguments[0]
+    treedef, n = argument.treedef, len(program.leaves)
+    if type(treedef) is not tuple or len(treedef) != 3 or treedef[0] not in ("tuple", "list") or treedef[1] is not None:
+        return None
+    if len(treedef[2]) != n or any(c is not None for c in treedef[2]) or len(program.active_leaves) != n \
+            or any(i not in program.float_leaves for _, i in program.leaves):
+        return None
+    return tuple if treedef[0] == "tuple" else list
 
 
 class _Miss:
@@ -548,7 +583,8 @@ class _Backward(_Writer):
     def __init__(self, program, space, fresh=(), floats=()):
         super().__init__(program, space)
         self.cotangents = _Cotangents(program, space, fresh)
-        self.single = None  # after `lines`: the lines of `compile_program`'s ``one`` (a program of one leaf)
+        self.single = None  # after `lines`: the lines of `_one` for a program of one leaf (None: several)
+        self.every = None  # ... and of a program of several, ending in ``return (<gradients>)``
         self.floats = floats  # the values that are Python floats in the backward code (`_Forward.floats`)
         self.scalars = {s.outs[0] for s in program.steps  # ... and NumPy scalars (an expression's 0-d result)
                         if type(s) is Step and _inline(s) and program.meta[s.outs[0]][0] == ()}
@@ -572,6 +608,7 @@ class _Backward(_Writer):
                         lines += self.adjoints(k, step, j, o)
         ending = cotangents.gradients(value)
         self.single = None if cotangents.single is None else lines + cotangents.single
+        self.every = lines + cotangents.every
         return lines + ending
 
     def adjoints(self, k, step, j, o):
@@ -743,6 +780,7 @@ class _Cotangents:
         self.last = {}  # active leaf -> (partial, kernel value): its one product, written last
         self.fresh = fresh  # kernel values whose partials are new arrays on every call
         self.single = None  # after `gradients`: the end returning one active leaf's gradient alone
+        self.every = None  # ... and the end returning every active leaf's, a tuple
 
     def __contains__(self, i):
         """Whether value ``i`` has a cotangent: its adjoints are needed."""
@@ -830,11 +868,12 @@ class _Cotangents:
         self.single = None
         if len(self.p.active_leaves) == 1:  # ``one``'s end: the gradient alone
             self.single = lines + returned + [f"    return {self.returned(self.p.active_leaves[0], new)}"]
-        lines.append("    if out is None:")
-        lines += ["    " + line for line in returned]
         numbers = self.float_numbers()
         gradients = f"({''.join(f'{self.returned(i, new)}, ' for i in self.p.active_leaves)})" if numbers is None \
             else self.space.bind(numbers)
+        self.every = lines + returned + [f"    return {gradients}"]
+        lines.append("    if out is None:")
+        lines += ["    " + line for line in returned]
         lines.append(f"        return {value}, {gradients}")
         return lines + written + [f"    return {value}, out"]
 
