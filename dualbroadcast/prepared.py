@@ -43,7 +43,7 @@ from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpa
 from .pytree import Cut
 from .regions import FUSE_REGIONS, forward_regions
 from .registry import BY_ARGNUM, OUTPUTS, complex_rule, first_output
-from .replay import _same, compile_program
+from .replay import MISS, _same, compile_program, globals_check
 from .tape import (
     ACTIVE_TAPE,
     Tape,
@@ -315,7 +315,7 @@ def _holds_traced(items):
 class Program:
     """One recorded variant, compiled to straight-line Python (see `replay.compile_program`)."""
 
-    def __init__(self, tape, recorder, arguments, out, float_leaves, complex_leaves=()):
+    def __init__(self, tape, recorder, arguments, out, float_leaves, complex_leaves=(), globals_read=()):
         self.recorded_steps = recorder.steps
         self.meta = recorder.meta
         self.tape = tape  # the recorded pullbacks' kinds shape the generated code
@@ -327,9 +327,10 @@ class Program:
         self.constant = None if type(out) is Tracked else out  # a result that depends on no argument
         self.float_leaves = float_leaves  # value indices of the leaves passed as Python floats
         self.complex_leaves = complex_leaves  # ... and as Python complex numbers
+        self.globals_read = globals_read  # (namespace, name, value) of the globals it bakes in: ``one`` checks them
         self.steps, self.regions = forward_regions(recorder.steps, self.meta, self.out) if FUSE_REGIONS.get() \
             else (recorder.steps, [])
-        self.run, self.gradient, self.source, self.removed = compile_program(self, GuardFailed)
+        self.run, self.gradient, self.one, self.source, self.removed = compile_program(self, GuardFailed)
         # Whether ``gradient`` gives Python floats, known after its first call: a program of Python-float leaves gives
         # the same types on every call (its steps' types follow from its leaves'), a tuple of them its gradient as is.
         self.floats_out = None
@@ -353,8 +354,9 @@ class PreparedGradient:
         self.reads = f  # the function whose globals a recording bakes in (`_globals_read`)
         self.recordings = 0
         self.threads = {}  # thread id -> its variants, signature -> [Program, ...]: see `variants`
-        self.local = threading.local()  # .variants: the calling thread's (read faster than by its id)
+        self.local = threading.local()  # .variants: the calling thread's (read faster than by its id); .one: its last
         self.globals_read = ()  # (namespace, name, value) the variants were recorded with
+        self.unchanged = None  # () -> whether each is still bound to its value (`replay.globals_check`); None: none
         self.unreplayable = set()  # signatures whose recording cannot be replayed: `gradient` evaluates them
         if example_args is not None and ACTIVE_TAPE.get() is None:  # inside a gradient, every call is a nested one
             self._record(example_args, _signature([pytree.flatten(arg) for arg in example_args]))
@@ -370,54 +372,68 @@ class PreparedGradient:
             return variants
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
-        if out is not None:
-            if len(args) == 1 and type(args[0]) is np.ndarray and type(out) is np.ndarray:  # one array into one
-                return self._array_into(args, out)
-        elif len(args) == 1:  # one array, one float, or one tuple or list of floats
-            x = args[0]
-            kind = type(x)
-            if self.globals_read:
-                self._check_globals()
-            if kind is float:
-                key, leaves = _ONE_FLOAT, args
-            elif (kind is tuple or kind is list) and x and list(map(type, x)).count(float) == len(x):
-                key, leaves = ((kind, len(x)),), x
-            elif kind is np.ndarray:  # the most common call, at the least cost (`_evaluate` less its branches)
-                try:
-                    programs = self.local.variants.get(((x.shape, x.dtype),), ())
-                except AttributeError:  # a thread's first call
-                    programs = ()
-                for program in programs:
-                    try:
-                        g = program.gradient(args)[1][0]
-                    except GuardFailed:
-                        continue
-                    return g if type(g) is np.ndarray and g.dtype == x.dtype else np.asarray(g, dtype=x.dtype)
-                return self._evaluate_tree(args, out, False, (((x.shape, x.dtype),), args))[1]
-            else:
-                return self._evaluate(args, out, False)[1]
+        if out is None and len(args) == 1:
+            try:  # the thread's last program of one argument, if this call is its case (`replay._one`)
+                g = self.local.one(args[0])
+            except AttributeError:  # the thread's first call
+                self.local.one = _miss
+                return self._call_one(args)
+            except (GuardFailed, KeyError):  # a guard in the program failed, a global was deleted
+                return self._call_one(args)
+            return self._call_one(args) if g is MISS else g
+        if len(args) == 1 and type(args[0]) is np.ndarray and type(out) is np.ndarray:  # one array into one
+            return self._array_into(args, out)
+        return self._evaluate(args, out, False)[1]
+
+    def _call_one(self, args):
+        """``self(x)`` of one argument that the thread's last program did not take: one array, one float, or one
+        tuple or list of floats by a cheap key, the program that replays it kept as the thread's ``one`` for the
+        next call; anything else by `_evaluate`."""
+        if self.unchanged is not None and not self.unchanged():
+            self._forget()
+        x = args[0]
+        kind = type(x)
+        if kind is tuple or kind is list:
+            return self._call_floats(x, kind)
+        if kind is not np.ndarray and kind is not float:
+            return self._evaluate(args, None, False)[1]
+        key = _ONE_FLOAT if kind is float else ((x.shape, x.dtype),)
+        for program in self.variants.get(key, ()):
             try:
-                programs = self.local.variants.get(key, ())
-            except AttributeError:  # a thread's first call
-                programs = ()
-            for program in programs:
+                g = program.gradient(args)[1][0]
+            except GuardFailed:
+                continue
+            if program.one is not None:
+                self.local.one = program.one
+            if kind is float:
+                return float(g)
+            return g if type(g) is np.ndarray and g.dtype == x.dtype else np.asarray(g, dtype=x.dtype)
+        if kind is float:
+            return self._evaluate(args, None, False)[1]
+        return self._evaluate_tree(args, None, False, (key, args))[1]
+
+    def _call_floats(self, x, kind):
+        """``self(x)`` of one tuple or list ``x``: of Python floats, replayed by a cheap key (the program kept as
+        the thread's ``one``); else `_evaluate`."""
+        if x and list(map(type, x)).count(float) == len(x):
+            for program in self.variants.get(((kind, len(x)),), ()):
                 try:
-                    grads = program.gradient(leaves)[1]
+                    grads = program.gradient(x)[1]
                 except GuardFailed:
                     continue
-                if kind is float:
-                    return float(grads[0])
+                if program.one is not None:
+                    self.local.one = program.one
                 if program.floats_out is None:  # Python floats on the first call: on every call (see `floats_out`)
                     program.floats_out = list(map(type, grads)).count(float) == len(grads)
                 if program.floats_out:  # a tuple as it is; a list made of it (the caller's to change)
                     return grads if kind is tuple else list(grads)
                 return kind(map(float, grads))
-        return self._evaluate(args, out, False)[1]
+        return self._evaluate((x,), None, False)[1]
 
     def _array_into(self, args, out):
         """``self(x, out=out)`` of one array ``x`` into one array: `_evaluate` less its branches."""
-        if self.globals_read:
-            self._check_globals()
+        if self.unchanged is not None and not self.unchanged():
+            self._forget()
         x = args[0]
         try:
             programs = self.local.variants.get(((x.shape, x.dtype),), ())
@@ -474,11 +490,13 @@ class PreparedGradient:
 
     def _check_globals(self):
         """Forget every thread's variants if a global f reads was rebound: each baked the old value in."""
-        for namespace, name, value in self.globals_read:
-            if namespace.get(name) is not value:
-                for variants in list(self.threads.values()):
-                    variants.clear()
-                break
+        if self.unchanged is not None and not self.unchanged():
+            self._forget()
+
+    def _forget(self):
+        """Forget every thread's variants (a thread's last ``one`` checks the globals itself)."""
+        for variants in list(self.threads.values()):
+            variants.clear()
 
     def _evaluate_tree(self, args, out, with_value, plain):
         """`_evaluate` of arguments that no variant for plain ones fits: by their signature, or recorded."""
@@ -535,9 +553,10 @@ class PreparedGradient:
             tape.thaw()  # the steps' constant arrays, read-only while f ran (see `Recorder.hold`)
         recorder.settle()
         leaf_keys = [key for _, keys in signature for key in keys]
-        program = Program(tape, recorder, arguments, out, {i for k, i in _leaves(arguments) if leaf_keys[k] is float},
-                          {i for k, i in _leaves(arguments) if leaf_keys[k] is complex})
         self.globals_read = _globals_read(self.reads)  # after f ran: what it rebinds itself is not a change
+        self.unchanged = globals_check(self.globals_read)
+        program = Program(tape, recorder, arguments, out, {i for k, i in _leaves(arguments) if leaf_keys[k] is float},
+                          {i for k, i in _leaves(arguments) if leaf_keys[k] is complex}, self.globals_read)
         self.recordings += 1
         programs = self.variants.setdefault(signature, [])
         programs.insert(0, program)
@@ -620,6 +639,11 @@ def _plain(args):
 
 
 _ONE_FLOAT = (float,)  # `_plain`'s key of one Python float
+
+
+def _miss(x):
+    """A thread's ``one`` before it has replayed one: no call is its case."""
+    return MISS
 
 
 def _plain_gradients(args, grads):

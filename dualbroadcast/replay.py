@@ -98,7 +98,7 @@ class Src(UfuncOperators):
 
 
 def compile_program(program, guard_failed):
-    """Generate two functions of the leaf values for ``program``:
+    """Generate two functions of the leaf values for ``program`` (three for one leaf):
 
     ``run(leaf_values, out=None) -> (value, gradients of the active leaves)``, and
     ``gradient(...)``, the same without the value: forward steps only the value needed
@@ -106,8 +106,11 @@ def compile_program(program, guard_failed):
     without it (`_valueless`).  With ``out`` (one array per active leaf) the gradients
     are written there instead and ``out`` is returned in their place.
 
-    Returns ``(run, gradient, source, removed)``, ``removed`` per function name the
-    positions in ``program.steps`` of the steps it leaves out (shown by `db.explain`).
+    A program of one leaf, a Python float or an array, differentiated, also gets ``one(x)``: the call
+    ``prepared(x)`` whole (`_one`), or `MISS` for another case.
+
+    Returns ``(run, gradient, one, source, removed)`` (``one`` None for other programs), ``removed`` per
+    function name the positions in ``program.steps`` of the steps it leaves out (shown by `db.explain`).
     """
     space = Namespace()
     space.names["GuardFailed"] = guard_failed
@@ -124,7 +127,8 @@ def compile_program(program, guard_failed):
         leaves += f"\n    v{i} = {space.bind(np.complex128)}(v{i})"
     functions, removed = [], {}
     for name, returned in (("run", value), ("gradient", "None")):
-        backward = _tidied(_Backward(program, space, forward.fresh_partials(())).lines(returned))
+        writer = _Backward(program, space, forward.fresh_partials(()), forward.floats)
+        backward = _tidied(writer.lines(returned))
         needed = set(_LOCAL.findall("\n".join(backward)))
         dropped = []
         lines = _live(blocks, needed, dropped)
@@ -132,13 +136,118 @@ def compile_program(program, guard_failed):
         if dead:  # their kernels again, without the value
             dropped = []
             lines = _live(forward.without_values(blocks, dead), needed, dropped)
-            backward = _tidied(_Backward(program, space, forward.fresh_partials(dead)).lines(returned))
+            writer = _Backward(program, space, forward.fresh_partials(dead), forward.floats)
+            backward = _tidied(writer.lines(returned))
         removed[name] = dropped
-        functions += [f"def {name}(leaves, out=None):", leaves] + _without_needless_conversions(lines + backward,
-                                                                                               space.names)
+        body = _without_needless_conversions(lines + backward, space.names)
+        read = set(_LOCAL.findall("\n".join(body)))
+        unpacked = [leaves] if any(f"v{i}" in read for _, i in program.leaves) else []  # (a fold's known gradient)
+        functions += [f"def {name}(leaves, out=None):"] + unpacked + body
+        if name == "gradient":
+            functions += _one(program, space, lines, writer)
     source = "\n".join(functions)
     exec(compile(source, "<dualbroadcast prepared program>", "exec"), space.names)
-    return space.names["run"], space.names["gradient"], source, removed
+    return space.names["run"], space.names["gradient"], space.names.get("one"), source, removed
+
+
+def _one(program, space, forward, writer):
+    """The lines of ``one(x)``: the call ``prepared(x)`` whole, of a program of one argument that is one Python float,
+    one array or a flat tuple or list of Python floats (no lines for other programs).  It returns `MISS` unless
+    ``x`` is such an argument of the recorded kind (an array's shape, its dtype by identity; a sequence's type and
+    length, floats only) and the globals f read are bound as when it was recorded (a KeyError if one was deleted);
+    then the ``forward`` lines and ``writer``'s backward ones (`_Backward.single` or ``every``), the gradient
+    returned as `db.gradient` gives it (a Python float; an array of x's dtype; Python floats in x's type).
+    `prepared.PreparedGradient.__call__` keeps the thread's last ``one`` and calls it first: ~300 ns less than
+    finding the program and checking each."""
+    kind = _sequence_of_floats(program)
+    if kind is None and (len(program.leaves) != 1 or program.complex_leaves or writer.single is None):
+        return []
+    if kind is not None:
+        x, n = "xs", len(program.leaves)
+        test = f"type(xs) is not {kind.__name__} or len(xs) != {n} or list(map(type, xs)).count(float) != {n}"
+    else:
+        (_, leaf), = program.leaves
+        x = f"v{leaf}"
+        if leaf in program.float_leaves:
+            test = f"type({x}) is not float"
+        else:
+            shape, dtype = program.meta[leaf]
+            test = f"type({x}) is not {space.bind(np.ndarray)} or {x}.dtype is not {space.bind(dtype)} " \
+                   f"or {x}.shape != {shape!r}"
+    if program.globals_read:
+        test += f" or not ({_globals_test(program.globals_read, space)})"
+    lines = _without_needless_conversions(forward + _tidied(writer.single if kind is None else writer.every),
+                                          space.names)
+    gradient = lines.pop()
+    if not gradient.startswith("    return "):
+        raise AssertionError(gradient)  # (the backward lines end with the gradient returned)
+    gradient = gradient[len("    return "):]
+    if kind is not None:
+        read = set(_LOCAL.findall("\n".join(lines + [gradient])))
+        unpacked = [f"    {''.join(f'v{i}, ' for _, i in program.leaves)}= xs"] \
+            if any(f"v{i}" in read for _, i in program.leaves) else []
+        lines = unpacked + lines
+        if type(space.names.get(gradient)) is tuple:  # known numbers: Python floats already
+            end = [f"    return {gradient if kind is tuple else f'list({gradient})'}"]
+        else:
+            end = [f"    grads = {gradient}",
+                   f"    if list(map(type, grads)).count(float) == {n}:",
+                   f"        return {'grads' if kind is tuple else 'list(grads)'}",
+                   f"    return {kind.__name__}(map(float, grads))"]
+    elif leaf in program.float_leaves:
+        end = [f"    return float({gradient})"]
+    else:
+        dtype = space.bind(program.meta[leaf][1])
+        end = [f"    result = {gradient}",
+               f"    if type(result) is {space.bind(np.ndarray)} and result.dtype is {dtype}:",
+               "        return result",
+               f"    return {space.bind(np.asarray)}(result, dtype={dtype})"]
+    return [f"def one({x}):", f"    if {test}:", f"        return {space.bind(MISS)}"] + lines + end
+
+
+def _sequence_of_floats(program):
+    """``tuple`` or ``list`` when the program's one argument is a flat tuple or list of Python floats, each
+    differentiated; else None."""
+    if len(getattr(program, "arguments", ())) != 1:
+        return None
+    argument = program.arguments[0]
+    treedef, n = argument.treedef, len(program.leaves)
+    if type(treedef) is not tuple or len(treedef) != 3 or treedef[0] not in ("tuple", "list") or treedef[1] is not None:
+        return None
+    if len(treedef[2]) != n or any(c is not None for c in treedef[2]) or len(program.active_leaves) != n \
+            or any(i not in program.float_leaves for _, i in program.leaves):
+        return None
+    return tuple if treedef[0] == "tuple" else list
+
+
+class _Miss:
+    """`MISS`: what a program's ``one`` returns for a call it is not for (cheaper than an exception)."""
+
+    def __repr__(self):
+        return "MISS"
+
+
+MISS = _Miss()
+
+
+def _globals_test(globals_read, space):
+    """Source testing that every global of ``globals_read`` (``(namespace, name, value)``, see
+    `prepared._globals_read`) is still bound to its value, the namespaces and values bound in ``space``:
+    ``n3['rho'] is c4 and ...`` (a KeyError if one was deleted)."""
+    return " and ".join(f"{space.bind(namespace, 'n')}[{name!r}] is {space.bind(value)}"
+                        for namespace, name, value in globals_read)
+
+
+def globals_check(globals_read):
+    """A function telling whether every global of ``globals_read`` (`_globals_test`) is still bound to its value,
+    written out (~60 ns where a loop of ``dict.get`` took ~130); None if there are none."""
+    if not globals_read:
+        return None
+    space = Namespace()
+    lines = ["def unchanged():", "    try:", f"        return {_globals_test(globals_read, space)}",
+             "    except KeyError:", "        return False"]
+    exec(compile("\n".join(lines), "<dualbroadcast globals check>", "exec"), space.names)
+    return space.names["unchanged"]
 
 
 def _dead_region_values(program, lines):
@@ -471,9 +580,14 @@ class _Backward(_Writer):
     """The backward code: per step, last first, the terms of its arguments' cotangents, each handed to
     `_Cotangents` (which decides how it is added); then the gradients returned or written into ``out``."""
 
-    def __init__(self, program, space, fresh=()):
+    def __init__(self, program, space, fresh=(), floats=()):
         super().__init__(program, space)
         self.cotangents = _Cotangents(program, space, fresh)
+        self.single = None  # after `lines`: the lines of `_one` for a program of one leaf (None: several)
+        self.every = None  # ... and of a program of several, ending in ``return (<gradients>)``
+        self.floats = floats  # the values that are Python floats in the backward code (`_Forward.floats`)
+        self.scalars = {s.outs[0] for s in program.steps  # ... and NumPy scalars (an expression's 0-d result)
+                        if type(s) is Step and _inline(s) and program.meta[s.outs[0]][0] == ()}
 
     def lines(self, value):
         """The adjoints, then the gradients returned (or written into ``out``) with ``value``."""
@@ -492,7 +606,10 @@ class _Backward(_Writer):
                 for j, o in enumerate(step.outs):
                     if o is not None and o in cotangents and p.tape.edges(o):  # recorded with edges: it has parents
                         lines += self.adjoints(k, step, j, o)
-        return lines + cotangents.gradients(value)
+        ending = cotangents.gradients(value)
+        self.single = None if cotangents.single is None else lines + cotangents.single
+        self.every = lines + cotangents.every
+        return lines + ending
 
     def adjoints(self, k, step, j, o):
         """The contributions of output ``j`` (value ``o``) of step ``k`` to its active arguments."""
@@ -549,10 +666,41 @@ class _Backward(_Writer):
             d = partial(value, *args)
             if type(d) is not Src and number is not None:
                 return Folded(apply(table_pullback(d, shape, out_shape), number))
+            if type(d) is Src and self.unit_cotangent(step, i, o, number):
+                return d.text
             return table_pullback_source(f"g{o}", d.text if type(d) is Src else value._of(d), shape, out_shape)
         if number is not None:
             return Folded(apply(table_pullback(partial, shape, out_shape), number))
         return table_pullback_source(f"g{o}", partial, shape, out_shape)
+
+    def unit_cotangent(self, step, i, o, number):
+        """Whether argument ``i``'s term of the inline step ``step`` (output ``o``) is its partial itself: the
+        cotangent ``g<o>`` is a one of its dtype known here (f's result's, or a sum's term: ``p**3`` in
+        ``p**2 + p**3``), of a scalar, and the partial is a NumPy scalar of that dtype (tried on example values typed
+        as the replay's, Python floats where it has them): ``1 · d`` is ``d`` for every d, NaN and -0 too, and
+        the multiplication costs ~60 ns a scalar."""
+        dtype = self.p.meta[o][1]
+        if type(number) is not dtype.type or number != 1 or self.p.meta[o][0] != ():
+            return False
+        examples = [self.example(r) for r in step.refs]
+        try:
+            with np.errstate(all="ignore"):
+                d = DERIVATIVES[step.func][i](self.example(o), *as_dtype(examples, dtype))
+        except Exception:  # noqa: BLE001 - a partial these values do not fit: the product as written
+            return False
+        return type(d) is dtype.type
+
+    def example(self, r):
+        """A value typed as reference ``r`` is in the backward code (a half: no special value): a Python float where
+        the replay keeps one, a NumPy scalar for an inline step's scalar result, else an array (a 0-d leaf may be
+        a 0-d array on some calls and a NumPy scalar on others)."""
+        if type(r) is not int:
+            return r.value
+        if r in self.floats:
+            return 0.5
+        shape, dtype = self.p.meta[r]
+        value = np.full(shape, 0.5, dtype) if dtype.kind in "fc" else np.ones(shape, dtype)
+        return value[()] if r in self.scalars else value
 
     def dot_formulas(self, step):
         """`DOT_PULLBACKS` for an np.dot of vectors and matrices (as recorded), else None."""
@@ -631,6 +779,8 @@ class _Cotangents:
         self.known = {}
         self.last = {}  # active leaf -> (partial, kernel value): its one product, written last
         self.fresh = fresh  # kernel values whose partials are new arrays on every call
+        self.single = None  # after `gradients`: the end returning one active leaf's gradient alone
+        self.every = None  # ... and the end returning every active leaf's, a tuple
 
     def __contains__(self, i):
         """Whether value ``i`` has a cotangent: its adjoints are needed."""
@@ -693,7 +843,8 @@ class _Cotangents:
 
     def gradients(self, value):
         """The function's end: the active leaves' cotangents (zeros for those without one, the deferred
-        products) returned with ``value``, or written into ``out``.  Returned gradients are arrays nothing else
+        products) returned with ``value``, or written into ``out``; for one active leaf, ``single`` the end returning
+        its gradient alone (else None).  Returned gradients are arrays nothing else
         holds (the caller keeps them as they are): a deferred product into its partial if that is new on every
         call, else into a new array; any other cotangent copied."""
         lines = []
@@ -714,10 +865,26 @@ class _Cotangents:
             else:
                 known = self.known.get(i)
                 written.append(f"    np.copyto(out[{k}], {f'g{i}' if known is None else self.space.bind(known)})")
+        self.single = None
+        if len(self.p.active_leaves) == 1:  # ``one``'s end: the gradient alone
+            self.single = lines + returned + [f"    return {self.returned(self.p.active_leaves[0], new)}"]
+        numbers = self.float_numbers()
+        gradients = f"({''.join(f'{self.returned(i, new)}, ' for i in self.p.active_leaves)})" if numbers is None \
+            else self.space.bind(numbers)
+        self.every = lines + returned + [f"    return {gradients}"]
         lines.append("    if out is None:")
         lines += ["    " + line for line in returned]
-        lines.append(f"        return {value}, ({''.join(f'{self.returned(i, new)}, ' for i in self.p.active_leaves)})")
+        lines.append(f"        return {value}, {gradients}")
         return lines + written + [f"    return {value}, out"]
+
+    def float_numbers(self):
+        """The gradients as one tuple of Python floats when every active leaf is a Python float whose gradient is a
+        number known here (a fold of floats: one constant, not a tuple of 16 built on every call); else None."""
+        known = [self.known.get(i) for i in self.p.active_leaves]
+        if all(i in self.p.float_leaves for i in self.p.active_leaves) \
+                and all(isinstance(k, (int, float, np.floating)) for k in known):
+            return tuple(map(float, known))
+        return None
 
     def returned(self, i, new):
         """The returned cotangent of active leaf ``i``: a number known here, of a leaf passed as a Python float, as
