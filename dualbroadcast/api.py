@@ -497,11 +497,21 @@ def pullback(f: Callable[..., Any], *args: Any) -> tuple[Any, Callable[[Any], An
         return out.value, back_one
 
     def back(ybar):
-        seeds = _pullback_seeds(out_leaves, pytree.flatten(ybar)[0])
+        ybar_leaves, ybar_def = pytree.flatten(ybar)
+        _check_keys(ybar_def, out_def, "the cotangent", "the output's")
+        seeds = _pullback_seeds(out_leaves, ybar_leaves)
         grads = backward(tape, seeds) if seeds else None
         return _one_or_tuple(_gradients(arguments, grads))
 
     return pytree.unflatten(out_def, [value_of(o) for o in out_leaves]), back
+
+
+def _check_keys(given, expected, what, whose):
+    """A tree paired leaf by leaf with another (tangents, cotangents) whose dicts have other keys: its leaves
+    would go to other entries, silently."""
+    if given is not pytree.LEAF and pytree.dict_keys(given) and pytree.dict_keys(given) != pytree.dict_keys(expected):
+        raise ShapeMismatchError(f"{what} has dicts with keys {pytree.dict_keys(given)}, {whose} "
+                                 f"{pytree.dict_keys(expected)}; give it the same structure")
 
 
 def _pullback_seeds(out_leaves, ybar_leaves, cast=None):
@@ -554,10 +564,11 @@ def jvp(f: Callable[..., Any], primals: Any, tangents: Any) -> tuple[Any, Any]:
         if not any(flags) or all(leaf is None for leaf in leaves):
             call_args.append(pytree.without_markers(arg))
             continue
-        t_leaves = pytree.flatten(tangent)[0]
+        t_leaves, t_def = pytree.flatten(tangent)
         if len(t_leaves) != len(leaves):
             raise ShapeMismatchError(f"the tangent of argument {position} has {len(t_leaves)} leaves, its primal "
                                      f"{len(leaves)}; give the tangents the primals' structure")
+        _check_keys(t_def, treedef, f"the tangent of argument {position}", "its primal's")
         k_of = None if len(leaves) == 1 and treedef is pytree.LEAF else True
         new_leaves = []
         for k, (leaf, on, t) in enumerate(zip(leaves, flags, t_leaves)):

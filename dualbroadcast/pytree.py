@@ -289,6 +289,23 @@ def _visit(x, leaves, in_progress):
     return (kind, aux, defs)
 
 
+def dict_keys(treedef):
+    """The keys of every dict of a tree, in flatten order (each in sorted order): two trees whose leaves are
+    paired one by one must have the same."""
+    found = []
+    _dict_keys(treedef, found)
+    return found
+
+
+def _dict_keys(d, found):
+    if d is LEAF:
+        return
+    if d[0] == "dict":
+        found.append(d[1][0])
+    for c in d[2]:
+        _dict_keys(c, found)
+
+
 def unflatten(treedef, leaves, strip_markers=True):
     """Rebuild the tree of ``treedef`` with ``leaves`` in flatten order."""
     leaves = leaves if type(leaves) is list else list(leaves)

@@ -70,8 +70,8 @@ def test_non_float_python_value_names_its_kind(arg, kind):
 
 
 def test_non_float_leaf_of_a_pytree_names_the_leaf_and_cut_fixes_it():
-    params = {"x": X, "n": 3}
-    with pytest.raises(TypeError, match=r"argument 1 \(leaf 1\) to differentiate is integer.*db\.cut"):
+    params = {"x": X, "n": 3}  # leaves in sorted key order: "n" is leaf 0
+    with pytest.raises(TypeError, match=r"argument 1 \(leaf 0\) to differentiate is integer.*db\.cut"):
         db.gradient(lambda a, p: np.sum(p["x"] ** p["n"]) * a, 1.0, params)
     g = db.gradient(lambda p: np.sum(p["x"] ** p["n"]), {"x": X, "n": db.cut(3)})
     np.testing.assert_allclose(g["x"], 3 * X**2)

@@ -230,3 +230,21 @@ def test_a_dict_of_keys_that_do_not_sort_keeps_its_order():
     g = db.gradient(lambda p: np.sum(p[1] ** 2) + np.sum(p["b"]), p)
     assert list(g) == [1, "b"]
     np.testing.assert_array_equal(g[1], 2 * p[1])
+
+
+def test_a_dict_of_other_keys_is_a_clear_error():
+    """Tangents, hvp vectors or cotangents whose dicts have other keys than the primal's (the same number of
+    leaves) were paired by position: now a ShapeMismatchError naming both keys."""
+    p = {"a": np.array([1.0, 2.0]), "b": np.array([3.0, 4.0])}
+
+    def f(p):
+        return np.sum(p["a"] ** 2) + np.sum(np.sin(p["b"]))
+
+    other = {"a": np.ones(2), "c": np.ones(2)}
+    with pytest.raises(db.ShapeMismatchError, match=r"keys \[\('a', 'c'\)\], its primal's \[\('a', 'b'\)\]"):
+        db.jvp(f, (p,), (other,))
+    with pytest.raises(db.ShapeMismatchError, match="keys"):
+        db.hvp(f, p, other)
+    _, back = db.pullback(lambda p: {"u": p["a"], "w": p["b"]}, p)
+    with pytest.raises(db.ShapeMismatchError, match=r"the output's \[\('u', 'w'\)\]"):
+        back({"u": np.ones(2), "v": np.ones(2)})
