@@ -75,3 +75,26 @@ def test_a_python_number_stays_weak_for_float32():
     value, grad = db.value_and_gradient(lambda x: np.sum(np.multiply(np.float64(2.0), x) ** 2), x)
     assert value.dtype == np.float64 and grad.dtype == np.float32
     np.testing.assert_allclose(grad, 8 * x)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_reverse_over_forward_hands_binary_ufuncs_to_the_tape_as_numpy_does(dtype, monkeypatch):
+    """Under `db.hvp` (a jvp inside a gradient) a binary ufunc of tracked values and numbers goes to the tape's
+    `_binary` directly (`forward.apply_function`), not through NumPy's dispatch: the same numbers."""
+    from dualbroadcast import forward
+
+    def energy(x):
+        p = db.sum(lambda r: np.exp(-3 * (r + 1)), x)
+        q = np.multiply(np.float64(0.5), p) + np.power(p, 3) - np.arctan2(p, 2.0) + np.maximum(p, np.sqrt(p))
+        return q + p**2 + 0.25 * p**4 + np.hypot(q, p)
+
+    rng = np.random.default_rng(1)
+    x, v = rng.random(5).astype(dtype), rng.standard_normal(5).astype(dtype)
+    fast = db.hvp(energy, x, v)
+    monkeypatch.setattr(forward, "_TAPE_OPERANDS", frozenset())
+    np.testing.assert_array_equal(db.hvp(energy, x, v), fast)
+    assert fast.dtype == dtype
+    monkeypatch.setattr(tape, "_NUMBERS", frozenset())
+    np.testing.assert_allclose(db.hvp(energy, x, v), fast, rtol=16 * np.finfo(dtype).eps)
+    reverse = db.gradient(lambda x: np.dot(db.gradient(energy, x), v), x)  # reverse over reverse
+    np.testing.assert_allclose(fast, reverse, rtol=1e-4 if dtype == np.float32 else 1e-12)
