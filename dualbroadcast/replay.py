@@ -587,7 +587,8 @@ class _Backward(_Writer):
         self.every = None  # ... and of a program of several, ending in ``return (<gradients>)``
         self.floats = floats  # the values that are Python floats in the backward code (`_Forward.floats`)
         self.scalars = {s.outs[0] for s in program.steps  # ... and NumPy scalars (an expression's 0-d result)
-                        if type(s) is Step and _inline(s) and program.meta[s.outs[0]][0] == ()}
+                        if type(s) is Step and _inline(s) and s.outs[0] is not None  # (None: a result not kept)
+                        and program.meta[s.outs[0]][0] == ()}
 
     def lines(self, value):
         """The adjoints, then the gradients returned (or written into ``out``) with ``value``."""

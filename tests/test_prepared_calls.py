@@ -251,3 +251,20 @@ def test_a_fold_returns_its_known_gradient_as_one_tuple():
     got[0] = 5.0
     assert prog(list(xs)) == [1.0, -1.0, -1.0, -1.0]
     assert prog.value_and_gradient(xs) == db.value_and_gradient(_fold, xs)
+
+
+def test_a_scalar_step_of_constants_alone_does_not_stop_the_compiler():
+    """A 0-d elementwise step computed from cut arguments alone keeps no result (its ``outs`` is [None]): the
+    scalars the backward code writes skip it (found by the long random programs: a KeyError at compile)."""
+
+    def f(x, c):
+        return np.sum(x * np.sin(x)) + np.sum(np.real(np.exp(1j * np.sin(c))) * np.cos(0.5))
+
+    x, c = np.linspace(0.1, 1, 3), np.asarray(0.7)
+    prog = db.prepare_gradient(f, x, db.cut(c))
+    for point in (x, 2 * x):
+        expected = db.gradient(f, point, db.cut(c))
+        got = prog(point, db.cut(c))
+        np.testing.assert_allclose(got[0], expected[0], rtol=1e-15)
+        np.testing.assert_allclose(got[0], np.sin(point) + point * np.cos(point), rtol=1e-14)
+        assert got[1] is None
