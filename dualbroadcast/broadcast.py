@@ -47,7 +47,7 @@ from .pullbacks import (
     untracked,
 )
 from .registry import COMPLEX_RULES, SAME_RULE
-from .tape import Tracked, _edge, _edges, tape_of, vector_elements
+from .tape import LAZY_TOTAL, Pending, Total, Tracked, _edge, _edges, lazy_totals, tape_of, vector_elements
 
 CACHE_SIZE = 512
 _PLAIN = FLOAT_LEAVES | {Tracked, Dual}  # leaves of their own: the arguments need no tree walk
@@ -218,6 +218,10 @@ def _run(f, args, reduce, backend):
     active_shapes = [getattr(values[i], "shape", ()) for i in active]  # arrays, NumPy scalars or floats
     if duals and active:  # one output beside the value: the tangent, summed whole by db.sum
         active_shapes = [() if reduce else np.broadcast_shapes(*(np.shape(v) for v in values))]
+    elif reduce and active and recorder is None and not kernel.complex:
+        pending = _pending_sum(kernel, values, [inputs[i] for i in active], active_shapes, scales, backend)
+        if pending is not None:
+            return pending
     value, partials, used, size = kernel(values, active_shapes, backend)
     call = KernelCall(kernel.name, 1 if duals else len(active), used, size, reduce)
     calls = _log.get()
@@ -236,6 +240,30 @@ def _run(f, args, reduce, backend):
     if not active:
         return value
     return _record(parents, value, partials, active_shapes, call, scales=scales)
+
+
+def _pending_sum(kernel, values, parents, active_shapes, scales, backend):
+    """A sum whose value a gradient may not read, recorded with its partials alone and its value left pending
+    (`tape.Pending`: computed by the value's own kernel when read), or None where the value is computed now
+    (`tape.lazy_totals`; `Kernel.value_unread`: not when the last ones were read)."""
+    tape = parents[0].tape
+    size = math.prod(np.broadcast_shapes(*[np.shape(v) for v in values]))
+    if any(p.tape is not tape for p in parents) or not lazy_totals(tape, size) or not kernel.value_unread():
+        return None
+    valueless, of_value = kernel.without_value(values)
+    _, partials, used, size = valueless(values, active_shapes, backend)
+    call = KernelCall(kernel.name, len(parents), used, size, True)
+    calls = _log.get()
+    if calls is not None:
+        calls.append(call)
+
+    def compute():
+        kernel.value_read()
+        return of_value(values, [], backend)[0]
+
+    backs = [kernel_pullback(p, s, (), tape.single_sweep, c)
+             for p, s, c in zip(partials, active_shapes, scales or [1] * len(partials))]
+    return tape.record(Total(compute, kernel.value_dtype(values), tape), _edges(parents, backs), call, Pending)
 
 
 def _unscaled(kernel):
@@ -270,7 +298,7 @@ class _Plan:
     """
 
     __slots__ = ("code", "defaults", "namespace", "bindings", "helpers", "signature", "whole", "reduce", "call",
-                 "shape", "bucket", "size", "scales")
+                 "shape", "bucket", "size", "scales", "kernel")
 
     def __init__(self, f, kernel, values, active, reduce, call, reads, scales=None):
         self.code = f.__code__  # kept alive, so its id is not reused while this plan exists
@@ -288,6 +316,7 @@ class _Plan:
         self.reduce = reduce
         self.call = call
         self.scales = scales or [1] * len(active)  # the partials' literal factors (`_unscaled`)
+        self.kernel = kernel
 
     def run(self, f, args):
         """``f(*args)`` through the plan, or None if it is not the call the plan was made for:
@@ -316,6 +345,9 @@ class _Plan:
         for helper, code, defaults in self.helpers:
             if helper.__code__ is not code or helper.__defaults__ is not defaults:
                 return None
+        if self.reduce and parents and self.size >= LAZY_TOTAL and lazy_totals(parents[0].tape, self.size) \
+                and self.kernel.value_unread():
+            return None  # its value left pending (`_pending_sum`)
         bucket = self.bucket
         if bucket is None:
             results = self.whole(*values)
