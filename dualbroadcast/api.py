@@ -36,6 +36,7 @@ from .tape import (
     Tracked,
     backward,
     backward_rows,
+    drop_total,
     rows_at_a_time,
     settle,
     settle_total,
@@ -481,7 +482,10 @@ def _wanted(value, wanted):
     the sweep, which may overwrite buffers in place), else left uncomputed (`gradient` drops it)."""
     if type(value) is not Pending:
         return value
-    return settle_total(value, after_close=True).value if wanted else None
+    if wanted:
+        return settle_total(value, after_close=True).value
+    drop_total(value)
+    return None
 
 
 def gradient(f: Callable[..., Any], *args: Any) -> Any:

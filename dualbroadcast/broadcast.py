@@ -244,14 +244,13 @@ def _run(f, args, reduce, backend):
 
 def _pending_sum(kernel, values, parents, active_shapes, scales, backend):
     """A sum whose value a gradient may not read, recorded with its partials alone and its value left pending
-    (`tape.Pending`: computed by the value's own kernel when read), or None where the value is computed now
+    (`tape.Pending`: computed by the sum's kernel when read), or None where the value is computed now
     (`tape.lazy_totals`; `Kernel.value_unread`: not when the last ones were read)."""
     tape = parents[0].tape
     size = math.prod(np.broadcast_shapes(*[np.shape(v) for v in values]))
     if any(p.tape is not tape for p in parents) or not lazy_totals(tape, size) or not kernel.value_unread():
         return None
-    valueless, of_value = kernel.without_value(values)
-    _, partials, used, size = valueless(values, active_shapes, backend)
+    _, partials, used, size = kernel.without_value(values)(values, active_shapes, backend)
     call = KernelCall(kernel.name, len(parents), used, size, True)
     calls = _log.get()
     if calls is not None:
@@ -259,7 +258,7 @@ def _pending_sum(kernel, values, parents, active_shapes, scales, backend):
 
     def compute():
         kernel.value_read()
-        return of_value(values, [], backend)[0]
+        return kernel(values, active_shapes, backend)[0]
 
     backs = [kernel_pullback(p, s, (), tape.single_sweep, c)
              for p, s, c in zip(partials, active_shapes, scales or [1] * len(partials))]

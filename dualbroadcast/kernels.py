@@ -97,14 +97,14 @@ class Kernel:
         self.backends = {"numpy": _WholeArrays(self), "blocked": _Blocked(self), "numexpr": _Numexpr(self)}
         self.choice = BackendChoice(self)
         self.unscaled = None  # a sum's: (kernel, its partials' literal factors), `broadcast._unscaled`
-        self.split = None  # a sum's (kernel without the value, kernel of the value alone): `value_unread`
+        self.split = None  # a sum's kernel without the value (`without_value`)
         self.read_wait = self.read_backoff = 0  # `value_unread`'s calls to wait, and how long it waits next
 
     def value_unread(self):
         """Whether a sum's call in a gradient should leave its value pending (`tape.Pending`): computing the
-        partials without it, and the value by a second kernel if it is read after all (a pass more).  A read
-        value makes the next 1, 2, 4, ... (at most ``READ_WAIT_CAP``) calls compute it with the partials, as
-        when it is read every call (EAM's ``P² + P³``), where a call left pending costs the extra pass."""
+        partials without it (`without_value`), and the value by this kernel if it is read after all (a pass
+        more).  A read value makes the next 1, 2, 4, ... (at most ``READ_WAIT_CAP``) calls compute it with the
+        partials, as when it is read every call (EAM's ``P² + P³``), where a call left pending costs the pass."""
         if self.read_wait:
             self.read_wait -= 1
             return False
@@ -115,13 +115,12 @@ class Kernel:
         self.read_backoff = self.read_wait = min(2 * self.read_backoff or 1, READ_WAIT_CAP)
 
     def without_value(self, values):
-        """``(kernel of the partials alone, kernel of the value alone)`` for inputs like ``values``: the first
-        has a zero of the value's dtype in the value's place (blocked kernels do not sum it)."""
+        """This sum's kernel without its value, for inputs like ``values``: a zero of the value's dtype in the
+        value's place (blocked kernels do not sum it), the partials as they are."""
         if self.split is None:
             zero = np.dtype(self.value_dtype(values)).type(0)
-            graph = self.inputs[0].graph
-            self.split = (Kernel(graph, self.inputs, [zero] + self.outputs[1:], self.reduce, self.name, self.complex),
-                          Kernel(graph, self.inputs, self.outputs[:1], self.reduce, self.name, self.complex))
+            self.split = Kernel(self.inputs[0].graph, self.inputs, [zero] + self.outputs[1:], self.reduce, self.name,
+                                self.complex)
         return self.split
 
     def __call__(self, values, active_shapes, backend=None):

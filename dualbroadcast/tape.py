@@ -1502,17 +1502,31 @@ def settle_total(t, after_close=False):
     return t
 
 
+def drop_total(t):
+    """Release what the `Pending` ``t`` would be computed from (`gradient`'s result, once ``f`` returned: no read
+    may compute it any more): a sum of squares frees its squares before the sweep allocates the gradient, which
+    then reuses their memory, still in cache (benchmarks: sum(x**2) of 1e5 float32, ~5 us less)."""
+    _VALUE.__get__(t).compute = None
+
+
 def lazy_totals(tape, size):
     """Whether a total over ``size`` elements recorded on ``tape`` may be left `Pending`: a tape of `gradient`
     (``unread``: swept once, its result's value dropped; not nested, not recorded for a prepared program), no
     complex value, and a total that costs more than leaving it pending (about a microsecond when read after all).
     Not while another gradient or a `db.jvp` runs inside it: their values would hold a pending one."""
-    if size < LAZY_TOTAL or not tape.unread or tape.level or tape.recorder is not None or tape.complex \
-            or tape.closed or ACTIVE_TAPE.get() is not tape:
-        return False
-    from .forward import JVP_DEPTH  # (forward imports this module)
+    return size >= LAZY_TOTAL and tape.unread and not tape.level and tape.recorder is None and not tape.complex \
+        and not tape.closed and ACTIVE_TAPE.get() is tape and not _jvp_depth().get()
 
-    return not JVP_DEPTH.get()
+
+def _jvp_depth():
+    """`forward.JVP_DEPTH`, the db.jvp calls running (imported on first use: forward imports this module)."""
+    global _JVP_DEPTH
+    if _JVP_DEPTH is None:
+        from .forward import JVP_DEPTH as _JVP_DEPTH
+    return _JVP_DEPTH
+
+
+_JVP_DEPTH = None
 
 
 LAZY_TOTAL = 1 << 14  # elements: np.sum of 16384 float64 takes ~4 us
