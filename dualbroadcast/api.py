@@ -304,6 +304,8 @@ def _scalar_seed(out, tape):
     if type(out) is Pending:  # a total not computed yet (`_wanted` computes it if the value is wanted)
         if out.tape is tape:
             return out, out.dtype.type(1)
+        if out.tape.closed:
+            raise StaleValueError("the function returned a tracked value from another gradient evaluation")
         settle_total(out)
     if isinstance(out, (tuple, list, dict)):
         raise NonScalarOutputError(

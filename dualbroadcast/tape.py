@@ -1455,7 +1455,6 @@ Tracked.conj = Tracked.conjugate = lambda self: record_operation(np.conjugate, (
     if _is_complex(self.value) else self
 
 
-
 # --- totals whose value may go unread: computed when first read ----------------------------------
 class Pending(Tracked):
     """A tracked total (`np.sum` of a whole array, a `db.sum`) of a gradient whose value is computed when it is
@@ -1570,6 +1569,8 @@ for _name in {name for cls in (Tracked, Guarded) for name, a in vars(cls).items(
 # A total is one number: its dtype and sizes are known before its value.
 Pending.dtype = property(lambda self: _VALUE.__get__(self).dtype)
 Pending.shape, Pending.ndim, Pending.size = (), 0, 1
+Pending.__repr__ = lambda self: "Tracked(<a sum the gradient did not compute>)" if self.tape.closed \
+    else repr(settle_total(self))
 pytree.SETTLE[Pending] = settle_total
 
 # (forward.Dual, forward.apply_function), set by forward.py, which imports this module.
