@@ -221,3 +221,19 @@ def test_prepared_gradients_and_value_and_gradient_compute_every_total(sums_comp
     assert len(sums_computed) == 1
     prepared = db.prepare_gradient(f, x)
     np.testing.assert_allclose(prepared(x), 2 * x)
+
+
+def test_a_repeated_sum_is_left_pending_by_its_plan():
+    """The cached plan of a repeated `db.sum` (`broadcast._Plan`) leaves its value pending too, and computes it
+    by the whole kernel when read."""
+    x = _x((50,), np.float64)
+    f = lambda v: db.sum(lambda u: np.sin(u) * u, v)
+    for _ in range(3):
+        np.testing.assert_allclose(db.gradient(f, x), np.cos(x) * x + np.sin(x))
+    (plan,) = broadcast_module._plans.values()
+    assert plan.valueless
+    np.testing.assert_allclose(db.gradient(lambda v: np.sin(f(v)), x),
+                               np.cos(np.sum(np.sin(x) * x)) * (np.cos(x) * x + np.sin(x)))
+    value, g = db.value_and_gradient(f, x)
+    np.testing.assert_allclose(value, np.sum(np.sin(x) * x))
+    np.testing.assert_allclose(g, np.cos(x) * x + np.sin(x))
