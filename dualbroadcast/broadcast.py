@@ -301,7 +301,7 @@ class _Plan:
     """
 
     __slots__ = ("code", "defaults", "namespace", "bindings", "helpers", "signature", "whole", "reduce", "call",
-                 "shape", "bucket", "size", "scales", "kernel", "valueless")
+                 "shape", "bucket", "size", "scales", "kernel", "valueless", "unchosen")
 
     def __init__(self, f, kernel, values, active, reduce, call, reads, scales=None):
         self.code = f.__code__  # kept alive, so its id is not reused while this plan exists
@@ -314,6 +314,7 @@ class _Plan:
         self.size = values[0].size
         bucket = kernel.choice.buckets.get(self.size.bit_length())
         self.bucket = bucket if type(bucket) is kernels.Bucket else None  # an automatic choice to keep timing
+        self.unchosen = bucket is None  # made by a call left pending (`_pending_sum`) before the kernel chose
         # `run` checks the shapes; a ufunc of 0-d arrays gives NumPy scalars, no arrays a later one could write into
         self.whole = kernel.typed_whole(tuple(v.dtype for v in values), same_shape=values[0].ndim > 0)
         self.reduce = reduce
@@ -359,6 +360,12 @@ class _Plan:
             kind = Pending
         else:
             bucket = self.bucket
+            if self.unchosen:  # the value's first call since: the kernel chooses (a plan again if numpy)
+                chosen = self.kernel.choice.buckets.get(self.size.bit_length())
+                if chosen is None:
+                    return None
+                self.bucket = bucket = chosen if type(chosen) is kernels.Bucket else None
+                self.unchosen = False
             if bucket is None:
                 results = self.whole(*values)
             elif bucket.wait and bucket.backend == "numpy":  # the choice's timed warm path (`BackendChoice.run`)
