@@ -30,13 +30,16 @@ from .pullbacks import plain
 from .pytree import Cut, Uncut
 from .tape import (
     ACTIVE_TAPE,
+    Pending,
     RowsTooLarge,
     Tape,
     Tracked,
     backward,
     backward_rows,
+    drop_total,
     rows_at_a_time,
     settle,
+    settle_total,
     thaw,
     value_of,
 )
@@ -285,6 +288,8 @@ def _settled(out):
     """``out`` with its unrecorded slices (views) recorded: the sweep seeds outputs by tape index."""
     if type(out) is Tracked:
         return settle(out)
+    if type(out) is Pending:  # a total: never a view, and its value is left to `_wanted`
+        return out
     if not isinstance(out, _FLOAT_TYPES):
         for leaf in pytree.flatten(out)[0]:
             if type(leaf) is Tracked:
@@ -296,6 +301,12 @@ def _scalar_seed(out, tape):
     """The seed cotangent 1 for a scalar result; a clear error for anything else."""
     if type(out) is Tracked and out.tape is tape and type(out.value) in FLOAT_SCALARS:  # the usual case
         return out.value, type(out.value)(1)
+    if type(out) is Pending:  # a total not computed yet (`_wanted` computes it if the value is wanted)
+        if out.tape is tape:
+            return out, out.dtype.type(1)
+        if out.tape.closed:
+            raise StaleValueError("the function returned a tracked value from another gradient evaluation")
+        settle_total(out)
     if isinstance(out, (tuple, list, dict)):
         raise NonScalarOutputError(
             f"gradient needs a function with a real scalar result, but it returned a {type(out).__name__}; "
@@ -418,45 +429,65 @@ def value_and_gradient(f: Callable[..., Any], *args: Any) -> tuple[Any, Any]:
     >>> db.value_and_gradient(lambda x: np.sum(x**2), np.array([1.0, 2.0]))
     (np.float64(5.0), array([2., 4.]))
     """
+    return _value_and_gradient(f, args, True)
+
+
+def _value_and_gradient(f, args, wanted):
+    """`value_and_gradient` (``wanted``: the value is returned, else None in its place: `gradient`)."""
     tape = new_tape(single_sweep=True)
+    tape.unread = not wanted and not tape.level
     try:
         if len(args) == 1:  # the common calls first, without argument trees
             x = args[0]
             if type(x) is np.ndarray and x.dtype.kind == "f":
-                return _array_value_and_gradient(tape, f, x)
+                return _array_value_and_gradient(tape, f, x, wanted)
             if (type(x) is tuple or type(x) is list) and x and _PYTHON_FLOAT.issuperset(map(type, x)):
-                return _floats_value_and_gradient(tape, f, x)
-        return _value_and_gradient(tape, f, args)
+                return _floats_value_and_gradient(tape, f, x, wanted)
+        return _tree_value_and_gradient(tape, f, args, wanted)
     finally:
         tape.thaw()
         tape.release()  # after the evaluation's frame is gone: nothing else holds the records
 
 
-def _value_and_gradient(tape, f, args):
+def _tree_value_and_gradient(tape, f, args, wanted):
     call_args, arguments = _prepare(tape, args)
     out = _call_on_tape(tape, f, call_args, keep_collector_paused=True)
     value, seed = _scalar_seed(out, tape)
+    value = _wanted(value, wanted)
     grads = backward(tape, {out.index: seed}) if seed is not None else None
     return value, _one_or_tuple(_gradients(arguments, grads))
 
 
-def _array_value_and_gradient(tape, f, x):
+def _array_value_and_gradient(tape, f, x, wanted):
     """`value_and_gradient` of the most common call, one float array: no argument trees."""
     out = _call_on_tape(tape, f, (tape.leaf(x),), keep_collector_paused=True)
     value, seed = _scalar_seed(out, tape)
+    value = _wanted(value, wanted)
     g = None if seed is None else backward(tape, {out.index: seed})[0]
     return value, _leaf_gradient(g, x, set())
 
 
-def _floats_value_and_gradient(tape, f, xs):
+def _floats_value_and_gradient(tape, f, xs, wanted):
     """`value_and_gradient` of one tuple or list of Python floats (a small scalar model): its
     leaves are the tape's first inputs, its gradient the same kind of sequence of floats."""
     inputs = tape.leaves(list(map(np.float64, xs)))
     out = _call_on_tape(tape, f, (tuple(inputs) if type(xs) is tuple else inputs,), keep_collector_paused=True)
     value, seed = _scalar_seed(out, tape)
+    value = _wanted(value, wanted)
     if seed is None:  # a constant result
         return value, type(xs)([0.0] * len(xs))
     return value, type(xs)(_python_floats(backward(tape, {out.index: seed})[: len(xs)]))
+
+
+def _wanted(value, wanted):
+    """The result's value as `value_and_gradient` returns it: a `Pending` total computed if ``wanted`` (before
+    the sweep, which may overwrite buffers in place), else left uncomputed (`gradient` drops it)."""
+    if type(value) is not Pending:
+        return value
+    if wanted:
+        return settle_total(value, after_close=True).value
+    drop_total(value)
+    return None
 
 
 def gradient(f: Callable[..., Any], *args: Any) -> Any:
@@ -468,7 +499,7 @@ def gradient(f: Callable[..., Any], *args: Any) -> Any:
     >>> db.gradient(lambda x: np.sum(np.sin(x)), np.zeros(3))
     array([1., 1., 1.])
     """
-    return value_and_gradient(f, *args)[1]
+    return _value_and_gradient(f, args, False)[1]
 
 
 def pullback(f: Callable[..., Any], *args: Any) -> tuple[Any, Callable[[Any], Any]]:

@@ -47,7 +47,7 @@ from .pullbacks import (
     untracked,
 )
 from .registry import COMPLEX_RULES, SAME_RULE
-from .tape import Tracked, _edge, _edges, tape_of, vector_elements
+from .tape import LAZY_TOTAL, Pending, Total, Tracked, _edge, _edges, lazy_totals, tape_of, vector_elements
 
 CACHE_SIZE = 512
 _PLAIN = FLOAT_LEAVES | {Tracked, Dual}  # leaves of their own: the arguments need no tree walk
@@ -218,6 +218,14 @@ def _run(f, args, reduce, backend):
     active_shapes = [getattr(values[i], "shape", ()) for i in active]  # arrays, NumPy scalars or floats
     if duals and active:  # one output beside the value: the tangent, summed whole by db.sum
         active_shapes = [() if reduce else np.broadcast_shapes(*(np.shape(v) for v in values))]
+    elif reduce and active and recorder is None and not kernel.complex:
+        pending = _pending_sum(kernel, values, [inputs[i] for i in active], active_shapes, scales, backend)
+        if pending is not None:
+            call = pending.tape.operation(pending.index)
+            if treedef is None and call.backend == "numpy" and backend is None and FORCED_BACKEND.get() is None \
+                    and kernel.split.choice.chosen(call.size) == "numpy":  # later calls left pending by the plan
+                _plan(f, kernel, values, active, reduce, call, reads, scales)
+            return pending
     value, partials, used, size = kernel(values, active_shapes, backend)
     call = KernelCall(kernel.name, 1 if duals else len(active), used, size, reduce)
     calls = _log.get()
@@ -236,6 +244,29 @@ def _run(f, args, reduce, backend):
     if not active:
         return value
     return _record(parents, value, partials, active_shapes, call, scales=scales)
+
+
+def _pending_sum(kernel, values, parents, active_shapes, scales, backend):
+    """A sum whose value a gradient may not read, recorded with its partials alone and its value left pending
+    (`tape.Pending`: computed by the sum's kernel when read), or None where the value is computed now
+    (`tape.lazy_totals`; `Kernel.value_unread`: not when the last ones were read)."""
+    tape = parents[0].tape
+    size = math.prod(np.broadcast_shapes(*[np.shape(v) for v in values]))
+    if any(p.tape is not tape for p in parents) or not lazy_totals(tape, size) or not kernel.value_unread():
+        return None
+    _, partials, used, size = kernel.without_value(values)(values, active_shapes, backend)
+    call = KernelCall(kernel.name, len(parents), used, size, True)
+    calls = _log.get()
+    if calls is not None:
+        calls.append(call)
+
+    def compute():
+        kernel.value_read()
+        return kernel(values, active_shapes, backend)[0]
+
+    backs = [kernel_pullback(p, s, (), tape.single_sweep, c)
+             for p, s, c in zip(partials, active_shapes, scales or [1] * len(partials))]
+    return tape.record(Total(compute, kernel.value_dtype(values), tape), _edges(parents, backs), call, Pending)
 
 
 def _unscaled(kernel):
@@ -270,7 +301,7 @@ class _Plan:
     """
 
     __slots__ = ("code", "defaults", "namespace", "bindings", "helpers", "signature", "whole", "reduce", "call",
-                 "shape", "bucket", "size", "scales")
+                 "shape", "bucket", "size", "scales", "kernel", "valueless", "unchosen")
 
     def __init__(self, f, kernel, values, active, reduce, call, reads, scales=None):
         self.code = f.__code__  # kept alive, so its id is not reused while this plan exists
@@ -283,11 +314,14 @@ class _Plan:
         self.size = values[0].size
         bucket = kernel.choice.buckets.get(self.size.bit_length())
         self.bucket = bucket if type(bucket) is kernels.Bucket else None  # an automatic choice to keep timing
+        self.unchosen = bucket is None  # made by a call left pending (`_pending_sum`) before the kernel chose
         # `run` checks the shapes; a ufunc of 0-d arrays gives NumPy scalars, no arrays a later one could write into
         self.whole = kernel.typed_whole(tuple(v.dtype for v in values), same_shape=values[0].ndim > 0)
         self.reduce = reduce
         self.call = call
         self.scales = scales or [1] * len(active)  # the partials' literal factors (`_unscaled`)
+        self.kernel = kernel
+        self.valueless = None  # `_without_value`'s whole-array kernel (False: none fits), made on first use
 
     def run(self, f, args):
         """``f(*args)`` through the plan, or None if it is not the call the plan was made for:
@@ -316,17 +350,32 @@ class _Plan:
         for helper, code, defaults in self.helpers:
             if helper.__code__ is not code or helper.__defaults__ is not defaults:
                 return None
-        bucket = self.bucket
-        if bucket is None:
-            results = self.whole(*values)
-        elif bucket.wait and bucket.backend == "numpy":  # the choice's timed warm path (`BackendChoice.run`)
-            bucket.wait -= 1
-            start = kernels.clock()
-            results = self.whole(*values)
-            bucket.observe((kernels.clock() - start) / self.size)
+        kind = None
+        if self.reduce and parents and self.size >= LAZY_TOTAL and lazy_totals(parents[0].tape, self.size) \
+                and self.kernel.value_unread():  # its value left pending (`_pending_sum`)
+            results = self._without_value(values)
+            if results is None:
+                return None
+            value = Total(functools.partial(self._value, values), results[0].dtype, parents[0].tape)
+            kind = Pending
         else:
-            return None  # a runner-up is due, or took over: the kernel's own call
-        value = np.add.reduce(results[0], None) if self.reduce else results[0]
+            bucket = self.bucket
+            if self.unchosen:  # the value's first call since: the kernel chooses (a plan again if numpy)
+                chosen = self.kernel.choice.buckets.get(self.size.bit_length())
+                if chosen is None:
+                    return None
+                self.bucket = bucket = chosen if type(chosen) is kernels.Bucket else None
+                self.unchosen = False
+            if bucket is None:
+                results = self.whole(*values)
+            elif bucket.wait and bucket.backend == "numpy":  # the choice's timed warm path (`BackendChoice.run`)
+                bucket.wait -= 1
+                start = kernels.clock()
+                results = self.whole(*values)
+                bucket.observe((kernels.clock() - start) / self.size)
+            else:
+                return None  # a runner-up is due, or took over: the kernel's own call
+            value = np.add.reduce(results[0], None) if self.reduce else results[0]
         calls = _log.get()
         if calls is not None:
             calls.append(self.call)
@@ -342,9 +391,32 @@ class _Plan:
             back = fitting_kernel_pullback(results[1], tape.single_sweep, self.scales[0])  # partials of x's shape
             if x.view is not None:
                 back = _edge(x, back)  # first: settling a view moves its index
-            return tape.record(value, ((x.index, back),), self.call)
+            return tape.record(value, ((x.index, back),), self.call, kind)
         backs = [fitting_kernel_pullback(p, tape.single_sweep, c) for p, c in zip(results[1:], self.scales)]
-        return tape.record(value, _edges(parents, backs), self.call)
+        return tape.record(value, _edges(parents, backs), self.call, kind)
+
+    def _without_value(self, values):
+        """The whole-array results of the sum's kernel without its value (`Kernel.without_value`): a zero of the
+        value's dtype, then the partials; None where they are not arrays of the call's shape of their own."""
+        whole = self.valueless
+        if whole is None:
+            kernel = self.kernel.without_value(values)
+            whole = kernel.typed_whole(tuple(v.dtype for v in values), same_shape=values[0].ndim > 0)
+            results = whole(*values)
+            dtype = values[0].dtype
+            fits = all(kernel.fresh) and all(type(r) is np.ndarray and r.shape == self.shape and r.dtype == dtype
+                                             for r in results[1:])
+            self.valueless = whole if fits else False
+            return (np.zeros((), dtype),) + tuple(results[1:]) if fits else None
+        if whole is False:
+            return None
+        results = whole(*values)
+        return (np.zeros((), values[0].dtype),) + tuple(results[1:])
+
+    def _value(self, values):
+        """The pending value of a sum this plan left so (`_without_value`), read after all: the whole kernel's."""
+        self.kernel.value_read()
+        return np.add.reduce(self.whole(*values)[0], None)
 
 
 def _plan(f, kernel, values, active, reduce, call, reads, scales=None):

@@ -97,6 +97,31 @@ class Kernel:
         self.backends = {"numpy": _WholeArrays(self), "blocked": _Blocked(self), "numexpr": _Numexpr(self)}
         self.choice = BackendChoice(self)
         self.unscaled = None  # a sum's: (kernel, its partials' literal factors), `broadcast._unscaled`
+        self.split = None  # a sum's kernel without the value (`without_value`)
+        self.read_wait = self.read_backoff = 0  # `value_unread`'s calls to wait, and how long it waits next
+
+    def value_unread(self):
+        """Whether a sum's call in a gradient should leave its value pending (`tape.Pending`): computing the
+        partials without it (`without_value`), and the value by this kernel if it is read after all (a pass
+        more).  A read value makes the next 1, 2, 4, ... (at most ``READ_WAIT_CAP``) calls compute it with the
+        partials, as when it is read every call (EAM's ``P² + P³``), where a call left pending costs the pass."""
+        if self.read_wait:
+            self.read_wait -= 1
+            return False
+        return True
+
+    def value_read(self):
+        """A pending value of this sum was read: wait longer before the next is left pending."""
+        self.read_backoff = self.read_wait = min(2 * self.read_backoff or 1, READ_WAIT_CAP)
+
+    def without_value(self, values):
+        """This sum's kernel without its value, for inputs like ``values``: a zero of the value's dtype in the
+        value's place (blocked kernels do not sum it), the partials as they are."""
+        if self.split is None:
+            zero = np.dtype(self.value_dtype(values)).type(0)
+            self.split = Kernel(self.inputs[0].graph, self.inputs, [zero] + self.outputs[1:], self.reduce, self.name,
+                                self.complex)
+        return self.split
 
     def __call__(self, values, active_shapes, backend=None):
         """Return ``(value, partials, backend, size)``; partials reduced to ``active_shapes`` if reducing."""
@@ -519,11 +544,17 @@ def _finish(kernel, results, shape, active_shapes):
     """
     value, partials = results[0], results[1:]
     if kernel.reduce:
-        value = np.add.reduce(value if np.shape(value) == shape else np.broadcast_to(value, shape), axis=None)
+        if np.shape(value) != shape and type(value) is not np.ndarray and value == 0:  # no value (`without_value`)
+            value = np.zeros((), np.result_type(value))
+        else:
+            value = np.add.reduce(value if np.shape(value) == shape else np.broadcast_to(value, shape), axis=None)
         return value, _summed(partials, shape, active_shapes, kernel.fresh)
     if np.shape(value) != shape or not isinstance(value, np.ndarray):
         value = np.array(np.broadcast_to(value, shape))
     return value, [p if fresh else np.array(p) for p, fresh in zip(partials, kernel.fresh)]
+
+
+READ_WAIT_CAP = 256  # calls: a sum whose value is always read pays a pass more in one call of 257
 
 
 def _kind(v):

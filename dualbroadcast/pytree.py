@@ -80,6 +80,7 @@ class Uncut(Cut):
 # A treedef is (kind, aux, children_treedefs); a leaf is LEAF.
 LEAF = None
 _PLAIN_LEAVES = {float, int, bool, complex, str, type(None), np.ndarray, np.float64, np.float32, np.int64}
+SETTLE = {}  # leaf type -> what a leaf of it is flattened as: `tape.Pending`'s value computed (`tape.settle_total`)
 
 
 def _is_namedtuple(x):
@@ -280,7 +281,8 @@ def _visit(x, leaves, in_progress):
     if node is None:
         if callable(x) and not isinstance(x, np.ndarray) and not hasattr(x, "__array_ufunc__"):
             return ("static", x, ())  # code, not data: ufuncs, builtins, classes
-        leaves.append(x)
+        settle = SETTLE.get(type(x))
+        leaves.append(x if settle is None else settle(x))
         return LEAF
     kind, aux, children = node
     in_progress.add(id(x))

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from . import pytree
 from .chunked import is_chunked, not_chunkwise
 from .errors import (
     InPlaceMutationError,
@@ -80,6 +81,7 @@ class Tape:
     level met in one of its operations is a constant of it (see `innermost`).
     ``view_bases``: ``{index: (shape, dtype)}`` of every value that unrecorded slices
     (views, see `Tracked`) were taken of: the shape of the gradient buffer they add into.
+    ``unread``: the result's value will not be returned (`gradient`): totals may be left `Pending`.
     ``view_products``: ``{index: [view index, record, partial, ...]}`` for the same values, flat
     (a tuple per product made slices B 3.5% slower in benchmarks.ab):
     the cotangents ``grads[record] * partial`` of scalar products of views (`_binary`),
@@ -87,7 +89,7 @@ class Tape:
     """
 
     __slots__ = ("records", "closed", "single_sweep", "collector_pause", "recorder", "inputs", "view_bases",
-                 "view_products", "kept", "complex", "level", "__weakref__")
+                 "view_products", "kept", "complex", "level", "unread", "__weakref__")
 
     def __init__(self, single_sweep=False, recorder=None, level=0):
         self.records = []
@@ -101,6 +103,7 @@ class Tape:
         self.kept = []
         self.complex = False
         self.level = level
+        self.unread = False
 
     # --- the record format, read by explain and replay through these (the sweep reads it inline) ---
     def operation(self, i):
@@ -196,11 +199,12 @@ class Tape:
             tracked.append(t)
         return tracked
 
-    def record(self, ans, edges, operation):
+    def record(self, ans, edges, operation, kind=None):
         """Append the operation that made ``ans`` and return its tracked result.
 
         ``edges``: a tuple of ``(parent index, pullback)`` pairs, which the sweep iterates
         as they are (pairing parents with pullbacks there cost a zip per record).
+        ``kind``: `Pending` for a total whose value ``ans`` is a `Total`, computed when read.
         """
         records = self.records
         records.append((edges, operation))
@@ -208,8 +212,12 @@ class Tape:
             self.grew_long()
         # Tracked(ans, self, index) without its __init__ frame, once per operation (here, in `leaves`, `_binary`
         # and `Tracked.__getitem__`): benchmarks.ab measured foldminus 7% and slices B 3% faster so.
-        t = _new_tracked(Tracked)
-        t.value = ans
+        if kind is None:
+            t = _new_tracked(Tracked)
+            t.value = ans
+        else:  # (a `Pending`'s value slot is hidden by its property)
+            t = _new_tracked(kind)
+            _VALUE.__set__(t, ans)
         t.tape = self
         t.index = len(records) - 1
         t.view = None
@@ -751,12 +759,17 @@ def record_operation(func, args, kwargs):
     x = args[0] if args else None
     if kind == PER_ARGUMENT and not kwargs and type(x) is Tracked and (tape := x.tape).recorder is None \
             and not tape.complex and not tape.level and rule.makers and rule.makers[0] is not None \
-            and (len(args) == 1 or Tracked not in map(type, args[1:])):
+            and (len(args) == 1 or TRACKED.isdisjoint(map(type, args[1:]))):
         # Specialised: only the first argument tracked, no keywords (np.exp(x), x[i], np.sum(x, 0)).
         # np.sin of a scalar records in 3.5 us here, 5.2 us on the general path below.
         if tape.closed:
             _check_tape(None, tape)
         rest = args[1:]
+        if not rest and TOTALS.get(func) is rule and type(v := x.value) is np.ndarray and v.dtype.kind == "f" \
+                and lazy_totals(tape, v.size):  # its pullback reads no value: computed when read (`Pending`)
+            back = _edge(x, rule.makers[0](None, v))
+            return tape.record(Total(functools.partial(rule.plain, v), v.dtype, tape), ((x.index, back),), func,
+                               Pending)
         ans = rule.plain(x.value, *rest)
         if type(ans) not in FLOAT_SCALARS and not _is_float(ans):
             return _not_float(tape, func, args, ans)
@@ -773,8 +786,9 @@ def record_operation(func, args, kwargs):
     if recorder is not None and _nested_in_recording(recorder.tape, sequence):
         recorder = None  # an operation of a gradient taken inside the recorded function: its own tape records it
     if (kwargs or rest) and (rule is not None or recorder is not None) \
-            and Tracked in map(type, [*kwargs.values(), *rest]):
-        if rule is not None and rule.tracked_keywords is not None and Tracked in map(type, kwargs.values()):
+            and not TRACKED.isdisjoint(map(type, [*kwargs.values(), *rest])):
+        if rule is not None and rule.tracked_keywords is not None \
+                and not TRACKED.isdisjoint(map(type, kwargs.values())):
             return rule.tracked_keywords(*args, **kwargs)  # its NumPy calls are recorded one by one
         if nested is not None and all(v.tape is not nested.tape or v.index in nested.inactive
                                       for v in [*kwargs.values(), *rest] if type(v) is Tracked):
@@ -931,6 +945,8 @@ def _unwrap(sequence):
     positions = []
     tape = None
     for i, a in enumerate(sequence):
+        if type(a) is Pending:  # an argument NumPy did not dispatch on (np.full_like's fill value)
+            settle_total(a)
         if type(a) is Tracked:
             if a.tape is not tape or tape.closed:
                 if tape is not None and a.tape.level != tape.level:
@@ -1449,6 +1465,125 @@ Tracked.conj = Tracked.conjugate = lambda self: record_operation(np.conjugate, (
     if _is_complex(self.value) else self
 
 
+# --- totals whose value may go unread: computed when first read ----------------------------------
+class Pending(Tracked):
+    """A tracked total (`np.sum` of a whole array, a `db.sum`) of a gradient whose value is computed when it is
+    first read, so that a gradient that never reads it never computes it: ``db.gradient(lambda x:
+    np.sum(x**2), x)`` needs ``2x``, not the sum (issue 18's dead values, in the eager tape).
+
+    Its record is an ordinary one (the pullbacks of a total never read its value).  Any read of ``value`` computes
+    it (`settle_total`) and makes the object a plain `Tracked` in place; so does every entry into the library
+    (NumPy's protocols and the operators, which NumPy and Python hand to the subclass first, methods, attributes,
+    `pytree.flatten`, hence `db.sum`, `db.cut`, nested gradients).  Only `gradient`'s tape makes them
+    (`lazy_totals`; `value_and_gradient` returns the value, so computes it as it goes).  A read after the gradient
+    returned (a value kept from inside ``f``) is a clear error, since what it was computed from may have changed.
+    """
+
+    __slots__ = ()
+    value = property(lambda self: settle_total(self).value)
+
+
+class Total:
+    """What a `Pending` holds in place of its value: ``compute()`` gives it, of ``dtype``, while ``tape`` is open."""
+
+    __slots__ = ("compute", "dtype", "tape")
+
+    def __init__(self, compute, dtype, tape):
+        self.compute, self.dtype, self.tape = compute, dtype, tape
+
+
+_VALUE = Tracked.value  # the slot Pending's property hides: Tracked.value.__get__(t) reads it as stored
+
+
+def settle_total(t, after_close=False):
+    """``t`` with its value computed: a `Pending` becomes a plain `Tracked` in place (anything else is returned
+    as it is).  ``after_close``: the gradient's own result, read by `value_and_gradient` once ``f`` returned."""
+    if type(t) is Pending:
+        total = _VALUE.__get__(t)
+        if total.tape.closed and not after_close:
+            raise StaleValueError(
+                "the value of a sum computed inside a differentiated function was read after the gradient "
+                "returned; db.gradient leaves a sum it does not need uncomputed. Return it with "
+                "db.value_and_gradient, or store db.cut(s) inside the function"
+            )
+        _VALUE.__set__(t, total.compute())
+        t.__class__ = Tracked
+    return t
+
+
+def drop_total(t):
+    """Release what the `Pending` ``t`` would be computed from (`gradient`'s result, once ``f`` returned: no read
+    may compute it any more): a sum of squares frees its squares before the sweep allocates the gradient, which
+    then reuses their memory, still in cache (benchmarks: sum(x**2) of 1e5 float32, ~5 us less)."""
+    _VALUE.__get__(t).compute = None
+
+
+def lazy_totals(tape, size):
+    """Whether a total over ``size`` elements recorded on ``tape`` may be left `Pending`: a tape of `gradient`
+    (``unread``: swept once, its result's value dropped; not nested, not recorded for a prepared program), no
+    complex value, and a total that costs more than leaving it pending (about a microsecond when read after all).
+    Not while another gradient or a `db.jvp` runs inside it: their values would hold a pending one."""
+    return size >= LAZY_TOTAL and tape.unread and not tape.level and tape.recorder is None and not tape.complex \
+        and not tape.closed and ACTIVE_TAPE.get() is tape and not _jvp_depth().get()
+
+
+def _jvp_depth():
+    """`forward.JVP_DEPTH`, the db.jvp calls running (imported on first use: forward imports this module)."""
+    global _JVP_DEPTH
+    if _JVP_DEPTH is None:
+        from .forward import JVP_DEPTH as _JVP_DEPTH
+    return _JVP_DEPTH
+
+
+_JVP_DEPTH = None
+
+
+LAZY_TOTAL = 1 << 14  # elements: np.sum of 16384 float64 takes ~4 us
+TOTALS = {}  # function -> its rule, whose pullbacks read no result and whose total of a float array has its dtype
+# (np.sum's, declared in rules/reductions.py; one a user registers again is not in it)
+
+
+def _settle_all(x):
+    """`settle_total` on every `Pending` in ``x`` and in the lists, tuples and dicts it holds."""
+    kind = type(x)
+    if kind is Pending:
+        settle_total(x)
+    elif kind is list or kind is tuple:
+        for a in x:
+            _settle_all(a)
+    elif kind is dict:
+        for a in x.values():
+            _settle_all(a)
+
+
+def _settling(name):
+    """Pending's ``name``: its arguments' (and its own) totals computed, then `Tracked`'s ``name``."""
+    attribute = getattr(Tracked, name)
+    if isinstance(attribute, property):
+        return property(lambda self: attribute.__get__(settle_total(self)))
+
+    def method(self, *args, **kwargs):
+        settle_total(self)
+        _settle_all(args)
+        _settle_all(kwargs)
+        return attribute(self, *args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+for _name in {name for cls in (Tracked, Guarded) for name, a in vars(cls).items()
+              if (callable(a) or isinstance(a, property)) and name not in ("__init__", "__init_subclass__",
+                                                                          "__subclasshook__", "__new__")}:
+    setattr(Pending, _name, _settling(_name))
+# A total is one number: its dtype and sizes are known before its value.
+Pending.dtype = property(lambda self: _VALUE.__get__(self).dtype)
+Pending.shape, Pending.ndim, Pending.size = (), 0, 1
+TRACKED = frozenset((Tracked, Pending))  # the types of tracked values: a `Pending` is one until it is computed
+Pending.__repr__ = lambda self: "Tracked(<a sum the gradient did not compute>)" if self.tape.closed \
+    else repr(settle_total(self))
+pytree.SETTLE[Pending] = settle_total
+
 # (forward.Dual, forward.apply_function), set by forward.py, which imports this module.
 FORWARD = [None, None]
 
@@ -1464,7 +1599,7 @@ def primitive(f: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args, **kwargs):
         for a in args:  # a loop, not any(...): no generator per call (a plain call 0.7 -> 0.3 us)
             kind = type(a)
-            if kind is Tracked:
+            if kind is Tracked or kind is Pending:
                 return record_operation(wrapper, args, kwargs)
             if kind is Sym:
                 return a.graph.primitive(wrapper, f, args, kwargs)

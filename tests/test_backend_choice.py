@@ -94,7 +94,11 @@ def chosen(x):
 
 
 def _kernels():
-    return list(broadcast_module._cache.values())
+    """The cached kernels, and the variants a gradient runs: a sum's without literal factors (`_unscaled`), and
+    without its value where it leaves that pending (`Kernel.without_value`)."""
+    cached = list(broadcast_module._cache.values())
+    cached += [k.unscaled[0] for k in cached if k.unscaled and k.unscaled[0] is not k]
+    return cached + [k.split for k in cached if k.split]
 
 
 TRUE_COSTS = {"numpy": 4e-9, "blocked": 1e-9, "numexpr": 2e-9}

@@ -75,6 +75,7 @@ from ..errors import UnsupportedFunctionError
 from ..guards import Guarded
 from ..pullbacks import as_array, unbroadcast
 from ..registry import RULES, defcomposition, defjvp, deflinear, defvjp, defvjp_outputs
+from ..tape import TOTALS
 
 
 def expand(g, shape, axis, keepdims):
@@ -918,6 +919,7 @@ def add_reduceat_vjp(ans, array, indices, axis=0, dtype=None, out=None):
 
 defvjp(np.sum, sum_vjp)
 RULES[np.sum].plain = sum_plain
+TOTALS[np.sum] = RULES[np.sum]  # sum_vjp reads no ``ans``: a gradient may leave the total pending
 defvjp(np.mean, mean_vjp)
 defvjp(np.prod, prod_vjp)
 for _extreme in (np.max, np.amax, np.min, np.amin):  # amax/amin are separate functions in NumPy 2
