@@ -27,7 +27,7 @@ from .broadcast import _unscaled
 from .derivatives import DERIVATIVES
 from .expr import UfuncOperators
 from .kernel_source import _infer_dtypes, _out_dtypes
-from .kernels import FORCED_BACKEND, BackendChoice, Kernel, _chunks, _kind
+from .kernels import FORCED_BACKEND, BackendChoice, _chunks, _kind
 from .numpy_facts import as_dtype, getitem, source_of
 from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpacked
 from .pullbacks import (
@@ -103,7 +103,7 @@ def compile_program(program, guard_failed):
     ``run(leaf_values, out=None) -> (value, gradients of the active leaves)``, and
     ``gradient(...)``, the same without the value: forward steps only the value needed
     are left out, and a forward region's kernel whose value nothing else reads runs
-    without it (`_valueless`).  With ``out`` (one array per active leaf) the gradients
+    without it (`Kernel.without_value`).  With ``out`` (one array per active leaf) the gradients
     are written there instead and ``out`` is returned in their place.
 
     A program of one leaf, a Python float or an array, differentiated, also gets ``one(x)``: the call
@@ -545,7 +545,7 @@ class _Forward(_Writer):
         """The kernel on its recorded backend and shapes; blocked with buffers of its own when the
         shapes allow (no allocation per call), else the recorded backend.  A forward region's (``backend``
         None) runs blocked, or on the backend `kernels.set_backend` forced when it was compiled, or as
-        ``db.sum`` chooses; ``valueless``: its variant without the value (`_valueless`).  A sum's partials
+        ``db.sum`` chooses; ``valueless``: its variant without the value (`Kernel.without_value`).  A sum's partials
         without their literal factors (`broadcast._unscaled`; `kernel_adjoints` multiplies the cotangent)."""
         kernel, backend = _unscaled(step.kernel)[0] if step.reduce else step.kernel, step.backend
         examples = [np.zeros(*self.p.meta[r]) if type(r) is int else r.value for r in step.refs]
@@ -943,8 +943,8 @@ def _region_runner(kernel, valueless, examples, shape, size, active_shapes, bloc
     ``CHOSEN_MIN`` elements under a `kernels.BackendChoice` that corrects a bad first timing (`_chosen`), on
     fewer timed once here (`_fastest`: a choice's ~1 us a call would cost more than a wrong pick); else as
     ``db.sum`` chooses."""
-    if valueless:
-        kernel = _valueless(kernel, examples)
+    if valueless:  # what the gradient alone needs when nothing else reads the sum (`Kernel.without_value`)
+        kernel = kernel.without_value(examples)
     forced = FORCED_BACKEND.get()
     candidates = []
     if blockable and forced in (None, "blocked"):
@@ -1063,14 +1063,6 @@ def _whole_runner(kernel, valueless, examples, shape, active_shapes):
         return np.add.reduce(results[0], None), results[1:]
 
     return run
-
-
-def _valueless(kernel, examples):
-    """A forward region's kernel without its value (a zero of its dtype in its place): what the gradient
-    alone needs when nothing else reads the sum (``sum(arctan2(x, 2))`` needs only ``2 / (x*x + 4)``)."""
-    zero = np.dtype(kernel.value_dtype(examples)).type(0)
-    return Kernel(kernel.inputs[0].graph, kernel.inputs, [zero] + kernel.outputs[1:], kernel.reduce, kernel.name,
-                  kernel.complex)
 
 
 def _partials_typed_as_value(kernel, examples):
