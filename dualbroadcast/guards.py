@@ -99,6 +99,46 @@ class Guarded:
             "new array instead: np.where(mask, v, x), np.concatenate, or x + np.eye(...) * v"
         )
 
+    # ndarray methods and attributes whose NumPy function takes other arguments
+    def clip(self, min=None, max=None, out=None, **kwargs):
+        """``x.clip(0)``: ndarray's, one bound alone allowed (``np.clip(x, 0)`` is NumPy's TypeError)."""
+        if out is not None:
+            kwargs["out"] = out
+        return np.clip(self, min, max, **kwargs)
+
+    def compress(self, condition, axis=None, out=None):
+        return np.compress(condition, self, axis) if out is None else np.compress(condition, self, axis, out)
+
+    def __divmod__(self, other):
+        return np.divmod(self, other)
+
+    def __rdivmod__(self, other):
+        return np.divmod(other, self)
+
+    mT = property(lambda self: np.matrix_transpose(self))
+    flat = property(lambda self: np.ravel(self), doc="``np.ravel(x)``: read by index or iterated, never written")
+
+    def _sorts_in_place(self, *args, **kwargs):
+        raise InPlaceMutationError("x.sort() sorts x in place, which would drop its gradient; write x = np.sort(x)")
+
+    def _partitions_in_place(self, *args, **kwargs):
+        raise InPlaceMutationError("x.partition(k) reorders x in place, which would drop its gradient; write "
+                                   "x = np.partition(x, k)")
+
+    def _writes_in_place(self, *args, **kwargs):
+        raise InPlaceMutationError("x.fill, x.put, x.resize, x.setfield and x.byteswap(True) write into x in place, "
+                                   "which would drop its gradient; build the new array instead: np.full_like(x, v) "
+                                   "(np.zeros_like(x) + v of a tracked v), np.where, np.resize(x, shape)")
+
+    sort = _sorts_in_place
+    partition = _partitions_in_place
+    fill = put = resize = setfield = _writes_in_place
+
+    def byteswap(self, inplace=False):
+        if inplace:
+            self._writes_in_place()
+        raise ValueConversionError(_CONVERSION.format(what=".byteswap()"))
+
     # y += x: NumPy writes into y's memory, a tracked value is rebound to the new value (`_update`)
     def __iadd__(self, other):
         return _update(self, other, operator.add, "+=")
