@@ -94,6 +94,7 @@ class Guarded:
         raise ValueConversionError(_CONVERSION.format(what=".tolist()"))
 
     def __setitem__(self, index, value):
+        _write_without_gradient(self)
         raise InPlaceMutationError(
             "x[...] = v would mutate a tracked array in place and drop its gradient; build the "
             "new array instead: np.where(mask, v, x), np.concatenate, or x + np.eye(...) * v"
@@ -204,6 +205,7 @@ def _update(y, v, op, symbol):
     writes in place: ``y``'s shape and dtype (cast as NumPy's ``same_kind``), and an error for a ``y``
     whose memory another array shares (a slice, ``x.T``): NumPy would change that array too."""
     if _views_another(y):
+        _write_without_gradient(y)
         raise InPlaceMutationError(_VIEW_UPDATE.format(symbol=symbol, op=symbol[:-1]))
     new = op(y, v)
     old, value = _innermost(y), _innermost(new)
@@ -217,6 +219,15 @@ def _update(y, v, op, symbol):
                             "rule 'same_kind', as NumPy; write y = y " + symbol[:-1] + " v for a new array")
         new = new.astype(dtype)
     return new
+
+
+def _write_without_gradient(x):
+    """A write into a value a prepared program's recording traces without a gradient (computed from cut
+    arguments alone): plain NumPy in `db.gradient`, which a replay cannot repeat: the recording is left to it."""
+    if x.index is not None and RECORDER.get() is not None:
+        recorder = _recorder_of(x)
+        if recorder is not None and x.index in recorder.inactive:
+            raise NotReplayableError("a value computed from cut arguments alone was written in place")
 
 
 def _innermost(x):
