@@ -35,6 +35,10 @@ _TO_ARRAY = (
 )
 
 
+UFUNC_AT = ("{name} mutates an array in place and would drop its gradient; build the result functionally "
+            "(np.where, np.bincount on a constant index)")
+
+
 class NotReplayableError(ValueConversionError):
     """A prepared gradient's recording turned a traced argument into a plain array (np.vectorize, np.asarray):
     a replay could not see its new values, so `prepare_gradient` leaves that call signature to `gradient`."""

@@ -262,3 +262,17 @@ def test_writes_into_values_of_cut_arguments_in_prepared_programs(f):
         np.testing.assert_allclose(db.gradient(f, x, db.cut(c))[0], y + 3 * x ** 2, rtol=1e-13)
         np.testing.assert_allclose(prepared(x, db.cut(c))[0], y + 3 * x ** 2, rtol=1e-13)
         np.testing.assert_allclose(prepared_hvp(x, db.cut(c), vectors=(T, None))[0], 6 * x * T, rtol=1e-13)
+
+
+# --- np.add.at in forward mode ---------------------------------------------------------------------------
+# db.jvp and db.hvp refused it advising "write y = np.add.at(...) instead", which returns None.
+def add_at(x):
+    z = x * 1.0
+    np.add.at(z, [0, 1, 1], x[:3])
+    return np.sum(z ** 2)
+
+
+def test_ufunc_at_says_what_to_write_in_every_mode():
+    for run in every_mode(add_at, X).values():
+        with pytest.raises(db.InPlaceMutationError, match=r"np\.add\.at mutates an array in place.*np\.bincount"):
+            run()
