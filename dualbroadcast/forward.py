@@ -40,7 +40,7 @@ import numpy as np
 from . import tape
 from .derivatives import DERIVATIVES
 from .errors import InPlaceMutationError, ShapeMismatchError, UnsupportedFunctionError, ValueConversionError
-from .guards import Guarded, NotReplayableError
+from .guards import UFUNC_AT, Guarded, NotReplayableError
 from .numpy_facts import ARRAY_METHODS, FLOAT_SCALARS, as_dtype, astype, getitem, qualified_name
 from .pullbacks import IndexPullback, apply, untracked
 from .registry import (
@@ -215,7 +215,9 @@ def _ufunc_method(ufunc, method, inputs, kwargs):
     """``ufunc.method(...)`` on duals: ``outer`` as the ufunc of reshaped arguments, the others by the rule
     registered on the bound method (``np.add.reduce``: np.sum's), as on the tape."""
     name = f"np.{ufunc.__name__}.{method}"
-    if kwargs.get("out") is not None or method == "at":
+    if method == "at":  # np.add.at: the message says what to write; y = np.add.at(...) would be wrong
+        raise InPlaceMutationError(UFUNC_AT.format(name=name))
+    if kwargs.get("out") is not None:
         raise InPlaceMutationError(_OUT.format(name=name, example=f"{name}(...)"))
     if method == "outer" and ufunc.signature is None:
         a, b = inputs

@@ -35,6 +35,10 @@ _TO_ARRAY = (
 )
 
 
+UFUNC_AT = ("{name} mutates an array in place and would drop its gradient; build the result functionally "
+            "(np.where, np.bincount on a constant index)")
+
+
 class NotReplayableError(ValueConversionError):
     """A prepared gradient's recording turned a traced argument into a plain array (np.vectorize, np.asarray):
     a replay could not see its new values, so `prepare_gradient` leaves that call signature to `gradient`."""
@@ -94,10 +98,76 @@ class Guarded:
         raise ValueConversionError(_CONVERSION.format(what=".tolist()"))
 
     def __setitem__(self, index, value):
+        _write_without_gradient(self)
         raise InPlaceMutationError(
             "x[...] = v would mutate a tracked array in place and drop its gradient; build the "
             "new array instead: np.where(mask, v, x), np.concatenate, or x + np.eye(...) * v"
         )
+
+    # ndarray methods and attributes whose NumPy function takes other arguments
+    def clip(self, min=None, max=None, out=None, **kwargs):
+        """``x.clip(0)``: ndarray's, one bound alone allowed (``np.clip(x, 0)`` is NumPy's TypeError)."""
+        if out is not None:
+            kwargs["out"] = out
+        return np.clip(self, min, max, **kwargs)
+
+    def compress(self, condition, axis=None, out=None):
+        return np.compress(condition, self, axis) if out is None else np.compress(condition, self, axis, out)
+
+    def __divmod__(self, other):
+        return np.divmod(self, other)
+
+    def __rdivmod__(self, other):
+        return np.divmod(other, self)
+
+    mT = property(lambda self: np.matrix_transpose(self))
+    flat = property(lambda self: np.ravel(self), doc="``np.ravel(x)``: read by index or iterated, never written")
+
+    def _sorts_in_place(self, *args, **kwargs):
+        raise InPlaceMutationError("x.sort() sorts x in place, which would drop its gradient; write x = np.sort(x)")
+
+    def _partitions_in_place(self, *args, **kwargs):
+        raise InPlaceMutationError("x.partition(k) reorders x in place, which would drop its gradient; write "
+                                   "x = np.partition(x, k)")
+
+    def _writes_in_place(self, *args, **kwargs):
+        raise InPlaceMutationError("x.fill, x.put, x.resize, x.setfield and x.byteswap(True) write into x in place, "
+                                   "which would drop its gradient; build the new array instead: np.full_like(x, v) "
+                                   "(np.zeros_like(x) + v of a tracked v), np.where, np.resize(x, shape)")
+
+    sort = _sorts_in_place
+    partition = _partitions_in_place
+    fill = put = resize = setfield = _writes_in_place
+
+    def byteswap(self, inplace=False):
+        if inplace:
+            self._writes_in_place()
+        raise ValueConversionError(_CONVERSION.format(what=".byteswap()"))
+
+    # y += x: NumPy writes into y's memory, a tracked value is rebound to the new value (`_update`)
+    def __iadd__(self, other):
+        return _update(self, other, operator.add, "+=")
+
+    def __isub__(self, other):
+        return _update(self, other, operator.sub, "-=")
+
+    def __imul__(self, other):
+        return _update(self, other, operator.mul, "*=")
+
+    def __itruediv__(self, other):
+        return _update(self, other, operator.truediv, "/=")
+
+    def __ifloordiv__(self, other):
+        return _update(self, other, operator.floordiv, "//=")
+
+    def __imod__(self, other):
+        return _update(self, other, operator.mod, "%=")
+
+    def __ipow__(self, other):
+        return _update(self, other, operator.pow, "**=")
+
+    def __imatmul__(self, other):
+        return _update(self, other, operator.matmul, "@=")
 
     def __bool__(self):
         if RECORDER.get() is None:  # the common case first: no call of `_recorder_of`
@@ -124,3 +194,61 @@ class Guarded:
             return measure(self.value)
         recorder = _recorder_of(self)
         return measure(self.value) if recorder is None else recorder.guard(self, measure)
+
+
+_VIEW_UPDATE = (
+    "y {symbol} v on a tracked y that is a view of another array (a slice y = x[i], x.T, x.reshape, x.ravel(), "
+    "...) would write through into that array in NumPy, which a tracked value cannot do: its gradient and "
+    "the other array's value would be silently wrong. Build the new array instead: y = y {op} v for the view "
+    "alone, or x = np.where(mask, ..., x) / np.concatenate for the array it views."
+)
+
+
+def _update(y, v, op, symbol):
+    """``y op= v``: the new value ``y op v`` (JAX's ``y = y op v``) where that is NumPy's result, which
+    writes in place: ``y``'s shape and dtype (cast as NumPy's ``same_kind``), and an error for a ``y``
+    whose memory another array shares (a slice, ``x.T``): NumPy would change that array too."""
+    if _views_another(y):
+        _write_without_gradient(y)
+        raise InPlaceMutationError(_VIEW_UPDATE.format(symbol=symbol, op=symbol[:-1]))
+    new = op(y, v)
+    old, value = _innermost(y), _innermost(new)
+    if np.shape(value) != np.shape(old):
+        raise ValueError(f"non-broadcastable output operand with shape {np.shape(old)} doesn't match the "
+                         f"broadcast shape {np.shape(value)} (y {symbol} v keeps y's shape)")
+    dtype, new_dtype = np.result_type(old), np.result_type(value)
+    if new_dtype != dtype:
+        if not np.can_cast(new_dtype, dtype, "same_kind"):
+            raise TypeError(f"y {symbol} v cannot cast its {new_dtype} result to y's dtype {dtype} with casting "
+                            "rule 'same_kind', as NumPy; write y = y " + symbol[:-1] + " v for a new array")
+        new = new.astype(dtype)
+    return new
+
+
+def _write_without_gradient(x):
+    """A write into a value a prepared program's recording traces without a gradient (computed from cut
+    arguments alone): plain NumPy in `db.gradient`, which a replay cannot repeat: the recording is left to it."""
+    if x.index is not None and RECORDER.get() is not None:
+        recorder = _recorder_of(x)
+        if recorder is not None and x.index in recorder.inactive:
+            raise NotReplayableError("a value computed from cut arguments alone was written in place")
+
+
+def _innermost(x):
+    """The plain value of a tracked or dual value of any level."""
+    while isinstance(x, Guarded):
+        x = x.value
+    return x
+
+
+def _views_another(x):
+    """Whether ``x``'s memory is another array's too (a slice, ``x.T``, ``x.reshape``): not asked of an
+    argument of f, whose caller's array f's result does not see."""
+    while isinstance(x, Guarded):
+        if getattr(x, "view", None) is not None:  # a slice of a tracked value (`tape.Tracked.view`)
+            return True
+        index = getattr(x, "index", None)
+        if index is not None and x.tape.records[index] is None:  # an input of its tape
+            return False
+        x = x.value
+    return isinstance(x, np.ndarray) and x.base is not None

@@ -94,13 +94,14 @@ def _ufunc_name(ufunc):
 
 
 # The ndarray methods a tracked or dual value has, each the NumPy function of the same name (x.sum(...) is
-# np.sum(x, ...)).
+# np.sum(x, ...)); those whose arguments differ from the function's (x.clip(0)) are `guards.Guarded`'s.
 ARRAY_METHODS = [
     ("sum", np.sum), ("mean", np.mean), ("prod", np.prod), ("max", np.max), ("min", np.min),
     ("std", np.std), ("var", np.var), ("cumsum", np.cumsum), ("cumprod", np.cumprod),
     ("ravel", np.ravel), ("squeeze", np.squeeze), ("swapaxes", np.swapaxes),
     ("repeat", np.repeat), ("take", np.take), ("diagonal", np.diagonal), ("trace", np.trace),
-    ("dot", np.dot), ("clip", np.clip), ("round", np.round), ("copy", np.copy),
-    ("argmax", np.argmax), ("argmin", np.argmin), ("argsort", np.argsort),
+    ("dot", np.dot), ("round", np.round), ("copy", np.copy),
+    ("argmax", np.argmax), ("argmin", np.argmin), ("argsort", np.argsort), ("argpartition", np.argpartition),
+    ("searchsorted", np.searchsorted),
     ("nonzero", np.nonzero), ("any", np.any), ("all", np.all),
 ]

@@ -168,19 +168,22 @@ class Recorder:
             return self.index_of(a), a.value
         if type(a) in (tuple, list) and _holds_traced(a):
             return self.pack(func, a)
+        if type(a) is slice and _holds_traced(_bounds(a)):
+            return self.pack(func, a)
         return Const(a), a
 
     def pack(self, func, items):
-        """A tuple or list holding traced values (``x[i, 0]`` with ``i = np.argmax(d)``), rebuilt from
-        their new values on replay.  Such a value has no gradient path, so it must carry none."""
-        refs, values = zip(*[self.reference(func, a) for a in items])
+        """A tuple, list or slice holding traced values (``x[i, 0]`` with ``i = np.argmax(d)``, ``x[:i + 1]``),
+        rebuilt from their new values on replay.  Such a value has no gradient path, so it must carry none."""
+        kind = type(items)
+        refs, values = zip(*[self.reference(func, a) for a in (_bounds(items) if kind is slice else items)])
         if any(type(r) is int and r not in self.inactive for r in refs):
             raise UnsupportedFunctionError(
-                f"{qualified_name(func)} got a differentiated value inside a {type(items).__name__}, where "
+                f"{qualified_name(func)} got a differentiated value inside a {kind.__name__}, where "
                 "its gradient cannot be followed; pass it as an argument of its own, or db.cut it"
             )
-        value = type(items)(values)
-        return Pack(type(items), list(refs), value), value
+        value = slice(*values) if kind is slice else kind(values)
+        return Pack(kind, list(refs), value), value
 
     def index_of(self, t):
         """The value index of ``t``, traced on this tape; the tape's clear error for a tracked value of
@@ -308,8 +311,13 @@ def _copied(value):
 
 
 def _holds_traced(items):
-    """Whether a tuple or list holds a traced value, at any depth."""
-    return any(type(a) is Tracked or (type(a) in (tuple, list) and _holds_traced(a)) for a in items)
+    """Whether a tuple or list holds a traced value, at any depth (a slice's bounds included)."""
+    return any(type(a) is Tracked or (type(a) in (tuple, list) and _holds_traced(a))
+               or (type(a) is slice and _holds_traced(_bounds(a))) for a in items)
+
+
+def _bounds(s):
+    return s.start, s.stop, s.step
 
 
 class Program:

@@ -16,7 +16,8 @@ class Const:
 
 
 class Pack:
-    """A tuple or list argument holding traced values: per item a value index or a `Const`;
+    """A tuple, list or slice argument holding traced values: per item (a slice's start, stop, step) a value
+    index or a `Const`;
     ``value`` is the recorded one (for its shape)."""
 
     __slots__ = ("kind", "refs", "value")

@@ -392,7 +392,7 @@ class _Writer:
             return f"v{r}"
         if type(r) is Pack:
             items = "".join(f"{self.ref(m)}, " for m in r.refs)
-            return f"({items})" if r.kind is tuple else f"[{items}]"
+            return f"({items})" if r.kind is tuple else f"[{items}]" if r.kind is list else f"slice({items})"
         return self.space.bind(r.value)
 
     def args(self, step):

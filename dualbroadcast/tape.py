@@ -29,7 +29,7 @@ from .errors import (
     UnsupportedFunctionError,
 )
 from .expr import Sym
-from .guards import RECORDER, Guarded, NotReplayableError
+from .guards import RECORDER, UFUNC_AT, Guarded, NotReplayableError
 from .numpy_facts import ARRAY_METHODS, FLOAT_SCALARS, INFIX, REAL_FLOATS, astype, getitem, qualified_name
 from .pullbacks import (
     FACTORS,
@@ -1280,10 +1280,7 @@ def _ufunc_method(ufunc, method, inputs, kwargs):
     if kwargs.get("out") is not None:
         raise InPlaceMutationError(_OUT.format(name=name, example=f"{name}(...)"))
     if method == "at":
-        raise InPlaceMutationError(
-            f"{name} mutates an array in place and would drop its gradient; "
-            "build the result functionally (np.where, np.bincount on a constant index)"
-        )
+        raise InPlaceMutationError(UFUNC_AT.format(name=name))
     if method == "outer" and ufunc.signature is None:
         a, b = inputs
         return ufunc(np.reshape(a, np.shape(a) + (1,) * np.ndim(b)), b, **kwargs)

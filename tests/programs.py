@@ -155,6 +155,23 @@ def draw(stream, shape):
 
 def weights(k, shape):
     return np.cos(np.arange(math.prod(shape), dtype=DT) + k).reshape(shape)
+
+
+def updated(a, b):  # augmented assignments on a value of its own, one read before them
+    y = a + 0.0 * b  # tracked if b is (a plain y += tracked b is refused: it cannot hold a gradient)
+    z = np.sin(y)
+    y += b
+    y *= z
+    y -= 0.5 * b
+    y /= 2.0
+    return y
+
+
+def view_updated(a, b):  # NumPy writes through the slice into y
+    y = a * 1.0
+    v = y[..., :1]
+    v += b
+    return y * 1.0
 '''
 
 
@@ -856,12 +873,26 @@ def mutation_step(draw, pool, name):
     return Step(name, f"(lambda c: ({use}, c.fill(100.0))[0])({constant})", (x.name,), refusable=True)
 
 
+def update_step(draw, pool, name):
+    """Augmented assignments (``y += b``): on a value of its own, NumPy's result; on a slice, which NumPy writes
+    through into the array it views, a clear error or that array's new value."""
+    a = pick(draw, pool, lambda v: len(v.shape) >= 1)
+    if a is None:
+        return None
+    if draw(st.booleans()):
+        b = pick(draw, pool, lambda v: broadcast(a.shape, v.shape) == a.shape)
+        return Step(name, "updated({0}, {1})", (a.name, b.name))
+    b = pick(draw, pool)
+    return Step(name, "view_updated({0}, np.sum({1}))", (a.name, b.name), refusable=True)
+
+
 DRAWERS = [
     elementwise_step, elementwise_step, elementwise_step, reduction_step, kernel_step, getitem_step, reshape_step,
     contraction_step, cumulative_step, norm_step, transpose_step, new_axis_step, join_step, copies_step,
     diagonal_step, take_step, copy_step, loop_step, einsum_step, matrix_step, cut_step, kernel_step, escape_step,
     mutation_step, complex_kernel_step,
 ]
+WITH_UPDATES = DRAWERS + [update_step]  # test_random_programs' (test_prepare_hvp's draws with it: see hunt2's report)
 
 
 def accepted(step, trace):
@@ -879,7 +910,7 @@ SCALAR_KINDS = ["0-d array", "numpy scalar", "python float"]
 
 
 @st.composite
-def programs(draw, max_steps=8):
+def programs(draw, max_steps=8, drawers=DRAWERS):
     """A random `Program` of 1-3 inputs of broadcasting shapes and up to ``max_steps`` steps.
 
     Its example inputs give finite values of moderate size everywhere (others are rejected).
@@ -903,7 +934,7 @@ def programs(draw, max_steps=8):
         name = f"v{n_inputs + k}"
         step = None
         while step is None or not accepted(step, program.trace):
-            step = draw(st.sampled_from(DRAWERS))(draw, pool, name)
+            step = draw(st.sampled_from(drawers))(draw, pool, name)
         program.steps.append(step)
         pool.append(Value(name, np.shape(program.trace.values[name])))
         if step.body:

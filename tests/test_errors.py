@@ -195,7 +195,7 @@ def test_out_message_suggests_the_same_function():
 
 
 def test_augmented_assignment_on_a_tracked_array_is_functional():
-    # x += 1 on a tracked x rebinds x (Tracked has no __iadd__): no mutation, right gradient
+    # x += 1 on a tracked x rebinds x (guards._update, JAX's x = x + 1): no mutation, right gradient
     def f(x):
         x += 1.0
         x *= x

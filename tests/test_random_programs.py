@@ -41,7 +41,7 @@ SLOW_DRAWS = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.dat
 
 def check_program(data, jax_share):
     """Draw a program and run every check on it (JAX on one program in ``jax_share``)."""
-    program = data.draw(programs.programs(), label="program")
+    program = data.draw(programs.programs(drawers=programs.WITH_UPDATES), label="program")
     event("near a kink: no finite differences or JAX" if program.trace.kink <= programs.KINK_MARGIN else "smooth")
     event(f"{sum(step.body is not None for step in program.steps)} kernel(s)")
     grads = programs.check_gradient(program)
