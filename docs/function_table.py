@@ -69,11 +69,11 @@ def family(rule):
 
 def differentiated():
     """``{family: [public names of each function]}`` of the library's own rules (not the internal scatter a
-    gradient of a gradient records, which no user calls)."""
+    gradient of a gradient records, the next orders of a series partial: no user calls them)."""
     families = {}
     for func, rule in RULES.items():
-        if getattr(func, "__module__", "") == "dualbroadcast.pullbacks":
-            continue
+        if (getattr(func, "__module__", None) or "").startswith(("dualbroadcast.pullbacks", "dualbroadcast.rules.")):
+            continue  # internal: a gradient of a gradient's scatter, a series partial's next order
         kind = family(rule)
         if kind not in ("user", None):
             families.setdefault(kind, []).append(public_names(func))

@@ -122,6 +122,7 @@ def computed_partial(f, name=None):
 
     if name is not None:
         partial.__name__ = partial.__qualname__ = name
+    partial.__module__ = __name__  # an internal derivative, not a function users call (docs/function_table.py)
     DERIVATIVES[partial] = (None,) * len(inspect.signature(f).parameters)
     return partial
 
