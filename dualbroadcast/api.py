@@ -435,7 +435,7 @@ def value_and_gradient(f: Callable[..., Any], *args: Any) -> tuple[Any, Any]:
 def _value_and_gradient(f, args, wanted):
     """`value_and_gradient` (``wanted``: the value is returned, else None in its place: `gradient`)."""
     tape = new_tape(single_sweep=True)
-    tape.unread = not wanted and not tape.level
+    tape.unread = not wanted
     try:
         if len(args) == 1:  # the common calls first, without argument trees
             x = args[0]
@@ -540,9 +540,10 @@ def pullback(f: Callable[..., Any], *args: Any) -> tuple[Any, Callable[[Any], An
 def _check_keys(given, expected, what, whose):
     """A tree paired leaf by leaf with another (tangents, cotangents) whose dicts have other keys: its leaves
     would go to other entries, silently."""
-    if given is not pytree.LEAF and pytree.dict_keys(given) and pytree.dict_keys(given) != pytree.dict_keys(expected):
-        raise ShapeMismatchError(f"{what} has dicts with keys {pytree.dict_keys(given)}, {whose} "
-                                 f"{pytree.dict_keys(expected)}; give it the same structure")
+    keys = pytree.dict_keys(given)
+    if keys and keys != pytree.dict_keys(expected):
+        raise ShapeMismatchError(f"{what} has dicts with keys {keys}, {whose} {pytree.dict_keys(expected)}; give "
+                                 "it the same structure")
 
 
 def _pullback_seeds(out_leaves, ybar_leaves, cast=None):

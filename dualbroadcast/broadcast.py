@@ -31,7 +31,7 @@ from .errors import KernelError
 from .expr import Graph, Sym, _is_boolean, complex_kernel_message, derivatives, trace, without_cuts
 from .expr import _cut as _cut_op
 from .forward import Dual, check_enclosing
-from .guards import RECORDER, Guarded
+from .guards import RECORDER, Guarded, untracked
 from .kernel_source import _infer_dtypes, _scalar_nodes, needed_nodes
 from .kernels import FORCED_BACKEND, Kernel, _kind
 from .numpy_facts import FLOAT_LEAVES, FLOAT_SCALARS, REAL_FLOATS, getitem
@@ -44,7 +44,6 @@ from .pullbacks import (
     fitting_kernel_pullback,
     kernel_pullback,
     unbroadcast,
-    untracked,
 )
 from .registry import COMPLEX_RULES, SAME_RULE
 from .tape import LAZY_TOTAL, Pending, Total, Tracked, _edge, _edges, lazy_totals, tape_of, vector_elements

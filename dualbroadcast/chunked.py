@@ -327,7 +327,7 @@ def _taylor(f, leaves, treedef, activity, order, backend):
     derivatives as in memory, to the order asked for (never beyond it: `_order` refuses a third level)."""
     import dask
 
-    from .pullbacks import untracked
+    from .guards import untracked
 
     active = [p for p, (leaf, on) in enumerate(zip(leaves, activity)) if on and _is_differentiated(leaf)]
     bases = [untracked(leaf) for leaf in leaves]
@@ -545,7 +545,7 @@ def sum_blocks(f: Callable[..., Any], data: Any, *params: Any) -> Any:
     activity = pytree.leaf_activity(treedef)
     order = _order(leaves, activity)
     if order:  # inside db.jvp, db.hvp, db.hessian: the params' Taylor polynomial, as for db.sum (`_taylor`)
-        from .pullbacks import untracked
+        from .guards import untracked
         values = [untracked(leaf) for leaf in leaves]
         active = [p for p, (leaf, on) in enumerate(zip(leaves, activity)) if on and _is_differentiated(leaf)]
         big = [p for p, v in enumerate(values) if is_chunked(v)]
@@ -645,7 +645,7 @@ def _on_block_taylor(context, blocks, wrt, order):
     gradient is its value, the Hessian's rows its pullbacks of one-hot cotangents, the program's value is read
     on the way): one kernel of second order, as `hessian` runs, giving all three."""
     from .api import gradient, pullback, value_and_gradient
-    from .pullbacks import untracked
+    from .guards import untracked
 
     program, leaves = _block_program(context, blocks, wrt)
     params = tuple(np.asarray(leaves[p], np.result_type(leaves[p])) for p in wrt)

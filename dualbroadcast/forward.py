@@ -40,9 +40,9 @@ import numpy as np
 from . import tape
 from .derivatives import DERIVATIVES
 from .errors import InPlaceMutationError, ShapeMismatchError, UnsupportedFunctionError, ValueConversionError
-from .guards import UFUNC_AT, Guarded, NotReplayableError
+from .guards import UFUNC_AT, Guarded, NotReplayableError, untracked
 from .numpy_facts import ARRAY_METHODS, FLOAT_SCALARS, as_dtype, astype, getitem, qualified_name
-from .pullbacks import IndexPullback, apply, untracked
+from .pullbacks import IndexPullback, apply
 from .registry import (
     COMPLEX_RULES,
     COMPOSITION,

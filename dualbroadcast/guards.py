@@ -212,7 +212,7 @@ def _update(y, v, op, symbol):
         _write_without_gradient(y)
         raise InPlaceMutationError(_VIEW_UPDATE.format(symbol=symbol, op=symbol[:-1]))
     new = op(y, v)
-    old, value = _innermost(y), _innermost(new)
+    old, value = untracked(y), untracked(new)
     if np.shape(value) != np.shape(old):
         raise ValueError(f"non-broadcastable output operand with shape {np.shape(old)} doesn't match the "
                          f"broadcast shape {np.shape(value)} (y {symbol} v keeps y's shape)")
@@ -234,8 +234,9 @@ def _write_without_gradient(x):
             raise NotReplayableError("a value computed from cut arguments alone was written in place")
 
 
-def _innermost(x):
-    """The plain value of a tracked or dual value of any level."""
+def untracked(x):
+    """``x``'s value untracked by any gradient, to read its shape or dtype (never to choose elements:
+    `pullbacks.plain`)."""
     while isinstance(x, Guarded):
         x = x.value
     return x

@@ -397,8 +397,7 @@ class PreparedGradient:
         """``self(x)`` of one argument that the thread's last program did not take: one array, one float, or one
         tuple or list of floats by a cheap key, the program that replays it kept as the thread's ``one`` for the
         next call; anything else by `_evaluate`."""
-        if self.unchanged is not None and not self.unchanged():
-            self._forget()
+        self._check_globals()
         x = args[0]
         kind = type(x)
         if kind is tuple or kind is list:
@@ -440,8 +439,7 @@ class PreparedGradient:
 
     def _array_into(self, args, out):
         """``self(x, out=out)`` of one array ``x`` into one array: `_evaluate` less its branches."""
-        if self.unchanged is not None and not self.unchanged():
-            self._forget()
+        self._check_globals()
         x = args[0]
         try:
             programs = self.local.variants.get(((x.shape, x.dtype),), ())

@@ -66,13 +66,6 @@ def plain(x):
     return x
 
 
-def untracked(x):
-    """``x``'s value untracked by any gradient, to read its shape or dtype (never to choose elements: `plain`)."""
-    while isinstance(x, Guarded):
-        x = x.value
-    return x
-
-
 def unbroadcast(g, shape):
     """Sum ``g`` over the axes that broadcasting added or stretched, back to ``shape``."""
     gshape = np.shape(g)

@@ -29,7 +29,7 @@ from .errors import (
     UnsupportedFunctionError,
 )
 from .expr import Sym
-from .guards import RECORDER, UFUNC_AT, Guarded, NotReplayableError
+from .guards import RECORDER, UFUNC_AT, Guarded, NotReplayableError, untracked
 from .numpy_facts import ARRAY_METHODS, FLOAT_SCALARS, INFIX, REAL_FLOATS, astype, getitem, qualified_name
 from .pullbacks import (
     FACTORS,
@@ -43,7 +43,6 @@ from .pullbacks import (
     own_buffer,
     scalar_pullback,
     scatter,
-    untracked,
 )
 from .registry import (
     COMPOSITION,
