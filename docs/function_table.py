@@ -5,7 +5,7 @@
     python docs/function_table.py --missing  # what JAX or autograd differentiate and we do not (needs both)
 
 A function's family is the rules module that registers it; the nondifferentiable functions are listed
-with the reason their results carry no gradient.  ``tests/test_docs.py`` checks the README holds the
+with the reason their results carry no gradient.  ``tests/docs/test_docs.py`` checks the README holds the
 table this prints.
 """
 
@@ -199,7 +199,7 @@ NOT_APPLICABLE = {
                     _INDEX_BUILDERS),
     **dict.fromkeys(["np.bartlett", "np.blackman", "np.hamming", "np.hanning", "np.kaiser"], _WINDOWS),
     **dict.fromkeys(["np.fft.fftfreq", "np.fft.rfftfreq"], "no rule needed: NumPy computes them with arithmetic "
-                    "the tape records, so a tracked spacing d works (tests/test_fft.py)"),
+                    "the tape records, so a tracked spacing d works (tests/rules/test_fft.py)"),
     **dict.fromkeys(["np.histogram", "np.histogram2d", "np.histogramdd", "np.histogram_bin_edges"], _HISTOGRAMS),
     "scipy.special.zeta": "a Python function over the ufunc scipy.special._zeta, which has the rule (in x and q)",
 }

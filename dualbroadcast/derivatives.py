@@ -9,7 +9,7 @@ with NumPy functions and operators only, so they also run on symbolic kernel
 expressions, and with Python-float constants, so float32 stays float32.
 
 Where a function has a kink or a tie, the comments next to its entry state the
-value chosen; tests/test_conventions.py pins each in every mode.
+value chosen; tests/rules/test_conventions.py pins each in every mode.
 """
 
 import math

@@ -19,7 +19,7 @@ A partial derivative computed in forward mode becomes a pullback in exactly two 
 rules of elementwise functions and the operators' fast path), and `kernel_pullback` for a partial
 computed by a `db.sum`/`db.broadcast` kernel.  Beside each, its ``*_source`` twin writes the same
 cotangent as source text for prepared replay's code generator, which asks it instead of knowing
-the formula; ``tests/test_pullbacks.py`` checks each pair computes the same.
+the formula; ``tests/tape/test_pullbacks.py`` checks each pair computes the same.
 """
 
 import functools

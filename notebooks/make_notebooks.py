@@ -3,7 +3,7 @@
 The notebooks are generated so that they stay small, reviewable and free of
 outputs; edit the cells here and run this script again.  Each one runs top to
 bottom in a fresh kernel in under a minute (``QUICK = True``) from the repository
-root or from this folder; ``tests/test_notebooks.py`` executes all of them.
+root or from this folder; ``tests/docs/test_notebooks.py`` executes all of them.
 """
 
 from pathlib import Path

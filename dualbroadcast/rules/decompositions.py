@@ -11,8 +11,8 @@ Each output has its own pullback (the formulas are linear in the output cotangen
 are those of Giles 2008 ("An extended collection of matrix derivative results") for eig, eigh and
 svd, Townsend 2016 for the complement terms of a non-square svd, Murray 2016 for Cholesky, Walter &
 Lehmann 2010 (arXiv:1001.1654) for a tall or square QR (a wide one splits A = [A₁ A₂], R₂ = QᵀA₂),
-Golub & Pereyra 1973 for pinv; ``tests/test_decompositions.py`` checks each against ``jax.vjp`` (float64 and
-complex128) and ``tests/test_rules.py`` against finite differences (complex128: in x and y apart).
+Golub & Pereyra 1973 for pinv; ``tests/rules/test_decompositions.py`` checks each against ``jax.vjp`` (float64 and
+complex128) and ``tests/rules/test_rules.py`` against finite differences (complex128: in x and y apart).
 
 Complex matrices, in JAX's convention (rules/complex.py).  Every formula but eig's is written with ``Xᴴ``,
 as the literature writes complex matrix derivatives, for the pairing Re tr(Āᴴ dA): for a real matrix it is
@@ -36,7 +36,7 @@ Conventions:
   for any loss that does not depend on their signs or phases (u uᴴ, U diag(s) Vᴴ, v conj(v₀)).  A loss that
   depends on the phases (Re u₀₀) gets JAX's gauge: for eigh and svd the derivative along the path on which
   V's phases are held, Im diag(Vᴴ dV) = 0 (svd's U's turn with V's); LAPACK's phases follow no such path,
-  so finite differences of such a loss disagree (tests/test_decompositions.py pins the path).  eig's
+  so finite differences of such a loss disagree (tests/rules/test_decompositions.py pins the path).  eig's
   eigenvectors are LAPACK's, each of unit norm with its largest component real, and that normalisation is
   differentiated (as JAX does): exact for every loss, finite differences agree.
 * Repeated values.  Two eigenvalues or singular values equal within rounding (8 n ε max|v|) are a tie,

@@ -22,7 +22,7 @@ np.nanmax's, ``add``/``multiply.accumulate`` np.cumsum's and np.cumprod's.
 derivative table's rule.  ``np.average(..., returned=True)`` is differentiated in
 both results (an outputs rule: the sum of weights in ``weights``).
 
-Conventions (each pinned by tests/test_conventions.py):
+Conventions (each pinned by tests/rules/test_conventions.py):
 
 * max/min (and the ``inf``/``-inf``/``1``/``-1`` norms, which are maxima or
   minima too): tied extremes share the cotangent equally.  An element that

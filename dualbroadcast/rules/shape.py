@@ -19,7 +19,7 @@ axis, NumPy's padding of the identity, and median, see `_pad_medians`).
 
 Convention: ``np.pad`` in the modes maximum and minimum gives a padded element's
 cotangent to one element of its stretch, the last of equal maxima and the first of
-equal minima (pinned in ``tests/test_shape_rules.py``); median to the one or two
+equal minima (pinned in ``tests/rules/test_shape_rules.py``); median to the one or two
 middle elements of the stretch sorted by value, then by position.
 
 ``np.atleast_1d`` (several arrays: a tuple of results), ``np.broadcast_arrays``, ``np.meshgrid``,

@@ -17,7 +17,7 @@ transpose of a linear map, written with NumPy operations on the cotangent ``g``:
 * ``np.interp`` is linear in ``fp`` with two weights per point, ``1 - t`` and ``t``;
   ``linspace`` is ``start (1 - t) + stop t`` with ``t = linspace(0, 1)``.
 
-Conventions (each pinned by tests/test_signal.py):
+Conventions (each pinned by tests/rules/test_signal.py):
 
 * ``np.interp`` at a knot ``xp[j]`` has the derivative in ``x`` of the interval to its right
   (the one NumPy evaluates there), at the last knot ``xp[-1]`` that of the last interval, and

@@ -2,7 +2,7 @@
 
 A `Case` names the registered function it exercises and builds, from
 hypothesis's ``draw`` and a dtype, a function of float arrays and the arrays to
-differentiate it at.  ``tests/test_rules.py`` sweeps every case against finite
+differentiate it at.  ``tests/rules/test_rules.py`` sweeps every case against finite
 differences in float64 and float32, and fails if a registered rule has no case.
 A case calls its function through `call`, which draws the calling form too.
 """

@@ -1,6 +1,6 @@
 """Cases for the rules of complex numbers' own functions (real, imag, conj, angle, real_if_close).
 
-In float64 and float32 they see real arguments (the real rules); ``tests/test_rules.py`` sweeps them,
+In float64 and float32 they see real arguments (the real rules); ``tests/rules/test_rules.py`` sweeps them,
 with every case whose function has a rule for complex values, in complex128 too (`uniform` draws
 complex values for a complex dtype).
 """
@@ -30,7 +30,7 @@ def build_angle(draw, dtype):
 def build_real_if_close(draw, dtype):
     """real_if_close of real values, or of complex ones whose imaginary parts are far from 0 (it returns them
     as they are); imaginary parts within ``tol`` machine epsilons of 0 are dropped, a jump no finite
-    difference in y sees (tests/test_complex.py checks that branch)."""
+    difference in y sees (tests/rules/test_complex.py checks that branch)."""
     shape = array_shape(draw, min_dims=0)
     return call(draw, np.real_if_close, X, tol=draw(st.sampled_from([100, 1000]))), [uniform(draw, shape, dtype)]
 

@@ -152,7 +152,7 @@ def build_clip_one_bound(draw, dtype):
     return call(draw, np.clip, X, **{form[:-1]: bound}), [x]
 
 
-# Cases a kernel runs too (tests/test_kernel_rules.py): one value per element, arguments by position.
+# Cases a kernel runs too (tests/kernels/test_kernel_rules.py): one value per element, arguments by position.
 KERNEL_CASES = [ufunc_case(f) for f in UNARY + list(ARITY)] + [alias_case(a, f) for a, f in ALIASES.items()] + [
     Case(np.where, build_where),
     Case(np.clip, build_clip),

@@ -2,7 +2,7 @@
 
 ``case.func`` is the mirror function (``special.logsumexp``, ``stats.norm.logpdf``): they are
 primitives with rules of their own, registered when ``dualbroadcast.scipy`` is imported, so
-``tests/test_scipy_functions.py`` checks that every mirrored function has a case here.  SciPy's
+``tests/rules/test_scipy_functions.py`` checks that every mirrored function has a case here.  SciPy's
 distributions compute in float64 whatever the input's dtype: their cases cast the result back to the
 input's (`in_dtype_of`), so the sweep's float32-in, float32-out check holds and a float32 argument's
 cotangent is seen to come back in float32.

@@ -64,7 +64,7 @@ def specs():
 
 SPECS = specs()
 # Complex results for real arguments too: reverse rules only, no kernel cases.  Of real arguments a case
-# returns the real and imaginary parts (a gradient is of a real function); tests/test_rules.py sweeps them in
+# returns the real and imaginary parts (a gradient is of a real function); tests/rules/test_rules.py sweeps them in
 # float64, float32 and complex128 (real and imaginary parts both drawn from the interval).
 COMPLEX_VALUED = {} if sc is None else {
     sc.wofz: [(-2, 2)], sc.hankel1: [1.5, (0.5, 4)], sc.hankel2: [1.5, (0.5, 4)], sc.hankel1e: [0.5, (0.5, 4)],

@@ -26,7 +26,7 @@ def coordinates(dtype):
 
 def interp_case(dtype, interp, args, fp_index):
     """The case of ``interp`` at ``args``; in complex dtypes of fp alone (``args[fp_index]``), x and xp held constant
-    (they are real: the complex sweep moves every argument in both directions; tests/test_complex.py
+    (they are real: the complex sweep moves every argument in both directions; tests/rules/test_complex.py
     checks x's and xp's gradients of a complex interpolation against JAX)."""
     if np.dtype(dtype).kind != "c":
         return cast_to(interp), args

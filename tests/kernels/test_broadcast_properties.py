@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import dualbroadcast as db
 from dualbroadcast.pullbacks import unbroadcast
 
-from .cases import broadcast_shapes, reset_streams, uniform
+from ..cases import broadcast_shapes, reset_streams, uniform
 
 SETTINGS = settings(max_examples=100, deadline=None)
 BACKENDS = [None, "numpy", "blocked", "numexpr"]

@@ -3,7 +3,7 @@
 
 Checked three ways: finite differences in x and y separately (written out here, not through
 check_gradient), `jax.grad`/`jax.vjp` in complex128 (skipped without JAX), and by hand.
-The rules' sweep in complex128 is in tests/test_rules.py.
+The rules' sweep in complex128 is in tests/rules/test_rules.py.
 """
 
 import numpy as np
@@ -228,7 +228,7 @@ def test_a_wrong_complex_rule_is_caught_by_check_gradient():
     db.check_gradient(lambda z: np.sum(np.abs(square(z))), Z)
 
 
-# --- kernels: holomorphic functions of complex numbers (every backend: tests/test_complex_kernels.py) -----
+# --- kernels: holomorphic functions of complex numbers (every backend: tests/kernels/test_complex_kernels.py) -----
 KERNELS = {
     "polynomial": lambda a: a**3 - 2 * a + 1j,
     "exp sin": lambda a: np.exp(a) * np.sin(a) / (1 + a * a),

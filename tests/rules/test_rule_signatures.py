@@ -4,7 +4,7 @@ A vjp maker is called as ``maker(ans, *args, **kwargs)`` with the arguments as t
 so a keyword reaches the maker by NumPy's name.  A maker that names a parameter otherwise, or
 swallows keywords with ``**kwargs``, computes a gradient for arguments the user did not pass: the
 clip rule named its bounds ``lo``/``hi``, so ``np.clip(x, a_min=0.1, a_max=1.1)`` had gradient 1
-everywhere.  The signature of each maker is compared with its function's here; ``tests/test_rules.py``
+everywhere.  The signature of each maker is compared with its function's here; ``tests/rules/test_rules.py``
 draws every case in the calling forms NumPy accepts.
 """
 
@@ -19,7 +19,7 @@ from dualbroadcast.registry import COMPLEX_RULES, COMPOSITION, OUTPUTS, PER_ARGU
 from dualbroadcast.rules import BUILTIN_RULES
 from dualbroadcast.tape import Tracked
 
-from .cases.elementwise import DOMAINS
+from ..cases.elementwise import DOMAINS
 
 P = inspect.Parameter
 POSITIONAL = (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)

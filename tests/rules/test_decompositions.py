@@ -35,7 +35,7 @@ def jax_gradient(f, *args):
 
 def assert_matches_jax(f_numpy, f_jax, *args):
     """db.gradient of ``f_numpy`` equals jax.grad of ``f_jax`` (the same function; finite differences are
-    tests/test_rules.py's, over the same rules)."""
+    tests/rules/test_rules.py's, over the same rules)."""
     ours = db.gradient(f_numpy, *args)
     theirs = jax_gradient(f_jax, *args)
     for a, b in zip(ours if len(args) > 1 else (ours,), theirs if len(args) > 1 else (theirs,)):

@@ -9,7 +9,7 @@ Skipped without JAX.  One drawn example a case per run: JAX runs each call op by
 
 In complex128 (complex computations are not recorded as prepared programs) the oracle makes the one call a
 case draws (`cases.call` keeps its form) on JAX and compares ``jax.grad`` of a real projection of it; a case
-of several calls is compared with JAX in tests/test_complex.py.
+of several calls is compared with JAX in tests/rules/test_complex.py.
 """
 
 import inspect
@@ -25,8 +25,8 @@ from dualbroadcast.numpy_facts import astype, getitem
 from dualbroadcast.program import Const, Guard, KernelStep, Step
 from dualbroadcast.registry import OUTPUTS, SEQUENCE
 
-from .cases import Arg, all_cases, complex_cases, filled, reset_streams
-from .test_rules import projection
+from ..cases import Arg, all_cases, complex_cases, filled, reset_streams
+from ..rules.test_rules import projection
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
@@ -34,7 +34,7 @@ jsp = pytest.importorskip("jax.scipy.special")
 
 CASES = all_cases()
 
-# Where this library's documented convention gives a number and JAX gives NaN (tests/test_conventions.py pins
+# Where this library's documented convention gives a number and JAX gives NaN (tests/rules/test_conventions.py pins
 # ours): there the elements JAX leaves NaN are not compared.
 JAX_GIVES_NAN = {
     np.std: "std of a constant slice (one element) has gradient 0 here, a subgradient; NaN in JAX",
@@ -46,7 +46,7 @@ try:
 except ImportError:
     pass
 # Cases whose input is not symmetric where NumPy reads one triangle (the other holds noise, so a gradient in the
-# unread triangle would show): JAX symmetrises the input instead, a different function.  tests/test_decompositions.py
+# unread triangle would show): JAX symmetrises the input instead, a different function.  tests/rules/test_decompositions.py
 # compares these rules with JAX on symmetric inputs.
 ONE_TRIANGLE = {np.linalg.eigh, np.linalg.eigvalsh, np.linalg.cholesky}
 
@@ -156,7 +156,7 @@ def test_rule_matches_jax(case, data):
     want_grads = db.gradient(f, *args)
     want_grads = want_grads if len(args) > 1 else (want_grads,)
     prepared = db.prepare_gradient(f, *args)
-    if prepared.unreplayable:  # tests/test_fft.py compares the FFT rules, which make complex values, with JAX
+    if prepared.unreplayable:  # tests/rules/test_fft.py compares the FFT rules, which make complex values, with JAX
         pytest.skip("complex values: a prepared gradient leaves them to db.gradient, so there is no program to replay")
     [program] = [p for programs in prepared.variants.values() for p in programs]
     if program.out is None:
@@ -183,7 +183,7 @@ def assert_agrees(case, ours, theirs, what):
 # --- complex128: the single call a case draws, made on JAX ----------------------------------------------
 def drawn_call(fn, n_args):
     """``(function, positional, keywords)`` of the one call a case's ``fn`` makes (a ufunc case is the ufunc
-    itself), or None for a case composed of several calls (tests/test_complex.py compares those with JAX)."""
+    itself), or None for a case composed of several calls (tests/rules/test_complex.py compares those with JAX)."""
     if isinstance(fn, np.ufunc):
         return fn, [Arg(k) for k in range(n_args)], {}
     return getattr(fn, "form", None)
@@ -216,7 +216,7 @@ def test_complex_rule_matches_jax(case, data):
     fn, args = case.build(data.draw, np.complex128)
     call = drawn_call(fn, len(args))
     if call is None:
-        pytest.skip("a case of several calls (tests/test_complex.py compares complex compositions with JAX)")
+        pytest.skip("a case of several calls (tests/rules/test_complex.py compares complex compositions with JAX)")
     func, front, named = call
     if func in ONE_TRIANGLE or drawn_keywords(func, front, named).get("hermitian") is True:
         pytest.skip("NumPy reads one triangle of this non-Hermitian input, JAX symmetrises it")

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 import dualbroadcast as db
 
-from . import programs
-from .cases import all_cases, complex_cases, reset_streams
+from .. import programs
+from ..cases import all_cases, complex_cases, reset_streams
 
 CASES = all_cases()
 COMPLEX_CASES = complex_cases(CASES)

@@ -25,7 +25,7 @@ from dualbroadcast.derivatives import DERIVATIVES
 from dualbroadcast.registry import RULES
 from dualbroadcast.rules import BUILTIN_RULES
 
-from .cases import elementwise, reset_streams, scipy_special
+from ..cases import elementwise, reset_streams, scipy_special
 
 BACKENDS = ("numpy", "blocked", "numexpr")
 SIZE = 1200  # elements of a call: numexpr runs from kernels.NUMEXPR_MIN, blocked from 2 * BLOCK

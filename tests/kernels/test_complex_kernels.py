@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import dualbroadcast as db
 import dualbroadcast.kernels as kernels_module
 
-from .cases import broadcast_shapes
+from ..cases import broadcast_shapes
 
 BACKENDS = ["numpy", "blocked", "numexpr"]
 

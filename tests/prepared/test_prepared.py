@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import dualbroadcast as db
 from benchmarks.models import COEFFICIENTS, eam_dualbroadcast, eam_hand_gradient, eam_numpy, poly9_one_uncut
 
-from .cases import all_cases, complex_cases, reset_streams
+from ..cases import all_cases, complex_cases, reset_streams
 
 CASES = all_cases()
 

@@ -13,7 +13,7 @@ nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 pytest.importorskip("matplotlib")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXPECTED = {"quickstart", "eam", "cut_uncut", "constants_and_slices", "peers"}
 

@@ -10,7 +10,7 @@ import pytest
 
 import dualbroadcast as db
 
-from .cases import scipy_special
+from ..cases import scipy_special
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")

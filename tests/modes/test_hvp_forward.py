@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 import dualbroadcast as db
 from dualbroadcast.pullbacks import plain
 
-from . import programs
-from .cases import all_cases, reset_streams
-from .test_second_order import AT_A_TIE, NOT_TWICE
+from .. import programs
+from ..cases import all_cases, reset_streams
+from ..modes.test_second_order import AT_A_TIE, NOT_TWICE
 
 FORWARD_REFUSES = (db.UnsupportedFunctionError, db.ValueConversionError, db.KernelError)
 

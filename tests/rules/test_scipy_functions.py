@@ -1,5 +1,5 @@
 """The SciPy mirrors of ``dualbroadcast.scipy``: every mirrored function has a case (swept against finite
-differences in float64 and float32 by tests/test_rules.py and replayed by tests/test_prepared.py), has
+differences in float64 and float32 by tests/rules/test_rules.py and replayed by tests/prepared/test_prepared.py), has
 SciPy's signature, returns exactly what SciPy returns, agrees with ``jax.grad`` of ``jax.scipy``, and
 gives a clear error where it has no derivative.  Skipped without SciPy."""
 
@@ -18,7 +18,7 @@ import scipy.stats
 
 from dualbroadcast.scipy import signal, special, stats
 
-from .cases.scipy_functions import CASES
+from ..cases.scipy_functions import CASES
 
 METHODS = ("logpdf", "pdf", "cdf", "logcdf", "logpmf", "pmf")
 NOT_DIFFERENTIABLE = {"multivariate_normal.cdf", "multivariate_normal.logcdf"}  # numerical integration

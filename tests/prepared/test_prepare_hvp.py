@@ -13,7 +13,7 @@ import dualbroadcast as db
 from benchmarks.models import eam_dualbroadcast, eam_hand_gradient, eam_hvp_hand, eam_numpy
 from dualbroadcast.program import SecondOrderStep, Step
 
-from . import programs
+from .. import programs
 
 
 def tolerance(dtype):

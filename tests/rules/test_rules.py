@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 import dualbroadcast as db
 from dualbroadcast.rules import BUILTIN_RULES
 
-from .cases import all_cases, complex_cases, reset_streams
+from ..cases import all_cases, complex_cases, reset_streams
 
 CASES = all_cases()
 COMPLEX_CASES = complex_cases(CASES)

@@ -27,7 +27,7 @@ from dualbroadcast.numpy_facts import qualified_name
 from dualbroadcast.registry import NONDIFFERENTIABLE
 from dualbroadcast.rules import BUILTIN_NONDIFFERENTIABLE, BUILTIN_RULES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DESIGN = ROOT / "docs" / "design.md"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
@@ -176,7 +176,7 @@ def test_the_package_ships_its_type_hints():
 
 
 # --- the function table ----------------------------------------------------------------------------
-FUNCTION_TABLE = Path(__file__).resolve().parent.parent / "docs" / "function_table.py"
+FUNCTION_TABLE = Path(__file__).resolve().parents[2] / "docs" / "function_table.py"
 
 
 def function_table():

@@ -19,9 +19,9 @@ import dualbroadcast as db
 from dualbroadcast import pytree
 from dualbroadcast.api import _marked_like
 
-from .cases import all_cases, reset_streams
-from .test_rules import projection
-from .test_second_order import AT_A_TIE, NOT_TWICE
+from ..cases import all_cases, reset_streams
+from ..rules.test_rules import projection
+from ..modes.test_second_order import AT_A_TIE, NOT_TWICE
 
 
 def old_hessian(f, x):

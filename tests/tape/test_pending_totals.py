@@ -16,7 +16,7 @@ from dualbroadcast import tape as tape_module
 from dualbroadcast.errors import StaleValueError, ValueConversionError
 from dualbroadcast.registry import RULES
 
-from .test_fast_paths import central
+from ..tape.test_fast_paths import central
 
 broadcast_module = importlib.import_module("dualbroadcast.broadcast")
 

@@ -726,7 +726,7 @@ def test_check_gradient_fails_on_a_non_finite_gradient():
 
 
 def test_unknown_keyword_of_a_rule_is_a_clear_error():
-    """Every built-in rule takes its function's keywords (tests/test_rule_signatures.py); a user's may not."""
+    """Every built-in rule takes its function's keywords (tests/rules/test_rule_signatures.py); a user's may not."""
 
     @db.primitive
     def scaled(x, factor=1.0):

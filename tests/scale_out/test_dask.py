@@ -18,7 +18,7 @@ dask = pytest.importorskip("dask")
 import dualbroadcast as db  # noqa: E402
 from dualbroadcast import chunked, kernels  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOL = {np.float64: 1e-10, np.float32: 2e-4}
 
 

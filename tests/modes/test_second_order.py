@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 import dualbroadcast as db
 from dualbroadcast.api import directional_derivative
 
-from .cases import all_cases, reset_streams
-from .test_rules import projection
+from ..cases import all_cases, reset_streams
+from ..rules.test_rules import projection
 
 CASES = all_cases()
 
