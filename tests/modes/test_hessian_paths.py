@@ -20,8 +20,8 @@ from dualbroadcast import pytree
 from dualbroadcast.api import _marked_like
 
 from ..cases import all_cases, reset_streams
-from ..rules.test_rules import projection
 from ..modes.test_second_order import AT_A_TIE, NOT_TWICE
+from ..rules.test_rules import projection
 
 
 def old_hessian(f, x):

@@ -46,8 +46,8 @@ try:
 except ImportError:
     pass
 # Cases whose input is not symmetric where NumPy reads one triangle (the other holds noise, so a gradient in the
-# unread triangle would show): JAX symmetrises the input instead, a different function.  tests/rules/test_decompositions.py
-# compares these rules with JAX on symmetric inputs.
+# unread triangle would show): JAX symmetrises the input instead, a different function.
+# tests/rules/test_decompositions.py compares these rules with JAX on symmetric inputs.
 ONE_TRIANGLE = {np.linalg.eigh, np.linalg.eigvalsh, np.linalg.cholesky}
 
 
