@@ -9,8 +9,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from . import chunked, pytree
-from .chunked import is_chunked
+from . import pytree
 from .errors import (
     ArgumentTypeError,
     GradientMismatchError,
@@ -23,13 +22,15 @@ from .errors import (
     ValueConversionError,
 )
 from .expr import TRACING, Sym
-from .forward import JVP_DEPTH, Dual, check_tangent, end_level, forward_over_reverse, new_level, primal
+from .forward import Dual, check_tangent, end_level, forward_over_reverse, new_level, primal
 from .guards import RECORDER
+from .lazy import DASK_LAYER, Lazy, is_chunked
 from .numpy_facts import FLOAT_LEAVES, FLOAT_SCALARS
 from .pullbacks import plain
 from .pytree import Cut, Uncut
 from .tape import (
     ACTIVE_TAPE,
+    JVP_DEPTH,
     Pending,
     RowsTooLarge,
     Tape,
@@ -208,7 +209,7 @@ def _float_value(x, position, leaf=None, tape=None):
         raise StaleValueError("a tracked value from a finished gradient evaluation was passed to a gradient; "
                               "pass the array itself (or db.cut(x) for its value)")
     elif is_chunked(x) and x.dtype.kind == "f":  # a Dask array: tracked lazily (`chunked.Lazy`)
-        return chunked.leaf_value(x)
+        return DASK_LAYER.leaf_value(x)
     elif type(x) is Dual:
         raise _ForwardOverReverse(forward_over_reverse("a value db.jvp differentiates"))
     else:
@@ -397,7 +398,7 @@ def _leaf_gradient(g, original, seen):
     if type(original) in _PYTHON_NUMBERS:
         return type(original)(0) if g is None else _python_number(g, original)
     if is_chunked(original):
-        return chunked.leaf_gradient(g, original)
+        return DASK_LAYER.leaf_gradient(g, original)
     dtype = original.dtype
     if g is None:
         g = np.zeros(np.shape(original), dtype)
@@ -511,8 +512,8 @@ def pullback(f: Callable[..., Any], *args: Any) -> tuple[Any, Callable[[Any], An
     """
     tape, out, arguments = _trace(f, args)
     out_leaves, out_def = pytree.flatten(out)
-    if any(type(o) is Tracked and type(o.value) is chunked.Lazy for o in out_leaves):
-        return chunked.pullback(tape, out_leaves, out_def, arguments)  # a Dask-array result (db.broadcast)
+    if any(type(o) is Tracked and type(o.value) is Lazy for o in out_leaves):
+        return DASK_LAYER.pullback(tape, out_leaves, out_def, arguments)  # a Dask-array result (db.broadcast)
 
     if type(out) is Tracked:  # one array output: no trees to walk on every call
         shape, dtype = out.shape, out.dtype

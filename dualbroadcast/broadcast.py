@@ -25,8 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import chunked, kernels, pytree
-from .chunked import Lazy, is_chunked
+from . import kernels, pytree
 from .errors import KernelError
 from .expr import Graph, Sym, _is_boolean, complex_kernel_message, derivatives, trace, without_cuts
 from .expr import _cut as _cut_op
@@ -34,6 +33,7 @@ from .forward import Dual, check_enclosing
 from .guards import RECORDER, Guarded, untracked
 from .kernel_source import _infer_dtypes, _scalar_nodes, needed_nodes
 from .kernels import FORCED_BACKEND, Kernel, _kind
+from .lazy import DASK_LAYER, Lazy, is_chunked
 from .numpy_facts import FLOAT_LEAVES, FLOAT_SCALARS, REAL_FLOATS, getitem
 from .pullbacks import (
     FACTORS,
@@ -168,7 +168,7 @@ def _run(f, args, reduce, backend):
             if type(value) is Tracked:  # tracked by two nested gradients: the kernel computes on the plain value
                 nested, value = True, untracked(value)
             if type(value) is Lazy:  # a differentiated Dask array
-                return chunked.run(f, args, reduce, backend)
+                return DASK_LAYER.run(f, args, reduce, backend)
             kind = value.dtype if type(value) is np.ndarray else _kind(value)
             if (type(leaf) is Tracked and on and leaf.index not in inactive) or type(leaf) is Dual:
                 active.append(len(values))
@@ -178,7 +178,7 @@ def _run(f, args, reduce, backend):
             kinds.append(kind)
         else:  # baked into the kernel: ints, bools, None, strings, objects
             if is_chunked(leaf):  # a Dask array: each chunk runs this kernel (`chunked`)
-                return chunked.run(f, args, reduce, backend)
+                return DASK_LAYER.run(f, args, reduce, backend)
             names = tuple(sorted(reads.names)) if names is None else names
             kinds.append(("baked", reads.key(leaf, names)))
     on_tape = on_tape or (Dual in map(type, inputs) and any(type(inputs[i]) is Tracked for i in active))

@@ -39,80 +39,22 @@ from typing import Any
 
 import numpy as np
 
-from . import pytree
+from . import api, pytree
+from .api import _cotangent, _gradients, _one_or_tuple, _pullback_seeds
+from .broadcast import KernelCall, _is_array_input, _log
+from .broadcast import broadcast as broadcast_in_memory
+from .broadcast import sum as sum_in_memory
 from .errors import UnsupportedFunctionError
+from .forward import Dual
+from .guards import RECORDER, NotReplayableError, untracked
 from .kernels import KERNEL_THREADS
-from .numpy_facts import getitem, qualified_name
+from .lazy import DASK_LAYER, Lazy, is_chunked
+from .tape import Tracked, _edges, backward, tape_of
 
 TASK_THREADS = 1  # a kernel's own threads inside a Dask task: Dask already runs a task per core
 TASK_BACKEND = "blocked"  # in a task: memory for a few cache-sized blocks, not the chunk's temporaries (numpy
 # if a chunk is too small for it); timing the candidates would run each, temporaries included
 FAN_IN = 8  # the partial results added by one task of the tree sum
-
-_NOT_CHUNKWISE = (
-    "{what} a Dask array inside a differentiated program: it cannot run chunk by chunk, and computing the "
-    "whole array here could exhaust memory. Sum over the data with db.sum(f, ...) (an elementwise f) or "
-    "db.sum_blocks(f, data, *params) (any program per block of rows), or call .compute() on the array first "
-    "if it fits in memory."
-)
-
-
-def is_chunked(x: Any) -> bool:
-    """Whether ``x`` is a Dask array (without importing Dask: if it is not imported, nothing is one)."""
-    module = sys.modules.get("dask.array")
-    return module is not None and isinstance(x, module.Array)
-
-
-def not_chunkwise(func) -> UnsupportedFunctionError:
-    """The error for ``func`` (a NumPy function) meeting a Dask array on the tape."""
-    return UnsupportedFunctionError(_NOT_CHUNKWISE.format(what=f"{qualified_name(func)} got"))
-
-
-class Lazy:
-    """The tape's value of a differentiated Dask array: NumPy on it is an error (`_NOT_CHUNKWISE`); `sum`,
-    `broadcast` and `sum_blocks` read its ``array``."""
-
-    __slots__ = ("array",)
-
-    def __init__(self, array):
-        self.array = array
-
-    shape = property(lambda self: self.array.shape)
-    dtype = property(lambda self: self.array.dtype)
-    ndim = property(lambda self: self.array.ndim)
-    size = property(lambda self: self.array.size)
-
-    def __array_function__(self, func, types, args, kwargs):
-        if func is np.shape or func is np.ndim or func is np.size:
-            return func(np.broadcast_to(np.empty((), self.dtype), self.shape))
-        if func is np.result_type:
-            return np.result_type(*[a.dtype if type(a) is Lazy else a for a in args])
-        raise not_chunkwise(func)
-
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        raise not_chunkwise(ufunc if method == "__call__" else getattr(ufunc, method))
-
-    def __array__(self, dtype=None, copy=None):
-        raise UnsupportedFunctionError(_NOT_CHUNKWISE.format(what="np.asarray (or a function calling it) got"))
-
-    def __repr__(self):
-        return f"Lazy({self.array!r})"
-
-
-def _refused(func):
-    def operator_method(self, *args):
-        raise not_chunkwise(func)
-    return operator_method
-
-
-for _name, _func in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("truediv", np.divide),
-                     ("pow", np.power), ("floordiv", np.floor_divide), ("mod", np.remainder), ("matmul", np.matmul)]:
-    setattr(Lazy, f"__{_name}__", _refused(_func))
-    setattr(Lazy, f"__r{_name}__", _refused(_func))
-for _name, _func in [("neg", np.negative), ("pos", np.positive), ("abs", np.absolute), ("lt", np.less),
-                     ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal), ("getitem", getitem)]:
-    setattr(Lazy, f"__{_name}__", _refused(_func))
-
 
 def leaf_value(x):
     """The value a differentiated Dask array argument is tracked with (`api._float_value`)."""
@@ -168,7 +110,6 @@ class _Plan:
     def __init__(self, leaves, activity, kind, treedef, backend=None):
         import dask.array as da
 
-        from .broadcast import _is_array_input
 
         self.kind, self.treedef, self.backend, self.leaves = kind, treedef, backend, leaves
         values, big, active, self.tape = _sorted(leaves, activity)
@@ -271,13 +212,12 @@ class _Plan:
     @functools.cached_property
     def dtype(self):
         """The result's dtype: the program on one element of each big leaf, outside any gradient."""
-        from .broadcast import broadcast
 
         values = list(self.values)
         for p in self.big:
             values[p] = np.ones((1,) * np.ndim(values[p]), values[p].dtype)
         f, args = pytree.unflatten(self.treedef, values)
-        return np.result_type(contextvars.Context().run(broadcast, f, *args))
+        return np.result_type(contextvars.Context().run(broadcast_in_memory, f, *args))
 
     def record(self, value, backs):
         """``value`` recorded on the tape with a pullback per active leaf."""
@@ -287,8 +227,6 @@ class _Plan:
 # --- inside db.jvp, db.hvp and db.hessian --------------------------------------------------------------
 def _layers(x, into):
     """Add to ``into`` what differentiates ``x``: each tape tracking it and each `db.jvp` level of its duals."""
-    from .forward import Dual
-    from .tape import Tracked
 
     while type(x) is Tracked or type(x) is Dual:
         if type(x) is Dual:
@@ -304,8 +242,6 @@ def _order(leaves, activity):
     """The order of the derivatives a `db.sum` over Dask arrays must give its small arguments beyond the usual
     first-order path's: 0 (one gradient: `_Plan`), 1 (a `db.jvp`, or one gradient inside another that does not
     track these arguments), 2 (two nested levels: `db.hvp`, `db.hessian`)."""
-    from .forward import Dual
-    from .tape import Tracked
 
     layers, beyond = set(), False  # beyond the first-order path: a dual, or a gradient inside another's
     for leaf, on in zip(leaves, activity):
@@ -327,7 +263,6 @@ def _taylor(f, leaves, treedef, activity, order, backend):
     derivatives as in memory, to the order asked for (never beyond it: `_order` refuses a third level)."""
     import dask
 
-    from .guards import untracked
 
     active = [p for p, (leaf, on) in enumerate(zip(leaves, activity)) if on and _is_differentiated(leaf)]
     bases = [untracked(leaf) for leaf in leaves]
@@ -347,8 +282,6 @@ def _taylor(f, leaves, treedef, activity, order, backend):
 
 
 def _is_differentiated(leaf):
-    from .forward import Dual
-    from .tape import Tracked
     return type(leaf) is Tracked or type(leaf) is Dual
 
 
@@ -376,8 +309,6 @@ def pullback(tape, out_leaves, out_def, arguments):
     import dask
     import dask.array as da
 
-    from .api import _cotangent, _gradients, _one_or_tuple, _pullback_seeds
-    from .tape import Tracked, backward
 
     def cast(yb, o):
         """ȳ of a Dask-array output as a Dask array of its dtype; of another output, as `db.pullback` takes it."""
@@ -412,8 +343,6 @@ def pullback(tape, out_leaves, out_def, arguments):
 def _sorted(leaves, activity):
     """``(values, big, active, tape)``: the leaves' plain values (a Dask array for a differentiated one), the
     positions of Dask arrays, those of the differentiated leaves, and their tape."""
-    from .guards import RECORDER, NotReplayableError
-    from .tape import Tracked, tape_of
 
     if RECORDER.get() is not None:  # prepare_gradient: this call signature runs `value_and_gradient` per call
         raise NotReplayableError("a prepared program over Dask arrays is evaluated as db.value_and_gradient")
@@ -439,14 +368,12 @@ def _sorted(leaves, activity):
 
 def _record(tape, parents, value, backs, call):
     """``value`` recorded on ``tape`` with a pullback per parent (a tracked leaf), as ``call`` (a `KernelCall`)."""
-    from .tape import _edges
 
     return tape.record(value, _edges(parents, backs), call)
 
 
 def _logged(f, width, size, reduce):
     """The `KernelCall` of a call over Dask arrays (backend "dask"), in `db.kernel_log` if one collects."""
-    from .broadcast import KernelCall, _log
 
     call = KernelCall(getattr(f, "__name__", type(f).__name__), width, "dask", size, reduce)
     calls = _log.get()
@@ -545,7 +472,6 @@ def sum_blocks(f: Callable[..., Any], data: Any, *params: Any) -> Any:
     activity = pytree.leaf_activity(treedef)
     order = _order(leaves, activity)
     if order:  # inside db.jvp, db.hvp, db.hessian: the params' Taylor polynomial, as for db.sum (`_taylor`)
-        from .guards import untracked
         values = [untracked(leaf) for leaf in leaves]
         active = [p for p, (leaf, on) in enumerate(zip(leaves, activity)) if on and _is_differentiated(leaf)]
         big = [p for p, v in enumerate(values) if is_chunked(v)]
@@ -626,16 +552,15 @@ def _read_only_view(a):
 
 def _on_block(context, blocks, wrt, cotangent=None):
     """One block's ``(value, partial per position of wrt)``, or with ``cotangent`` the block's vjp in them."""
-    from .api import pullback, value_and_gradient
 
     program, leaves = _block_program(context, blocks, wrt)
     if cotangent is not None:
-        _, back = pullback(program, *[leaves[p] for p in wrt])
+        _, back = api.pullback(program, *[leaves[p] for p in wrt])
         cts = back(cotangent)
         return cts if len(wrt) > 1 else (cts,)
     if not wrt:
         return (program(),)
-    value, grads = value_and_gradient(program, *[leaves[p] for p in wrt])
+    value, grads = api.value_and_gradient(program, *[leaves[p] for p in wrt])
     return (value,) + (tuple(grads) if len(wrt) > 1 else (grads,))
 
 
@@ -644,13 +569,11 @@ def _on_block_taylor(context, blocks, wrt, order):
     to order 1 `value_and_gradient` of the block's program; to order 2 the `pullback` of its gradient (the
     gradient is its value, the Hessian's rows its pullbacks of one-hot cotangents, the program's value is read
     on the way): one kernel of second order, as `hessian` runs, giving all three."""
-    from .api import gradient, pullback, value_and_gradient
-    from .guards import untracked
 
     program, leaves = _block_program(context, blocks, wrt)
     params = tuple(np.asarray(leaves[p], np.result_type(leaves[p])) for p in wrt)
     if order == 1:
-        value, grads = value_and_gradient(lambda xs: program(*xs), params)
+        value, grads = api.value_and_gradient(lambda xs: program(*xs), params)
         return value, flat(grads), None
     values = []
 
@@ -658,7 +581,7 @@ def _on_block_taylor(context, blocks, wrt, order):
         values.append(program(*xs))
         return values[-1]
 
-    grads, back = pullback(lambda xs: gradient(read, *xs), params)
+    grads, back = api.pullback(lambda xs: api.gradient(read, *xs), params)
     grads = grads if len(params) > 1 else (grads,)
     rows = []
     for i, x in enumerate(params):
@@ -677,7 +600,6 @@ def flat(arrays):
 def _block_program(context, blocks, wrt):
     """``(program, leaves)``: the block's leaves, and the program of the values at ``wrt`` that runs the block's
     `sum`, `broadcast` or `sum_blocks` call with them."""
-    from .broadcast import broadcast, sum
 
     treedef, values, big, kind, backend = context
     leaves = list(values)
@@ -691,9 +613,9 @@ def _block_program(context, blocks, wrt):
             these[p] = x
         f, args = pytree.unflatten(treedef, these)
         if kind == "sum":
-            return sum(f, *args, backend=backend or TASK_BACKEND)
+            return sum_in_memory(f, *args, backend=backend or TASK_BACKEND)
         if kind == "broadcast":
-            return broadcast(f, *args, backend=backend or TASK_BACKEND)
+            return broadcast_in_memory(f, *args, backend=backend or TASK_BACKEND)
         return f(*args)
 
     return program, leaves
@@ -704,3 +626,9 @@ def _block_map(*blocks, context, wrt):
     (the gradient of the block's sum in it: f is elementwise and the leaf has the block's shape)."""
     treedef, values, big, _, backend = context
     return _in_task(_on_block, (treedef, values, big, "sum" if wrt else "broadcast", backend), blocks, wrt)[-1]
+
+
+DASK_LAYER.run = run
+DASK_LAYER.leaf_value = leaf_value
+DASK_LAYER.leaf_gradient = leaf_gradient
+DASK_LAYER.pullback = pullback

@@ -21,7 +21,7 @@ import numpy as np
 
 from .derivatives import DERIVATIVES, ZERO_DERIVATIVE
 from .errors import KernelError
-from .numpy_facts import PREDICATES, qualified_name
+from .numpy_facts import PREDICATES, qualified_name, source_of
 from .registry import ARGUMENT_REASONS, LAZY_FAMILIES, register_lazy_rules
 
 LITERAL_TYPES = (int, float, complex, bool, np.number, np.bool_)
@@ -431,3 +431,41 @@ def trace(build_call, n_inputs):
             "return one elementwise value built from its arguments with NumPy functions and operators"
         )
     return graph, inputs, output
+
+
+class Src(UfuncOperators):
+    """Source text of an expression; NumPy functions and operators applied to it write code."""
+
+    __slots__ = ("text", "space")
+
+    def __init__(self, text, space):
+        self.text = text
+        self.space = space
+
+    def _of(self, x):
+        if type(x) is Src:
+            return x.text
+        if type(x) in (int, float) and np.isfinite(x):
+            return repr(x)
+        return self.space.bind(x)
+
+    def _apply(self, func, args):
+        texts = [self._of(a) for a in args]
+        text = source_of(func, texts)
+        return Src(text or f"{self.space.bind(func, 'f')}({', '.join(texts)})", self.space)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return self._apply(ufunc, inputs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return self._apply(func, args)
+
+    _ufunc = _apply
+
+    def __matmul__(self, other):  # the linear-algebra formulas (`DOT_PULLBACKS`) use @ and .T
+        return Src(f"({self.text} @ {self._of(other)})", self.space)
+
+    def __rmatmul__(self, other):
+        return Src(f"({self._of(other)} @ {self.text})", self.space)
+
+    T = property(lambda self: Src(f"{self.text}.T", self.space))

@@ -30,7 +30,6 @@ duals of outer levels as values (whose own operations carry their tangents), so 
 outer variable is no perturbation confusion.
 """
 
-import contextvars
 import inspect
 import itertools
 import warnings
@@ -72,7 +71,6 @@ from .tape import (
 )
 
 _levels = itertools.count(1)
-JVP_DEPTH = contextvars.ContextVar("dualbroadcast_jvp_depth", default=0)  # db.jvp calls running in this context
 
 
 _enclosing = {}  # level -> the innermost gradient's tape running when that `jvp` call began (None: none)

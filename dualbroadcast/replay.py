@@ -25,10 +25,10 @@ import numpy as np
 
 from .broadcast import _unscaled
 from .derivatives import DERIVATIVES
-from .expr import UfuncOperators
+from .expr import Src
 from .kernel_source import _infer_dtypes, _out_dtypes
 from .kernels import FORCED_BACKEND, BackendChoice, _chunks, _kind
-from .numpy_facts import as_dtype, getitem, source_of
+from .numpy_facts import as_dtype, getitem
 from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpacked
 from .pullbacks import (
     IndexPullback,
@@ -57,44 +57,6 @@ class Namespace:
             self.names[name] = value
             self._ids[key] = (name, value)  # keep value alive so its id stays unique
         return self._ids[key][0]
-
-
-class Src(UfuncOperators):
-    """Source text of an expression; NumPy functions and operators applied to it write code."""
-
-    __slots__ = ("text", "space")
-
-    def __init__(self, text, space):
-        self.text = text
-        self.space = space
-
-    def _of(self, x):
-        if type(x) is Src:
-            return x.text
-        if type(x) in (int, float) and np.isfinite(x):
-            return repr(x)
-        return self.space.bind(x)
-
-    def _apply(self, func, args):
-        texts = [self._of(a) for a in args]
-        text = source_of(func, texts)
-        return Src(text or f"{self.space.bind(func, 'f')}({', '.join(texts)})", self.space)
-
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        return self._apply(ufunc, inputs)
-
-    def __array_function__(self, func, types, args, kwargs):
-        return self._apply(func, args)
-
-    _ufunc = _apply
-
-    def __matmul__(self, other):  # the linear-algebra formulas (`DOT_PULLBACKS`) use @ and .T
-        return Src(f"({self.text} @ {self._of(other)})", self.space)
-
-    def __rmatmul__(self, other):
-        return Src(f"({self._of(other)} @ {self.text})", self.space)
-
-    T = property(lambda self: Src(f"{self.text}.T", self.space))
 
 
 def compile_program(program, guard_failed):

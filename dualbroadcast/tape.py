@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from . import pytree
-from .chunked import is_chunked, not_chunkwise
 from .errors import (
     InPlaceMutationError,
     KernelError,
@@ -30,6 +29,7 @@ from .errors import (
 )
 from .expr import Sym
 from .guards import RECORDER, UFUNC_AT, Guarded, NotReplayableError, untracked
+from .lazy import is_chunked, not_chunkwise
 from .numpy_facts import ARRAY_METHODS, FLOAT_SCALARS, INFIX, REAL_FLOATS, astype, getitem, qualified_name
 from .pullbacks import (
     FACTORS,
@@ -59,6 +59,8 @@ from .registry import (
 
 # The tape of the gradient being evaluated in this thread/context, if any.
 ACTIVE_TAPE = contextvars.ContextVar("dualbroadcast_active_tape", default=None)
+# How many db.jvp calls are running in this context (forward mode's levels; `cut` and pending totals read it).
+JVP_DEPTH = contextvars.ContextVar("dualbroadcast_jvp_depth", default=0)
 
 
 class Tape:
@@ -1520,18 +1522,7 @@ def lazy_totals(tape, size):
     complex value, and a total that costs more than leaving it pending (about a microsecond when read after all).
     Not while another gradient or a `db.jvp` runs inside it: their values would hold a pending one."""
     return size >= LAZY_TOTAL and tape.unread and not tape.level and tape.recorder is None and not tape.complex \
-        and not tape.closed and ACTIVE_TAPE.get() is tape and not _jvp_depth().get()
-
-
-def _jvp_depth():
-    """`forward.JVP_DEPTH`, the db.jvp calls running (imported on first use: forward imports this module)."""
-    global _JVP_DEPTH
-    if _JVP_DEPTH is None:
-        from .forward import JVP_DEPTH as _JVP_DEPTH
-    return _JVP_DEPTH
-
-
-_JVP_DEPTH = None
+        and not tape.closed and ACTIVE_TAPE.get() is tape and not JVP_DEPTH.get()
 
 
 LAZY_TOTAL = 1 << 14  # elements: np.sum of 16384 float64 takes ~4 us

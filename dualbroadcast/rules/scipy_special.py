@@ -56,6 +56,7 @@ import sys
 import numpy as np
 
 from ..derivatives import DERIVATIVES
+from ..expr import Src
 from ..registry import (
     ARGUMENT_REASONS,
     NONDIFFERENTIABLE,
@@ -112,9 +113,7 @@ def computed_partial(f, name=None):
     @primitive
     @functools.wraps(f)
     def partial(*args):
-        from ..replay import Src  # a prepared gradient writes its partials as code: here, a call of ``partial``
-
-        for a in args:
+        for a in args:  # a prepared gradient writes its partials as code (`expr.Src`): here, a call of ``partial``
             if type(a) is Src:
                 return a._apply(partial, args)
         with np.errstate(all="ignore"):  # outside the domain: NaN, as SciPy's function gives there
