@@ -7,9 +7,44 @@ is the one the previous parametrization left on the function (``_hypothesis_pyte
 test with more than about 900 parameters (the rule-case sweeps have 1370) dies of a RecursionError in
 Hypothesis itself, after which every later parameter fails.  Each test function gets its own settings back
 after every item, so the chain stays one link long.
+
+The rule-case sweeps (a test parametrized over `tests.cases.Case`s: every rule in every mode) hold most of the
+suite's items.  A default run (`python -m pytest`) takes one item in `SWEEP_SHARE` of them, chosen by a hash of
+the item's id, so each sweep still visits every family and the suite stays within a few minutes on two cores;
+CI (the ``CI`` environment variable set, as .ci/run runs) or ``--full-sweeps`` runs every item.
 """
 
+import os
+import zlib
+
 import pytest
+
+from .cases import Case
+
+SWEEP_SHARE = 3
+
+
+def pytest_addoption(parser):
+    parser.addoption("--full-sweeps", action="store_true",
+                     help="run every rule case of the sweeps (CI does; a default run takes a third of them)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--full-sweeps") or os.environ.get("CI"):
+        return
+    dropped = [item for item in items if _left_to_the_full_sweep(item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        left = set(map(id, dropped))
+        items[:] = [item for item in items if id(item) not in left]
+
+
+def _left_to_the_full_sweep(item):
+    """Whether ``item`` is a rule-case sweep item outside the default run's sample."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None or not any(isinstance(v, Case) for v in callspec.params.values()):
+        return False
+    return zlib.crc32(item.nodeid.encode()) % SWEEP_SHARE != 0
 
 SETTINGS = "_hypothesis_internal_use_settings"
 

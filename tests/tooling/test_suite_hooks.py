@@ -1,10 +1,16 @@
 """The suite's own hooks (tests/conftest.py): a parametrized Hypothesis test keeps a settings chain of one
 link however many parameters it has (without the hook, each parameter adds a link, and the 1370-parameter
-sweeps die of a RecursionError under CI=true)."""
+sweeps die of a RecursionError under CI=true); a default run samples the rule-case sweeps, CI runs them whole."""
 
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from .. import conftest
+from ..cases import Case
 
 SETTINGS = "_hypothesis_internal_use_settings"  # where Hypothesis keeps a test function's settings
 
@@ -26,3 +32,33 @@ def chain_length(s):
 def test_settings_chain_does_not_grow_with_parameters():
     own = getattr(test_parametrized, SETTINGS)
     assert chain_length(own) <= 3, f"a chain of {chain_length(own)} settings after 5 parameters"
+
+
+def items(n, **params):
+    return [SimpleNamespace(nodeid=f"tests/rules/test_rules.py::test_gradient[{k}]",
+                            callspec=SimpleNamespace(params={**params, "k": k})) for k in range(n)]
+
+
+def test_a_default_run_takes_a_share_of_the_rule_case_sweeps_and_every_other_test():
+    case = Case(func=np.sin, build=None, name="sin")
+    sweep = items(300, case=case)
+    left = [item for item in sweep if conftest._left_to_the_full_sweep(item)]
+    assert 0.5 < len(left) / len(sweep) < 0.85, "about 1 - 1/SWEEP_SHARE of a sweep is left to the full run"
+    assert not any(conftest._left_to_the_full_sweep(item) for item in items(300, x=1.0))  # not a rule case
+    assert not conftest._left_to_the_full_sweep(SimpleNamespace(nodeid="tests/x.py::test_plain"))
+
+
+@pytest.mark.parametrize("ci, option, kept", [(None, False, "sample"), ("true", False, "all"), (None, True, "all")])
+def test_ci_or_full_sweeps_runs_every_item(monkeypatch, ci, option, kept):
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
+    collected = items(60, case=Case(func=np.sin, build=None, name="sin"))
+    deselected = []
+    config = SimpleNamespace(getoption=lambda name: option,
+                             hook=SimpleNamespace(pytest_deselected=lambda items: deselected.extend(items)))
+    remaining = list(collected)
+    conftest.pytest_collection_modifyitems(config, remaining)
+    assert len(remaining) + len(deselected) == 60
+    assert (len(remaining) == 60) == (kept == "all")
