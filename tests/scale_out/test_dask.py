@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -428,9 +429,19 @@ def test_a_task_limits_the_kernels_threads():
     assert kernels.KERNEL_THREADS.get() is None  # the caller's context is untouched
 
 
+def wait_until_no_task_runs(seconds=60):
+    """A task an earlier test started on a Dask thread may still be ending (on a loaded machine, seconds later):
+    while it runs, the process's BLAS limit is its, and a new task does not set it again."""
+    deadline = time.monotonic() + seconds
+    while chunked._BLAS_LIMIT.running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not chunked._BLAS_LIMIT.running, f"a Dask task of an earlier test still runs after {seconds} s"
+
+
 def test_a_task_limits_blas_threads_while_it_runs():
     threadpoolctl = pytest.importorskip("threadpoolctl")
     blas = lambda: [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
+    wait_until_no_task_runs()
     before = blas()
     with threadpoolctl.threadpool_limits(2, user_api="blas"):  # more than a task's, whatever the machine
         outside = blas()
