@@ -2,7 +2,7 @@
 
 Reverse mode over array operations; elementwise broadcasts and sums in forward
 mode with vectorised dual arrays.  The API contract and the architecture are in
-``docs/design.md`` in the repository; ``README.md`` shows the API by example.
+``docs/design.md`` in the repository; the user guide beside it (``docs/guide/``) shows the API by example.
 
 >>> db.gradient(lambda x: np.sum(x ** 2), np.array([1.0, 2.0]))
 array([2., 4.])

@@ -83,6 +83,29 @@ worst = db.check_gradient(loss, x, data)
 print("check_gradient passed; worst difference", worst)
 '''),
         md('''
+## A derivative curve in one call
+
+For an elementwise `f`, the gradient of `np.sum(f(t))` over a grid `t` is `f'(t)` at every point:
+one `db.gradient` call draws the whole derivative.
+'''),
+        code(PLOT + '''
+
+def f(t):
+    return np.sin(3 * t) * np.exp(-t)
+
+t = np.linspace(0.0, 4.0, 200)
+df = db.gradient(lambda t: np.sum(f(t)), t)
+print("agrees with the hand derivative:", np.allclose(df, (3 * np.cos(3 * t) - np.sin(3 * t)) * np.exp(-t)))
+
+fig, ax = plt.subplots(figsize=(6, 3.5))
+ax.plot(t, f(t), label="f(t) = sin(3t) exp(-t)")
+ax.plot(t, df, label="f'(t) by db.gradient")
+ax.axhline(0.0, color="gray", linewidth=0.5)
+ax.set(xlabel="t", title="A function and its derivative")
+ax.legend()
+fig.tight_layout()
+'''),
+        md('''
 ## Pytrees
 
 Arguments can be nested dicts, lists, tuples, namedtuples and dataclasses of arrays and

@@ -864,7 +864,7 @@ def mutation_step(draw, pool, name):
     if x is None:
         return None
     # An array of its own: a write through another view of the memory a kept view shares is the documented
-    # hole of the read-only guarantee (README, "Constants are read-only while a gradient may read them").
+    # hole of the read-only guarantee (docs/guide/errors.md, "Constants are read-only while a gradient may read them").
     constant = f"np.array(np.linspace(0.5, 1.5, {size(x.shape)}, dtype=DT).reshape({x.shape}))"
     use = draw(st.sampled_from([
         "{0} * c", "np.dot({0}.ravel(), c.ravel())", "np.einsum('...,...->...', {0}, c)", "{0} * c.T.T",

@@ -1,6 +1,6 @@
 """Functions whose results carry no gradient: they run on plain values and return constants.
 
-Each group states why (the README's function table lists them by it).  Anything else without a
+Each group states why (the function table, docs/functions.md, lists them by it).  Anything else without a
 rule is an error, never a silent zero.
 """
 

@@ -25,7 +25,8 @@ records one pullback whose formula is written in ``special.py``, ``stats.py`` an
 arrays (no tracked argument) it is the SciPy function itself, and returns exactly what SciPy returns.
 A parameter whose derivative SciPy cannot compute (the cdf of ``gamma`` in ``a``: the derivative of the
 regularised incomplete gamma function in its parameter) is a clear error naming the arguments that are
-differentiable.  README.md's section on SciPy functions says why this mechanism and not SciPy's array-API dispatch.
+differentiable.  The user guide's page on SciPy functions (``docs/guide/scipy.md``) says why this mechanism and not
+SciPy's array-API dispatch.
 
 SciPy is not a dependency of dualbroadcast: ``import dualbroadcast`` never imports it, and importing
 this package without SciPy installed raises an ImportError that names it.

@@ -12,6 +12,9 @@ output (zeros around it: ``'same'`` and ``'valid'`` keep the centre of the full 
 The pullbacks use the same ``method`` as the call (``'auto'`` lets SciPy choose again).
 """
 
+# The mirrors (the API reference documents these); the rest of the module is their rules.
+__all__ = ["convolve", "correlate"]
+
 import numpy as np
 import scipy.signal
 

@@ -29,6 +29,9 @@ error.  The other ``scipy.special`` functions are ufuncs:
 use them from ``scipy.special`` directly (``bernoulli`` gives integers' Bernoulli numbers: no gradient).
 """
 
+# The mirrors (the API reference documents these); the rest of the module is their rules.
+__all__ = ["logsumexp", "softmax", "log_softmax", "polygamma", "multigammaln", "factorial", "comb", "sph_harm_y"]
+
 import numpy as np
 import scipy.special
 

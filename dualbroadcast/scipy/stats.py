@@ -39,6 +39,9 @@ density of 0) every gradient is 0.  Calling a distribution freezes it, as in
 SciPy: ``stats.norm(mu, sigma).logpdf(x)``.
 """
 
+# The mirrors (the API reference documents these); the rest of the module is their rules.
+__all__ = ["norm", "t", "gamma", "beta", "poisson", "multivariate_normal", "dirichlet"]
+
 import numpy as np
 import scipy.special
 import scipy.stats

@@ -1,10 +1,13 @@
-"""The documentation is true: README's Python blocks and the docstrings' examples run, the design
-document names every public name, links resolve, and the public API has type hints.
+"""The documentation is true: the Python blocks of the README and of the documentation pages and the
+docstrings' examples run, the design document names every public name, the API reference documents
+every one, links resolve, the function table is current, and the public API has type hints.
 
-Each ```python block of README.md runs on its own in a fresh interpreter (a block may register a
-rule, which must not leak into other tests), from the repository root, so the checkout's package is
-the one imported; a ```text block right after it is what it must print.  Docstring examples run as
-doctests with ``np`` and ``db`` as their only globals, so each example defines what it uses.
+Each ```python block of README.md and of the Markdown pages under docs/ runs on its own in a fresh
+interpreter (a block may register a rule, which must not leak into other tests), from the repository
+root, so the checkout's package is the one imported; a ```text block after it, with nothing but blank
+lines between them, is what it must print.  Docstring examples run as doctests with ``np`` and ``db``
+as their only globals, so each example defines what it uses.  The site itself is built, warnings as
+errors, by .ci/run (docs/development.md).
 """
 
 import doctest
@@ -29,7 +32,10 @@ from dualbroadcast.rules import BUILTIN_NONDIFFERENTIABLE, BUILTIN_RULES
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-DESIGN = ROOT / "docs" / "design.md"
+DOCS = ROOT / "docs"
+DESIGN = DOCS / "design.md"
+PAGES = [README] + sorted(DOCS.rglob("*.md"))
+API_REFERENCE = DOCS / "api.rst"
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
 
 
@@ -42,14 +48,16 @@ class Block(NamedTuple):
 
 
 def python_blocks(text):
-    """The ```python blocks of a Markdown text, each with the ```text block right after it, if any."""
+    """The ```python blocks of a Markdown text, each with the ```text block after it (only blank lines
+    between them), if any."""
     fences = list(FENCE.finditer(text))
     blocks = []
     for k, fence in enumerate(fences):
         if fence.group(1) != "python":
             continue
         after = fences[k + 1] if k + 1 < len(fences) else None
-        output = after.group(2) if after and after.group(1) == "text" and after.start() == fence.end() else None
+        adjacent = after and not text[fence.end():after.start()].strip()
+        output = after.group(2) if adjacent and after.group(1) == "text" else None
         blocks.append(Block(text.count("\n", 0, fence.start()) + 2, fence.group(2), output))
     return blocks
 
@@ -67,16 +75,27 @@ def run_block(block, name):
         raise AssertionError(f"{where} printed\n{result.stdout}instead of the text block after it:\n{block.output}")
 
 
-README_BLOCKS = python_blocks(README.read_text())
+def page_name(path):
+    """``path`` as the repository names it (``docs/guide/complex.md``)."""
+    return path.relative_to(ROOT).as_posix()
 
 
-@pytest.mark.parametrize("block", README_BLOCKS, ids=lambda block: f"line {block.line}")
-def test_readme_block_runs_on_its_own(block):
-    run_block(block, "README.md")
+PAGE_BLOCKS = [(page_name(path), block) for path in PAGES for block in python_blocks(path.read_text())]
+
+
+@pytest.mark.parametrize("name, block", PAGE_BLOCKS, ids=[f"{name}:{block.line}" for name, block in PAGE_BLOCKS])
+def test_python_block_runs_on_its_own(name, block):
+    run_block(block, name)
+
+
+def test_every_guide_page_has_an_example_that_prints_what_it_shows():
+    checked = {name for name, block in PAGE_BLOCKS if block.output is not None}
+    guide = {page_name(path) for path in (DOCS / "guide").glob("*.md")}
+    assert guide and guide <= checked, f"no python block with its printed output in {sorted(guide - checked)}"
 
 
 def test_a_broken_block_fails_and_names_its_line():
-    text = "# T\n\n```python\nimport numpy as np\nnp.undefined\n```\n\n```python\nprint(1)\n```\n```text\n2\n```\n"
+    text = "# T\n\n```python\nimport numpy as np\nnp.undefined\n```\n\n```python\nprint(1)\n```\n\n```text\n2\n```\n"
     broken, wrong_output = python_blocks(text)
     assert (broken.line, wrong_output.line, wrong_output.output) == (4, 9, "2\n")
     with pytest.raises(AssertionError, match=r"(?s)T\.md: the python block at line 4 failed.*line 5.*AttributeError"):
@@ -126,15 +145,53 @@ def test_the_design_document_names_every_public_name():
     assert not missing, f"docs/design.md does not describe {missing}"
 
 
-@pytest.mark.parametrize("path", [README, DESIGN], ids=lambda path: path.name)
+@pytest.mark.parametrize("path", PAGES, ids=page_name)
 def test_relative_links_resolve(path):
     targets = re.findall(r"\]\(([^)#\s]+)[^)]*\)", path.read_text())
     broken = [t for t in targets if "://" not in t and not (path.parent / t).exists()]
-    assert not broken, f"{path.name} links to missing files: {broken}"
+    assert not broken, f"{page_name(path)} links to missing files: {broken}"
+
+
+def test_every_page_is_linked_from_the_readme_or_the_site():
+    linked = {(path.parent / target).resolve() for path in PAGES
+              for target in re.findall(r"\]\(([^)#\s]+)[^)]*\)", path.read_text())}
+    in_a_toctree = {(DOCS / f"{entry}.md").resolve()
+                    for toctree in re.findall(r"```\{toctree\}\n(.*?)```", (DOCS / "index.md").read_text(), re.DOTALL)
+                    for entry in toctree.splitlines() if entry and not entry.startswith(":")}
+    orphans = [page_name(path) for path in PAGES[1:] if path.resolve() not in linked | in_a_toctree]
+    assert not orphans, f"no link or toctree entry leads to {orphans}"
 
 
 def test_readme_and_package_docstring_point_at_the_design_document():
     assert "docs/design.md" in README.read_text() and "docs/design.md" in db.__doc__
+
+
+# --- the API reference -----------------------------------------------------------------------------
+def documented_names():
+    """The names docs/api.rst renders with autodoc, a module with ``:members:`` giving its ``__all__``."""
+    text = API_REFERENCE.read_text()
+    names = set(re.findall(r"^\.\. auto(?:function|class|exception):: ([\w.]+)", text, re.MULTILINE))
+    for module in re.findall(r"^\.\. automodule:: ([\w.]+)\n   :members:", text, re.MULTILINE):
+        names |= {f"{module}.{name}" for name in importlib.import_module(module).__all__}
+    return names
+
+
+def public_names():
+    """Every public name a user reaches: ``db.__all__`` and the SciPy mirrors (a distribution by its class)."""
+    names = {f"dualbroadcast.{name}" for name in db.__all__}
+    for module_name in ("dualbroadcast.scipy.special", "dualbroadcast.scipy.stats", "dualbroadcast.scipy.signal"):
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            names.add(f"{module_name}.{name if inspect.isfunction(obj) else type(obj).__name__}")
+    return names
+
+
+def test_the_api_reference_documents_every_public_name():
+    pytest.importorskip("scipy")
+    missing, unknown = public_names() - documented_names(), documented_names() - public_names()
+    assert not missing, f"docs/api.rst does not document {sorted(missing)}"
+    assert not unknown, f"docs/api.rst documents names that are not public: {sorted(unknown)}"
 
 
 # --- type hints ------------------------------------------------------------------------------------
@@ -176,7 +233,8 @@ def test_the_package_ships_its_type_hints():
 
 
 # --- the function table ----------------------------------------------------------------------------
-FUNCTION_TABLE = Path(__file__).resolve().parents[2] / "docs" / "function_table.py"
+FUNCTION_TABLE = DOCS / "function_table.py"
+FUNCTION_PAGE = DOCS / "functions.md"
 
 
 def function_table():
@@ -185,9 +243,9 @@ def function_table():
     return result.stdout
 
 
-def test_the_readme_holds_the_current_function_table():
-    assert function_table().strip() in README.read_text(), (
-        "README.md's function table is out of date: run python docs/function_table.py --write")
+def test_the_function_page_holds_the_current_function_table():
+    assert function_table().strip() in FUNCTION_PAGE.read_text(), (
+        "docs/functions.md's function table is out of date: run python docs/function_table.py --write")
 
 
 def test_every_builtin_rule_and_nondifferentiable_function_is_in_the_table():

@@ -34,7 +34,7 @@ def jax_numpy():
     return jax, jax.numpy
 
 
-# --- the README's example ---------------------------------------------------------------------------
+# --- the user guide's example (docs/guide/complex.md) ----------------------------------------------
 def squared_modulus(z):
     return np.abs(z) ** 2
 
