@@ -36,8 +36,8 @@ Conventions (each pinned by tests/test_conventions.py):
   subgradient otherwise).
 * norm: a zero element has partial sign(0) = 0 in the 1, inf and -inf norms
   (vector and matrix); ``ord=0`` (a count) has gradient 0.  At x = 0 the
-  Euclidean/Frobenius norm and the p-norms with p > 1 give nan (0/0), and so
-  does a zero element in a p-norm with p < 1.  The 2/-2 matrix norms at a
+  Euclidean/Frobenius norm and the p-norms with p > 1 have gradient 0 (not 0/0:
+  as hypot's and |x|'s at 0); a zero element in a p-norm with p < 1 gives nan.  The 2/-2 matrix norms at a
   repeated singular value and the nuclear norm of a rank-deficient matrix use
   the singular vectors LAPACK returns (one subgradient of many).
 * sort, median, percentile, quantile (and their nan versions): tied elements
@@ -71,6 +71,7 @@ import warnings
 
 import numpy as np
 
+from ..derivatives import over_norm
 from ..errors import UnsupportedFunctionError
 from ..guards import Guarded
 from ..pullbacks import as_array, unbroadcast
@@ -244,7 +245,9 @@ def vector_norm_partial(x, norm, ord, axis):
         return np.zeros_like(x)
     if ord in (np.inf, -np.inf):  # max / min of |x|
         return np.sign(x) * tie_weights(np.abs(x), norm, axis)
-    return np.sign(x) * (np.abs(x) / norm) ** (ord - 1)  # (Σ|x|^p)^(1/p)
+    if ord > 1:  # (Σ|x|^p)^(1/p): 0 at x = 0 (there every |x|/norm is 0/0), as the 2-norm's
+        norm = np.where(norm == 0, 1, norm)
+    return np.sign(x) * (np.abs(x) / norm) ** (ord - 1)
 
 
 def matrix_norm_partial(x, norm, ord, axes):
@@ -272,7 +275,7 @@ def norm_vjp(ans, x, ord=None, axis=None, keepdims=False):
     axes = reduced_axes(axis, len(shape))
     norm = expand(ans, shape, axes, keepdims)
     if ord is None or ord in ("fro", "f"):
-        partial = x / norm
+        partial = over_norm(x, norm)  # 0 at x = 0, as hypot's
     elif len(axes) == 1:
         partial = vector_norm_partial(x, norm, ord, axes)
     else:
