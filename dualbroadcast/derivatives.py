@@ -129,7 +129,9 @@ DERIVATIVES = {
     ),
     np.negative: (-1,),
     np.positive: (1,),
-    np.reciprocal: (lambda ans, x: -ans * ans,),
+    # -1/x², a quotient (singular: a strong product), not -ans · ans, whose product of two infinities at x = 0 a
+    # second derivative behind a guard would meet as 0 · ∞ in a smooth multiplication.
+    np.reciprocal: (lambda ans, x: -1 / (x * x),),
     np.square: (lambda ans, x: 2 * x,),
     np.sqrt: (lambda ans, x: 0.5 / ans,),
     np.cbrt: (lambda ans, x: 1 / (3 * ans * ans),),
