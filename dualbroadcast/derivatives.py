@@ -30,7 +30,8 @@ def strong_product(g, d):
     """``g · d`` with 0 where one factor is 0 and the other infinite or NaN (0 · ∞ = 0 · NaN = 0, where IEEE
     gives NaN): the chain rule's product at a singular point.  Elsewhere it is ``g · d`` itself, so its
     derivative in either factor is the other (a Hessian differentiates it)."""
-    p = g * d
+    with np.errstate(invalid="ignore"):  # 0 · ∞ is the point here, not a user's invalid operation
+        p = g * d
     return np.where((p != p) & ((g == 0) | (d == 0)), 0, p)
 
 
@@ -43,16 +44,15 @@ def selected(g, d):
 
 
 def is_finite(d):
-    """Whether the partial ``d`` (a number or an array) holds finite numbers only.  A finite sum of an array
-    means every element is finite; a sum that overflows counts as not finite (the strong product is exact
-    there too).  A value an outer gradient tracks is not inspected: False."""
+    """Whether the partial ``d`` (a number or an array) holds finite numbers only.  A value an outer gradient
+    tracks is not inspected: False (the strong product is exact for finite partials too)."""
     kind = type(d)
-    if kind is float or kind is int or kind is bool:
-        return d - d == 0
     if kind is np.ndarray:
-        return d.dtype.kind not in "fc" or bool(np.isfinite(np.add.reduce(d, None)))
-    if isinstance(d, np.generic):
-        return bool(np.isfinite(d))
+        return d.dtype.kind not in "fc" or bool(np.isfinite(d).all())
+    if kind is bool or kind is np.bool_:
+        return True
+    if kind in (float, int, complex) or isinstance(d, np.number):
+        return bool(abs(d) < math.inf)  # False for NaN too; no warning, a fraction of np.isfinite's cost
     return False
 
 
