@@ -33,7 +33,8 @@ Conventions (each pinned by tests/test_conventions.py):
 * prod and cumprod are exact when elements are zero: products of the other
   elements, no division by zero (cumprod divides only where ``x`` is nonzero).
 * std of a constant slice has gradient 0 (exact for one element, a
-  subgradient otherwise).
+  subgradient otherwise).  The tangent of var/std over an empty slice is NaN,
+  as the value (and mean's tangent) is.
 * norm: a zero element has partial sign(0) = 0 in the 1, inf and -inf norms
   (vector and matrix); ``ord=0`` (a count) has gradient 0.  At x = 0 the
   Euclidean/Frobenius norm and the p-norms with p > 1 have gradient 0 (not 0/0:
@@ -185,20 +186,41 @@ def deviation_over_dof(x, axis, ddof, where, mean=None):
     return masked((x - mean) / (count(x, axis, where) - ddof), where)
 
 
-def var_vjp(ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=None, correction=None):
+def var_partial(ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=None,
+                correction=None):
     """∂ var(x) / ∂x = 2 (x - mean) / (n - ddof); ``correction`` is the Array API's name for ddof."""
-    ddof = ddof if correction is None else correction
-    shape, partial = np.shape(a), 2 * deviation_over_dof(a, axis, ddof, where, mean)
-    return lambda g: expand(g, shape, axis, keepdims) * partial
+    return 2 * deviation_over_dof(a, axis, ddof if correction is None else correction, where, mean)
 
 
-def std_vjp(ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=None, correction=None):
+def std_partial(ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=None,
+                correction=None):
     """∂ std(x) / ∂x = (x - mean) / ((n - ddof) std); 0 where std = 0 (there x - mean = 0 too)."""
+    std = expand(ans, np.shape(a), axis, keepdims)
     ddof = ddof if correction is None else correction
-    shape = np.shape(a)
-    std = expand(ans, shape, axis, keepdims)
-    partial = deviation_over_dof(a, axis, ddof, where, mean) / np.where(std == 0, 1, std)
-    return lambda g: expand(g, shape, axis, keepdims) * partial
+    return deviation_over_dof(a, axis, ddof, where, mean) / np.where(std == 0, 1, std)
+
+
+def spread_vjp(partial_of):
+    """The vjp of var or std from its partial: ``g`` expanded to x's shape, times the partial."""
+    def vjp(ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kwargs):
+        partial = partial_of(ans, a, axis, dtype, out, ddof, keepdims, **kwargs)
+        return lambda g: expand(g, np.shape(a), axis, keepdims) * partial
+
+    return vjp
+
+
+var_vjp, std_vjp = spread_vjp(var_partial), spread_vjp(std_partial)
+
+
+def spread_jvp(partial_of):
+    """The jvp of var or std: Σ partial · ẋ over each slice, and NaN over an empty slice, where the value is NaN
+    (as mean's tangent: JAX's too), not the empty sum's 0."""
+    def jvp(tangents, ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kwargs):
+        partial = partial_of(ans, a, axis, dtype, out, ddof, keepdims, **kwargs)
+        tangent = np.sum(partial * tangents[0], axis=axis, keepdims=keepdims)
+        return tangent if np.size(a) else tangent + np.nan
+
+    return jvp
 
 
 # --- cumsum, cumprod --------------------------------------------------------------
@@ -929,6 +951,8 @@ for _extreme in (np.max, np.amax, np.min, np.amin):  # amax/amin are separate fu
     defvjp(_extreme, extreme_vjp)
 defvjp(np.var, var_vjp)
 defvjp(np.std, std_vjp)
+defjvp(np.var, spread_jvp(var_partial))
+defjvp(np.std, spread_jvp(std_partial))
 defvjp(np.cumsum, cumsum_vjp)
 defvjp(np.cumprod, cumprod_vjp)
 defvjp(np.linalg.norm, norm_vjp)

@@ -58,3 +58,20 @@ def test_hessian_over_leaves_that_are_one_array():
     for i in "ab":
         for j in "ab":
             np.testing.assert_allclose(ours[i][j], np.asarray(theirs[i][j]), rtol=1e-12, err_msg=f"H[{i}][{j}]")
+
+
+@pytest.mark.parametrize("func", [np.std, np.var])
+@pytest.mark.parametrize("shape, axis", [((0,), None), ((2, 0), 1), ((3, 4), None), ((3, 4), 0), ((3, 4), 1)])
+def test_tangent_of_var_and_std_matches_jax_and_is_nan_over_an_empty_slice(func, shape, axis):
+    """As mean's: NaN over an empty slice, where the value is NaN too (was the empty sum's 0; JAX gives NaN for
+    std there and 0 for var)."""
+    jax = pytest.importorskip("jax")
+    rng = np.random.default_rng(len(shape) + (axis or 0))
+    x, t = rng.standard_normal(shape), rng.standard_normal(shape)
+    _, ours = db.jvp(lambda a: func(a, axis=axis), (x,), (t,))
+    with jax.enable_x64(True):
+        jfunc = getattr(jax.numpy, func.__name__)
+        _, theirs = jax.jvp(lambda a: jfunc(a, axis=axis), (jax.numpy.asarray(x),), (jax.numpy.asarray(t),))
+    assert np.all(np.isnan(ours)) == (x.size == 0)
+    if x.size:
+        np.testing.assert_allclose(ours, np.asarray(theirs), rtol=1e-12)
