@@ -388,7 +388,7 @@ class _Plan:
         if len(parents) == 1:  # the usual case, one differentiated array
             x = parents[0]
             back = fitting_kernel_pullback(results[1], tape.single_sweep, self.scales[0])  # partials of x's shape
-            if x.view is not None:
+            if x.slice_index is not None:
                 back = _edge(x, back)  # first: settling a view moves its index
             return tape.record(value, ((x.index, back),), self.call, kind)
         backs = [fitting_kernel_pullback(p, tape.single_sweep, c) for p, c in zip(results[1:], self.scales)]

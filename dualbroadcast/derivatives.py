@@ -10,6 +10,12 @@ expressions, and with Python-float constants, so float32 stays float32.
 
 Where a function has a kink or a tie, the comments next to its entry state the
 value chosen; tests/rules/test_conventions.py pins each in every mode.
+
+The chain rule's product of a derivative and a partial is IEEE's, except at the functions that select
+(`SELECTIONS`) and the singular ones (every function not in `SMOOTH`, where the partial is infinite or NaN):
+there it is `selected` and `strong_product`, 0 where one factor is 0 (0 · ∞ = 0 · NaN = 0).  So a branch that
+`np.where` (or `maximum`, `clip`, ...) does not choose contributes an exact 0 in every mode, whether the
+singular function comes before the selection or after it (docs/design.md, Conventions at kinks).
 """
 
 import math
@@ -18,6 +24,45 @@ import numpy as np
 
 LN2 = math.log(2.0)
 LN10 = math.log(10.0)
+
+
+def strong_product(g, d):
+    """``g · d`` with 0 where one factor is 0 and the other infinite or NaN (0 · ∞ = 0 · NaN = 0, where IEEE
+    gives NaN): the chain rule's product at a singular point.  Elsewhere it is ``g · d`` itself, so its
+    derivative in either factor is the other (a Hessian differentiates it)."""
+    with np.errstate(invalid="ignore"):  # 0 · ∞ is the point here, not a user's invalid operation
+        p = g * d
+    return np.where((p != p) & ((g == 0) | (d == 0)), 0, p)
+
+
+def selected(g, d):
+    """``g · d`` for a selection's partial ``d``: ``g`` where it is chosen (``d`` true or nonzero), an exact 0
+    where it is not, even where ``g`` is infinite or NaN (np.where's cotangent is selected, not multiplied)."""
+    if isinstance(d, bool) or getattr(d, "dtype", None) == np.bool_:
+        return np.where(d, g, 0)
+    return np.where(d == 0, 0, g * d)
+
+
+def is_finite(d):
+    """Whether the partial ``d`` (a number or an array) holds finite numbers only.  A value an outer gradient
+    tracks is not inspected: False (the strong product is exact for finite partials too)."""
+    kind = type(d)
+    if kind is np.ndarray:
+        return d.dtype.kind not in "fc" or bool(np.isfinite(d).all())
+    if kind is bool or kind is np.bool_:
+        return True
+    if kind in (float, int, complex) or isinstance(d, np.number):
+        return bool(abs(d) < math.inf)  # False for NaN too; no warning, a fraction of np.isfinite's cost
+    return False
+
+
+def chain_product(func, g, d):
+    """``g · d``, the chain rule's product of a derivative ``g`` and ``func``'s partial ``d`` (each mode's one
+    product for the table's partials): strong (`strong_product`) for a selection, and for a singular function
+    where ``d`` is not finite; IEEE's otherwise."""
+    if func in SELECTIONS:
+        return selected(g, d)
+    return g * d if func in SMOOTH or is_finite(d) else strong_product(g, d)
 
 
 def share(alone, tie, ans):
@@ -45,6 +90,12 @@ def power_base(ans, x, y):
     if isinstance(y, (int, float, np.integer, np.floating)) and y == 2:
         return y * x
     return y * x ** (y - (y != 0))
+
+
+def over_norm(x, n):
+    """``x / n``, the partial of a Euclidean norm ``n`` in its element ``x``, and 0 where ``n`` is 0 (every
+    element is 0 there: the subgradient of least norm, as |x|'s sign(0) = 0)."""
+    return np.where(n == 0, 0, x / np.where(n == 0, 1, n))
 
 
 def fmax_alone(x, y):
@@ -78,7 +129,9 @@ DERIVATIVES = {
     ),
     np.negative: (-1,),
     np.positive: (1,),
-    np.reciprocal: (lambda ans, x: -ans * ans,),
+    # -1/x², a quotient (singular: a strong product), not -ans · ans, whose product of two infinities at x = 0 a
+    # second derivative behind a guard would meet as 0 · ∞ in a smooth multiplication.
+    np.reciprocal: (lambda ans, x: -1 / (x * x),),
     np.square: (lambda ans, x: 2 * x,),
     np.sqrt: (lambda ans, x: 0.5 / ans,),
     np.cbrt: (lambda ans, x: 1 / (3 * ans * ans),),
@@ -103,7 +156,9 @@ DERIVATIVES = {
     # 1/(√(x-1) √(x+1)), not 1/√(x²-1): the same for real x > 1, and right on every side of complex arccosh's cut.
     np.arccosh: (lambda ans, x: 1 / (np.sqrt(x - 1) * np.sqrt(x + 1)),),
     np.arctanh: (lambda ans, x: 1 / (1 - x * x),),
-    np.hypot: (lambda ans, x, y: x / ans, lambda ans, x, y: y / ans),
+    # x / hypot(x, y): 0 at x = y = 0 (not 0/0), as |x|'s partial sign(0) = 0 (hypot(x, 0) is |x|), and
+    # selected so, its own derivative there is 0 too.
+    np.hypot: (lambda ans, x, y: over_norm(x, ans), lambda ans, x, y: over_norm(y, ans)),
     np.logaddexp: (lambda ans, x, y: np.exp(x - ans), lambda ans, x, y: np.exp(y - ans)),
     np.logaddexp2: (lambda ans, x, y: np.exp2(x - ans), lambda ans, x, y: np.exp2(y - ans)),
     np.absolute: (lambda ans, x: np.sign(x),),  # 0 at x = 0
@@ -161,3 +216,13 @@ DERIVATIVES = {
 # (spacing, nextafter) is a constant too, as in JAX.
 ZERO_DERIVATIVE = (np.sign, np.floor, np.ceil, np.round, np.around, np.rint, np.trunc, np.fix, np.floor_divide,
                    np.heaviside, np.spacing, np.nextafter)
+
+# The functions that select: a partial is 0 where an argument is not chosen (np.where's other branch, the
+# smaller argument of maximum, a clipped element, |x| and copysign at 0 through sign(0) = 0).
+SELECTIONS = frozenset((np.where, np.maximum, np.minimum, np.fmax, np.fmin, np.clip, np.absolute, np.fabs,
+                        np.copysign, np.nan_to_num))
+# The functions whose partials are finite wherever their arguments are; every other function of the table
+# (sqrt, log, divide, power, arcsin, exp's overflow, scipy.special's, a user's) is singular somewhere.
+SMOOTH = frozenset((np.add, np.subtract, np.multiply, np.negative, np.positive, np.square, np.sin, np.cos,
+                    np.tanh, np.arctan, np.arcsinh, np.hypot, np.sinc, np.logaddexp, np.logaddexp2, np.deg2rad,
+                    np.rad2deg, np.radians, np.degrees))

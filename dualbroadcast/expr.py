@@ -19,7 +19,7 @@ import inspect
 
 import numpy as np
 
-from .derivatives import DERIVATIVES, ZERO_DERIVATIVE
+from .derivatives import DERIVATIVES, SELECTIONS, SMOOTH, ZERO_DERIVATIVE
 from .errors import KernelError
 from .numpy_facts import PREDICATES, qualified_name, source_of
 from .registry import ARGUMENT_REASONS, LAZY_FAMILIES, register_lazy_rules
@@ -374,6 +374,7 @@ def derivatives(graph, output, active, seeds):
     does not depend on that input.
     """
     tangents = {a.index: {slot: seed} for slot, (a, seed) in enumerate(zip(active, seeds))}
+    zeroable = set()  # (node, slot): a tangent that a selection may have made exactly 0 somewhere
     for node in list(graph.nodes):
         if node.op is None or node.op not in DERIVATIVES:
             continue
@@ -391,7 +392,10 @@ def derivatives(graph, output, active, seeds):
                 )
             d = partials[j](node, *node.args) if callable(partials[j]) else partials[j]
             for slot, t in incoming.items():
-                term = d if _is_one(t) and not _is_boolean(d) else graph.multiply(d, t)
+                may_be_zero = (arg.index, slot) in zeroable
+                term = _chain_term(graph, node.op, d, t, may_be_zero)
+                if may_be_zero or node.op in SELECTIONS:
+                    zeroable.add((node.index, slot))
                 total[slot] = graph.apply(np.add, (total[slot], term)) if slot in total else term
         if total:
             tangents[node.index] = total
@@ -401,6 +405,24 @@ def derivatives(graph, output, active, seeds):
         return [0] * len(active)
     found = tangents.get(output.index, {})
     return [found.get(slot, 0) for slot in range(len(active))]
+
+
+def _chain_term(graph, op, d, t, may_be_zero):
+    """``d · t``, the partial ``d`` of ``op`` times an incoming tangent ``t``, as `derivatives.chain_product`
+    multiplies: selecting at a selection, strong (0 where ``t`` is 0) at a singular function whose incoming
+    tangent a selection may have made 0; a plain product otherwise (no extra pass where no selection feeds it)."""
+    if _is_one(t) and not _is_boolean(d):
+        return d
+    if op in SELECTIONS:
+        if _is_boolean(d):
+            return graph.apply(np.where, (d, t, 0))
+        return graph.apply(np.where, (graph.apply(np.equal, (d, 0)), 0, graph.multiply(d, t)))
+    product = graph.multiply(d, t)
+    if may_be_zero and op not in SMOOTH:  # 0 where t is 0 and d is not finite: where the product is NaN
+        nan_from_zero = graph.apply(np.logical_and, (graph.apply(np.not_equal, (product, product)),
+                                                     graph.apply(np.equal, (t, 0))))
+        return graph.apply(np.where, (nan_from_zero, 0, product))
+    return product
 
 
 def without_cuts(graph, outputs):

@@ -37,7 +37,7 @@ import warnings
 import numpy as np
 
 from . import tape
-from .derivatives import DERIVATIVES
+from .derivatives import DERIVATIVES, chain_product
 from .errors import InPlaceMutationError, ShapeMismatchError, UnsupportedFunctionError, ValueConversionError
 from .guards import UFUNC_AT, Guarded, NotReplayableError, untracked
 from .numpy_facts import ARRAY_METHODS, FLOAT_SCALARS, as_dtype, astype, getitem, qualified_name
@@ -477,7 +477,7 @@ def _elementwise(func, partials, ans, values, positions, tangents):
                 "but received a dual value; pass a constant or db.cut(x)")
         if callable(d):
             typed = as_dtype(values, np.result_type(untracked(ans))) if typed is None else typed
-            term = t * d(ans, *typed)
+            term = chain_product(func, t, d(ans, *typed))
         else:
             term = t if d == 1 else -t if d == -1 else t * d
         total = term if total is None else total + term

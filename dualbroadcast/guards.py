@@ -246,7 +246,7 @@ def _views_another(x):
     """Whether ``x``'s memory is another array's too (a slice, ``x.T``, ``x.reshape``): not asked of an
     argument of f, whose caller's array f's result does not see."""
     while isinstance(x, Guarded):
-        if getattr(x, "view", None) is not None:  # a slice of a tracked value (`tape.Tracked.view`)
+        if getattr(x, "slice_index", None) is not None:  # a slice of a tracked value (`tape.Tracked`)
             return True
         index = getattr(x, "index", None)
         if index is not None and x.tape.records[index] is None:  # an input of its tape

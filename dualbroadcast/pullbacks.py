@@ -28,6 +28,7 @@ import warnings
 
 import numpy as np
 
+from .derivatives import chain_product
 from .guards import Guarded, NotReplayableError
 
 # Partials a record holds as they are: the sweep multiplies the cotangent by them itself
@@ -42,7 +43,7 @@ def multiply_by(d):
 
 def scalar_pullback(d):
     """The pullback of a scalar result's partial ``d`` as a record holds it: ``d`` itself if it is a factor."""
-    return d if type(d) in FACTORS else multiply_by(d)
+    return d if type(d) in FACTORS else d if type(d) is Strong else multiply_by(d)
 
 
 def as_array(x, dtype=None):
@@ -140,6 +141,23 @@ class Unbroadcast:
 
     def __call__(self, g):
         return unbroadcast(g if self.factor is None else g * self.factor, self.shape)
+
+
+class Strong:
+    """``g -> chain_product(func, g, d)``, summed back to ``shape``: a table partial's pullback at a selection or
+    a singular point, where ``g · d`` would make 0 · ∞ a NaN (`derivatives.chain_product`)."""
+
+    __slots__ = ("func", "partial", "shape", "stretched")
+
+    def __init__(self, func, partial, shape, out_shape):
+        self.func = func
+        self.partial = partial
+        self.shape = shape
+        self.stretched = shape != out_shape
+
+    def __call__(self, g):
+        ct = chain_product(self.func, g, self.partial)
+        return unbroadcast(ct, self.shape) if self.stretched else ct
 
 
 # --- the pullback of a kernel's partial --------------------------------------------------

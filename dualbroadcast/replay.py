@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from .broadcast import _unscaled
-from .derivatives import DERIVATIVES
+from .derivatives import DERIVATIVES, SELECTIONS, SMOOTH, chain_product
 from .expr import Src
 from .kernel_source import _infer_dtypes, _out_dtypes
 from .kernels import FORCED_BACKEND, BackendChoice, _chunks, _kind
@@ -624,17 +624,29 @@ class _Backward(_Writer):
         args = as_dtype([r.value if _is_number(r) else Src(self.ref(r), self.space) for r in step.refs], dtype)
         shape, out_shape = self.p.shape_of(step.refs[i]), self.p.meta[o][0]
         number = self.cotangents.number(o) if shape == out_shape else None
+        strong = step.func in SELECTIONS or step.func not in SMOOTH
         if callable(partial):
             value = Src(f"v{o}", self.space)
             d = partial(value, *args)
             if type(d) is not Src and number is not None:
-                return Folded(apply(table_pullback(d, shape, out_shape), number))
-            if type(d) is Src and self.unit_cotangent(step, i, o, number):
+                return Folded(self.folded_product(step, number, d, shape, out_shape, strong))
+            if type(d) is Src and self.unit_cotangent(step, i, o, number) and not strong:
                 return d.text
-            return table_pullback_source(f"g{o}", d.text if type(d) is Src else value._of(d), shape, out_shape)
-        if number is not None:
-            return Folded(apply(table_pullback(partial, shape, out_shape), number))
-        return table_pullback_source(f"g{o}", partial, shape, out_shape)
+            d = d.text if type(d) is Src else value._of(d)
+        elif number is not None:
+            return Folded(self.folded_product(step, number, partial, shape, out_shape, strong))
+        else:
+            d = partial
+        if strong:  # the chain rule's product at a selection or a singular point (`derivatives.chain_product`)
+            g = f"{self.space.bind(chain_product)}({self.space.bind(step.func)}, g{o}, {d})"
+            return table_pullback_source(g, 1, shape, out_shape)
+        return table_pullback_source(f"g{o}", d, shape, out_shape)
+
+    @staticmethod
+    def folded_product(step, number, d, shape, out_shape, strong):
+        """The term of a known cotangent ``number`` and a partial ``d`` known while generating: the product
+        `chain_product` or the tape's pullback gives."""
+        return chain_product(step.func, number, d) if strong else apply(table_pullback(d, shape, out_shape), number)
 
     def unit_cotangent(self, step, i, o, number):
         """Whether argument ``i``'s term of the inline step ``step`` (output ``o``) is its partial itself: the

@@ -26,6 +26,7 @@ from .errors import (
     KernelError,
     StaleValueError,
     UnsupportedFunctionError,
+    ValueConversionError,
 )
 from .expr import Sym
 from .guards import RECORDER, UFUNC_AT, Guarded, NotReplayableError, untracked
@@ -196,7 +197,7 @@ class Tape:
             t.value = value
             t.tape = self
             t.index = index
-            t.view = None
+            t.slice_index = None
             tracked.append(t)
         return tracked
 
@@ -221,7 +222,7 @@ class Tape:
             _VALUE.__set__(t, ans)
         t.tape = self
         t.index = len(records) - 1
-        t.view = None
+        t.slice_index = None
         return t
 
 
@@ -443,7 +444,7 @@ def vector_elements(values):
         return None
     records, parent, ks = tape.records, None, []
     for t in values:
-        if type(t) is not Tracked or t.tape is not tape or t.view is not None:
+        if type(t) is not Tracked or t.tape is not tape or t.slice_index is not None:
             return None
         record = records[t.index]
         if type(record) is not tuple or len(record[0]) != 1 or record[1] is not getitem:
@@ -1024,14 +1025,14 @@ def _binary(x, y, func):
         xv, yv = x.value, y.value
         ans = rule.plain(xv, yv)
         scalar = type(ans) in FLOAT_SCALARS
-        if scalar and rule.bilinear and x.view is not None and y.view is not None:
+        if scalar and rule.bilinear and x.slice_index is not None and y.slice_index is not None:
             index = len(tape.records)  # a dot of two slices in a loop: no edges to sweep
             products = tape.view_products[x.index]
-            products.append(x.view)  # three appends: half the time of += (x.view, index, yv) here
+            products.append(x.slice_index)  # three appends: half the time of += (x.slice_index, index, yv) here
             products.append(index)
             products.append(yv)
             products = tape.view_products[y.index]
-            products.append(y.view)
+            products.append(y.slice_index)
             products.append(index)
             products.append(xv)
             record = func
@@ -1048,7 +1049,7 @@ def _binary(x, y, func):
             else:
                 return _not_float(tape, func, (x, y), ans)
             bx, by = backs
-            if x.view is not None or y.view is not None:
+            if x.slice_index is not None or y.slice_index is not None:
                 bx, by = _edge(x, bx), _edge(y, by)  # first: settling a view moves its index
             record = ((x.index, bx), (y.index, by)), func
     else:  # one tracked argument, at position k
@@ -1067,14 +1068,14 @@ def _binary(x, y, func):
             back = rule.makers[k](ans, *values)
         else:
             return _not_float(tape, func, (x, y), ans)
-        if t.view is not None and scalar and rule.bilinear and type(back) is np.ndarray:
+        if t.slice_index is not None and scalar and rule.bilinear and type(back) is np.ndarray:
             products = tape.view_products[t.index]  # as for two views
-            products.append(t.view)
+            products.append(t.slice_index)
             products.append(len(tape.records))
             products.append(back)
             record = func
         else:
-            if t.view is not None:
+            if t.slice_index is not None:
                 back = _edge(t, back)  # first: settling a view moves its index
             record = ((t.index, back),), func
     records = tape.records  # tape.record(ans, edges, func) inline: a frame less per operator
@@ -1086,7 +1087,7 @@ def _binary(x, y, func):
     out.value = ans
     out.tape = tape
     out.index = index
-    out.view = None
+    out.slice_index = None
     return out
 
 
@@ -1106,19 +1107,19 @@ def _edge(t, back):
     paired so: that view is recorded after all (`settle`).
     Read the parent's ``t.index`` after this call.
     """
-    if t.view is None:
+    if t.slice_index is None:
         return back
     if type(back) is IndexPullback:
         settle(t)
         return back
-    return (t.view, back)
+    return (t.slice_index, back)
 
 
 def settle(t):
     """Record the view ``t`` as an ordinary tape value (a getitem of its base), in place."""
-    if t.view is not None:
-        back = IndexPullback(t.view, *t.tape.view_bases[t.index])
-        t.index, t.view = t.tape.record(t.value, ((t.index, back),), getitem).index, None
+    if t.slice_index is not None:
+        back = IndexPullback(t.slice_index, *t.tape.view_bases[t.index])
+        t.index, t.slice_index = t.tape.record(t.value, ((t.index, back),), getitem).index, None
     return t
 
 
@@ -1302,20 +1303,20 @@ _NUMBERS = REAL_FLOATS | {int}  # a plain number beside a tracked value: `Tracke
 class Tracked(Guarded):
     """A value derived from a differentiated input: NumPy operations on it are recorded.
 
-    ``view``: for a basic slice ``base[index]`` (a NumPy view), its ``index`` (the base's
+    ``slice_index``: for a basic slice ``base[index]`` (a NumPy view), its ``index`` (the base's
     shape and dtype are the tape's ``view_bases[base index]``); it carries the base's tape
     ``index``.  Such a slice is not recorded: each operation on it adds its cotangent at
     ``index`` of the base's gradient buffer, so a slice in a loop costs one record less
     (see `_edges`; a scalar product of slices holds its partials for the base, see `_binary`).
     """
 
-    __slots__ = ("value", "tape", "index", "view")
+    __slots__ = ("value", "tape", "index", "slice_index")
 
     def __init__(self, value, tape, index, view=None):
         self.value = value
         self.tape = tape
         self.index = index
-        self.view = view
+        self.slice_index = view
 
     # --- NumPy protocols -------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -1355,7 +1356,7 @@ class Tracked(Guarded):
             basic = kind in _BASIC_INDEX
             if index is None:
                 index = (None,)  # the same, and never mistaken for "not a view"
-        if basic and self.view is None and tape.recorder is None and not tape.closed:
+        if basic and self.slice_index is None and tape.recorder is None and not tape.closed:
             base = self.value
             value = base[index]  # of a value an outer gradient tracks too (a gradient of a gradient): recorded there
             if type(value) is np.ndarray:  # a view into self: not recorded, see `view`
@@ -1367,7 +1368,7 @@ class Tracked(Guarded):
                 view.value = value
                 view.tape = tape
                 view.index = self.index
-                view.view = index
+                view.slice_index = index
                 return view
             if not tape.complex and (type(value) in FLOAT_SCALARS or type(value) is Tracked):
                 # an element, or a value an outer gradient tracks: recorded as `record_operation` would, in a
@@ -1393,6 +1394,15 @@ class Tracked(Guarded):
     def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
         keywords = _given(order=(order, "K"), casting=(casting, "unsafe"), subok=(subok, True), copy=(copy, True))
         return record_operation(astype, (self, dtype), keywords)
+
+    def view(self, dtype=None, type=None):
+        """``x.view()``, or ``x.view(dtype)`` of x's own dtype: the same values, so ``x`` itself (a tracked value
+        is never written in place).  Another dtype reinterprets the bits, which has no derivative."""
+        if type is None and (dtype is None or np.dtype(dtype) == self.value.dtype):
+            return self
+        raise ValueConversionError(
+            f"x.view({dtype!r}) reinterprets the bits of a value being differentiated, which has no derivative; "
+            "use x.astype(dtype) to convert the values, or db.cut(x).view(...) for a constant")
 
     def flatten(self, order="C"):
         return record_operation(np.ravel, (self,), _given(order=(order, "C"))).copy()

@@ -14,25 +14,31 @@ from typing import Any
 import numpy as np
 
 from ..broadcast import clear_cache
-from ..derivatives import DERIVATIVES
+from ..derivatives import DERIVATIVES, SELECTIONS, SMOOTH, is_finite
 from ..errors import UnsupportedFunctionError
 from ..numpy_facts import OPERATOR_FUNCTIONS, as_dtype, qualified_name
-from ..pullbacks import one_number, table_pullback
+from ..pullbacks import Strong, one_number, table_pullback
 from ..registry import PER_ARGUMENT, RULES, Rule, _implementation, _users_rule, deflinear, defvjp_outputs
 
 
-def vjp_maker(partial, argnum):
-    """The vjp maker of argument ``argnum`` of a ufunc (or np.where) for a table entry ``partial``.
+def vjp_maker(func, partial, argnum):
+    """The vjp maker of argument ``argnum`` of a ufunc (or np.where) ``func`` for a table entry ``partial``.
 
     The arguments come positionally.  A ufunc's keywords are vetted by the tape, which lets through only
-    those that change no derivative (``casting=``, ``order=``, ...); np.where takes none.
+    those that change no derivative (``casting=``, ``order=``, ...); np.where takes none.  The pullback's
+    product is `derivatives.chain_product`'s: strong at a selection and where a singular partial is not finite.
     """
     if partial is None:
         return None
+    strong = func in SELECTIONS
+    checked = func not in SMOOTH
 
     def maker(ans, *args, **ufunc_keywords):
         d = partial(ans, *as_dtype(args, ans.dtype)) if callable(partial) else partial
-        return table_pullback(d, getattr(args[argnum], "shape", ()), ans.shape)
+        shape = getattr(args[argnum], "shape", ())
+        if strong or (checked and not is_finite(d)):
+            return Strong(func, d, shape, ans.shape)
+        return table_pullback(d, shape, ans.shape)
 
     return maker
 
@@ -40,7 +46,7 @@ def vjp_maker(partial, argnum):
 def power_vjp(func, argnum):
     """The vjp makers of ``x ** y``: the table's, but for the base of a square (``x ** 2``, the commonest
     power), whose pullback keeps ``x`` and computes ``x̄ = g · 2x`` when called (`square_pullback`)."""
-    general = vjp_maker(DERIVATIVES[func][argnum], argnum)
+    general = vjp_maker(func, DERIVATIVES[func][argnum], argnum)
     if argnum != 0 or DERIVATIVES[func][0] is not POWER_BASE:  # (a partial of db.defderivative's: as it is written)
         return general
 
@@ -70,7 +76,7 @@ def square_pullback(x):
 def x_vjp(func, argnum):
     """The vjp maker of a table function that is not a ufunc and takes one argument named ``x``
     (``np.sinc``, ``np.i0``): it may be passed by name."""
-    of_x = vjp_maker(DERIVATIVES[func][argnum], argnum)
+    of_x = vjp_maker(func, DERIVATIVES[func][argnum], argnum)
 
     def maker(ans, x):
         return of_x(ans, x)
@@ -80,7 +86,7 @@ def x_vjp(func, argnum):
 
 def nan_to_num_vjp(func, argnum):
     """The vjp maker of argument ``argnum`` of ``np.nan_to_num``, its arguments by NumPy's names."""
-    with_all = vjp_maker(DERIVATIVES[func][argnum], argnum)
+    with_all = vjp_maker(func, DERIVATIVES[func][argnum], argnum)
 
     def maker(ans, x, copy=True, nan=0.0, posinf=None, neginf=None):
         return with_all(ans, x, copy, nan, posinf, neginf)
@@ -94,7 +100,7 @@ def clip_vjp(func, argnum):
     The bounds come positionally, as ``a_min=``/``a_max=`` or as NumPy 2's ``min=``/``max=``;
     a bound that is None or absent is ±inf in the formulas.
     """
-    with_bounds = vjp_maker(DERIVATIVES[func][argnum], argnum)
+    with_bounds = vjp_maker(func, DERIVATIVES[func][argnum], argnum)
 
     def maker(ans, a, a_min=None, a_max=None, out=None, *, min=None, max=None):
         lower = a_min if a_min is not None else min
@@ -147,14 +153,24 @@ def defderivative(func: Callable[..., Any], *partials: Callable[..., Any] | floa
 def _register(func, partials):
     """The reverse rule of ``func`` from its table entry, with what `tape._binary` reads derived from it."""
     named = NAMED_ARGUMENTS.get(func)
-    makers = [named(func, i) if named and d is not None else vjp_maker(d, i) for i, d in enumerate(partials)]
+    makers = [named(func, i) if named and d is not None else vjp_maker(func, d, i) for i, d in enumerate(partials)]
     rule = RULES[func] = Rule(_implementation(func), PER_ARGUMENT, tuple(makers))
     rule.plain = OPERATOR_FUNCTIONS.get(func, rule.impl)
     if rule.binary and all(type(d) in (int, float) for d in partials):
         rule.scalar_backs = tuple(table_pullback(d, (), ()) for d in partials)  # None: the identity
     if rule.binary and all(callable(d) for d in partials):
-        rule.scalar_partials = partials
+        rule.scalar_partials = partials if func in SMOOTH else tuple(strong_scalar(func, d) for d in partials)
     rule.bilinear = rule.binary and _each_partial_is_the_other_argument(partials)
+
+
+def strong_scalar(func, partial):
+    """``partial`` for a scalar record of a selection or a singular function: the number itself where the
+    product by it is IEEE's, else its `Strong` pullback (a zero or a partial that is not finite)."""
+    def checked(ans, *args):
+        d = partial(ans, *args)
+        return d if d != 0 and is_finite(d) else Strong(func, d, (), ())
+
+    return checked
 
 
 def _each_partial_is_the_other_argument(partials):

@@ -33,11 +33,12 @@ Conventions (each pinned by tests/rules/test_conventions.py):
 * prod and cumprod are exact when elements are zero: products of the other
   elements, no division by zero (cumprod divides only where ``x`` is nonzero).
 * std of a constant slice has gradient 0 (exact for one element, a
-  subgradient otherwise).
+  subgradient otherwise).  The tangent of var/std over an empty slice is NaN,
+  as the value (and mean's tangent) is.
 * norm: a zero element has partial sign(0) = 0 in the 1, inf and -inf norms
   (vector and matrix); ``ord=0`` (a count) has gradient 0.  At x = 0 the
-  Euclidean/Frobenius norm and the p-norms with p > 1 give nan (0/0), and so
-  does a zero element in a p-norm with p < 1.  The 2/-2 matrix norms at a
+  Euclidean/Frobenius norm and the p-norms with p > 1 have gradient 0 (not 0/0:
+  as hypot's and |x|'s at 0); a zero element in a p-norm with p < 1 gives nan.  The 2/-2 matrix norms at a
   repeated singular value and the nuclear norm of a rank-deficient matrix use
   the singular vectors LAPACK returns (one subgradient of many).
 * sort, median, percentile, quantile (and their nan versions): tied elements
@@ -71,6 +72,7 @@ import warnings
 
 import numpy as np
 
+from ..derivatives import over_norm
 from ..errors import UnsupportedFunctionError
 from ..guards import Guarded
 from ..pullbacks import as_array, unbroadcast
@@ -184,20 +186,41 @@ def deviation_over_dof(x, axis, ddof, where, mean=None):
     return masked((x - mean) / (count(x, axis, where) - ddof), where)
 
 
-def var_vjp(ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=None, correction=None):
+def var_partial(ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=None,
+                correction=None):
     """∂ var(x) / ∂x = 2 (x - mean) / (n - ddof); ``correction`` is the Array API's name for ddof."""
-    ddof = ddof if correction is None else correction
-    shape, partial = np.shape(a), 2 * deviation_over_dof(a, axis, ddof, where, mean)
-    return lambda g: expand(g, shape, axis, keepdims) * partial
+    return 2 * deviation_over_dof(a, axis, ddof if correction is None else correction, where, mean)
 
 
-def std_vjp(ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=None, correction=None):
+def std_partial(ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=None,
+                correction=None):
     """∂ std(x) / ∂x = (x - mean) / ((n - ddof) std); 0 where std = 0 (there x - mean = 0 too)."""
+    std = expand(ans, np.shape(a), axis, keepdims)
     ddof = ddof if correction is None else correction
-    shape = np.shape(a)
-    std = expand(ans, shape, axis, keepdims)
-    partial = deviation_over_dof(a, axis, ddof, where, mean) / np.where(std == 0, 1, std)
-    return lambda g: expand(g, shape, axis, keepdims) * partial
+    return deviation_over_dof(a, axis, ddof, where, mean) / np.where(std == 0, 1, std)
+
+
+def spread_vjp(partial_of):
+    """The vjp of var or std from its partial: ``g`` expanded to x's shape, times the partial."""
+    def vjp(ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kwargs):
+        partial = partial_of(ans, a, axis, dtype, out, ddof, keepdims, **kwargs)
+        return lambda g: expand(g, np.shape(a), axis, keepdims) * partial
+
+    return vjp
+
+
+var_vjp, std_vjp = spread_vjp(var_partial), spread_vjp(std_partial)
+
+
+def spread_jvp(partial_of):
+    """The jvp of var or std: Σ partial · ẋ over each slice, and NaN over an empty slice, where the value is NaN
+    (as mean's tangent: JAX's too), not the empty sum's 0."""
+    def jvp(tangents, ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kwargs):
+        partial = partial_of(ans, a, axis, dtype, out, ddof, keepdims, **kwargs)
+        tangent = np.sum(partial * tangents[0], axis=axis, keepdims=keepdims)
+        return tangent if np.size(a) else tangent + np.nan
+
+    return jvp
 
 
 # --- cumsum, cumprod --------------------------------------------------------------
@@ -244,7 +267,9 @@ def vector_norm_partial(x, norm, ord, axis):
         return np.zeros_like(x)
     if ord in (np.inf, -np.inf):  # max / min of |x|
         return np.sign(x) * tie_weights(np.abs(x), norm, axis)
-    return np.sign(x) * (np.abs(x) / norm) ** (ord - 1)  # (Σ|x|^p)^(1/p)
+    if ord > 1:  # (Σ|x|^p)^(1/p): 0 at x = 0 (there every |x|/norm is 0/0), as the 2-norm's
+        norm = np.where(norm == 0, 1, norm)
+    return np.sign(x) * (np.abs(x) / norm) ** (ord - 1)
 
 
 def matrix_norm_partial(x, norm, ord, axes):
@@ -272,7 +297,7 @@ def norm_vjp(ans, x, ord=None, axis=None, keepdims=False):
     axes = reduced_axes(axis, len(shape))
     norm = expand(ans, shape, axes, keepdims)
     if ord is None or ord in ("fro", "f"):
-        partial = x / norm
+        partial = over_norm(x, norm)  # 0 at x = 0, as hypot's
     elif len(axes) == 1:
         partial = vector_norm_partial(x, norm, ord, axes)
     else:
@@ -926,6 +951,8 @@ for _extreme in (np.max, np.amax, np.min, np.amin):  # amax/amin are separate fu
     defvjp(_extreme, extreme_vjp)
 defvjp(np.var, var_vjp)
 defvjp(np.std, std_vjp)
+defjvp(np.var, spread_jvp(var_partial))
+defjvp(np.std, spread_jvp(std_partial))
 defvjp(np.cumsum, cumsum_vjp)
 defvjp(np.cumprod, cumprod_vjp)
 defvjp(np.linalg.norm, norm_vjp)

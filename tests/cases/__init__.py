@@ -74,6 +74,17 @@ def uniform(draw, shape, dtype, low=-2.0, high=2.0):
     return value if shape else dtype(value)
 
 
+def from_domain(draw, shape, dtype, domain):
+    """A random array of ``shape`` from ``domain``: an interval ``(low, high)``, or a tuple of intervals (the
+    pieces of a domain a pole or a kink splits), each element drawn from one of them."""
+    if type(domain[0]) is not tuple:
+        return uniform(draw, shape, dtype, *domain)
+    pieces = [np.asarray(uniform(draw, shape, dtype, *piece)) for piece in domain]
+    which = np.asarray(uniform(draw, shape, np.float64, 0, len(pieces))).astype(int)
+    value = np.choose(which, pieces)
+    return value if shape else dtype(value[()])
+
+
 def broadcast_shapes(draw, n, max_dims=3, max_side=4):
     """``n`` mutually broadcastable shapes, 0-d and size-1 axes included."""
     shapes = mutually_broadcastable_shapes(num_shapes=n, min_dims=0, max_dims=max_dims, max_side=max_side)

@@ -7,7 +7,7 @@ a constant (an order, a degree, a parameter without a derivative).  Without SciP
 import numpy as np
 from hypothesis import strategies as st
 
-from . import Case, broadcast_shapes, uniform
+from . import Case, broadcast_shapes, from_domain, uniform
 
 try:
     import scipy.special as sc
@@ -22,43 +22,44 @@ def specs():
     if sc is None:
         return {}
     unit = (0.1, 0.9)
+    poles = ((-0.9, -0.1), (0.5, 3))  # between the poles at 0 and -1, and right of them
     return {
         np.i0: [(-2, 2)],
         sc.erf: [(-2, 2)], sc.erfc: [(-2, 2)], sc.erfinv: [(-0.9, 0.9)], sc.erfcinv: [(0.1, 1.9)],
         sc.erfcx: [(-1, 2)], sc.erfi: [(-1.5, 1.5)], sc.dawsn: [(-2, 2)], sc.ndtr: [(-2, 2)],
         sc.log_ndtr: [(-3, 2)], sc.ndtri: [(0.05, 0.95)], sc.ndtri_exp: [(-3, -0.1)], sc.owens_t: [(-2, 2), (-2, 2)],
         sc.expit: [(-3, 3)], sc.logit: [(0.05, 0.95)], sc.log_expit: [(-3, 3)],
-        sc.gamma: [(0.5, 3)], sc.rgamma: [(0.5, 3)], sc.gammaln: [(0.5, 3)], sc.loggamma: [(0.5, 3)],
-        sc.digamma: [(0.5, 3)], sc.beta: [(0.5, 3), (0.5, 3)], sc.betaln: [(0.5, 3), (0.5, 3)],
+        sc.gamma: [poles], sc.rgamma: [poles], sc.gammaln: [poles], sc.loggamma: [(0.5, 3)],
+        sc.digamma: [poles], sc.beta: [(0.5, 3), (0.5, 3)], sc.betaln: [(0.5, 3), (0.5, 3)],
         sc.poch: [(0.5, 2), (0.2, 2)], sc.binom: [(2, 5), (0.5, 1.5)], _ufuncs._zeta: [(1.5, 4), (0.5, 3)],
         sc.gammainc: [(0.5, 4), (0.3, 6)], sc.gammaincc: [(0.5, 4), (0.3, 6)],  # a: series and fraction
         sc.gammaincinv: [1.5, unit],
         sc.gammainccinv: [1.5, unit], sc.betainc: [1.5, 2.5, unit], sc.betaincc: [1.5, 2.5, unit],
         sc.betaincinv: [1.5, 2.5, unit], sc.betainccinv: [1.5, 2.5, unit],
-        sc.exp1: [(0.5, 3)], sc.expi: [(0.5, 3)], sc.expn: [2.0, (0.5, 3)], sc.spence: [(0.2, 3)],
-        sc.ellipk: [unit], sc.ellipe: [unit], sc.ellipkm1: [unit],
+        sc.exp1: [(0.5, 3)], sc.expi: [((-3, -0.5), (0.5, 3))], sc.expn: [2.0, (0.5, 3)], sc.spence: [(0.2, 3)],
+        sc.ellipk: [(-2, 0.9)], sc.ellipe: [(-2, 0.9)], sc.ellipkm1: [unit],
         sc.entr: [(0.2, 3)], sc.rel_entr: [(0.2, 3), (0.2, 3)], sc.kl_div: [(0.2, 3), (0.2, 3)],
         sc.xlogy: [(-2, 2), (0.2, 3)], sc.xlog1py: [(-2, 2), (-0.5, 3)],
         sc.huber: [(0.5, 1.5), (-3, 3)], sc.pseudo_huber: [(0.5, 2), (-2, 2)],
         sc.boxcox: [(0.5, 3), (-1, 1)], sc.boxcox1p: [(-0.5, 2), (-1, 1)],
         sc.inv_boxcox: [(-0.5, 0.5), (-1, 1)], sc.inv_boxcox1p: [(-0.5, 0.5), (-1, 1)],
         sc.exprel: [(-2, 2)], sc.powm1: [(0.5, 2), (-2, 2)], sc.cosm1: [(-2, 2)], sc.exp10: [(-1, 1)],
-        sc.exp2: [(-2, 2)], sc.expm1: [(-2, 2)], sc.log1p: [(-0.5, 3)], sc.cbrt: [(0.5, 3)],
-        sc.sindg: [(-100, 100)], sc.cosdg: [(-100, 100)], sc.tandg: [(-60, 60)], sc.cotdg: [(20, 160)],
+        sc.exp2: [(-2, 2)], sc.expm1: [(-2, 2)], sc.log1p: [(-0.5, 3)], sc.cbrt: [((-3, -0.5), (0.5, 3))],
+        sc.sindg: [(-100, 100)], sc.cosdg: [(-100, 100)], sc.tandg: [(-60, 60)], sc.cotdg: [((-160, -20), (20, 160))],
         sc.radian: [(-3, 3)] * 3,
-        sc.j0: [(0.5, 5)], sc.j1: [(0.5, 5)], sc.y0: [(0.5, 5)], sc.y1: [(0.5, 5)],
-        sc.i0: [(-2, 2)], sc.i0e: [(0.1, 2)], sc.i1: [(-2, 2)], sc.i1e: [(0.1, 2)],
+        sc.j0: [(-5, 5)], sc.j1: [(-5, 5)], sc.y0: [(0.5, 5)], sc.y1: [(0.5, 5)],
+        sc.i0: [(-2, 2)], sc.i0e: [((-2, -0.1), (0.1, 2))], sc.i1: [(-2, 2)], sc.i1e: [((-2, -0.1), (0.1, 2))],
         sc.k0: [(0.5, 3)], sc.k1: [(0.5, 3)], sc.k0e: [(0.5, 3)], sc.k1e: [(0.5, 3)],
         sc.jv: [1.5, (0.5, 5)], sc.jve: [1.5, (0.5, 5)], sc.yv: [1.5, (0.5, 5)], sc.yve: [1.5, (0.5, 5)],
         sc.yn: [2.0, (0.5, 5)], sc.iv: [1.5, (0.2, 2)], sc.ive: [1.5, (0.2, 2)], sc.kv: [1.5, (0.5, 3)],
         sc.kve: [1.5, (0.5, 3)], sc.kn: [2.0, (0.5, 3)], sc.struve: [1.5, (0.5, 3)], sc.modstruve: [1.5, (0.5, 3)],
         sc.hyp0f1: [1.5, (-2, 2)], sc.hyp1f1: [0.5, 1.5, (-2, 2)], sc.hyp2f1: [0.5, 1.5, 2.5, (-0.8, 0.8)],
         sc.hyperu: [0.5, 1.5, (0.5, 3)],
-        sc.eval_legendre: [N, (-0.9, 0.9)], sc.eval_sh_legendre: [N, unit], sc.eval_chebyt: [N, (-0.9, 0.9)],
-        sc.eval_sh_chebyt: [N, unit], sc.eval_chebyu: [N, (-0.9, 0.9)], sc.eval_sh_chebyu: [N, unit],
+        sc.eval_legendre: [N, (-0.9, 0.9)], sc.eval_sh_legendre: [N, (-0.9, 0.9)], sc.eval_chebyt: [N, (-0.9, 0.9)],
+        sc.eval_sh_chebyt: [N, (-0.9, 0.9)], sc.eval_chebyu: [N, (-0.9, 0.9)], sc.eval_sh_chebyu: [N, (-0.9, 0.9)],
         sc.eval_chebyc: [N, (-1.8, 1.8)], sc.eval_chebys: [N, (-1.8, 1.8)], sc.eval_gegenbauer: [N, 0.7, (-0.9, 0.9)],
-        sc.eval_jacobi: [N, 0.5, 1.5, (-0.9, 0.9)], sc.eval_laguerre: [N, (0, 3)],
-        sc.eval_genlaguerre: [N, 0.5, (0, 3)],
+        sc.eval_jacobi: [N, 0.5, 1.5, (-0.9, 0.9)], sc.eval_laguerre: [N, (-3, 3)],
+        sc.eval_genlaguerre: [N, 0.5, (-3, 3)],
     }
 
 
@@ -80,7 +81,7 @@ def special_case(func, spec):
         domains = [s for s in spec if type(s) is tuple]
         shapes = iter(broadcast_shapes(draw, len(domains)))
         constants = [draw(st.sampled_from([0.0, 1.0, 3.0])) if s == N else s for s in spec]
-        arrays = [uniform(draw, next(shapes), dtype, *d) for d in domains]
+        arrays = [from_domain(draw, next(shapes), dtype, d) for d in domains]
         called = CALLED_AS.get(func, func)
 
         def fn(*xs):

@@ -553,9 +553,10 @@ def test_norm_matches_finite_differences(ord, layout):
     ([[2.0, -2.0, 1.0], [1.0, 1.0, -1.0]], np.inf, 1, [[1 / 2, -1 / 2, 0], [1 / 3, 1 / 3, -1 / 3]]),
     # ord 0 counts the nonzero elements: piecewise constant, gradient 0
     ([0.0, 2.0, -1.0], 0, None, [0, 0, 0]),
-    # at x = 0 the 2-norm and the p-norms with p > 1 are 0/0; p < 1 at a zero element too
-    ([0.0, 0.0], None, None, [NAN, NAN]),
-    ([0.0, 0.0], 3, None, [NAN, NAN]),
+    # at x = 0 the 2-norm and the p-norms with p > 1 have partials 0 (as hypot's, |x|'s sign(0), PyTorch's);
+    # p < 1 at a zero element is 0 · ∞: NaN
+    ([0.0, 0.0], None, None, [0, 0]),
+    ([0.0, 0.0], 3, None, [0, 0]),
     ([0.0, 2.0], 0.5, None, [NAN, 1]),
     ([0.0, 2.0], -1, None, [NAN, 0]),
     # matrix 1/-1 norms: tied column sums share; inf/-inf norms: tied row sums

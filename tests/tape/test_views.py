@@ -49,7 +49,7 @@ def test_view_is_not_recorded_and_its_consumer_adds_into_the_base():
     try:
         x = tape.leaf(X)
         column = x[:, 2]
-        assert column.view is not None and column.index == x.index and len(tape.records) == 1
+        assert column.slice_index is not None and column.index == x.index and len(tape.records) == 1
         y = column * 2.0
         assert [parent for parent, _ in tape.records[y.index][0]] == [x.index]
     finally:
