@@ -18,8 +18,8 @@ UP_IMPORTS = {
 
 
 def declared_layers():
-    """{top-level module or package name: layer number} from the ```layers block of docs/design.md."""
-    block = re.search(r"```layers\n(.*?)```", DESIGN.read_text(), re.S).group(1)
+    """{top-level module or package name: layer number} from docs/design.md's block of layers."""
+    block = re.search(r"```text\n# layers, bottom first\n(.*?)```", DESIGN.read_text(), re.S).group(1)
     return {name: k for k, line in enumerate(block.strip().splitlines()) for name in line.split(":")[1].split()}
 
 
@@ -63,7 +63,7 @@ def layer(name, layers):
 def test_every_module_is_declared_in_a_layer():
     layers = declared_layers()
     missing = sorted(m for m in import_graph() if m.split(".")[0] not in layers)
-    assert not missing, f"add these modules to the ```layers block of docs/design.md: {missing}"
+    assert not missing, f"add these modules to the layers of docs/design.md: {missing}"
 
 
 def test_imports_go_down_the_declared_layers():
