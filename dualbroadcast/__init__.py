@@ -9,7 +9,20 @@ array([2., 4.])
 """
 
 from . import rules  # noqa: F401  (registers every rule)
-from .api import check_gradient, cut, gradient, hessian, hvp, jacobian, jvp, pullback, uncut, value_and_gradient
+from .api import (
+    check_gradient,
+    cut,
+    gradient,
+    hessian,
+    hvp,
+    jacfwd,
+    jacobian,
+    jacrev,
+    jvp,
+    pullback,
+    uncut,
+    value_and_gradient,
+)
 from .broadcast import KernelCall, broadcast, clear_cache, elementwise, kernel_log, sum
 from .chunked import sum_blocks
 from .errors import (
@@ -42,7 +55,8 @@ from .tape import primitive
 
 __all__ = [
     "gradient", "value_and_gradient", "broadcast", "sum", "sum_blocks", "elementwise", "kernel_log", "KernelCall",
-    "set_backend", "clear_cache", "explain", "prepare_gradient", "PreparedGradient", "pullback", "jacobian", "cut",
+    "set_backend", "clear_cache", "explain", "prepare_gradient", "PreparedGradient", "pullback", "jacobian", "jacfwd",
+    "jacrev", "cut",
     "prepare_hvp", "PreparedHvp", "uncut", "check_gradient", "hessian", "hvp", "jvp",
     "defderivative", "defvjp", "defvjp_argnum", "defvjp_sequence", "defvjp_outputs", "nondifferentiable", "primitive",
     "defjvp", "deflinear", "defmultilinear",

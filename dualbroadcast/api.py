@@ -22,8 +22,8 @@ from .errors import (
     ValueConversionError,
 )
 from .expr import TRACING, Sym
-from .forward import Dual, check_tangent, end_level, forward_over_reverse, new_level, primal
-from .guards import RECORDER
+from .forward import Dual, check_tangent, end_level, new_level, primal
+from .guards import RECORDER, Guarded
 from .lazy import DASK_LAYER, Lazy, is_chunked
 from .numpy_facts import FLOAT_LEAVES, FLOAT_SCALARS
 from .pullbacks import plain
@@ -159,10 +159,14 @@ def _prepare(tape, args, constants_traced=False):
             arguments.append(_Argument(treedef, leaves, inputs, floats=True))
             continue
         inputs = tape.leaves([
-            (np.float64(leaf) if type(leaf) is float else _float_value(leaf, position, k, tape))
+            (np.float64(leaf) if type(leaf) is float else _float_value(primal(leaf), position, k, tape))
             if on and leaf is not None else None
             for k, (leaf, on) in enumerate(zip(leaves, flags))
         ])
+        if Dual in map(type, leaves):  # forward over reverse: the tape tracks a dual's primal, its tangents ride on
+            inputs = [t if type(leaf) is not Dual or t is None else _with_primal(leaf, t)
+                      for t, leaf in zip(inputs, leaves)]
+            leaves = [primal(leaf) for leaf in leaves]
         every = inputs
         if constants_traced:
             every = [
@@ -173,8 +177,16 @@ def _prepare(tape, args, constants_traced=False):
         new_leaves = [(leaf if _outer_value(leaf, tape) else value_of(leaf)) if t is None else t
                       for t, leaf in zip(every, leaves)]
         call_args.append(pytree.unflatten(treedef, new_leaves))
-        arguments.append(_Argument(treedef, leaves, inputs, every))
+        inputs = [primal(t) for t in inputs]
+        arguments.append(_Argument(treedef, leaves, inputs, [primal(t) for t in every]))
     return call_args, arguments
+
+
+def _with_primal(dual, t):
+    """The dual value ``dual`` (of any depth of `jvp` levels) with its primal replaced by the tape input ``t``."""
+    if type(dual) is not Dual:
+        return t
+    return Dual(_with_primal(dual.value, t), dual.tangent, dual.level)
 
 
 def _outer_value(leaf, tape):
@@ -210,8 +222,6 @@ def _float_value(x, position, leaf=None, tape=None):
                               "pass the array itself (or db.cut(x) for its value)")
     elif is_chunked(x) and x.dtype.kind == "f":  # a Dask array: tracked lazily (`chunked.Lazy`)
         return DASK_LAYER.leaf_value(x)
-    elif type(x) is Dual:
-        raise _ForwardOverReverse(forward_over_reverse("a value db.jvp differentiates"))
     else:
         what = f"of type {type(x).__name__}" + (f" with dtype {x.dtype}" if hasattr(x, "dtype") else "")
     where = "" if leaf is None else f" (leaf {leaf})"
@@ -435,7 +445,7 @@ def value_and_gradient(f: Callable[..., Any], *args: Any) -> tuple[Any, Any]:
 
 def _value_and_gradient(f, args, wanted):
     """`value_and_gradient` (``wanted``: the value is returned, else None in its place: `gradient`)."""
-    tape = new_tape(single_sweep=True)
+    tape = new_tape(single_sweep=not JVP_DEPTH.get())  # inside a jvp, a dual result takes a sweep per part
     tape.unread = not wanted
     try:
         if len(args) == 1:  # the common calls first, without argument trees
@@ -453,6 +463,9 @@ def _value_and_gradient(f, args, wanted):
 def _tree_value_and_gradient(tape, f, args, wanted):
     call_args, arguments = _prepare(tape, args)
     out = _call_on_tape(tape, f, call_args, keep_collector_paused=True)
+    if type(out) is Dual:
+        value, grads = _dual_value_and_gradients(tape, out, arguments)
+        return value, _one_or_tuple(grads)
     value, seed = _scalar_seed(out, tape)
     value = _wanted(value, wanted)
     grads = backward(tape, {out.index: seed}) if seed is not None else None
@@ -461,7 +474,11 @@ def _tree_value_and_gradient(tape, f, args, wanted):
 
 def _array_value_and_gradient(tape, f, x, wanted):
     """`value_and_gradient` of the most common call, one float array: no argument trees."""
-    out = _call_on_tape(tape, f, (tape.leaf(x),), keep_collector_paused=True)
+    t = tape.leaf(x)
+    out = _call_on_tape(tape, f, (t,), keep_collector_paused=True)
+    if type(out) is Dual:  # a closure over a `jvp`'s dual (forward over reverse)
+        value, grads = _dual_value_and_gradients(tape, out, [_Argument(None, [x], [t])])
+        return value, grads[0]
     value, seed = _scalar_seed(out, tape)
     value = _wanted(value, wanted)
     g = None if seed is None else backward(tape, {out.index: seed})[0]
@@ -473,11 +490,36 @@ def _floats_value_and_gradient(tape, f, xs, wanted):
     leaves are the tape's first inputs, its gradient the same kind of sequence of floats."""
     inputs = tape.leaves(list(map(np.float64, xs)))
     out = _call_on_tape(tape, f, (tuple(inputs) if type(xs) is tuple else inputs,), keep_collector_paused=True)
+    if type(out) is Dual:  # a closure over a `jvp`'s dual (forward over reverse)
+        value, grads = _dual_value_and_gradients(tape, out, [_Argument(pytree.flatten(xs)[1], xs, inputs, floats=True)])
+        return value, grads[0]
     value, seed = _scalar_seed(out, tape)
     value = _wanted(value, wanted)
     if seed is None:  # a constant result
         return value, type(xs)([0.0] * len(xs))
     return value, type(xs)(_python_floats(backward(tape, {out.index: seed})[: len(xs)]))
+
+
+def _dual_value_and_gradients(tape, out, arguments):
+    """``(value, gradients)`` of a dual result (forward over reverse: ``f`` ran on a `jvp`'s dual values, as an
+    argument or in a closure, and its result carries their tangent): the gradient of the result's value, with,
+    as its tangent, the gradient of the result's tangent, each one sweep of the tape (its records compute
+    both, `forward.py`).  Levels of duals nest: each part is a dual again, or a tracked or constant value."""
+    if type(out) is not Dual:
+        out = _settled(out)
+        value, seed = _scalar_seed(out, tape)
+        return value, _gradients(arguments, backward(tape, {out.index: seed}) if seed is not None else None)
+    value, grads = _dual_value_and_gradients(tape, out.value, arguments)
+    tangent, tangent_grads = _dual_value_and_gradients(tape, out.tangent, arguments)
+    return Dual(value, tangent, out.level), [_dual_tree(g, t, out.level) for g, t in zip(grads, tangent_grads)]
+
+
+def _dual_tree(values, tangents, level):
+    """The pytree ``values`` with each leaf a dual of ``level`` whose tangent is the leaf of ``tangents`` (None: a
+    cut leaf, left None)."""
+    leaves, treedef = pytree.flatten(values)
+    duals = [v if v is None else Dual(v, t, level) for v, t in zip(leaves, pytree.flatten(tangents)[0])]
+    return duals[0] if treedef is pytree.LEAF else pytree.unflatten(treedef, duals)
 
 
 def _wanted(value, wanted):
@@ -528,6 +570,10 @@ def pullback(f: Callable[..., Any], *args: Any) -> tuple[Any, Callable[[Any], An
 
         return out.value, back_one
 
+    if Dual in map(type, out_leaves):  # forward over reverse: f ran on a `jvp`'s dual values
+        return pytree.unflatten(out_def, [_dual_value(o) for o in out_leaves]), \
+            lambda ybar: _dual_back(tape, out_leaves, out_def, arguments, ybar)
+
     def back(ybar):
         ybar_leaves, ybar_def = pytree.flatten(ybar)
         _check_keys(ybar_def, out_def, "the cotangent", "the output's")
@@ -536,6 +582,45 @@ def pullback(f: Callable[..., Any], *args: Any) -> tuple[Any, Callable[[Any], An
         return _one_or_tuple(_gradients(arguments, grads))
 
     return pytree.unflatten(out_def, [value_of(o) for o in out_leaves]), back
+
+
+def _dual_value(o):
+    """The value of a result of `pullback`'s ``f``: a dual's parts' values (tracked or not) as a dual."""
+    return Dual(_dual_value(o.value), _dual_value(o.tangent), o.level) if type(o) is Dual else value_of(o)
+
+
+def _dual_back(tape, out_leaves, out_def, arguments, ybar):
+    """`pullback`'s ``back(ybar)`` where results are duals (forward over reverse): linear in ȳ, so for a dual
+    result ``(y, ẏ)`` the dual ``(back_y(ȳ), back_ẏ(ȳ) + back_y(ȳ̇))``, ȳ̇ the tangent of a dual ȳ of its level;
+    summed over the results."""
+    ybar_leaves, ybar_def = pytree.flatten(ybar)
+    _check_keys(ybar_def, out_def, "the cotangent", "the output's")
+    if len(ybar_leaves) != len(out_leaves):
+        raise ShapeMismatchError(f"back expects a cotangent with the output's structure ({len(out_leaves)} arrays)")
+    total = None
+    for o, yb in zip(out_leaves, ybar_leaves):
+        grads = _pulled(tape, o, yb, arguments)
+        total = grads if total is None else [_added(a, b) for a, b in zip(total, grads)]
+    return _one_or_tuple(total)
+
+
+def _pulled(tape, o, yb, arguments):
+    """The cotangents of the arguments from one result ``o`` (a dual of any depth) and its cotangent ``yb``."""
+    if type(o) is not Dual:
+        seeds = _pullback_seeds([o], [yb])
+        return _gradients(arguments, backward(tape, seeds) if seeds else None)
+    yb, yb_tangent = (yb.value, yb.tangent) if type(yb) is Dual and yb.level == o.level else (yb, None)
+    value, tangent = _pulled(tape, o.value, yb, arguments), _pulled(tape, o.tangent, yb, arguments)
+    if yb_tangent is not None:
+        tangent = [_added(a, b) for a, b in zip(tangent, _pulled(tape, o.value, yb_tangent, arguments))]
+    return [_dual_tree(v, t, o.level) for v, t in zip(value, tangent)]
+
+
+def _added(a, b):
+    """Two gradients of one argument added leaf by leaf (None: a cut leaf)."""
+    leaves, treedef = pytree.flatten(a)
+    summed = [x if x is None else x + y for x, y in zip(leaves, pytree.flatten(b)[0])]
+    return summed[0] if treedef is pytree.LEAF else pytree.unflatten(treedef, summed)
 
 
 def _check_keys(given, expected, what, whose):
@@ -655,13 +740,18 @@ def jacobian(
     """
     if mode not in _JACOBIAN_MODES:
         raise ValueError(f"jacobian's mode is one of {_JACOBIAN_MODES}, not {mode!r}")
-    if not isinstance(x, (np.ndarray, float, complex, np.floating, np.complexfloating)):
+    if not isinstance(plain(x), (np.ndarray, float, complex, np.floating, np.complexfloating)):
         raise ArgumentTypeError("jacobian takes one array or scalar argument; for pytrees use db.pullback")
     if mode == "auto":
-        mode = "forward" if np.size(x) < np.size(value_of(f(x))) else "reverse"
+        mode = "forward" if np.size(plain(x)) < np.size(plain(f(x))) else "reverse"
     if mode == "forward":
         return _forward_jacobian(f, x)
     y, back = pullback(f, x)
+    if isinstance(y, Guarded) or isinstance(x, Guarded):  # inside a jvp or a gradient: rows stacked by NumPy calls
+        shape = np.shape(plain(y))
+        rows = [back(np.eye(1, math.prod(shape), k, np.result_type(plain(y))).reshape(shape)) for k in
+                range(math.prod(shape))]
+        return np.reshape(np.stack(rows), shape + np.shape(plain(x)))
     y = np.asarray(y)
     x_shape = np.shape(x)
     jac = np.zeros(y.shape + x_shape, dtype=np.result_type(y, x))
@@ -673,17 +763,41 @@ def jacobian(
     return jac
 
 
+def jacfwd(f: Callable[[Any], ArrayLike], x: NDArray[np.floating] | float) -> NDArray[np.floating]:
+    """``jacobian(f, x, mode="forward")``, JAX's name: one `jvp` per element of ``x``.
+
+    >>> db.jacfwd(lambda x: np.sin(x) * x[0], np.array([0.0, 1.0]))
+    array([[0.        , 0.        ],
+           [0.84147098, 0.        ]])
+    """
+    return jacobian(f, x, mode="forward")
+
+
+def jacrev(f: Callable[[Any], ArrayLike], x: NDArray[np.floating] | float) -> NDArray[np.floating]:
+    """``jacobian(f, x, mode="reverse")``, JAX's name: one pullback per element of ``f(x)``; either composes with
+    the other (``jacfwd(lambda x: jacrev(f, x), x)`` is the Hessian of a scalar ``f``).
+
+    >>> db.jacrev(lambda x: np.sin(x) * x[0], np.array([0.0, 1.0]))
+    array([[0.        , 0.        ],
+           [0.84147098, 0.        ]])
+    """
+    return jacobian(f, x, mode="reverse")
+
+
 def _forward_jacobian(f, x):
     """The Jacobian column by column: ``jvp`` with each unit tangent."""
-    x_shape = np.shape(x)
-    x_dtype = np.result_type(x)
+    x_shape = np.shape(plain(x))
+    x_dtype = np.result_type(plain(x))
     columns = []
     y = None
     for k in range(int(np.prod(x_shape))):
         e = np.zeros(x_shape, x_dtype)
         e.reshape(-1)[k] = 1
-        y, column = jvp(f, (x,), (e if isinstance(x, np.ndarray) else e[()],))
-        columns.append(np.asarray(column))
+        y, column = jvp(f, (x,), (e if isinstance(plain(x), np.ndarray) else e[()],))
+        columns.append(column)
+    if isinstance(y, Guarded) or any(isinstance(c, Guarded) for c in columns):  # inside a jvp or a gradient
+        return np.reshape(np.stack(columns, axis=-1), np.shape(plain(y)) + x_shape)
+    columns = [np.asarray(c) for c in columns]
     if y is None:  # x is empty
         y = np.asarray(value_of(f(x)))
         return np.zeros(y.shape + x_shape, np.result_type(y, x))
@@ -706,11 +820,9 @@ def hessian(f: Callable[..., Any], x: Any) -> Any:
     leaves, treedef = pytree.flatten(x)
     inputs = arguments[0].inputs  # per leaf: its tape input, None where cut
     g_leaves = pytree.flatten(g)[0] if treedef is not pytree.LEAF else [g]  # None at a cut leaf
+    leaves = [primal(leaf) for leaf in leaves]
     sizes = [0 if t is None else math.prod(np.shape(leaf)) for t, leaf in zip(inputs, leaves)]
-    if tape.level:  # inside another gradient: its cotangents are tracked there, one row at a time
-        columns = _rows_one_by_one(tape, g_leaves, inputs, sizes)
-    else:
-        columns = _rows_at_once(tape, g_leaves, inputs, sizes)
+    columns = _hessian_columns(tape, g_leaves, inputs, sizes)
     tape.thaw()
     blocks = []  # blocks[i][j]: ∂²f/∂x_i∂x_j, None where either leaf is cut
     start = 0
@@ -722,6 +834,22 @@ def hessian(f: Callable[..., Any], x: Any) -> Any:
     if treedef is pytree.LEAF:
         return float(blocks[0][0]) if type(x) is float else blocks[0][0]
     return pytree.unflatten(treedef, [pytree.unflatten(treedef, row) for row in blocks])
+
+
+def _hessian_columns(tape, g_leaves, inputs, sizes):
+    """Per leaf of x, the cotangents of every row of the Hessian, from the gradient's leaves ``g_leaves``; where
+    they are duals (a Hessian inside a jvp: forward over reverse), the columns of their values, with the columns of
+    their tangents as tangents."""
+    level = next((g.level for g in g_leaves if type(g) is Dual), None)
+    if level is not None:
+        values = _hessian_columns(tape, [g.value if type(g) is Dual else g for g in g_leaves], inputs, sizes)
+        tangents = _hessian_columns(tape, [g.tangent if type(g) is Dual else None for g in g_leaves], inputs, sizes)
+        return [v if v is None and t is None else
+                Dual(np.zeros_like(plain(t)) if v is None else v, np.zeros_like(plain(v)) if t is None else t, level)
+                for v, t in zip(values, tangents)]
+    if tape.level:  # inside another gradient: its cotangents are tracked there, one row at a time
+        return _rows_one_by_one(tape, g_leaves, inputs, sizes)
+    return _rows_at_once(tape, g_leaves, inputs, sizes)
 
 
 def _seeds(g_leaves, sizes, start, stop):
@@ -792,6 +920,8 @@ def _block(column, start, size, row_shape, leaf):
     if column is None:
         return np.zeros(shape, dtype)
     rows = column[start : start + size]
+    if type(rows) is Dual:  # a Hessian inside a jvp
+        return np.reshape(rows, shape)
     if type(rows) is Tracked:  # tracked by the gradient this Hessian is taken in: recorded there
         return np.reshape(rows if rows.dtype == dtype else rows.astype(dtype), shape)
     return np.array(rows, dtype=dtype).reshape(shape)
@@ -847,12 +977,7 @@ class _NotScalar(Exception):
     """`hvp`'s ``f`` gave no real scalar: reverse over reverse says what is wrong (`gradient`'s errors)."""
 
 
-class _ForwardOverReverse(ArgumentTypeError):
-    """A gradient of a value a `jvp` differentiates: in `hvp`, ``f`` takes a gradient itself (a third
-    derivative), which reverse over reverse computes."""
-
-
-_FORWARD_REFUSES = (UnsupportedFunctionError, KernelError, ValueConversionError, _NotScalar, _ForwardOverReverse)
+_FORWARD_REFUSES = (UnsupportedFunctionError, KernelError, ValueConversionError, _NotScalar)
 
 
 def _tangent_of(tangent):

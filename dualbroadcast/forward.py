@@ -27,7 +27,10 @@ value and the tangent ``Σ ∂f/∂aᵢ · tᵢ`` in one fused pass (the tangent
 Each `jvp` call is one level: nested calls (a jvp of a function taking a jvp) give their duals
 increasing levels, and an operation propagates only the tangents of its highest level, treating
 duals of outer levels as values (whose own operations carry their tangents), so a closure over an
-outer variable is no perturbation confusion.
+outer variable is no perturbation confusion.  A rule's plain implementation (``rule.impl``, which does not
+dispatch) sees plain values only: where a dual of an outer level or a tracked value is among the arguments, the
+function itself is called, and NumPy hands it to that level or tape (`apply_function`, `_call`: the one place where
+a mode's values meet a rule's implementation), so every rule's tangent composes with every other mode.
 """
 
 import inspect
@@ -46,6 +49,7 @@ from .registry import (
     COMPLEX_RULES,
     COMPOSITION,
     JVP_RULES,
+    LAZY_FAMILIES,
     MULTILINEAR,
     NONDIFFERENTIABLE,
     OUTPUTS,
@@ -56,6 +60,7 @@ from .registry import (
     Linear,
     complex_rule,
     output_pullbacks,
+    register_lazy_rules,
 )
 from .tape import (
     _NUMBERS,
@@ -88,23 +93,19 @@ def end_level(level):
     _enclosing.pop(level, None)
 
 
-def forward_over_reverse(what):
-    """The message for a gradient of a value a `db.jvp` differentiates: ``what`` shows it."""
-    return (f"a gradient of {what} (forward over reverse) is not supported; for a Hessian-vector product use "
-            "db.hvp(f, x, v), or compose them the other way, reverse over forward: "
-            "db.gradient(lambda x: db.jvp(f, (x,), (v,))[1], x)")
-
-
 def check_enclosing(values, level):
-    """A value tracked by a gradient begun inside the `jvp` call of ``level`` meets its duals (a closure over
-    them): that gradient's tape would not carry their tangents, a silently wrong result: an error."""
+    """A prepared gradient recorded inside the `jvp` call of ``level`` meets its duals (a closure over them): its
+    program would replay without their tangents, a silently wrong result: an error.  (`db.gradient` and the other
+    entry points carry them: forward over reverse, `api._dual_value_and_gradients`.)"""
     enclosing = _enclosing.get(level, False)
     if enclosing is False:  # that jvp call has returned: a stale dual, refused where it is used
         return
     for v in values:
-        if type(v) is Tracked and v.tape is not enclosing and (enclosing is None or v.tape.level > enclosing.level):
-            raise UnsupportedFunctionError(forward_over_reverse("a function of a db.jvp's dual value (a closure "
-                                                                "over it)"))
+        if type(v) is Tracked and v.tape.recorder is not None and v.tape is not enclosing \
+                and (enclosing is None or v.tape.level > enclosing.level):
+            raise UnsupportedFunctionError(
+                "a prepared gradient (db.prepare_gradient) recorded inside a db.jvp reads that jvp's dual value (a "
+                "closure over it), whose tangent a replay cannot see; call db.gradient there instead")
 
 
 class Dual(Guarded):
@@ -234,6 +235,8 @@ def _ufunc_method(ufunc, method, inputs, kwargs):
 def apply_function(func, args, kwargs):
     """``func(*args, **kwargs)`` where duals take part: the value, and its tangent if it is a float."""
     rule = RULES.get(func)
+    if rule is None and LAZY_FAMILIES and func not in NONDIFFERENTIABLE and register_lazy_rules(func):
+        rule = RULES.get(func)  # SciPy's, registered on first need as on the tape
     kind = rule.kind if rule is not None else None
     if kind == COMPOSITION:  # its NumPy calls each find their own tangent
         return rule.makers(*args, **kwargs)
@@ -261,7 +264,7 @@ def apply_function(func, args, kwargs):
     on_tape = Tracked in map(type, values)  # a jvp inside a gradient: NumPy hands tracked values to the tape
     if on_tape and positions:
         check_enclosing(values, level)
-    if not on_tape:
+    if not on_tape and not _top_level(call_values):
         ans = rule.impl(*call_values, **kwargs)
     elif type(func) is np.ufunc and not kwargs and len(values) == 2 and type(values[0]) in _TAPE_OPERANDS \
             and type(values[1]) in _TAPE_OPERANDS:
@@ -426,9 +429,9 @@ def _linear(func, rule, linear, values, positions, tangents, kwargs):
 
 def _call(func, rule, args, kwargs):
     """``func(*args, **kwargs)``: by the rule's implementation on plain values, by ``func`` itself where a
-    gradient tracks one (reverse over forward: NumPy hands it to the tape)."""
-    for a in args:
-        if type(a) is Tracked or (type(a) in (list, tuple) and Tracked in map(type, a)):
+    gradient tracks one or an outer jvp's dual is one (NumPy hands it to the tape, or to that level)."""
+    for a in itertools.chain(args, kwargs.values()):
+        if isinstance(a, Guarded) or (type(a) in (list, tuple) and any(isinstance(b, Guarded) for b in a)):
             return func(*args, **kwargs)
     return rule.impl(*args, **kwargs)
 

@@ -54,6 +54,18 @@ def as_array(x, dtype=None):
     return np.asarray(x, dtype)
 
 
+def zero_padded(g, axis, before, after):
+    """``g`` with ``before`` and ``after`` zeros along ``axis``: np.pad's constant mode written as np.concatenate,
+    whose rule holds for complex values (a pullback's cotangent may be complex; np.pad's rule is for real ones)."""
+    value = plain(g)
+    shape = list(np.shape(value))
+    zeros = []
+    for width in (before, after):
+        shape[axis] = width
+        zeros.append(np.zeros(shape, np.result_type(value)))
+    return np.concatenate([zeros[0], g, zeros[1]], axis=axis)
+
+
 def plain(x):
     """``x``'s value untracked by any gradient: for what a rule computes only to choose elements (positions,
     masks, orders), through which no derivative flows.  A value a prepared program is recording (a pullback

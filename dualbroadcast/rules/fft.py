@@ -29,6 +29,7 @@ with arithmetic on ``d``, which the tape records when ``d`` is tracked.
 
 import numpy as np
 
+from ..pullbacks import zero_padded
 from ..registry import deflinear, defvjp, holds_for_complex
 
 fft = np.fft
@@ -99,9 +100,7 @@ def resized(g, length, axis):
     have = g.shape[axis]
     if have >= length:
         return g[(slice(None),) * axis + (slice(0, length),)]
-    widths = [(0, 0)] * g.ndim
-    widths[axis] = (0, length - have)
-    return np.pad(g, widths)
+    return zero_padded(g, axis, 0, length - have)
 
 
 def steps_of(shape, transforms):

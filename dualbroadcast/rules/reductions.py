@@ -75,7 +75,7 @@ import numpy as np
 from ..derivatives import over_norm
 from ..errors import UnsupportedFunctionError
 from ..guards import Guarded
-from ..pullbacks import as_array, unbroadcast
+from ..pullbacks import as_array, plain, unbroadcast
 from ..registry import RULES, defcomposition, defjvp, deflinear, defvjp, defvjp_outputs
 from ..tape import TOTALS
 
@@ -261,24 +261,34 @@ def cumprod_pullback_with_zeros(ans, x, zero, axis, shape):
 
 
 # --- norm -------------------------------------------------------------------------
+def sign_of(x):
+    """``np.sign(x)`` of real ``x``; of complex ``x``, ``x / |x|`` (0 at 0) written out, which is no constant: a
+    second derivative must see it (complex rules conjugate it)."""
+    if np.result_type(plain(x)).kind != "c":
+        return np.sign(x)
+    size = np.abs(x)
+    nonzero = size != 0
+    return np.where(nonzero, x / np.where(nonzero, size, 1), 0)
+
+
 def vector_norm_partial(x, norm, ord, axis):
     """∂‖x‖_ord / ∂x along one axis, ``norm`` broadcast to ``x``."""
     if ord == 0:  # the number of nonzero elements: piecewise constant
         return np.zeros_like(x)
     if ord in (np.inf, -np.inf):  # max / min of |x|
-        return np.sign(x) * tie_weights(np.abs(x), norm, axis)
+        return sign_of(x) * tie_weights(np.abs(x), norm, axis)
     if ord > 1:  # (Σ|x|^p)^(1/p): 0 at x = 0 (there every |x|/norm is 0/0), as the 2-norm's
         norm = np.where(norm == 0, 1, norm)
-    return np.sign(x) * (np.abs(x) / norm) ** (ord - 1)
+    return sign_of(x) * (np.abs(x) / norm) ** (ord - 1)
 
 
 def matrix_norm_partial(x, norm, ord, axes):
     """∂‖x‖_ord / ∂x over the matrix axes ``(rows, cols)``, ``norm`` broadcast to ``x``."""
     rows, cols = axes
     if ord in (1, -1):  # max / min over columns of the column sums of |x|
-        return np.sign(x) * tie_weights(np.sum(np.abs(x), axis=rows, keepdims=True), norm, cols)
+        return sign_of(x) * tie_weights(np.sum(np.abs(x), axis=rows, keepdims=True), norm, cols)
     if ord in (np.inf, -np.inf):  # max / min over rows of the row sums of |x|
-        return np.sign(x) * tie_weights(np.sum(np.abs(x), axis=cols, keepdims=True), norm, rows)
+        return sign_of(x) * tie_weights(np.sum(np.abs(x), axis=cols, keepdims=True), norm, rows)
     return singular_vectors_partial(x, ord, axes)
 
 

@@ -49,7 +49,7 @@ import math
 
 import numpy as np
 
-from ..pullbacks import as_array, unbroadcast
+from ..pullbacks import as_array, unbroadcast, zero_padded
 from ..registry import (
     RULES,
     defjvp,
@@ -78,9 +78,7 @@ def diff_transpose(g, n, axis, length):
     along ``axis``: ``c̄ = (-1)ⁿ diffⁿ(g padded with n zeros on both sides)``."""
     if length < n:  # NumPy's result is empty
         return np.zeros(np.shape(g)[:axis] + (length,) + np.shape(g)[axis + 1:], np.result_type(g))
-    widths = [(0, 0)] * np.ndim(g)
-    widths[axis] = (n, n)
-    c = np.diff(np.pad(g, widths), n, axis)
+    c = np.diff(zero_padded(g, axis, n, n), n, axis)
     return -c if n % 2 else c
 
 

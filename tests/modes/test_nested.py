@@ -289,11 +289,15 @@ def test_explain_of_a_function_taking_a_gradient_shows_the_second_order_kernel()
     assert "second order: 55" in str(report)
 
 
-def test_forward_over_reverse_is_a_clear_error_naming_hvp_and_reverse_over_forward():
+def test_forward_over_reverse_is_the_hessian_vector_product():
+    """``jvp(grad f)``, JAX's hvp: the gradient's tape records value and tangent, one sweep each (forward over
+    reverse); against db.hvp (reverse over forward) and the hand-written H·v."""
     f = lambda x: np.sum(np.sin(x) * x)
-    x, v = np.array([0.1, 0.5]), np.array([1.0, 0.0])
-    with pytest.raises(db.ArgumentTypeError, match=r"forward over reverse.*db\.hvp.*reverse over forward"):
-        db.jvp(lambda x: db.gradient(f, x), (x,), (v,))
+    x, v = np.array([0.1, 0.5]), np.array([1.0, -0.3])
+    g, hv = db.jvp(lambda x: db.gradient(f, x), (x,), (v,))
+    np.testing.assert_allclose(g, np.cos(x) * x + np.sin(x), rtol=1e-14)
+    np.testing.assert_allclose(hv, (2 * np.cos(x) - x * np.sin(x)) * v, rtol=1e-14)
+    np.testing.assert_allclose(hv, db.hvp(f, x, v), rtol=1e-14)
 
 
 Y0 = np.array([2.0, 1.5, -0.5])
@@ -314,12 +318,21 @@ CLOSURES = {  # a gradient begun inside db.jvp, of a function closing over its d
 
 
 @pytest.mark.parametrize("name", CLOSURES)
-def test_a_gradient_of_a_closure_over_a_jvp_dual_is_a_clear_error(name):
-    """Forward over reverse through a closure: the inner gradient's tape does not carry the dual's tangent (the
-    pullback and db.broadcast forms gave zeros, silently); every form is the error naming db.hvp."""
+def test_a_gradient_of_a_closure_over_a_jvp_dual_carries_its_tangent(name):
+    """Forward over reverse through a closure: the inner gradient's tape records what the dual's tangent computes,
+    so each form's tangent is the derivative of its result (the pullback and db.broadcast forms once gave zeros,
+    silently; then an error); against central differences.  A prepared gradient's replay could not see the
+    tangent: a clear error."""
     x, v = np.array([0.3, 0.7, 1.1]), np.array([1.0, -0.5, 0.25])
-    with pytest.raises(db.UnsupportedFunctionError, match=r"forward over reverse.*db\.hvp.*reverse over forward"):
-        db.jvp(CLOSURES[name], (x,), (v,))
+    if name == "prepare_gradient":
+        with pytest.raises(db.UnsupportedFunctionError, match=r"prepared gradient.*db\.jvp.*db\.gradient"):
+            db.jvp(CLOSURES[name], (x,), (v,))
+        return
+    value, tangent = db.jvp(CLOSURES[name], (x,), (v,))
+    h = 1e-6
+    want = (np.asarray(CLOSURES[name](x + h * v)) - np.asarray(CLOSURES[name](x - h * v))) / (2 * h)
+    np.testing.assert_allclose(value, CLOSURES[name](x), rtol=1e-13)
+    np.testing.assert_allclose(tangent, want, rtol=1e-7, atol=1e-8)
 
 
 def test_reverse_over_forward_through_a_closure_stays_right():
