@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from . import pytree
+from . import loops, pytree
 from .api import (
     _Argument,
     _call_on_tape,
@@ -339,6 +339,7 @@ class Program:
         self.steps, self.regions = forward_regions(recorder.steps, self.meta, self.out) if FUSE_REGIONS.get() \
             else (recorder.steps, [])
         self.run, self.gradient, self.one, self.source, self.removed = compile_program(self, GuardFailed)
+        self.loop = loops.attach(self)  # a loop of small steps: its scalar code may run instead (``run``, ...)
         # Whether ``gradient`` gives Python floats, known after its first call: a program of Python-float leaves gives
         # the same types on every call (its steps' types follow from its leaves'), a tuple of them its gradient as is.
         self.floats_out = None
