@@ -215,7 +215,10 @@ def _explain_program(prog, args):
 
 
 def _program_steps(program):
+    from .loops import wait
     from .program import Guard, KernelStep, SecondOrderStep
+
+    wait(program)  # (its straight-line replay, compiled in the background: what it removes)
 
     removed = set(program.removed["gradient"])
     steps = []

@@ -15,6 +15,7 @@ compiles it in a background thread; until then, and wherever it does not pay, th
 """
 
 import contextvars
+import importlib.util
 import math
 import re
 import threading
@@ -636,27 +637,57 @@ class ScalarProgram:
         return self.space.bind(x)
 
 
-def attach(program):
+def attach(program, compile_straight):
     """The program's `Loop` (None if it has none), its scalar code tried as ``program``'s run, gradient and one
-    (`LoopTier`) unless `COMPILE` is ``"off"`` or the program has steps it does not write."""
+    (`LoopTier`) unless `COMPILE` is ``"off"`` or the program has steps it does not write.  ``compile_straight()``
+    gives the straight-line replay (`replay.compile_program`'s run, gradient, one, source, removed): compiled now,
+    or for a loop run as Python scalar code, in a background thread (thousands of lines take seconds to write and
+    compile; the scalar code runs meanwhile)."""
     mode = COMPILE.get()
     loop = find_loop(program.recorded_steps, program.meta, program.out)
-    if loop is None or mode == "off":
+    tier = _tier(program, loop, mode) if loop is not None and mode != "off" else None
+    if loop is not None:
+        loop.tier = tier
+    if type(tier) is not LoopTier:
+        _straight(program, compile_straight(), None)
         return loop
+    if mode == "background" and "python" in tier.runners:
+        tier.straight_later(compile_straight)
+    else:
+        _straight(program, compile_straight(), tier)
+    program.run, program.gradient, program.one = tier.run, tier.gradient, tier.one
+    return loop
+
+
+def _tier(program, loop, mode):
+    """The `LoopTier` of the loop, or `Straight` saying why there is none."""
     try:
         tier = LoopTier(program, ScalarProgram(program, loop), mode)
     except Unsupported as e:
-        loop.tier = Straight(str(e))
-        return loop
+        return Straight(str(e))
     except Exception as e:  # noqa: BLE001 - the scalar code could not be written: the straight-line replay runs
-        loop.tier = Straight(f"its scalar code failed: {type(e).__name__}: {e}")
-        return loop
-    if not tier.runners and tier.numba is None:
-        loop.tier = Straight("a float32 program runs as scalar code in Numba only: pip install 'dualbroadcast[fast]'")
-        return loop
-    loop.tier = tier
-    program.run, program.gradient, program.one = loop.tier.run, loop.tier.gradient, loop.tier.one
-    return loop
+        return Straight(f"its scalar code failed: {type(e).__name__}: {e}")
+    if not tier.runners and not tier.numba:
+        return Straight("a float32 program runs as scalar code in Numba only: pip install 'dualbroadcast[fast]'")
+    return tier
+
+
+def _straight(program, compiled, tier):
+    """Take the straight-line replay ``compiled``: the program's functions (``tier``: the loop's runner among
+    others), its source; the recording's tape is not needed any more."""
+    run, gradient, one, program.source, program.removed = compiled
+    if tier is None:
+        program.run, program.gradient, program.one = run, gradient, one
+    else:
+        tier.straight = {"run": run, "gradient": gradient, "one": one}
+    program.tape = None
+
+
+def wait(program):
+    """Wait for the program's straight-line replay, compiled in the background (`db.explain` reads it)."""
+    tier = program.loop.tier if program.loop is not None else None
+    if type(tier) is LoopTier:
+        tier.wait()
 
 
 class Straight:
@@ -676,7 +707,9 @@ class LoopTier:
     program has spent `TIER_UP` seconds in calls (``mode`` "now": at once, waited for), then is measured too."""
 
     def __init__(self, program, scalar, mode):
-        self.straight = {"run": program.run, "gradient": program.gradient, "one": program.one}
+        self.straight = None  # the straight-line replay's run, gradient, one (`_straight`)
+        self.compiling_straight = None
+        self.straight_compiled = None  # ... compiled in the background, taken by the calling thread
         self.scalar, self.program = scalar, program
         self.dtype = scalar.dtype
         self.shapes = [program.meta[i][0] for _, i in program.leaves]
@@ -688,7 +721,7 @@ class LoopTier:
         self.spent = 0.0
         self.chosen = None
         self.failed = None
-        self.numba = _numba() if mode != "python" else None
+        self.numba = mode != "python" and NUMBA_INSTALLED  # (imported when it compiles: ~0.5 s)
         if scalar.dtype == np.float64:
             start = time.perf_counter()
             try:
@@ -701,9 +734,9 @@ class LoopTier:
             self.compile_seconds["python"] = time.perf_counter() - start
         self.compiling = None
         self.compiled = None
-        if self.numba is not None and mode == "now":
+        if self.numba and mode == "now":
             self._compile(True)
-        self.one = self._one if program.one is not None and len(program.leaves) == 1 and self.active else None
+        self.one = self._one if len(program.leaves) == 1 and self.active and not program.complex_leaves else None
         if self.one is not None:
             self.check_globals = globals_check(program.globals_read)
 
@@ -713,8 +746,8 @@ class LoopTier:
         compiled = ", ".join(f"{name} {s:.3f} s" for name, s in self.compile_seconds.items())
         chosen = self.chosen or "being measured"
         notes = f"; {self.failed}" if self.failed else ""
-        if self.numba is None and "numba" not in self.runners:
-            notes += "; Numba not installed (pip install 'dualbroadcast[fast]')" if _numba() is None \
+        if not self.numba and "numba" not in self.runners:
+            notes += "; Numba not installed (pip install 'dualbroadcast[fast]')" if not NUMBA_INSTALLED \
                 else "; Numba not used (COMPILE is 'python')"
         if self.compiling is not None and self.compiling.is_alive():
             notes += "; Numba compiling in the background"
@@ -726,7 +759,9 @@ class LoopTier:
         try:
             source, names = self.scalar.source(True)
             exec(compile(source, "<dualbroadcast loop>", "exec"), names)  # noqa: S102 - the code this module wrote
-            function = self.numba.njit(error_model="numpy")(names["loop_program"])
+            import numba
+
+            function = numba.njit(error_model="numpy")(names["loop_program"])
             function(np.zeros(sum(math.prod(s) for s in self.shapes), self.dtype), self.scalar.rows_array(),
                      self.scalar.live_array())
         except Exception as e:  # noqa: BLE001 - a function Numba does not compile: the other runners stay
@@ -742,8 +777,26 @@ class LoopTier:
         self.seconds["numba"] = []
         self.chosen = None
 
+    def straight_later(self, compile_straight):
+        """Compile the straight-line replay in a background thread; the Python scalar code runs until then."""
+        def run():
+            self.straight_compiled = compile_straight()
+
+        context = contextvars.copy_context()  # (a backend `kernels.set_backend` forced holds there too)
+        self.compiling_straight = threading.Thread(target=context.run, args=(run,), daemon=True)
+        self.compiling_straight.start()
+
+    def wait(self):
+        """The straight-line replay, waited for if it is being compiled."""
+        if self.straight is None:
+            self.compiling_straight.join()
+            if self.straight_compiled is None:
+                raise RuntimeError("the straight-line replay failed to compile (see the background thread's error)")
+            _straight(self.program, self.straight_compiled, self)
+            self.straight_compiled = None
+
     def _tier_up(self):
-        if self.numba is not None and self.compiling is None and self.spent > TIER_UP:
+        if self.numba and self.compiling is None and self.spent > TIER_UP:
             self.compiling = threading.Thread(target=self._compile, daemon=True)
             self.compiling.start()
 
@@ -786,6 +839,12 @@ class LoopTier:
         """``(value, gradients)`` of the runner chosen, or of the next one measured."""
         if self.compiled is not None:
             self._take_compiled()
+        if self.straight is None:
+            if self.straight_compiled is None:  # still compiling: the Python scalar code, or wait
+                result = self._scalar("python", leaves)
+                if result is not None:
+                    return result
+            self.wait()
         name = self.chosen or self._next()
         start = time.perf_counter()
         result = None if name == "straight-line" else self._scalar(name, leaves)
@@ -857,10 +916,4 @@ def _agree(result, expected, dtype):
                for a, b in pairs if b is not None)
 
 
-def _numba():
-    """The numba module, or None if it is not installed."""
-    try:
-        import numba
-    except ImportError:
-        return None
-    return numba
+NUMBA_INSTALLED = importlib.util.find_spec("numba") is not None

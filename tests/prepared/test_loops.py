@@ -15,7 +15,7 @@ def central_differences(f, x, h=1e-6):
     steps = np.eye(len(x)) * h
     return np.array([(f(x + e) - f(x - e)) / (2 * h) for e in steps])
 
-RUNNERS = ["python"] + (["now"] if loops._numba() is not None else [])
+RUNNERS = ["python"] + (["now"] if loops.NUMBA_INSTALLED else [])
 
 
 def lotka_volterra(u, p):
@@ -63,7 +63,7 @@ def prepared(f, x, mode):
 
 
 def program_of(prog):
-    (program,) = [p for variants in prog.variants.values() for p in variants]
+    (program,) = {id(p): p for variants in prog.variants.values() for p in variants}.values()  # (keyed twice)
     return program
 
 
@@ -97,6 +97,19 @@ def test_loop_found_and_gradient_as_straight_line(f, x, trips, mode):
         np.testing.assert_allclose(prog(x), expected, rtol=1e-12, atol=1e-12)
     assert tier.chosen is not None
     np.testing.assert_allclose(expected, central_differences(f, x), rtol=1e-6, atol=1e-7)
+
+
+def test_straight_line_compiled_in_the_background_meanwhile_python():
+    x = np.array([0.2, 0.9, -0.3])
+    expected = straight_line(recurrence, x)
+    prog = db.prepare_gradient(recurrence, x)  # (the default: the straight-line replay compiled in the background)
+    np.testing.assert_allclose(prog(x), expected, rtol=1e-12)
+    tier = program_of(prog).loop.tier
+    tier.wait()
+    for _ in range(8):
+        np.testing.assert_allclose(prog(x), expected, rtol=1e-12)
+    assert tier.chosen is not None and "straight-line" in tier.status()
+    assert "loop: 30 iterations" in str(db.explain(prog, x))
 
 
 def test_rk4_against_jax():
