@@ -146,10 +146,11 @@ class ProgramExplanation:
     regions, and what its gradient alone (``prog(*args)``) leaves out; ``str()`` for text, ``_repr_html_`` for
     Jupyter."""
 
-    def __init__(self, value, recorded, steps):
+    def __init__(self, value, recorded, steps, loop=None):
         self.value = value
         self.recorded = recorded  # how many steps were recorded
         self.steps = steps
+        self.loop = loop  # the recorded steps' `loops.Loop`, or None
 
     @property
     def regions(self):
@@ -177,7 +178,11 @@ class ProgramExplanation:
         rows = [self._HEADER] + self._rows()
         widths = [max(len(r[i]) for r in rows) for i in range(len(self._HEADER))]
         lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-        return "\n".join(lines + [self._summary()])
+        return "\n".join(lines + [self._summary()] + ([self._loop()] if self.loop is not None else []))
+
+    def _loop(self):
+        """The loop, its block of steps and what runs it."""
+        return f"{self.loop.describe()}\n  its block: {', '.join(self.loop.names)}"
 
     def __repr__(self):
         return f"<ProgramExplanation: {self._summary()}>"
@@ -188,7 +193,8 @@ class ProgramExplanation:
             "<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in self._rows()
         )
         summary = html.escape(self._summary())
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table><p>{summary}</p>"
+        loop = f"<p>{html.escape(self._loop())}</p>" if self.loop is not None else ""
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table><p>{summary}</p>{loop}"
 
 
 def _explain_program(prog, args):
@@ -203,13 +209,16 @@ def _explain_program(prog, args):
             _run(program.gradient, program, flat, None)
         except GuardFailed:
             continue
-        return ProgramExplanation(value, len(program.recorded_steps), _program_steps(program))
+        return ProgramExplanation(value, len(program.recorded_steps), _program_steps(program), program.loop)
     raise ValueError("these arguments are not replayed by a recorded program (f is evaluated by db.gradient for "
                      "them; db.explain(f, *args) shows that evaluation)")
 
 
 def _program_steps(program):
+    from .loops import wait
     from .program import Guard, KernelStep, SecondOrderStep
+
+    wait(program)  # (its straight-line replay, compiled in the background: what it removes)
 
     removed = set(program.removed["gradient"])
     steps = []

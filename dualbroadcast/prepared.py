@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from . import pytree
+from . import loops, pytree
 from .api import (
     _Argument,
     _call_on_tape,
@@ -338,11 +338,11 @@ class Program:
         self.globals_read = globals_read  # (namespace, name, value) of the globals it bakes in: ``one`` checks them
         self.steps, self.regions = forward_regions(recorder.steps, self.meta, self.out) if FUSE_REGIONS.get() \
             else (recorder.steps, [])
-        self.run, self.gradient, self.one, self.source, self.removed = compile_program(self, GuardFailed)
+        # run, gradient, one, source, removed (`replay.compile_program`); a loop of small steps may run as scalar code
+        self.loop = loops.attach(self, partial(compile_program, self, GuardFailed))
         # Whether ``gradient`` gives Python floats, known after its first call: a program of Python-float leaves gives
         # the same types on every call (its steps' types follow from its leaves'), a tuple of them its gradient as is.
         self.floats_out = None
-        self.tape = None  # the recording's values are not needed any more
 
     def shape_of(self, ref):
         return self.meta[ref][0] if type(ref) is int else np.shape(ref.value)
