@@ -221,7 +221,7 @@ class BackendChoice:
       after each full round of the others the wait doubles, and grows to ``RETIME_EXCESS`` times the
       excess of the round's slowest runner-up (4x slower: a wait of 48 calls), so that from the second
       round on re-timing costs at most 1/16 of the time; waits are at most ``RETIME_CAP`` calls;
-    - it switches when the runner-up's seconds per element are below the chosen one's by ``MARGIN``, and
+    - it switches when the runner-up's seconds per element are below the chosen one's by ``margin`` (``MARGIN``), and
       the waits start again from ``RETIME_FIRST`` (a wrong switch is so undone as quickly).
 
     Bound: a first measurement that picked the wrong backend is corrected by the ``1 + k (RETIME_FIRST + 1)``-th
@@ -231,9 +231,10 @@ class BackendChoice:
     Every backend gives the same results up to rounding (a blocked sum adds in another order).
     """
 
-    def __init__(self, kernel):
+    def __init__(self, kernel, margin=None):
         self.kernel = kernel
         self.buckets = {}  # size bucket -> its `Bucket`, or the name of its only candidate
+        self.margin = margin or MARGIN  # a prepared program's plans take a smaller one (`replay.compile_plans`)
 
     @property
     def fastest(self):
@@ -284,7 +285,7 @@ class BackendChoice:
         return timings[winner][1] + (winner,)
 
     def retime(self, bucket, values, shape, size, active_shapes):
-        """Run this call on the next runner-up in turn, timed, and switch to it if it is faster by ``MARGIN``."""
+        """Run this call on the next runner-up in turn, timed, and switch to it if it is faster by the margin."""
         others = bucket.others
         backend = others[bucket.turn]
         bucket.turn = (bucket.turn + 1) % len(others)
@@ -294,7 +295,7 @@ class BackendChoice:
         start = clock()
         result = self.kernel.run(backend, values, shape, size, active_shapes)
         seconds = (clock() - start) / size
-        if seconds * MARGIN < bucket.recent < math.inf:  # (inf: no call of the chosen one timed since)
+        if seconds * self.margin < bucket.recent < math.inf:  # (inf: no call of the chosen one timed since)
             others[others.index(backend)] = bucket.backend
             bucket.backend, bucket.interval, bucket.slowest = backend, RETIME_FIRST, 1.0
         else:

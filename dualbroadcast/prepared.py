@@ -43,7 +43,7 @@ from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpa
 from .pytree import Cut
 from .regions import FUSE_REGIONS, forward_regions
 from .registry import BY_ARGNUM, OUTPUTS, complex_rule, first_output
-from .replay import MISS, _same, compile_program, globals_check
+from .replay import MISS, _same, compile_plans, globals_check
 from .tape import (
     ACTIVE_TAPE,
     Tape,
@@ -321,7 +321,7 @@ def _bounds(s):
 
 
 class Program:
-    """One recorded variant, compiled to straight-line Python (see `replay.compile_program`)."""
+    """One recorded variant, compiled to straight-line Python (see `replay.compile_plans`)."""
 
     def __init__(self, tape, recorder, arguments, out, float_leaves, complex_leaves=(), globals_read=()):
         self.recorded_steps = recorder.steps
@@ -338,7 +338,8 @@ class Program:
         self.globals_read = globals_read  # (namespace, name, value) of the globals it bakes in: ``one`` checks them
         self.steps, self.regions = forward_regions(recorder.steps, self.meta, self.out) if FUSE_REGIONS.get() \
             else (recorder.steps, [])
-        self.run, self.gradient, self.one, self.source, self.removed = compile_program(self, GuardFailed)
+        self.runners = {}  # (a region's KernelStep, without its value) -> its runner, which every plan runs
+        self.run, self.gradient, self.one, self.source, self.removed, self.plans = compile_plans(self, GuardFailed)
         # Whether ``gradient`` gives Python floats, known after its first call: a program of Python-float leaves gives
         # the same types on every call (its steps' types follow from its leaves'), a tuple of them its gradient as is.
         self.floats_out = None

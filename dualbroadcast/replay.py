@@ -17,6 +17,7 @@ negation on them give what NumPy's float64 gives (IEEE, no exception), and cost
 less.  Any other use first converts the value to ``np.float64``.
 """
 
+import copy
 import math
 import re
 import time
@@ -27,7 +28,7 @@ from .broadcast import _unscaled
 from .derivatives import DERIVATIVES
 from .expr import UfuncOperators
 from .kernel_source import _infer_dtypes, _out_dtypes
-from .kernels import FORCED_BACKEND, BackendChoice, _chunks, _kind
+from .kernels import FORCED_BACKEND, BackendChoice, Bucket, _chunks, _kind
 from .numpy_facts import as_dtype, getitem, source_of
 from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpacked
 from .pullbacks import (
@@ -148,6 +149,62 @@ def compile_program(program, guard_failed):
     source = "\n".join(functions)
     exec(compile(source, "<dualbroadcast prepared program>", "exec"), space.names)
     return space.names["run"], space.names["gradient"], space.names.get("one"), source, removed
+
+
+def compile_plans(program, guard_failed):
+    """`compile_program`'s ``(run, gradient, one, source, removed)`` for ``program``, and its plans' choices.
+
+    Fusing a forward region is a bet that its kernel beats the steps it replaces; it can lose (the MLP's
+    ``tanh(h @ W + b)``: a partial per input where the steps pass one cotangent through ``+``).  So where a region
+    has ``CHOSEN_MIN`` elements or more, the program is also compiled as recorded (such regions left unfused), and,
+    with two to ``PLAN_REGIONS`` of them, once without each: ``run`` and ``gradient`` then run the plan a
+    `kernels.BackendChoice` holds for each (the fused one first; every call timed, the others re-timed now and
+    then, one taking over when faster by ``PLAN_MARGIN``: `_plan_choice`), ``one`` is None, and the last item
+    maps "value" and "gradient alone" to those choices (else it is None).  Every plan computes the same gradient:
+    the fused kernels differentiate the steps they replace (up to rounding).  ``source`` and ``removed`` are the
+    fused plan's; the plans share each region's runner (`_Forward.kernel_runner`)."""
+    fused = compile_program(program, guard_failed)
+    large = [s for s in program.steps if type(s) is KernelStep and s.region is not None
+             and math.prod(np.broadcast_shapes(*map(program.shape_of, s.refs))) >= CHOSEN_MIN]
+    if not large:
+        return fused + (None,)
+    plans = {"fused": fused, "as recorded": compile_program(_without_regions(program, large), guard_failed)}
+    if 2 <= len(large) <= PLAN_REGIONS:
+        for k, step in enumerate(large, start=1):
+            plans[f"region {k} as recorded"] = compile_program(_without_regions(program, [step]), guard_failed)
+    run = _plan_choice({name: compiled[0] for name, compiled in plans.items()})
+    gradient = _plan_choice({name: compiled[1] for name, compiled in plans.items()})
+    return run, gradient, None, fused[3], fused[4], {"value": run.choice, "gradient alone": gradient.choice}
+
+
+PLAN_REGIONS = 4  # regions from which a program is compiled as recorded and fused, not once without each region
+PLAN_MARGIN = 1.05  # a plan takes over when the chosen one is slower than it by this factor: whole calls are timed,
+# of which a region is a part (the MLP's fused regions cost 10% of its call more than its steps)
+
+
+def _without_regions(program, kernel_steps):
+    """A view of ``program`` whose steps have the regions of ``kernel_steps`` as recorded: each region's steps in
+    their order where its kernel was (its last step's place; what they read is made before, and only the region
+    reads what they make)."""
+    view = copy.copy(program)
+    view.steps = [t for s in program.steps for t in (s.region.steps if s in kernel_steps else [s])]
+    return view
+
+
+def _plan_choice(functions):
+    """A function ``(leaves, out=None)`` calling one of ``functions`` (plan name -> compiled function, "fused"
+    first) under a `kernels.BackendChoice` whose first choice is "fused" (timing every plan on the first call
+    would run the whole program several times) and whose margin is ``PLAN_MARGIN``; ``.choice`` the choice."""
+    names = list(functions)
+    choice = BackendChoice(_Runners([(f, name) for name, f in functions.items()]), PLAN_MARGIN)
+    choice.buckets[1] = Bucket(names[0], names[1:])  # one size: the bucket of size 1
+    run = choice.run
+
+    def chosen(leaves, out=None):
+        return run((leaves, out), (), 1, ())[:2]
+
+    chosen.choice = choice
+    return chosen
 
 
 def _one(program, space, forward, writer):
@@ -555,7 +612,11 @@ class _Forward(_Writer):
         blockable = size and all(np.size(v) in (1, size) for v in examples) \
             and _partials_typed_as_value(kernel, examples)
         if step.region is not None:
-            runner, used, fresh = _region_runner(kernel, valueless, examples, shape, size, active_shapes, blockable)
+            made = self.p.runners.get((step, valueless))  # made for another plan (`compile_plans`)
+            if made is None:
+                made = self.p.runners[step, valueless] = _region_runner(kernel, valueless, examples, shape, size,
+                                                                        active_shapes, blockable)
+            runner, used, fresh = made
             variant = "gradient alone" if valueless else "value"
             step.region.backends[variant] = used
             if hasattr(runner, "choice"):
