@@ -28,7 +28,7 @@ from .broadcast import _unscaled
 from .derivatives import DERIVATIVES
 from .expr import UfuncOperators
 from .kernel_source import _infer_dtypes, _out_dtypes
-from .kernels import FORCED_BACKEND, BackendChoice, Bucket, _chunks, _kind
+from .kernels import FORCED_BACKEND, ONE_THREAD, BackendChoice, Bucket, _chunks, _kind
 from .numpy_facts import as_dtype, getitem, source_of
 from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpacked
 from .pullbacks import (
@@ -600,8 +600,9 @@ class _Forward(_Writer):
 
     def kernel_runner(self, step, valueless=False):
         """The kernel on its recorded backend and shapes; blocked with buffers of its own when the
-        shapes allow (no allocation per call), else the recorded backend.  A forward region's (``backend``
-        None) runs blocked, or on the backend `kernels.set_backend` forced when it was compiled, or as
+        shapes allow (no allocation per call; where it runs on several threads, on them or on one, whichever a
+        `kernels.BackendChoice` finds faster, recycling buffers), else the recorded backend.  A forward region's
+        (``backend`` None) runs blocked, or on the backend `kernels.set_backend` forced when it was compiled, or as
         ``db.sum`` chooses; ``valueless``: its variant without the value (`Kernel.without_value`).  A sum's partials
         without their literal factors (`broadcast._unscaled`; `kernel_adjoints` multiplies the cotangent)."""
         kernel, backend = _unscaled(step.kernel)[0] if step.reduce else step.kernel, step.backend
@@ -624,6 +625,11 @@ class _Forward(_Writer):
             if fresh:
                 self.fresh.add((step.out, valueless))
             return self.space.bind(runner, "k")
+        if blockable and FORCED_BACKEND.get() is None \
+                and len(_chunks(size, np.dtype(kernel.value_dtype(examples)).itemsize)) > 2:  # threads, or one
+            candidates = [(kernel.blocked_runner(examples, shape, size, active_shapes, False, name), name)
+                          for name in ("blocked", ONE_THREAD)]
+            return self.space.bind(_chosen(candidates, examples, shape, size, active_shapes), "k")
         if blockable:
             return self.space.bind(kernel.blocked_runner(examples, shape, size, active_shapes), "k")
 
@@ -998,7 +1004,8 @@ def _region_runner(kernel, valueless, examples, shape, size, active_shapes, bloc
     """A forward region's kernel (``valueless``: its variant without the value) as a function of its inputs
     returning ``(value, partials)``, the backend's name, and whether its partials are new arrays on every call.
     On the backend `kernels.set_backend` forced when the program was compiled; else blocked where it runs on
-    several threads; where it would run on one, whole arrays if they time faster here (NumPy's passes over
+    several threads, or on one (`kernels.ONE_THREAD`) if that is faster (a loaded machine); where it would run on
+    one, whole arrays if they time faster here (NumPy's passes over
     arrays that stay in cache can beat the blocked loop's calls per block: ``sum(x**2)`` of 1e5 float32 took
     0.29x the primal so, 2.4x blocked; EAM's four operations on 1e5 float64 took 6x blocked's time): from
     ``CHOSEN_MIN`` elements under a `kernels.BackendChoice` that corrects a bad first timing (`_chosen`), on
@@ -1008,14 +1015,18 @@ def _region_runner(kernel, valueless, examples, shape, size, active_shapes, bloc
         kernel = kernel.without_value(examples)
     forced = FORCED_BACKEND.get()
     candidates = []
+    one_chunk = len(_chunks(size, np.dtype(kernel.value_dtype(examples)).itemsize)) == 2
     if blockable and forced in (None, "blocked"):
         candidates.append((kernel.blocked_runner(examples, shape, size, active_shapes), "blocked"))
-    if forced is None and len(_chunks(size, np.dtype(kernel.value_dtype(examples)).itemsize)) == 2:
+        if forced is None and not one_chunk:  # (several chunks: more than ``CHOSEN_MIN`` elements)
+            candidates.append((None, ONE_THREAD))
+    if forced is None and one_chunk:
         whole = _whole_runner(kernel, valueless, examples, shape, active_shapes)
         if whole is not None:
             candidates.append((whole, "numpy"))
     if len(candidates) == 2 and size >= CHOSEN_MIN:
-        candidates[0] = (kernel.blocked_runner(examples, shape, size, active_shapes, owned=False), "blocked")
+        candidates = [(kernel.blocked_runner(examples, shape, size, active_shapes, False, name), name)
+                      if name != "numpy" else (runner, name) for runner, name in candidates]
         return _chosen(candidates, examples, shape, size, active_shapes), "chosen per call", True  # partials:
         # arrays of their own on each backend (a recycled blocked kernel's once nothing holds them)
     if candidates:
