@@ -112,6 +112,7 @@ def test_a_slower_fused_plan_is_left_within_the_bound(clock, fastest):
         if call >= bound:
             assert choice.chosen(1) == fastest, call
     assert clock.runs[-50:].count(fastest) >= 48
+    assert db.explain(prog, PARAMS).plan == fastest
 
 
 def test_value_and_gradient_choose_on_their_own(clock):
@@ -157,4 +158,5 @@ def test_small_regions_are_not_chosen_per_call():
     prog = db.prepare_gradient(f, x)
     program = _program(prog)
     assert len(program.regions) == 1 and program.plans is None and program.one is not None
+    assert db.explain(prog, x).plan is None
     np.testing.assert_allclose(prog(x), db.gradient(f, x), rtol=1e-12)
