@@ -665,13 +665,11 @@ class _Forward(_Writer):
             if fresh:
                 self.fresh.add((step.out, valueless))
             return self.space.bind(runner, "k")
-        if blockable and FORCED_BACKEND.get() is None \
-                and len(_chunks(size, np.dtype(kernel.value_dtype(examples)).itemsize)) > 2:  # threads, or one
-            candidates = [(kernel.blocked_runner(examples, shape, size, active_shapes, False, name), name)
-                          for name in ("blocked", ONE_THREAD)]
-            return self.space.bind(_chosen(candidates, examples, shape, size, active_shapes), "k")
         if blockable:
-            return self.space.bind(kernel.blocked_runner(examples, shape, size, active_shapes), "k")
+            runner = self.p.runners.get((step, valueless))  # made for another plan (`compile_plans`): its buffers
+            if runner is None:
+                runner = self.p.runners[step, valueless] = _blocked_runner(kernel, examples, shape, size, active_shapes)
+            return self.space.bind(runner, "k")
 
         def run(*values):
             return kernel.run(backend, values, shape, size, active_shapes)
@@ -1094,6 +1092,16 @@ def _region_runner(kernel, valueless, examples, shape, size, active_shapes, bloc
         return value, [p if p.shape == shape else np.array(np.broadcast_to(p, shape)) for p in partials]
 
     return run_full, name, False
+
+
+def _blocked_runner(kernel, examples, shape, size, active_shapes):
+    """A recorded kernel's blocked runner, with buffers of its own; where it runs on several threads (and no backend
+    is forced), on them or on one, whichever a `kernels.BackendChoice` finds faster, recycling buffers (`_chosen`)."""
+    if FORCED_BACKEND.get() is None and len(_chunks(size, np.dtype(kernel.value_dtype(examples)).itemsize)) > 2:
+        candidates = [(kernel.blocked_runner(examples, shape, size, active_shapes, False, name), name)
+                      for name in ("blocked", ONE_THREAD)]
+        return _chosen(candidates, examples, shape, size, active_shapes)
+    return kernel.blocked_runner(examples, shape, size, active_shapes)
 
 
 CHOSEN_MIN = 16384  # elements from which a region's backend is chosen per call (below, once when compiled: `_fastest`)
