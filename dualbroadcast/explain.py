@@ -146,11 +146,12 @@ class ProgramExplanation:
     regions, and what its gradient alone (``prog(*args)``) leaves out; ``str()`` for text, ``_repr_html_`` for
     Jupyter."""
 
-    def __init__(self, value, recorded, steps, loop=None):
+    def __init__(self, value, recorded, steps, loop=None, plan=None):
         self.value = value
         self.recorded = recorded  # how many steps were recorded
         self.steps = steps
         self.loop = loop  # the recorded steps' `loops.Loop`, or None
+        self.plan = plan  # the plan ``prog(*args)`` runs now, where one is chosen per call (`replay.compile_plans`)
 
     @property
     def regions(self):
@@ -172,7 +173,8 @@ class ProgramExplanation:
         return (f"{self.recorded} steps recorded, {len(self.steps)} replayed: {len(self.regions)} forward region(s) "
                 f"fusing {fused} steps; the gradient alone leaves out {len(self.removed)} step(s)"
                 + "".join(f" and computes {len(without)} region(s) without their value"
-                          for without in [[s for s in self.steps if s.gradient_alone == "without value"]] if without))
+                          for without in [[s for s in self.steps if s.gradient_alone == "without value"]] if without)
+                + (f"; plans chosen per call, the gradient alone's now {self.plan}" if self.plan else ""))
 
     def __str__(self):
         rows = [self._HEADER] + self._rows()
@@ -209,7 +211,9 @@ def _explain_program(prog, args):
             _run(program.gradient, program, flat, None)
         except GuardFailed:
             continue
-        return ProgramExplanation(value, len(program.recorded_steps), _program_steps(program), program.loop)
+        steps = _program_steps(program)  # (waits for a straight-line replay compiled in the background)
+        plan = program.plans["gradient alone"].chosen(1) if program.plans else None
+        return ProgramExplanation(value, len(program.recorded_steps), steps, program.loop, plan)
     raise ValueError("these arguments are not replayed by a recorded program (f is evaluated by db.gradient for "
                      "them; db.explain(f, *args) shows that evaluation)")
 

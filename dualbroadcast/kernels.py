@@ -9,7 +9,8 @@ input) in one pass.  Its jobs are kept apart:
   (best for small arrays);
   ``blocked`` (`_Blocked`): the same operations over cache-sized blocks, every one
   ``out=`` into scratch buffers that stay in cache (no page faults, no memory traffic
-  for temporaries), chunks of blocks on threads;
+  for temporaries), chunks of blocks on threads (and `ONE_THREAD`, the same on the
+  calling thread alone: where a busy machine makes two threads slower than one);
   ``numexpr`` (`_Numexpr`): one fused numexpr expression per output (best on
   arithmetic-heavy kernels; its exp/sin are slower than NumPy's here, as it lacks VML;
   no candidate for a kernel with an operation it lacks, such as a user's function);
@@ -61,6 +62,7 @@ BLOCK = 65536  # elements per block: each block costs a few Python-level ufunc c
 NUMEXPR_BLOCK = 262144  # numexpr's own threads want larger blocks
 NUMEXPR_MIN = 1024  # elements from which numexpr is a candidate: below, its start-up cost dominates
 THREADS = os.cpu_count() or 1
+ONE_THREAD = "blocked, one thread"  # the blocked backend on the calling thread alone: chosen, never forced
 KERNEL_THREADS = contextvars.ContextVar("dualbroadcast_kernel_threads", default=None)  # at most so many (a Dask task)
 FORCED_BACKEND = contextvars.ContextVar("dualbroadcast_backend", default=None)
 
@@ -94,7 +96,9 @@ class Kernel:
         self.input_names = [self.names[x.index] for x in inputs]
         self.fresh = _fresh_partials(outputs, reduce)
         self.dtypes = {}  # input kinds -> dtype of the value
-        self.backends = {"numpy": _WholeArrays(self), "blocked": _Blocked(self), "numexpr": _Numexpr(self)}
+        blocked = _Blocked(self)
+        self.backends = {"numpy": _WholeArrays(self), "blocked": blocked, "numexpr": _Numexpr(self),
+                         ONE_THREAD: _Blocked(self, threads=1, compiled=blocked.compiled)}
         self.choice = BackendChoice(self)
         self.unscaled = None  # a sum's: (kernel, its partials' literal factors), `broadcast._unscaled`
         self.split = None  # a sum's kernel without the value (`without_value`)
@@ -190,10 +194,11 @@ class Kernel:
         for array inputs of one shape only, reusing dead intermediates' arrays (`whole_in_place_kernel`)."""
         return self.backends["numpy"].typed_whole(kinds, same_shape)
 
-    def blocked_runner(self, values, shape, size, active_shapes, owned=True):
-        """A function of the input values running the blocked kernel for these shapes and dtypes;
-        ``owned``: its buffers are allocated once and reused by every call (`_owned_or_recycled`)."""
-        return self.backends["blocked"].runner(values, shape, size, active_shapes, owned)
+    def blocked_runner(self, values, shape, size, active_shapes, owned=True, backend="blocked"):
+        """A function of the input values running the blocked kernel for these shapes and dtypes (``backend``
+        `ONE_THREAD`: on the calling thread alone); ``owned``: its buffers are allocated once and reused by every
+        call (`_owned_or_recycled`)."""
+        return self.backends[backend].runner(values, shape, size, active_shapes, owned)
 
     def value_dtype(self, values):
         """The dtype NumPy gives the value for inputs like ``values`` (its partials share it)."""
@@ -221,7 +226,7 @@ class BackendChoice:
       after each full round of the others the wait doubles, and grows to ``RETIME_EXCESS`` times the
       excess of the round's slowest runner-up (4x slower: a wait of 48 calls), so that from the second
       round on re-timing costs at most 1/16 of the time; waits are at most ``RETIME_CAP`` calls;
-    - it switches when the runner-up's seconds per element are below the chosen one's by ``MARGIN``, and
+    - it switches when the runner-up's seconds per element are below the chosen one's by ``margin`` (``MARGIN``), and
       the waits start again from ``RETIME_FIRST`` (a wrong switch is so undone as quickly).
 
     Bound: a first measurement that picked the wrong backend is corrected by the ``1 + k (RETIME_FIRST + 1)``-th
@@ -231,9 +236,10 @@ class BackendChoice:
     Every backend gives the same results up to rounding (a blocked sum adds in another order).
     """
 
-    def __init__(self, kernel):
+    def __init__(self, kernel, margin=None):
         self.kernel = kernel
         self.buckets = {}  # size bucket -> its `Bucket`, or the name of its only candidate
+        self.margin = margin or MARGIN  # a prepared program's plans take a smaller one (`replay.compile_plans`)
 
     @property
     def fastest(self):
@@ -284,7 +290,7 @@ class BackendChoice:
         return timings[winner][1] + (winner,)
 
     def retime(self, bucket, values, shape, size, active_shapes):
-        """Run this call on the next runner-up in turn, timed, and switch to it if it is faster by ``MARGIN``."""
+        """Run this call on the next runner-up in turn, timed, and switch to it if it is faster by the margin."""
         others = bucket.others
         backend = others[bucket.turn]
         bucket.turn = (bucket.turn + 1) % len(others)
@@ -294,7 +300,7 @@ class BackendChoice:
         start = clock()
         result = self.kernel.run(backend, values, shape, size, active_shapes)
         seconds = (clock() - start) / size
-        if seconds * MARGIN < bucket.recent < math.inf:  # (inf: no call of the chosen one timed since)
+        if seconds * self.margin < bucket.recent < math.inf:  # (inf: no call of the chosen one timed since)
             others[others.index(backend)] = bucket.backend
             bucket.backend, bucket.interval, bucket.slowest = backend, RETIME_FIRST, 1.0
         else:
@@ -369,15 +375,21 @@ class _WholeArrays:
 
 
 class _Blocked:
-    """The ``blocked`` backend: the operations in place over cache-sized blocks, chunks of blocks on threads."""
+    """The ``blocked`` backend: the operations in place over cache-sized blocks, chunks of blocks on threads;
+    with ``threads`` 1, `ONE_THREAD`: a candidate only where ``blocked`` splits the call across threads (on a
+    loaded machine one thread can beat two: a chunk waits for a busy core)."""
 
-    def __init__(self, kernel):
+    def __init__(self, kernel, threads=None, compiled=None):
         self.kernel = kernel
-        self.compiled = {}  # (generator, input kinds, full-size inputs, stored outputs) -> generated kernel
+        self.threads = threads  # at most so many (None: `_chunks`' own limit)
+        self.compiled = {} if compiled is None else compiled  # (generator, input kinds, full-size inputs, stored
+        # outputs) -> generated kernel: shared by the blocked backends of a kernel
         self.idle = {}  # (signature, shape, active shapes) -> bound kernels not running (`_owned_or_recycled`)
 
     def eligible(self, values, size):
-        return size >= BLOCK // 2 and all(np.size(v) in (1, size) for v in values)
+        if size < BLOCK // 2 or not all(np.size(v) in (1, size) for v in values):
+            return False
+        return self.threads is None or len(_chunks(size, np.dtype(self.kernel.value_dtype(values)).itemsize)) > 2
 
     def run(self, values, shape, size, active_shapes):
         return self.runner(values, shape, size, active_shapes, owned=False)(*values)
@@ -394,7 +406,7 @@ class _Blocked:
             return self._single_block_runner(signature, shape, active_shapes, owned)
         run, out_dtypes, scratch_dtypes = self._generated(blocked_kernel, signature)
         shapes = [()] + list(active_shapes) if reduce else [shape] * len(stored)
-        chunks = _chunks(size, max(np.dtype(d).itemsize for d in out_dtypes))
+        chunks = _chunks(size, max(np.dtype(d).itemsize for d in out_dtypes), self.threads)
         block = min(BLOCK, -(-size // (len(chunks) - 1)))  # a chunk's elements at most
 
         def bind():
@@ -565,11 +577,12 @@ def _kind(v):
     return np.result_type(v) if dtype is None else dtype
 
 
-def _chunks(size, itemsize=8):
-    """Bounds of the contiguous chunks a blocked kernel runs in parallel, one per core, each of at least
-    ``CHUNK_BLOCKS`` float64 blocks' bytes (``itemsize``: the widest output's; a float32 element costs about
-    half a float64 one)."""
-    chunks = min(KERNEL_THREADS.get() or THREADS, int(size * itemsize / (CHUNK_BLOCKS * 8 * BLOCK))) or 1
+def _chunks(size, itemsize=8, threads=None):
+    """Bounds of the contiguous chunks a blocked kernel runs in parallel, one per core (at most ``threads``),
+    each of at least ``CHUNK_BLOCKS`` float64 blocks' bytes (``itemsize``: the widest output's; a float32
+    element costs about half a float64 one)."""
+    cores = min(KERNEL_THREADS.get() or THREADS, threads or THREADS)
+    chunks = min(cores, int(size * itemsize / (CHUNK_BLOCKS * 8 * BLOCK))) or 1
     return [size * c // chunks for c in range(chunks + 1)]
 
 

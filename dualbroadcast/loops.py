@@ -641,7 +641,7 @@ class ScalarProgram:
 def attach(program, compile_straight):
     """The program's `Loop` (None if it has none), its scalar code tried as ``program``'s run, gradient and one
     (`LoopTier`) unless `COMPILE` is ``"off"`` or the program has steps it does not write.  ``compile_straight()``
-    gives the straight-line replay (`replay.compile_program`'s run, gradient, one, source, removed): compiled now,
+    gives the straight-line replay (`replay.compile_plans`' run, gradient, one, source, removed, plans): compiled now,
     or for a loop run as Python scalar code, in a background thread (thousands of lines take seconds to write and
     compile; the scalar code runs meanwhile)."""
     mode = COMPILE.get()
@@ -676,7 +676,7 @@ def _tier(program, loop, mode):
 def _straight(program, compiled, tier):
     """Take the straight-line replay ``compiled``: the program's functions (``tier``: the loop's runner among
     others), its source; the recording's tape is not needed any more."""
-    run, gradient, one, program.source, program.removed = compiled
+    run, gradient, one, program.source, program.removed, program.plans = compiled
     if tier is None:
         program.run, program.gradient, program.one = run, gradient, one
     else:

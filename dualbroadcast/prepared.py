@@ -43,7 +43,7 @@ from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpa
 from .pytree import Cut
 from .regions import FUSE_REGIONS, forward_regions
 from .registry import BY_ARGNUM, OUTPUTS, complex_rule, first_output
-from .replay import MISS, _same, compile_program, globals_check
+from .replay import MISS, _same, compile_plans, globals_check
 from .tape import (
     ACTIVE_TAPE,
     Tape,
@@ -321,7 +321,7 @@ def _bounds(s):
 
 
 class Program:
-    """One recorded variant, compiled to straight-line Python (see `replay.compile_program`)."""
+    """One recorded variant, compiled to straight-line Python (see `replay.compile_plans`)."""
 
     def __init__(self, tape, recorder, arguments, out, float_leaves, complex_leaves=(), globals_read=()):
         self.recorded_steps = recorder.steps
@@ -338,8 +338,11 @@ class Program:
         self.globals_read = globals_read  # (namespace, name, value) of the globals it bakes in: ``one`` checks them
         self.steps, self.regions = forward_regions(recorder.steps, self.meta, self.out) if FUSE_REGIONS.get() \
             else (recorder.steps, [])
-        # run, gradient, one, source, removed (`replay.compile_program`); a loop of small steps may run as scalar code
-        self.loop = loops.attach(self, partial(compile_program, self, GuardFailed))
+        self.runners = {}  # (a region's KernelStep, without its value) -> its runner, which every plan runs
+        self.plans = None  # the plans chosen per call (`replay.compile_plans`), set with the straight-line replay
+        # run, gradient, one, source, removed, plans (`replay.compile_plans`); a loop of small steps may run as scalar
+        # code, the straight-line replay compiled meanwhile (`loops.attach`)
+        self.loop = loops.attach(self, partial(compile_plans, self, GuardFailed))
         # Whether ``gradient`` gives Python floats, known after its first call: a program of Python-float leaves gives
         # the same types on every call (its steps' types follow from its leaves'), a tuple of them its gradient as is.
         self.floats_out = None

@@ -17,6 +17,7 @@ negation on them give what NumPy's float64 gives (IEEE, no exception), and cost
 less.  Any other use first converts the value to ``np.float64``.
 """
 
+import copy
 import math
 import re
 import time
@@ -27,7 +28,7 @@ from .broadcast import _unscaled
 from .derivatives import DERIVATIVES, SELECTIONS, SMOOTH, chain_product
 from .expr import Src
 from .kernel_source import _infer_dtypes, _out_dtypes
-from .kernels import FORCED_BACKEND, BackendChoice, _chunks, _kind
+from .kernels import FORCED_BACKEND, ONE_THREAD, BackendChoice, Bucket, _chunks, _kind
 from .numpy_facts import as_dtype, getitem
 from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpacked
 from .pullbacks import (
@@ -88,6 +89,7 @@ def compile_program(program, guard_failed):
     for i in sorted(program.complex_leaves):  # a Python complex is weak in NumPy; its tape value is np.complex128
         leaves += f"\n    v{i} = {space.bind(np.complex128)}(v{i})"
     functions, removed = [], {}
+    large = _large_names(program)
     for name, returned in (("run", value), ("gradient", "None")):
         writer = _Backward(program, space, forward.fresh_partials(()), forward.floats)
         backward = _tidied(writer.lines(returned))
@@ -104,12 +106,107 @@ def compile_program(program, guard_failed):
         body = _without_needless_conversions(lines + backward, space.names)
         read = set(_LOCAL.findall("\n".join(body)))
         unpacked = [leaves] if any(f"v{i}" in read for _, i in program.leaves) else []  # (a fold's known gradient)
-        functions += [f"def {name}(leaves, out=None):"] + unpacked + body
+        functions += [f"def {name}(leaves, out=None):"] + _freed(unpacked + body, large)
         if name == "gradient":
-            functions += _one(program, space, lines, writer)
+            functions += _freed(_one(program, space, lines, writer), large)
     source = "\n".join(functions)
     exec(compile(source, "<dualbroadcast prepared program>", "exec"), space.names)
     return space.names["run"], space.names["gradient"], space.names.get("one"), source, removed
+
+
+def _large_names(program):
+    """The local names of the generated code (values ``v<i>``, cotangents ``g<i>``, a kernel's partials ``p<i>``)
+    that hold arrays of ``FREED_BYTES`` or more."""
+    names = set()
+    for i, (shape, dtype) in program.meta.items():
+        if math.prod(shape) * dtype.itemsize >= FREED_BYTES:
+            names.update((f"v{i}", f"g{i}"))
+    for step in program.steps:
+        if type(step) in (KernelStep, SecondOrderStep) \
+                and max(math.prod(program.shape_of(r)) for r in step.refs) * 8 >= FREED_BYTES:
+            names.add(f"p{step.out}")
+    return names
+
+
+def _freed(lines, large):
+    """A function's ``lines`` with ``del`` of each name in ``large`` after the statement that reads it last, where that
+    is a statement of the function's body (not inside a block), before its end (``if out is None``).  A replay keeps
+    no array longer than `db.gradient`'s tape does: the MLP's layers held to the end took 44 MB at the peak where the
+    tape takes 24, and the allocator gave the difference back to the system on every call (2,500 page faults more)."""
+    last = {}
+    for k, line in enumerate(lines):
+        for name in _LOCAL_OR_COTANGENT.findall(line):
+            last[name] = k
+    ending = next((k for k, line in enumerate(lines) if line.startswith("    if out is None")), len(lines))
+    freed = []
+    for k, line in enumerate(lines):
+        freed.append(line)
+        if k < ending and _STATEMENT.match(line):
+            dead = sorted({n for n in _LOCAL_OR_COTANGENT.findall(line) if n in large and last[n] == k})
+            if dead:
+                freed.append(f"    del {', '.join(dead)}")
+    return freed
+
+
+FREED_BYTES = 1 << 17  # arrays from 128 KiB (glibc's first mmap threshold) are deleted after their last use
+_LOCAL_OR_COTANGENT = re.compile(r"\b[vpg]\d+\b")
+_STATEMENT = re.compile(r"    (?!if |else|return|def |for |with |try)\S.*[^:]$")  # a simple statement of the body
+
+
+def compile_plans(program, guard_failed):
+    """`compile_program`'s ``(run, gradient, one, source, removed)`` for ``program``, and its plans' choices.
+
+    Fusing a forward region is a bet that its kernel beats the steps it replaces; it can lose (the MLP's
+    ``tanh(h @ W + b)``: a partial per input where the steps pass one cotangent through ``+``).  So where a region
+    has ``CHOSEN_MIN`` elements or more, the program is also compiled as recorded (such regions left unfused), and,
+    with two to ``PLAN_REGIONS`` of them, once without each: ``run`` and ``gradient`` then run the plan a
+    `kernels.BackendChoice` holds for each (the fused one first; every call timed, the others re-timed now and
+    then, one taking over when faster by ``PLAN_MARGIN``: `_plan_choice`), ``one`` is None, and the last item
+    maps "value" and "gradient alone" to those choices (else it is None).  Every plan computes the same gradient:
+    the fused kernels differentiate the steps they replace (up to rounding).  ``source`` and ``removed`` are the
+    fused plan's; the plans share each region's runner (`_Forward.kernel_runner`)."""
+    fused = compile_program(program, guard_failed)
+    large = [s for s in program.steps if type(s) is KernelStep and s.region is not None
+             and math.prod(np.broadcast_shapes(*map(program.shape_of, s.refs))) >= CHOSEN_MIN]
+    if not large:
+        return fused + (None,)
+    plans = {"fused": fused, "as recorded": compile_program(_without_regions(program, large), guard_failed)}
+    if 2 <= len(large) <= PLAN_REGIONS:
+        for k, step in enumerate(large, start=1):
+            plans[f"region {k} as recorded"] = compile_program(_without_regions(program, [step]), guard_failed)
+    run = _plan_choice({name: compiled[0] for name, compiled in plans.items()})
+    gradient = _plan_choice({name: compiled[1] for name, compiled in plans.items()})
+    return run, gradient, None, fused[3], fused[4], {"value": run.choice, "gradient alone": gradient.choice}
+
+
+PLAN_REGIONS = 4  # regions from which a program is compiled as recorded and fused, not once without each region
+PLAN_MARGIN = 1.05  # a plan takes over when the chosen one is slower than it by this factor: whole calls are timed,
+# of which a region is a part (the MLP's fused regions cost 10% of its call more than its steps)
+
+
+def _without_regions(program, kernel_steps):
+    """A view of ``program`` whose steps have the regions of ``kernel_steps`` as recorded: each region's steps in
+    their order where its kernel was (its last step's place; what they read is made before, and only the region
+    reads what they make)."""
+    view = copy.copy(program)
+    view.steps = [t for s in program.steps for t in (s.region.steps if s in kernel_steps else [s])]
+    return view
+
+
+def _plan_choice(functions):
+    """A function ``(leaves, out=None)`` calling one of ``functions`` (plan name -> compiled function, "fused"
+    first) under a `kernels.BackendChoice` whose first choice is "fused" (timing every plan on the first call
+    would run the whole program several times) and whose margin is ``PLAN_MARGIN``; ``.choice`` the choice."""
+    names = list(functions)
+    choice = BackendChoice(_Runners([(f, name) for name, f in functions.items()]), PLAN_MARGIN)
+    choice.buckets[1] = Bucket(names[0], names[1:])  # one size: the bucket of size 1
+    run = choice.run
+
+    def chosen(leaves, out=None):
+        return run((leaves, out), (), 1, ())[:2]
+
+    chosen.choice = choice
+    return chosen
 
 
 def _one(program, space, forward, writer):
@@ -505,8 +602,9 @@ class _Forward(_Writer):
 
     def kernel_runner(self, step, valueless=False):
         """The kernel on its recorded backend and shapes; blocked with buffers of its own when the
-        shapes allow (no allocation per call), else the recorded backend.  A forward region's (``backend``
-        None) runs blocked, or on the backend `kernels.set_backend` forced when it was compiled, or as
+        shapes allow (no allocation per call; where it runs on several threads, on them or on one, whichever a
+        `kernels.BackendChoice` finds faster, recycling buffers), else the recorded backend.  A forward region's
+        (``backend`` None) runs blocked, or on the backend `kernels.set_backend` forced when it was compiled, or as
         ``db.sum`` chooses; ``valueless``: its variant without the value (`Kernel.without_value`).  A sum's partials
         without their literal factors (`broadcast._unscaled`; `kernel_adjoints` multiplies the cotangent)."""
         kernel, backend = _unscaled(step.kernel)[0] if step.reduce else step.kernel, step.backend
@@ -517,7 +615,11 @@ class _Forward(_Writer):
         blockable = size and all(np.size(v) in (1, size) for v in examples) \
             and _partials_typed_as_value(kernel, examples)
         if step.region is not None:
-            runner, used, fresh = _region_runner(kernel, valueless, examples, shape, size, active_shapes, blockable)
+            made = self.p.runners.get((step, valueless))  # made for another plan (`compile_plans`)
+            if made is None:
+                made = self.p.runners[step, valueless] = _region_runner(kernel, valueless, examples, shape, size,
+                                                                        active_shapes, blockable)
+            runner, used, fresh = made
             variant = "gradient alone" if valueless else "value"
             step.region.backends[variant] = used
             if hasattr(runner, "choice"):
@@ -526,7 +628,10 @@ class _Forward(_Writer):
                 self.fresh.add((step.out, valueless))
             return self.space.bind(runner, "k")
         if blockable:
-            return self.space.bind(kernel.blocked_runner(examples, shape, size, active_shapes), "k")
+            runner = self.p.runners.get((step, valueless))  # made for another plan (`compile_plans`): its buffers
+            if runner is None:
+                runner = self.p.runners[step, valueless] = _blocked_runner(kernel, examples, shape, size, active_shapes)
+            return self.space.bind(runner, "k")
 
         def run(*values):
             return kernel.run(backend, values, shape, size, active_shapes)
@@ -678,8 +783,13 @@ class _Backward(_Writer):
         return value[()] if r in self.scalars else value
 
     def dot_formulas(self, step):
-        """`DOT_PULLBACKS` for an np.dot of vectors and matrices (as recorded), else None."""
-        if step.func is not np.dot or step.kwargs or len(step.refs) != 2:
+        """`DOT_PULLBACKS` for an np.dot of vectors and matrices (as recorded), or a real ``@`` of them (the same
+        product: its maker's pullback keeps the other operand, but the maker's call keeps its result alive, a
+        layer's activations in an MLP, until the backward pass reaches it), else None."""
+        matmul = step.func is np.matmul and not step.complex and step.outs[0] is not None \
+            and all(np.result_type(r.value if type(r) is Const else self.p.meta[r][1]) == self.p.meta[step.outs[0]][1]
+                    for r in step.refs)  # (a float32 operand's cotangent stays float32 as the maker's does)
+        if (step.func is not np.dot and not matmul) or step.kwargs or len(step.refs) != 2:
             return None
         return DOT_PULLBACKS.get(tuple(len(self.p.shape_of(r)) for r in step.refs))
 
@@ -911,7 +1021,8 @@ def _region_runner(kernel, valueless, examples, shape, size, active_shapes, bloc
     """A forward region's kernel (``valueless``: its variant without the value) as a function of its inputs
     returning ``(value, partials)``, the backend's name, and whether its partials are new arrays on every call.
     On the backend `kernels.set_backend` forced when the program was compiled; else blocked where it runs on
-    several threads; where it would run on one, whole arrays if they time faster here (NumPy's passes over
+    several threads, or on one (`kernels.ONE_THREAD`) if that is faster (a loaded machine); where it would run on
+    one, whole arrays if they time faster here (NumPy's passes over
     arrays that stay in cache can beat the blocked loop's calls per block: ``sum(x**2)`` of 1e5 float32 took
     0.29x the primal so, 2.4x blocked; EAM's four operations on 1e5 float64 took 6x blocked's time): from
     ``CHOSEN_MIN`` elements under a `kernels.BackendChoice` that corrects a bad first timing (`_chosen`), on
@@ -921,14 +1032,18 @@ def _region_runner(kernel, valueless, examples, shape, size, active_shapes, bloc
         kernel = kernel.without_value(examples)
     forced = FORCED_BACKEND.get()
     candidates = []
+    one_chunk = len(_chunks(size, np.dtype(kernel.value_dtype(examples)).itemsize)) == 2
     if blockable and forced in (None, "blocked"):
         candidates.append((kernel.blocked_runner(examples, shape, size, active_shapes), "blocked"))
-    if forced is None and len(_chunks(size, np.dtype(kernel.value_dtype(examples)).itemsize)) == 2:
+        if forced is None and not one_chunk:  # (several chunks: more than ``CHOSEN_MIN`` elements)
+            candidates.append((None, ONE_THREAD))
+    if forced is None and one_chunk:
         whole = _whole_runner(kernel, valueless, examples, shape, active_shapes)
         if whole is not None:
             candidates.append((whole, "numpy"))
     if len(candidates) == 2 and size >= CHOSEN_MIN:
-        candidates[0] = (kernel.blocked_runner(examples, shape, size, active_shapes, owned=False), "blocked")
+        candidates = [(kernel.blocked_runner(examples, shape, size, active_shapes, False, name), name)
+                      if name != "numpy" else (runner, name) for runner, name in candidates]
         return _chosen(candidates, examples, shape, size, active_shapes), "chosen per call", True  # partials:
         # arrays of their own on each backend (a recycled blocked kernel's once nothing holds them)
     if candidates:
@@ -951,6 +1066,16 @@ def _region_runner(kernel, valueless, examples, shape, size, active_shapes, bloc
         return value, [p if p.shape == shape else np.array(np.broadcast_to(p, shape)) for p in partials]
 
     return run_full, name, False
+
+
+def _blocked_runner(kernel, examples, shape, size, active_shapes):
+    """A recorded kernel's blocked runner, with buffers of its own; where it runs on several threads (and no backend
+    is forced), on them or on one, whichever a `kernels.BackendChoice` finds faster, recycling buffers (`_chosen`)."""
+    if FORCED_BACKEND.get() is None and len(_chunks(size, np.dtype(kernel.value_dtype(examples)).itemsize)) > 2:
+        candidates = [(kernel.blocked_runner(examples, shape, size, active_shapes, False, name), name)
+                      for name in ("blocked", ONE_THREAD)]
+        return _chosen(candidates, examples, shape, size, active_shapes)
+    return kernel.blocked_runner(examples, shape, size, active_shapes)
 
 
 CHOSEN_MIN = 16384  # elements from which a region's backend is chosen per call (below, once when compiled: `_fastest`)
