@@ -167,9 +167,9 @@ def _register(func, partials):
 def strong_scalar(func, partial):
     """``partial`` for a scalar record of a selection or a singular function: the number itself where the
     product by it is IEEE's, else its `Strong` pullback (a zero or a partial that is not finite)."""
-    def checked(ans, *args):
+    def checked(ans, *args, inf=math.inf):
         d = partial(ans, *args)
-        return d if type(d) in FACTORS and d != 0 and abs(d) < math.inf else Strong(func, d, (), ())
+        return d if type(d) in FACTORS and d != 0 and abs(d) < inf else Strong(func, d, (), ())
 
     return checked
 
