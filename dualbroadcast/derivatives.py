@@ -47,6 +47,8 @@ def is_finite(d):
     """Whether the partial ``d`` (a number or an array) holds finite numbers only.  A value an outer gradient
     tracks is not inspected: False (the strong product is exact for finite partials too)."""
     kind = type(d)
+    if kind is np.float64 or kind is float:  # a scalar model's partial: first
+        return abs(d) < math.inf
     if kind is np.ndarray:
         return d.dtype.kind not in "fc" or bool(np.isfinite(d).all())
     if kind is bool or kind is np.bool_:

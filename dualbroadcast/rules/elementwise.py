@@ -8,6 +8,7 @@ needs is derived from the same table: constant partials give fixed pullbacks
 (``scalar_backs``), partials that are the other argument make a rule bilinear.
 """
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +18,7 @@ from ..broadcast import clear_cache
 from ..derivatives import DERIVATIVES, SELECTIONS, SMOOTH, is_finite
 from ..errors import UnsupportedFunctionError
 from ..numpy_facts import OPERATOR_FUNCTIONS, as_dtype, qualified_name
-from ..pullbacks import Strong, one_number, table_pullback
+from ..pullbacks import FACTORS, Strong, one_number, table_pullback
 from ..registry import PER_ARGUMENT, RULES, Rule, _implementation, _users_rule, deflinear, defvjp_outputs
 
 
@@ -166,9 +167,9 @@ def _register(func, partials):
 def strong_scalar(func, partial):
     """``partial`` for a scalar record of a selection or a singular function: the number itself where the
     product by it is IEEE's, else its `Strong` pullback (a zero or a partial that is not finite)."""
-    def checked(ans, *args):
+    def checked(ans, *args, inf=math.inf):
         d = partial(ans, *args)
-        return d if d != 0 and is_finite(d) else Strong(func, d, (), ())
+        return d if type(d) in FACTORS and d != 0 and abs(d) < inf else Strong(func, d, (), ())
 
     return checked
 
