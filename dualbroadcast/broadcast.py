@@ -1021,7 +1021,7 @@ def _walk(function):
 
 _MISSING = object()  # a name not bound
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python, whose attributes may change
-_BY_VALUE = {str, bytes, bool, int, complex, type(None), range, slice, type(Ellipsis)}
+_BY_VALUE = {str, bytes, bool, int, complex, type(None), range, type(Ellipsis)}
 _CODE = {np.ufunc, BuiltinFunctionType, type(np.sum)}  # written in C, they do not change: keyed by identity
 
 
@@ -1095,6 +1095,8 @@ class _Reads:
             return (kind, value, math.copysign(1.0, value))  # 0.0 and -0.0 differ in a kernel (1 / x)
         if kind in _BY_VALUE:
             return (kind, value)
+        if kind is slice:  # by its bounds (a slice is not hashable before Python 3.12)
+            return (kind, self.key(value.start, names), self.key(value.stop, names), self.key(value.step, names))
         if kind is Tracked:
             return (kind, self.key(value.value, names))  # db.cut(v) bakes its value; its tape is not read
         visit = (id(value), names) if kind is ModuleType or isinstance(value, type) else id(value)  # read by name

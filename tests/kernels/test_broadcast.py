@@ -504,6 +504,27 @@ def test_global_number_change_is_seen():
         SCALE, POWER = old
 
 
+ORDERS = (slice(None), 2.0)  # a global holding a slice (not hashable before Python 3.12)
+
+
+def ordered(x):
+    return ORDERS[1] * x if ORDERS[0].step is None else -x
+
+
+def test_a_global_holding_a_slice_is_read_by_value():
+    """A kernel's key reads the slice by its bounds: no TypeError, and another slice is a new trace."""
+    global ORDERS
+    x = uniform((5,), seed=12)
+    old = ORDERS
+    try:
+        for ORDERS, factor in [((slice(None), 2.0), 2.0), ((slice(None, None, 2), 2.0), -1.0)]:
+            np.testing.assert_allclose(db.gradient(lambda a: db.sum(ordered, a), x), np.full(5, factor))
+            np.testing.assert_allclose(db.hvp(lambda a: db.sum(lambda r: ordered(r) * r, a), x, np.ones(5)),
+                                       np.full(5, 2 * factor))
+    finally:
+        ORDERS = old
+
+
 def helper(x):
     return 2 * x
 
