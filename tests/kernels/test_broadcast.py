@@ -517,7 +517,8 @@ def test_a_global_holding_a_slice_is_read_by_value():
     x = uniform((5,), seed=12)
     old = ORDERS
     try:
-        for ORDERS, factor in [((slice(None), 2.0), 2.0), ((slice(None, None, 2), 2.0), -1.0)]:
+        for ORDERS, factor in [  # noqa: B007 - the global the kernel reads
+            ((slice(None), 2.0), 2.0), ((slice(None, None, 2), 2.0), -1.0)]:
             np.testing.assert_allclose(db.gradient(lambda a: db.sum(ordered, a), x), np.full(5, factor))
             np.testing.assert_allclose(db.hvp(lambda a: db.sum(lambda r: ordered(r) * r, a), x, np.ones(5)),
                                        np.full(5, 2 * factor))
