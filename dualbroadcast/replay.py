@@ -729,7 +729,8 @@ class _Backward(_Writer):
         args = as_dtype([r.value if _is_number(r) else Src(self.ref(r), self.space) for r in step.refs], dtype)
         shape, out_shape = self.p.shape_of(step.refs[i]), self.p.meta[o][0]
         number = self.cotangents.number(o) if shape == out_shape else None
-        strong = step.func in SELECTIONS or step.func not in SMOOTH
+        # a singular function's strong product is IEEE's for a known finite nonzero cotangent (EAM's p**2 + p**3)
+        strong = step.func in SELECTIONS or (step.func not in SMOOTH and not _finite_nonzero(number))
         if callable(partial):
             value = Src(f"v{o}", self.space)
             d = partial(value, *args)
@@ -1185,6 +1186,12 @@ def _inline(step):
     """Whether a step is written as an expression and differentiated by its partials in the derivative
     table: an elementwise function called without keywords (np.clip's rule fills in bounds None or left out)."""
     return step.kind == PER_ARGUMENT and not step.kwargs and step.func in DERIVATIVES and step.func is not np.clip
+
+
+def _finite_nonzero(number):
+    """Whether a cotangent known while generating is a finite nonzero number: its product with any partial is
+    then `derivatives.strong_product`'s (which differs from IEEE's only for a zero factor)."""
+    return number is not None and np.isscalar(number) and number != 0 and bool(np.isfinite(number))
 
 
 def _is_number(r):
