@@ -1295,6 +1295,7 @@ def _ufunc_method(ufunc, method, inputs, kwargs):
 
 
 _NUMBERS = REAL_FLOATS | {int}  # a plain number beside a tracked value: `Tracked.__array_ufunc__`
+_CONSTANTS = _NUMBERS | {np.ndarray}  # what `_binary` takes beside a tracked value (``array * x`` as ``x * array``)
 
 
 class Tracked(Guarded):
@@ -1323,8 +1324,8 @@ class Tracked(Guarded):
             _check_ufunc_keywords(ufunc, kwargs)
         elif len(inputs) == 2:
             x, y = inputs
-            if type(x) in _NUMBERS or type(y) in _NUMBERS:  # np.multiply(c, x), np.float64(2) * x: as `c * x` is
-                return _binary(x, y, ufunc)
+            if type(x) in _CONSTANTS or type(y) in _CONSTANTS:  # np.multiply(c, x), np.float64(2) * x, array * x:
+                return _binary(x, y, ufunc)  # as `c * x` is
         return _dispatch(ufunc, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
