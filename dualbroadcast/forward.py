@@ -37,7 +37,7 @@ import warnings
 
 import numpy as np
 
-from . import tape
+from . import pytree, tape
 from .derivatives import DERIVATIVES
 from .errors import InPlaceMutationError, ShapeMismatchError, UnsupportedFunctionError, ValueConversionError
 from .guards import UFUNC_AT, Guarded, NotReplayableError, untracked
@@ -590,4 +590,5 @@ def check_tangent(leaf, tangent, position, k):
     return t if isinstance(bare, np.ndarray) else t[()]
 
 
+pytree.leaf_type(Dual)
 tape.FORWARD[:] = [Dual, apply_function]  # a `db.primitive` called on a dual value computes its tangent here

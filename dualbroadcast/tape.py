@@ -1580,6 +1580,7 @@ TRACKED = frozenset((Tracked, Pending))  # the types of tracked values: a `Pendi
 Pending.__repr__ = lambda self: "Tracked(<a sum the gradient did not compute>)" if self.tape.closed \
     else repr(settle_total(self))
 pytree.SETTLE[Pending] = settle_total
+pytree.leaf_type(Tracked)
 
 # (forward.Dual, forward.apply_function), set by forward.py, which imports this module.
 FORWARD = [None, None]
