@@ -19,6 +19,7 @@ import numpy as np
 
 import dualbroadcast as db
 
+from . import allocator
 from . import models as m
 from .timing import interleaved_medians
 
@@ -63,13 +64,20 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("rev", nargs="?", default="HEAD")
     parser.add_argument("--budget", type=float, default=0.5, help="seconds of timed calls per column")
+    parser.add_argument("--unpinned", action="store_true",
+                        help="leave glibc's allocator at its defaults (see benchmarks/allocator.py)")
     args = parser.parse_args(argv)
+    pinned = not args.unpinned and allocator.pin()
+    print(f"allocator: {'pinned' if pinned else 'defaults'}; page faults per call of primal/{args.rev}/working tree "
+          "in brackets")
     with tempfile.TemporaryDirectory() as folder:
         base = committed_package(args.rev, folder)
         print(f"{'':<14}{'primal':>10}{args.rev:>12}{'working tree':>14}{'tree/' + args.rev:>14}")
         for name, primal, gradient in workloads():
-            p, old, new = interleaved_medians([primal, gradient(base), gradient(db)], args.budget)
-            print(f"{name:<14}{p * 1e6:>8.2f}us{old / p:>11.2f}x{new / p:>13.2f}x{new / old:>14.3f}")
+            fns = [primal, gradient(base), gradient(db)]
+            p, old, new = interleaved_medians(fns, args.budget)
+            faults = "/".join(f"{allocator.faults_per_call(fn):.0f}" for fn in fns)
+            print(f"{name:<14}{p * 1e6:>8.2f}us{old / p:>11.2f}x{new / p:>13.2f}x{new / old:>14.3f}  [{faults}]")
 
 
 if __name__ == "__main__":

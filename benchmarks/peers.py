@@ -140,11 +140,16 @@ class _TorchNamespace:
 
     def __init__(self, torch):
         self.torch = torch
-        for name in ("sum", "exp", "diag", "dot", "einsum", "sin", "cos", "tanh", "cosh"):
+        for name in ("sum", "exp", "diag", "dot", "einsum", "sin", "cos", "tanh", "cosh", "log", "sqrt", "mean",
+                     "stack"):
             setattr(self, name, getattr(torch, name))
+        self.max = torch.amax  # np.max(a, axis=k, keepdims=True): torch.max along an axis also returns indices
 
     def arctan2(self, y, x):
         return self.torch.atan2(y, self.torch.as_tensor(x, dtype=y.dtype))
+
+    def logaddexp(self, x, y):
+        return self.torch.logaddexp(self.torch.as_tensor(x, dtype=y.dtype), y)
 
 
 class Torch(Peer):

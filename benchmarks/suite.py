@@ -33,10 +33,11 @@ import numpy as np
 
 import dualbroadcast as db
 
+from . import allocator
 from . import models as m
 from . import peers as pm
 from .progress import Progress
-from .timing import warm_and_cold
+from .timing import interleaved_medians, warm_and_cold
 
 COLUMNS = ("primal", "hand", "db", "db.sum", "db prep", "jax", "jax.jit", "torch", "autograd")
 DEFAULT_JSON = Path(__file__).resolve().parent / "results.json"
@@ -47,7 +48,8 @@ QUICK_COLD_ROUNDS, FULL_COLD_ROUNDS = 5, 15  # single cold calls per cell (fewer
 
 # --- timing -----------------------------------------------------------------------------------
 def measure(fn, budget, max_runs=1000, cap=math.inf, warm=None):
-    """(median seconds per call, calls timed) of ``fn`` over about ``budget`` seconds.
+    """(median seconds per call, calls timed, minor page faults per timed call) of ``fn`` over about
+    ``budget`` seconds.
 
     One warm-up call first (compilation, caches).  Calls faster than 0.2 ms are
     batched so the clock's resolution does not matter; a call slower than the
@@ -60,21 +62,31 @@ def measure(fn, budget, max_runs=1000, cap=math.inf, warm=None):
         fn()
         warm = time.perf_counter() - start
     if warm > cap:
-        return warm, 0
+        return warm, 0, None
+    faults = allocator.minor_faults()
     start = time.perf_counter()
     fn()
     once = max(time.perf_counter() - start, 1e-9)
+    faults = allocator.minor_faults() - faults
     inner = max(1, int(2e-4 / once))
     runs = min(max_runs, int(budget / (once * inner)))
     if runs < 1:
-        return once, 1
+        return once, 1, faults
     samples = [] if runs >= 3 else [once]
+    faults = allocator.minor_faults()
     for _ in range(runs):
         start = time.perf_counter()
         for _ in range(inner):
             fn()
         samples.append((time.perf_counter() - start) / inner)
-    return statistics.median(samples), runs * inner
+    return statistics.median(samples), runs * inner, (allocator.minor_faults() - faults) / (runs * inner)
+
+
+def explained_call(prog, args):
+    """``lambda: prog(*args)`` for a prepared gradient, which `ran_on` explains (`db.explain` of ``prog``)."""
+    call = lambda: prog(*args)  # noqa: E731
+    call.explained = lambda: db.explain(prog, *args)
+    return call
 
 
 # --- workloads --------------------------------------------------------------------------------
@@ -89,11 +101,12 @@ class Row:
 
     label: str
     primal: Callable
-    hand: Callable
+    hand: Callable | None  # None: no hand-written gradient (then ``reference`` gives the one to check against)
     impls: dict = field(default_factory=dict)
     tol: float = 1e-8
     params: dict = field(default_factory=dict)
     skip: dict = field(default_factory=dict)  # column -> why it is not run (too slow to be worth it)
+    reference: Callable | None = None  # the gradient every column is checked against, if not ``hand``'s
 
 
 @dataclass
@@ -102,10 +115,12 @@ class Workload:
     title: str
     rows: list  # zero-argument builders of Row, built when the workload runs
     extra: tuple = ()  # columns beyond COLUMNS
+    omit: tuple = ()  # columns of COLUMNS that do not apply
+    in_turns: bool = False  # warm figures sampled in turns across the row's cells (`timing.interleaved_medians`)
 
     @property
     def columns(self):
-        return COLUMNS + self.extra
+        return tuple(c for c in COLUMNS if c not in self.omit) + self.extra
 
 
 def _sci(n):
@@ -124,7 +139,7 @@ def _prepared(candidates, args):
             try:
                 prog = db.prepare_gradient(f, *args)
                 prog(*args)
-                return lambda: prog(*args)
+                return explained_call(prog, args)
             except Exception as e:  # try the next formulation, report the first failure
                 first_error = first_error or e
         raise first_error
@@ -408,11 +423,19 @@ def workloads(quick, peers):
         slices_workload(quick, peers),
         qux_workload(quick, peers),
         foldminus_workload(quick, peers),
+        *realistic_workloads(quick, peers),
     ]
 
 
+def realistic_workloads(quick, peers):
+    from . import realistic  # (it builds its rows from this module's)
+
+    return realistic.workloads(quick, peers)
+
+
+GROUPS = {"realistic": ("logistic", "gmm", "mlp", "pairs", "rk4", "rosenbrock", "adam", "trust_ncg")}
 WORKLOAD_KEYS = ("eam", "eam_jvp", "eam_hvp", "exp_poly_hessian", "poly9", "sumsq", "arctan2", "const_index",
-                 "const_proj", "slices", "qux", "foldminus")
+                 "const_proj", "slices", "qux", "foldminus", *GROUPS["realistic"])
 
 
 # --- checking ---------------------------------------------------------------------------------
@@ -445,26 +468,31 @@ def max_relative_error(got, expected):
 
 # --- running ----------------------------------------------------------------------------------
 def run(quick=True, only=None, peers=("jax", "torch", "autograd"), budget=None, progress=True, stream=None,
-        cap=None):
+        cap=None, pin_allocator=True):
     """Run the suite and return the results (a JSON-ready dict; see `format_table`).
 
-    ``only``: workload keys to run (default all, `WORKLOAD_KEYS`); ``peers``: the
+    ``only``: workload keys to run (default all, `WORKLOAD_KEYS`; a key of `GROUPS`
+    stands for its workloads); ``peers``: the
     peer libraries to try (absent ones are skipped); ``budget``: seconds of timed
     calls per cell (default 0.06 quick, 1.0 full); ``cap``: a first call slower
     than this many seconds is the only call of its cell (default 2 quick, 30 full;
-    its cell is marked ``~``).
+    its cell is marked ``~``); ``pin_allocator``: hold glibc's allocator in one state
+    for the run (`allocator.pin`: freed temporaries stay mapped, no page faults per call).
     """
+    allocator_state = ("pinned" if allocator.pin() else "defaults (not glibc)") if pin_allocator else "defaults"
+    only = None if only is None else [key for k in only for key in GROUPS.get(k, (k,))]
     budget = budget if budget is not None else (QUICK_BUDGET if quick else FULL_BUDGET)
     cap = cap if cap is not None else (QUICK_CAP if quick else FULL_CAP)
     cold_rounds = QUICK_COLD_ROUNDS if quick else FULL_COLD_ROUNDS
     started = time.perf_counter()
     unknown = set(only or ()) - set(WORKLOAD_KEYS)
     if unknown:
-        raise ValueError(f"unknown workload(s) {sorted(unknown)}; choose from {', '.join(WORKLOAD_KEYS)}")
+        raise ValueError(f"unknown workload(s) {sorted(unknown)}; choose from {', '.join(WORKLOAD_KEYS)} "
+                         f"or a group ({', '.join(GROUPS)})")
     found, missing = pm.available(tuple(peers or ()))
     chosen = [w for w in workloads(quick, found) if only is None or w.key in only]
     results = {
-        "meta": _meta(quick, budget, cap, found, missing),
+        "meta": {**_meta(quick, budget, cap, found, missing), "allocator": allocator_state},
         "columns": list(COLUMNS),
         "workloads": [],
         "warnings": [],
@@ -472,10 +500,18 @@ def run(quick=True, only=None, peers=("jax", "torch", "autograd"), budget=None, 
     total = sum(len(w.rows) * len(w.columns) for w in chosen)
     with Progress(total, stream=stream, enabled=progress) as bar:
         for w in chosen:
-            entry = {"key": w.key, "title": w.title, "columns": list(w.columns), "rows": []}
+            entry = {"key": w.key, "title": w.title, "columns": list(w.columns), "rows": [], "details": w.in_turns}
             results["workloads"].append(entry)
             for build in w.rows:
-                row = build()
+                try:
+                    row = build()
+                except RuntimeError as e:  # a row that cannot be checked (realistic: no JAX, no autograd)
+                    message = f"warning: {w.key}: row not run: {e}"
+                    results["warnings"].append(message)
+                    bar.write(message)
+                    for _ in w.columns:
+                        bar.advance()
+                    continue
                 entry["rows"].append(_run_row(w, row, budget, cap, bar, results["warnings"], cold_rounds))
     results["meta"]["wall_seconds"] = round(time.perf_counter() - started, 2)
     return results
@@ -484,7 +520,7 @@ def run(quick=True, only=None, peers=("jax", "torch", "autograd"), budget=None, 
 def _run_row(w, row, budget, cap, bar, warnings, cold_rounds=QUICK_COLD_ROUNDS):
     cells = {}
     timed = {}  # column -> its callable, for the cold figures
-    reference = None
+    reference = row.reference() if row.reference is not None else None
     for column in w.columns:
         bar.step(f"{w.key} {row.label} {column}")
         cells[column] = cell = {}
@@ -493,8 +529,13 @@ def _run_row(w, row, budget, cap, bar, warnings, cold_rounds=QUICK_COLD_ROUNDS):
             if column == "primal":
                 fn, warm = row.primal, None
             elif column == "hand":
+                if row.hand is None:
+                    cell["status"] = "n/a"
+                    bar.advance()
+                    continue
                 fn = row.hand
-                reference, warm = _first_call(fn)
+                out, warm = _first_call(fn)
+                reference = out if reference is None else reference
             else:
                 factory = row.impls.get(column)
                 if factory is not None and column in row.skip:
@@ -508,16 +549,20 @@ def _run_row(w, row, budget, cap, bar, warnings, cold_rounds=QUICK_COLD_ROUNDS):
                 made = factory()
                 fn, convert = made if isinstance(made, tuple) else (made, lambda out: out)
                 out, warm = _first_call(fn)
+                cell["first_seconds"] = time.perf_counter() - started  # preparing, compiling, the first call
+                if column.startswith("db"):
+                    cell["backend"] = ran_on(fn)
                 err = max_relative_error(convert(out), reference)
                 cell["max_rel_err"] = err if math.isfinite(err) else "inf (shapes or structure differ, or not finite)"
                 if not err <= row.tol:
                     cell["status"] = "mismatch"
-                    message = (f"warning: {w.key} {row.label}: {column} gradient disagrees with the hand-written "
+                    whose = "hand-written" if row.reference is None else "reference"
+                    message = (f"warning: {w.key} {row.label}: {column} gradient disagrees with the {whose} "
                                f"one (max relative error {err:.3g} > {row.tol:g}); its cell is marked '!'")
                     warnings.append(message)
                     bar.write(message)
-            seconds, calls = measure(fn, budget, cap=cap, warm=warm)
-            cell.update(seconds=seconds, calls=calls)
+            seconds, calls, faults = measure(fn, budget, cap=cap, warm=warm)
+            cell.update(seconds=seconds, calls=calls, faults=faults)
             if calls and seconds <= budget / 2:  # a slower cell's warm figure is a few single calls already
                 timed[column] = fn
             cell.setdefault("status", "ok")
@@ -529,6 +574,8 @@ def _run_row(w, row, budget, cap, bar, warnings, cold_rounds=QUICK_COLD_ROUNDS):
             warnings.append(message)
             bar.write(message)
         bar.advance()
+    if w.in_turns and timed:
+        _warm_in_turns(cells, timed, budget)
     _cold(cells, timed, budget, cold_rounds)
     base, cold_base = cells["primal"].get("seconds"), cells["primal"].get("cold_seconds")
     for cell in cells.values():
@@ -536,7 +583,32 @@ def _run_row(w, row, budget, cap, bar, warnings, cold_rounds=QUICK_COLD_ROUNDS):
             cell["ratio"] = cell["seconds"] / base
         if cold_base and "cold_seconds" in cell:
             cell["cold_ratio"] = cell["cold_seconds"] / cold_base
-    return {"label": row.label, "params": row.params, "cells": cells}
+    result = {"label": row.label, "params": row.params, "cells": cells}
+    prepared, jitted = cells.get("db prep", {}).get("seconds"), cells.get("jax.jit", {}).get("seconds")
+    if prepared and jitted:
+        result["prep_over_jit"] = prepared / jitted
+    return result
+
+
+def ran_on(fn):
+    """What a dualbroadcast column's call ran on: a prepared program's forward regions and their backends
+    (``fn.explained()``, `db.explain` of its program), else the backends of the `db.sum`/`db.broadcast` kernels
+    it called (`db.kernel_log`), else "numpy" (NumPy's own operations, recorded on the tape)."""
+    explained = getattr(fn, "explained", None)
+    if explained is not None:
+        regions = explained().regions
+        backends = sorted({r.backend for r in regions})
+        return f"replay, {len(regions)} region(s)" + (f": {', '.join(backends)}" if backends else "")
+    with db.kernel_log() as calls:
+        fn()
+    return ", ".join(sorted({c.backend for c in calls})) or "numpy"
+
+
+def _warm_in_turns(cells, timed, budget):
+    """The warm figures of the cells in ``timed`` re-taken in turns (`timing.interleaved_medians`): their
+    ratios then do not carry the machine's drift between one cell's samples and the next's."""
+    for column, seconds in zip(timed, interleaved_medians(list(timed.values()), budget)):
+        cells[column]["seconds"] = seconds
 
 
 def _cold(cells, timed, budget, rounds):
@@ -634,11 +706,27 @@ def format_cell(cell, primal=False):
         return "-"
     mark = "!" if status == "mismatch" else ""
     mark += "~" if cell.get("calls") == 0 else ""
+    faults = f" {_faults(cell['faults'])}pf" if cell.get("faults") is not None else ""
     if primal or "ratio" not in cell:
         cold = f"/{human(cell['cold_seconds'])}" if "cold_seconds" in cell else ""
-        return human(cell["seconds"]) + cold + mark
+        return human(cell["seconds"]) + cold + mark + faults
     cold = f"/{_ratio(cell['cold_ratio'])}" if "cold_ratio" in cell else ""
-    return f"{_ratio(cell['ratio'])}{cold} {human(cell['seconds'])}{mark}"
+    return f"{_ratio(cell['ratio'])}{cold} {human(cell['seconds'])}{mark}{faults}"
+
+
+def _faults(per_call):
+    return f"{per_call:.0f}" if per_call >= 10 or per_call < 0.05 else f"{per_call:.1f}"
+
+
+def _details(w):
+    """Lines under a detailed workload's table: each row's first calls (preparing or compiling included) and
+    what its dualbroadcast columns ran on."""
+    lines = []
+    for row in w["rows"]:
+        first = [f"{c} {human(cell['first_seconds'])}" for c, cell in row["cells"].items() if "first_seconds" in cell]
+        ran = [f"{c}: {cell['backend']}" for c, cell in row["cells"].items() if "backend" in cell]
+        lines.append(f"  {row['label']}: first call {', '.join(first)}; ran on {'; '.join(ran) or '-'}")
+    return lines
 
 
 def format_table(results):
@@ -647,7 +735,8 @@ def format_table(results):
     lines = [
         f"dualbroadcast benchmarks ({'quick' if meta['quick'] else 'full'}): ratio to the NumPy primal of the same "
         f"row, warm/cold (warm: calls back to back; cold: single calls in turns, each after a cache flush), "
-        f"the warm median time beside it (the primal: warm/cold times); "
+        f"the warm median time beside it (the primal: warm/cold times) and the minor page faults per warm call "
+        f"('pf'); "
         f"'!' = gradient disagrees with the hand-written one, 'err' = failed, "
         f"'~' = one slow first call (warm-up included), 'skip' = too slow to run (reason in the JSON), "
         f"'-' = not installed / not applicable",
@@ -655,18 +744,23 @@ def format_table(results):
         + (", ".join(f"{k} {v}" for k, v in meta["peers"].items()) or "none")
         + (f"; absent: {', '.join(meta['peers_missing'])}" if meta["peers_missing"] else "")
         + ("" if meta["prepare_gradient"] else "; db.prepare_gradient: absent")
-        + (f"; {', '.join(f'{k}={v}' for k, v in meta['thread_env'].items())}" if meta.get("thread_env") else ""),
+        + (f"; {', '.join(f'{k}={v}' for k, v in meta['thread_env'].items())}" if meta.get("thread_env") else "")
+        + f"; allocator: {meta.get('allocator', '?')}",
     ]
     for w in results["workloads"]:
         columns = w["columns"]
-        table = [[""] + columns]
+        against_jit = any("prep_over_jit" in row for row in w["rows"])
+        table = [[""] + columns + ["prep/jax.jit"] * against_jit]
         for row in w["rows"]:
-            table.append([row["label"]] + [format_cell(row["cells"][c], primal=(c == "primal")) for c in columns])
-        widths = [max(len(r[i]) for r in table) for i in range(len(columns) + 1)]
+            table.append([row["label"]] + [format_cell(row["cells"][c], primal=(c == "primal")) for c in columns]
+                         + [f"{row['prep_over_jit']:.2f}" if "prep_over_jit" in row else "-"] * against_jit)
+        widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
         lines.append("")
         lines.append(w["title"])
         for r in table:
             lines.append(r[0].ljust(widths[0]) + "".join("  " + v.rjust(wd) for v, wd in zip(r[1:], widths[1:])))
+        if w.get("details"):
+            lines.extend(_details(w))
     load = meta.get("load_average_at_start")
     if load is not None and load > 0.5:
         lines.append("")
@@ -699,7 +793,8 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="small sizes and short time budgets (< 3 minutes)")
     parser.add_argument("--json", default=str(DEFAULT_JSON),
                         help=f"where to write the results (default {DEFAULT_JSON})")
-    parser.add_argument("--only", default=None, help=f"comma-separated workloads among {','.join(WORKLOAD_KEYS)}")
+    parser.add_argument("--only", default=None, help=f"comma-separated workloads among {','.join(WORKLOAD_KEYS)}, "
+                                                     f"or a group: {','.join(GROUPS)}")
     parser.add_argument("--no-peers", action="store_true", help="do not import JAX, PyTorch or autograd")
     parser.add_argument("--budget", type=float, default=None, help="seconds of timed calls per cell")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -707,10 +802,13 @@ def main(argv=None):
                         help="threads for BLAS, OpenMP and numexpr (only through python -m benchmarks, which sets "
                              "OMP/OPENBLAS/MKL/NUMEXPR_NUM_THREADS before NumPy loads); 1 steadies timings on a "
                              "busy machine")
+    parser.add_argument("--unpinned", action="store_true",
+                        help="leave glibc's allocator at its defaults: freed blocks of 128 KiB or more go back to the "
+                             "kernel and fault in again on the next call (see benchmarks/allocator.py)")
     args = parser.parse_args(argv)
     only = [k.strip() for k in args.only.split(",") if k.strip()] if args.only else None
     results = run(quick=args.quick, only=only, peers=() if args.no_peers else ("jax", "torch", "autograd"),
-                  budget=args.budget, progress=not args.no_progress)
+                  budget=args.budget, progress=not args.no_progress, pin_allocator=not args.unpinned)
     print(format_table(results))
     path = write_json(results, args.json)
     print(f"results written to {path}")

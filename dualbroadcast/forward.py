@@ -39,7 +39,7 @@ import warnings
 
 import numpy as np
 
-from . import tape
+from . import pytree, tape
 from .derivatives import DERIVATIVES, chain_product
 from .errors import InPlaceMutationError, ShapeMismatchError, UnsupportedFunctionError, ValueConversionError
 from .guards import UFUNC_AT, Guarded, NotReplayableError, untracked
@@ -340,6 +340,9 @@ def _like(t, ans):
     if kind is type(ans) and (kind in FLOAT_SCALARS or (kind is Tracked and type(t.value) is type(ans.value)
                               and type(t.value) in FLOAT_SCALARS)):  # a float scalar of the result's own type
         return t
+    if kind is Tracked and type(ans) is Tracked and type(t.value) is np.ndarray and type(ans.value) is np.ndarray \
+            and t.value.dtype == ans.value.dtype and t.value.shape == ans.value.shape:
+        return t  # a gradient's value of the result's shape and dtype (reverse over forward: `db.hvp`)
     bare = untracked(ans)
     dtype, shape = np.result_type(bare), np.shape(bare)
     if isinstance(t, Guarded) or isinstance(ans, Guarded):
@@ -419,8 +422,8 @@ def _linear(func, rule, linear, values, positions, tangents, kwargs):
     data = set(linear.constants)
     if rule.kind in (PER_ARGUMENT, OUTPUTS):  # a maker per argument (outputs rules too: np.linspace)
         data.update(name for name, maker in zip(names, rule.makers) if maker is not None)
-    args = [np.zeros_like(untracked(a)) if i < len(names) and names[i] in data and a is not None else a
-            for i, a in enumerate(values)]
+    args = [np.zeros_like(untracked(a)) if i < len(names) and names[i] in data and a is not None
+            and i not in positions else a for i, a in enumerate(values)]  # a dual's zeros: its tangent, below
     kwargs = {k: np.zeros_like(untracked(v)) if k in data and v is not None else v for k, v in kwargs.items()}
     for i, t in zip(positions, tangents):
         args[i] = t
@@ -588,4 +591,5 @@ def check_tangent(leaf, tangent, position, k):
     return t if isinstance(bare, np.ndarray) else t[()]
 
 
+pytree.leaf_type(Dual)
 tape.FORWARD[:] = [Dual, apply_function]  # a `db.primitive` called on a dual value computes its tangent here

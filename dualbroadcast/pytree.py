@@ -254,8 +254,16 @@ def _flat(x):
     return None
 
 
+def leaf_type(cls):
+    """Flatten the values of ``cls`` (exactly that type) as leaves without the container checks: a tracked or
+    dual value, which `_children` would find no container either."""
+    _PLAIN_LEAVES.add(cls)
+
+
 def flatten(tree):
     """Return ``(leaves, treedef)``; functions without state are part of the treedef."""
+    if type(tree) in _PLAIN_LEAVES:  # one array, one tracked value: what most calls pass
+        return [tree], LEAF
     flat = _flat(tree)
     if flat is not None:
         return list(tree), flat

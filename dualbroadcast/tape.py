@@ -1298,6 +1298,7 @@ def _ufunc_method(ufunc, method, inputs, kwargs):
 
 
 _NUMBERS = REAL_FLOATS | {int}  # a plain number beside a tracked value: `Tracked.__array_ufunc__`
+_CONSTANTS = _NUMBERS | {np.ndarray}  # what `_binary` takes beside a tracked value (``array * x`` as ``x * array``)
 
 
 class Tracked(Guarded):
@@ -1326,8 +1327,8 @@ class Tracked(Guarded):
             _check_ufunc_keywords(ufunc, kwargs)
         elif len(inputs) == 2:
             x, y = inputs
-            if type(x) in _NUMBERS or type(y) in _NUMBERS:  # np.multiply(c, x), np.float64(2) * x: as `c * x` is
-                return _binary(x, y, ufunc)
+            if type(x) in _CONSTANTS or type(y) in _CONSTANTS:  # np.multiply(c, x), np.float64(2) * x, array * x:
+                return _binary(x, y, ufunc)  # as `c * x` is
         return _dispatch(ufunc, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
@@ -1580,6 +1581,7 @@ TRACKED = frozenset((Tracked, Pending))  # the types of tracked values: a `Pendi
 Pending.__repr__ = lambda self: "Tracked(<a sum the gradient did not compute>)" if self.tape.closed \
     else repr(settle_total(self))
 pytree.SETTLE[Pending] = settle_total
+pytree.leaf_type(Tracked)
 
 # (forward.Dual, forward.apply_function), set by forward.py, which imports this module.
 FORWARD = [None, None]

@@ -29,7 +29,7 @@ def test_a_row_gets_cold_figures_and_the_table_shows_them_warm_slash_cold(monkey
         return 2 * x
 
     monkeypatch.setattr(suite, "measure", lambda fn, budget, cap, warm: (
-        (1.0, 1) if fn is slow_gradient else (1e-3 if fn is row.primal else 2e-3, 5)))
+        (1.0, 1, 0.0) if fn is slow_gradient else (1e-3 if fn is row.primal else 2e-3, 5, 0.0)))
     workload = suite.Workload("tiny", "a tiny workload", [lambda: row])
     with Progress(len(workload.columns), enabled=False) as bar:
         result = suite._run_row(workload, row, 0.05, 10.0, bar, [], cold_rounds=3)
@@ -40,5 +40,5 @@ def test_a_row_gets_cold_figures_and_the_table_shows_them_warm_slash_cold(monkey
     assert "cold_seconds" not in cells["db.sum"] and cells["db.sum"]["ratio"] == 1000
     text = suite.format_cell(cells["db"])
     assert text.startswith(f"2.00x/{suite._ratio(cells['db']['cold_ratio'])} ")
-    assert suite.format_cell(cells["db.sum"]) == "1000x 1s"
+    assert suite.format_cell(cells["db.sum"]) == "1000x 1s 0pf"  # and the page faults per call
     assert suite.format_cell(cells["primal"], primal=True).startswith("1ms/")
