@@ -9,7 +9,8 @@ mode (first order: of ``F`` itself), so a wrong second derivative cannot hide be
 real cases JAX can replay (`tests/test_oracle.py`), with ``jax.jvp`` nested to the same order.  A complex
 argument's derivatives pair with directions as JAX's do: ``dF = Re Σ g·v`` for ``g = ∂F/∂x - i ∂F/∂y``.
 
-The default run checks a fixed sample of cases per composition; ``-m sweep`` runs every case::
+The default run checks a fixed sample of cases per composition; ``-m sweep`` runs every case (``DB_SWEEP_EVERY=k``:
+every k-th; ``DB_SWEEP_JAX=0``: without the JAX comparison, the slow part)::
 
     python -m pytest tests/modes/test_compositions.py -m sweep -p no:cacheprovider
 
@@ -47,6 +48,7 @@ STILL_WRONG: dict[tuple[str, str, str], str] = {
        "(rev_rev is right): the phase of U's columns" for c in ("fwd_fwd", "fwd_rev", "rev_fwd", "fwd_rev_rev")},
 }
 
+EVERY = int(os.environ.get("DB_SWEEP_EVERY", "1"))  # -m sweep with DB_SWEEP_EVERY=k: every k-th case (a quicker sweep)
 SAMPLE = 5  # cases per composition and dtype in the default run
 
 
@@ -61,7 +63,7 @@ def parameters(full):
     out = []
     for composition in COMPOSITIONS:
         for dtype, cases in ((np.float64, REAL), (np.complex128, COMPLEX)):
-            chosen = cases if full else sampled(cases, composition)
+            chosen = cases[::EVERY] if full else sampled(cases, composition)
             for case in chosen:
                 marks = [pytest.mark.sweep] if full else []
                 wrong = STILL_WRONG.get((composition, str(case), np.dtype(dtype).name))
