@@ -158,15 +158,14 @@ def _prepare(tape, args, constants_traced=False):
             call_args.append(pytree.unflatten(treedef, inputs))
             arguments.append(_Argument(treedef, leaves, inputs, floats=True))
             continue
+        duals = Dual in map(type, leaves)
+        if duals:  # forward over reverse: the tape tracks a dual's primal, its tangents ride on (`_with_primal`)
+            originals, leaves = leaves, [primal(leaf) for leaf in leaves]
         inputs = tape.leaves([
-            (np.float64(leaf) if type(leaf) is float else _float_value(primal(leaf), position, k, tape))
+            (np.float64(leaf) if type(leaf) is float else _float_value(leaf, position, k, tape))
             if on and leaf is not None else None
             for k, (leaf, on) in enumerate(zip(leaves, flags))
         ])
-        if Dual in map(type, leaves):  # forward over reverse: the tape tracks a dual's primal, its tangents ride on
-            inputs = [t if type(leaf) is not Dual or t is None else _with_primal(leaf, t)
-                      for t, leaf in zip(inputs, leaves)]
-            leaves = [primal(leaf) for leaf in leaves]
         every = inputs
         if constants_traced:
             every = [
@@ -176,9 +175,10 @@ def _prepare(tape, args, constants_traced=False):
             ]
         new_leaves = [(leaf if _outer_value(leaf, tape) else value_of(leaf)) if t is None else t
                       for t, leaf in zip(every, leaves)]
+        if duals:
+            new_leaves = [new if t is None else _with_primal(o, t) for new, t, o in zip(new_leaves, inputs, originals)]
         call_args.append(pytree.unflatten(treedef, new_leaves))
-        inputs = [primal(t) for t in inputs]
-        arguments.append(_Argument(treedef, leaves, inputs, [primal(t) for t in every]))
+        arguments.append(_Argument(treedef, leaves, inputs, every))
     return call_args, arguments
 
 
@@ -969,6 +969,8 @@ def directional_derivative(f, originals, xs, vectors):
         for gl, vl in zip(pytree.flatten(g)[0] if g is not None else (), pytree.flatten(v)[0]):
             if gl is not None:
                 term = np.dot(gl, vl) if np.ndim(gl) == 1 and np.ndim(vl) == 1 else np.sum(gl * vl)
+                if np.iscomplexobj(plain(term)):  # a complex leaf: Re Σ g·v, the pairing of JAX's convention
+                    term = np.real(term)
                 total = term if type(total) is float and total == 0.0 else total + term
     return total
 

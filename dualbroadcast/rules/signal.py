@@ -211,8 +211,8 @@ def coordinates_transpose(f, x, axis, edge_order, g):
         first, last = df[..., :1] / h[:1], df[..., -1:] / h[-1:]
         p_first = np.sum(g[..., :1] * (-first / h[:1]), axis=tuple(range(len(other))))
         p_last = np.sum(g[..., -1:] * (-last / h[-1:]), axis=tuple(range(len(other))))
-        return x_bar + np.pad(np.concatenate([-p_first, p_first]), (0, n - 2)) \
-            + np.pad(np.concatenate([-p_last, p_last]), (n - 2, 0))
+        return x_bar + zero_padded(np.concatenate([-p_first, p_first]), 0, 0, n - 2) \
+            + zero_padded(np.concatenate([-p_last, p_last]), 0, n - 2, 0)
     # second-order ends: rows 0 and n-1 read x₀..x₂ and x_{n-3}..x_{n-1}
     h1, h2, d1, d2 = h[0], h[1], df[..., 0], df[..., 1]
     first = ((2 * h1 + h2) * h2 * d1 - h1 * h1 * d2) / (h1 * h2 * (h1 + h2))
@@ -236,7 +236,8 @@ def spread(p1, p2, start, n):
     """x̄ of rows reading x_a, x_b, x_c (a = start + row): -P₁ at a, P₁ - P₂ at b, P₂ at c, zeros elsewhere."""
     rows = np.shape(p1)[0]
     before, after = start, n - start - rows - 2
-    return np.pad(-p1, (before, after + 2)) + np.pad(p1 - p2, (before + 1, after + 1)) + np.pad(p2, (before + 2, after))
+    return zero_padded(-p1, 0, before, after + 2) + zero_padded(p1 - p2, 0, before + 1, after + 1) \
+        + zero_padded(p2, 0, before + 2, after)
 
 
 # --- np.trapezoid: Σ d_i (y_i + y_{i+1}) / 2 ------------------------------------------------------------
@@ -279,9 +280,8 @@ def trapezoid_y(ans, y, x=None, dx=1.0, axis=-1):
     def back(g):
         h = _spread(g, d, axis, terms) / 2.0
         at = axis % h.ndim
-        before, after = [(0, 0)] * h.ndim, [(0, 0)] * h.ndim
-        before[at], after[at] = (1, 0), (0, 1)
-        return _cast(unbroadcast((np.pad(h, before) + np.pad(h, after))[_along(at, slice(0, n))], np.shape(y)), y)
+        summed = zero_padded(h, at, 1, 0) + zero_padded(h, at, 0, 1)
+        return _cast(unbroadcast(summed[_along(at, slice(0, n))], np.shape(y)), y)
 
     return back
 

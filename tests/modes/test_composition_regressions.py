@@ -88,3 +88,16 @@ def test_forward_mode_through_scipy_special_whatever_the_import_order():
             "print(db.jvp(scipy.special.erf, (np.array([0.3]),), (np.array([1.0]),))[1][0])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert float(out) == pytest.approx(2 / np.sqrt(np.pi) * np.exp(-0.09), rel=1e-14)
+
+
+def test_hvp_of_a_real_function_of_a_complex_argument_is_jax_jvp_of_grad():
+    """The gradient of Re Σ ∇f·v (the pairing of JAX's convention); was a NonScalarOutputError (Σ ∇f·v complex)."""
+    u = np.array([0.5 - 1j, 0.25 + 0.5j, -1 + 0.1j])
+
+    def f(a, np_=np):
+        return np_.sum(np_.abs(a) ** 3) + np_.real(np_.sum(a ** 2 * np_.conj(a[::-1])))
+
+    with jax.enable_x64(True):
+        want = jax.jvp(jax.grad(lambda a: f(a, jnp)), (Z,), (u,))[1]
+    np.testing.assert_allclose(db.hvp(f, Z, u), want, rtol=1e-13)
+    np.testing.assert_allclose(db.jvp(lambda a: db.gradient(f, a), (Z,), (u,))[1], want, rtol=1e-13)

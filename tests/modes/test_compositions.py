@@ -9,7 +9,8 @@ mode (first order: of ``F`` itself), so a wrong second derivative cannot hide be
 real cases JAX can replay (`tests/rules/test_oracle.py`), with ``jax.jvp`` nested to the same order.  A complex
 argument's derivatives pair with directions as JAX's do: ``dF = Re Σ g·v`` for ``g = ∂F/∂x - i ∂F/∂y``.
 
-The default run checks a fixed sample of cases per composition; ``-m sweep`` runs every case::
+The default run checks a fixed sample of cases per composition; ``-m sweep`` runs every case (``DB_SWEEP_EVERY=k``:
+every k-th; ``DB_SWEEP_JAX=0``: without the JAX comparison, the slow part)::
 
     python -m pytest tests/modes/test_compositions.py -m sweep -p no:cacheprovider
 
@@ -22,7 +23,7 @@ import zlib
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import dualbroadcast as db
@@ -38,15 +39,24 @@ COMPLEX = complex_cases(REAL)
 COMPOSITIONS = ("fwd", "rev", "fwd_fwd", "fwd_rev", "rev_fwd", "rev_rev", "fwd_rev_rev")
 
 # (composition, case name, dtype) -> why it refuses; checked to raise a `db.DifferentiationError`.
-STILL_REFUSED: dict[tuple[str, str, str], str] = {}
+SECOND_AND_THIRD = ("fwd_fwd", "fwd_rev", "rev_fwd", "rev_rev", "fwd_rev_rev")
+STILL_REFUSED: dict[tuple[str, str, str], str] = {
+    **{(c, name, "complex128"): "its derivative calls psi, which has no complex rule (SciPy has no complex "
+       "polygamma)" for c in SECOND_AND_THIRD
+       for name in ("scipy.special.loggamma", "scipy.special.gamma", "scipy.special.rgamma")},
+}
 
 # (composition, case name, dtype) -> why the value is wrong: strict expected failures, so a fix shows (and the
 # entry must go).  Reported, not hidden: each is a bug to fix.
+FORWARD_SECOND = ("fwd_fwd", "fwd_rev", "rev_fwd", "fwd_rev_rev")
 STILL_WRONG: dict[tuple[str, str, str], str] = {
-    **{(c, "svd_square_full", "complex128"): "forward mode's tangent of a complex SVD is wrong in second order "
-       "(rev_rev is right): the phase of U's columns" for c in ("fwd_fwd", "fwd_rev", "rev_fwd", "fwd_rev_rev")},
+    **{(c, name, "complex128"): "forward mode's tangent of a complex SVD is wrong in second order (rev_rev is "
+       "right): the phase of its singular vectors" for c in FORWARD_SECOND
+       for name in ("svd_square_full", "svd_full_matrices_leading_columns", "svd_reduced", "svd_compute_uv_false",
+                    "lstsq")},
 }
 
+EVERY = int(os.environ.get("DB_SWEEP_EVERY", "1"))  # -m sweep with DB_SWEEP_EVERY=k: every k-th case (a quicker sweep)
 SAMPLE = 5  # cases per composition and dtype in the default run
 
 
@@ -61,7 +71,7 @@ def parameters(full):
     out = []
     for composition in COMPOSITIONS:
         for dtype, cases in ((np.float64, REAL), (np.complex128, COMPLEX)):
-            chosen = cases if full else sampled(cases, composition)
+            chosen = cases[::EVERY] if full else sampled(cases, composition)
             for case in chosen:
                 marks = [pytest.mark.sweep] if full else []
                 wrong = STILL_WRONG.get((composition, str(case), np.dtype(dtype).name))
@@ -216,14 +226,16 @@ def test_the_tables_name_compositions_and_cases_that_exist():
 
 
 @pytest.mark.parametrize(("composition", "case", "dtype"), parameters(full=False))
-@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
+          phases=[Phase.generate])  # no shrinking: the first example fails as drawn
 @given(data=st.data())
 def test_composition_sample(composition, case, dtype, data):
     check(composition, case, dtype, data)
 
 
 @pytest.mark.parametrize(("composition", "case", "dtype"), parameters(full=True))
-@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
+          phases=[Phase.generate])  # no shrinking: the first example fails as drawn
 @given(data=st.data())
 def test_composition(composition, case, dtype, data):
     check(composition, case, dtype, data)
