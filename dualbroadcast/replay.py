@@ -1020,8 +1020,8 @@ def _axis_region_runner(kernel, examples, reduction, active, size):
     function of its inputs returning ``(value, partials)`` (each partial of `AxisSum.partial_shape`), and the
     backend's name: on blocks of rows on the cores (`kernels.axis_sum_rows`, "blocked") or on whole arrays
     (`kernels.axis_sum_whole`, "numpy"), the faster under a `kernels.BackendChoice` (every call timed, a
-    runner-up re-timed now and then); or the one `kernels.set_backend` forced when the program was compiled
-    (numexpr: its whole arrays, where it has every operation)."""
+    runner-up re-timed now and then) as `_region_runner` chooses; or the one `kernels.set_backend` forced when
+    the program was compiled (numexpr: its whole arrays, where it has every operation)."""
     shape, forced = reduction.shape, FORCED_BACKEND.get()
     dtype = np.dtype(kernel.value_dtype(examples))
     active_shapes = [np.shape(examples[i]) for i in active]
@@ -1043,8 +1043,8 @@ def _axis_region_runner(kernel, examples, reduction, active, size):
                            "numexpr"))
     elif forced in (None, "numpy") or not candidates:
         candidates.append((axis_sum_whole(whole, reduction, active_shapes, fresh, sharing, dtype), "numpy"))
-    if len(candidates) == 1:
-        return candidates[0]
+    if len(candidates) == 1 or size < CHOSEN_MIN:  # (fewer than `regions.BROADCAST_MIN`: where a test lowers it)
+        return _fastest(candidates, examples)
     return _chosen(candidates, examples, shape, size, active_shapes), "chosen per call"
 
 
