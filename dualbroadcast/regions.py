@@ -119,7 +119,7 @@ def _is_whole_sum(step, meta):
 
 def _axis_sum(step, meta):
     """``np.sum(v, axis)`` or ``np.mean(v[, axis])`` (``axis`` by position or keyword, ``keepdims=``) of a traced
-    real floating value, of its dtype, as an `AxisSum`; None for another step (a whole sum is `_is_whole_sum`)."""
+    float32 or float64 value, of its dtype, as an `AxisSum`; None for another step (a whole sum is `_is_whole_sum`)."""
     if type(step) is not Step or step.func not in (np.sum, np.mean) or step.complex or step.outs[0] is None \
             or not step.refs or type(step.refs[0]) is not int or len(step.refs) > 2 \
             or (len(step.refs) == 2 and (type(step.refs[1]) is not Const or "axis" in step.kwargs)) \
@@ -127,7 +127,8 @@ def _axis_sum(step, meta):
         return None
     axis = step.refs[1].value if len(step.refs) == 2 else step.kwargs.get("axis")
     shape, dtype = meta[step.refs[0]]
-    if (axis is None and step.func is np.sum) or dtype.kind != "f" or meta[step.outs[0]][1] != dtype:
+    if (axis is None and step.func is np.sum) or meta[step.outs[0]][1] != dtype \
+            or dtype not in (np.float32, np.float64):  # (np.mean of float16 adds in float32)
         return None
     try:
         axes = tuple(sorted(normalize_axis_tuple(tuple(range(len(shape))) if axis is None else axis, len(shape))))
