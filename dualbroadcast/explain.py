@@ -236,7 +236,8 @@ def _program_steps(program):
                 alone = "without value"
             backend = region.backends.get("value", "")
             fused = tuple(_name(s.func) for s in region.steps)
-            steps.append(ProgramStep(f"region({', '.join(fused)})", "forward region", len(region.active),
+            along = f" along axes {region.axes.axes}" if region.axes is not None and region.axes.axes else ""
+            steps.append(ProgramStep(f"region({', '.join(fused)}){along}", "forward region", len(region.active),
                                      len(region.active), fused, backend, alone))
         elif type(step) in (KernelStep, SecondOrderStep):
             kind = "sum" if type(step) is SecondOrderStep or step.reduce else "broadcast"

@@ -28,7 +28,17 @@ from .broadcast import _unscaled
 from .derivatives import DERIVATIVES, SELECTIONS, SMOOTH, chain_product
 from .expr import Src
 from .kernel_source import _infer_dtypes, _out_dtypes
-from .kernels import FORCED_BACKEND, ONE_THREAD, BackendChoice, Bucket, _chunks, _kind
+from .kernels import (
+    FORCED_BACKEND,
+    ONE_THREAD,
+    BackendChoice,
+    Bucket,
+    _chunks,
+    _fresh_partials,
+    _kind,
+    axis_sum_rows,
+    axis_sum_whole,
+)
 from .numpy_facts import as_dtype, getitem
 from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpacked
 from .pullbacks import (
@@ -614,6 +624,12 @@ class _Forward(_Writer):
         active_shapes = [np.shape(examples[i]) for i in step.active]
         blockable = size and all(np.size(v) in (1, size) for v in examples) \
             and _partials_typed_as_value(kernel, examples)
+        if step.region is not None and step.region.axes is not None:
+            runner, used = _axis_region_runner(kernel, examples, step.region.axes, step.active, size)
+            step.region.backends["value"] = used
+            if hasattr(runner, "choice"):
+                step.region.choices["value"] = runner.choice
+            return self.space.bind(runner, "k")
         if step.region is not None:
             made = self.p.runners.get((step, valueless))  # made for another plan (`compile_plans`)
             if made is None:
@@ -825,6 +841,8 @@ class _Backward(_Writer):
     def kernel_adjoints(self, step):
         """The contributions of a kernel's partials ``p<out>``; an active leaf's first one is deferred
         (`_Cotangents.defer`) when the partial has the leaf's shape."""
+        if step.region is not None and step.region.axes is not None:
+            return self.axis_sum_adjoints(step, step.region.axes)
         lines = []
         out_shape = () if step.reduce else self.p.meta[step.out][0]
         complex_value = self.p.meta[step.out][1].kind == "c"
@@ -839,6 +857,34 @@ class _Backward(_Writer):
                 continue
             term = kernel_pullback_source(f"g{step.out}", partial, shape, out_shape, scales[slot])
             lines += self.cotangents.accumulate(parent, _real_part(term, real))
+        return lines
+
+
+    def axis_sum_adjoints(self, step, reduction):
+        """The contributions of a region summed along axes (`kernels.AxisSum`): its cotangent broadcast back along
+        the summed axes (divided by a mean's count) times each partial, summed back to its input's shape."""
+        lines = []
+        g = f"g{step.out}"
+        if reduction.kept != self.p.meta[step.out][0]:
+            g = f"np.reshape({g}, {reduction.kept!r})"
+        scale = 1 / reduction.divisor if reduction.divisor != 1 else 1
+        shapes = [self.p.shape_of(step.refs[i]) for i in step.active]
+        sharing = reduction.sharing(step.kernel.outputs[1:], shapes)
+        numbers = reduction.numbers(step.kernel.outputs[1:], shapes)
+        for slot, (i, shape, first, number) in enumerate(zip(step.active, shapes, sharing, numbers)):
+            partial = f"p{step.out}[{first}]"
+            product = np.broadcast_shapes(reduction.kept, reduction.partial_shape(shape))
+            if number is not None:  # the cotangent times a number, summed back as the inline step's adjoint is
+                term = table_pullback_source(g, number * scale, shape, product)
+            elif sharing.count(first) > 1:  # a partial several inputs share: its product once, as their cotangent
+                shared = reduction.partial_shape(shapes[first])
+                if first == slot:
+                    source = kernel_pullback_source(g, partial, shared, shared, scale)
+                    lines.append(f"    q{step.out}_{first} = {source}")
+                term = table_pullback_source(f"q{step.out}_{first}", 1, shape, np.broadcast_shapes(product, shared))
+            else:
+                term = kernel_pullback_source(g, partial, shape, product, scale)
+            lines += self.cotangents.accumulate(step.refs[i], term)
         return lines
 
 
@@ -1077,6 +1123,39 @@ def _blocked_runner(kernel, examples, shape, size, active_shapes):
                       for name in ("blocked", ONE_THREAD)]
         return _chosen(candidates, examples, shape, size, active_shapes)
     return kernel.blocked_runner(examples, shape, size, active_shapes)
+
+
+def _axis_region_runner(kernel, examples, reduction, active, size):
+    """A forward region summed along axes, or of inputs broadcast against each other (`kernels.AxisSum`), as a
+    function of its inputs returning ``(value, partials)`` (each partial of `AxisSum.partial_shape`), and the
+    backend's name: on blocks of rows on the cores (`kernels.axis_sum_rows`, "blocked") or on whole arrays
+    (`kernels.axis_sum_whole`, "numpy"), the faster under a `kernels.BackendChoice` (every call timed, a
+    runner-up re-timed now and then) as `_region_runner` chooses; or the one `kernels.set_backend` forced when
+    the program was compiled (numexpr: its whole arrays, where it has every operation)."""
+    shape, forced = reduction.shape, FORCED_BACKEND.get()
+    dtype = np.dtype(kernel.value_dtype(examples))
+    active_shapes = [np.shape(examples[i]) for i in active]
+    whole = kernel.typed_whole(tuple(map(_kind, examples)))
+    fresh = _fresh_partials(kernel.outputs, True) if reduction.axes else kernel.fresh
+    numbers = reduction.numbers(kernel.outputs[1:], active_shapes)
+    sharing = [-1 if n is not None else first
+               for first, n in zip(reduction.sharing(kernel.outputs[1:], active_shapes), numbers)]
+    candidates = []
+    if forced in (None, "blocked") and shape:
+        candidates.append((axis_sum_rows(whole, reduction, examples, active, sharing, dtype), "blocked"))
+    if forced == "numexpr" and kernel.backends["numexpr"].eligible(examples, size):
+
+        def numexpr(*values):
+            value, partials = kernel.run("numexpr", values, shape, size, [shape] * len(active))
+            return (value, *partials)  # arrays of their own
+
+        candidates.append((axis_sum_whole(numexpr, reduction, active_shapes, [True] * len(active), sharing, dtype),
+                           "numexpr"))
+    elif forced in (None, "numpy") or not candidates:
+        candidates.append((axis_sum_whole(whole, reduction, active_shapes, fresh, sharing, dtype), "numpy"))
+    if len(candidates) == 1 or size < CHOSEN_MIN:  # (fewer than `regions.BROADCAST_MIN`: where a test lowers it)
+        return _fastest(candidates, examples)
+    return _chosen(candidates, examples, shape, size, active_shapes), "chosen per call"
 
 
 CHOSEN_MIN = 16384  # elements from which a region's backend is chosen per call (below, once when compiled: `_fastest`)

@@ -462,6 +462,29 @@ def elementwise_step(draw, pool, name):
     return Step(name, template, tuple(reads), kink)
 
 
+SMOOTH_UNARY = [t for t, kink in UNARY if kink is None and "db.cut" not in t]
+SMOOTH_BINARY = [t for t, kink in BINARY if kink is None and "db.cut" not in t]
+
+
+def reduced_chain_step(draw, pool, name):
+    """A smooth elementwise function of two values that broadcast together, another of its result, summed or
+    averaged along axes (``np.sum(np.exp(a - b), axis=1)``, maybe keepdims, negative axes, as a method): what a
+    prepared program fuses into one region summed along axes (`kernels.AxisSum`)."""
+    first = pick(draw, pool)
+    other = pick(draw, pool, lambda v: fits(broadcast(first.shape, v.shape)))
+    shape = broadcast(first.shape, other.shape)
+    if not shape:
+        return None
+    inner = draw(st.sampled_from(SMOOTH_BINARY)).format("{0}", "{1}")
+    chain = draw(st.sampled_from(SMOOTH_UNARY)).format(f"({inner})")
+    axis = axis_choice(draw, len(shape))
+    axis = 0 if axis is None else axis  # (a whole sum is the regions' older case)
+    func = draw(st.sampled_from(["sum", "mean"]))
+    keywords = keyword_text(axis=axis, keepdims=draw(st.booleans()) or None)[2:]
+    source = f"({chain}).{func}({keywords})" if draw(st.booleans()) else f"np.{func}({chain}, {keywords})"
+    return Step(name, source, (first.name, other.name))
+
+
 def axis_choice(draw, ndim, tuples=True):
     """An ``axis`` argument for ``ndim`` axes: None, an int (maybe negative) or a tuple of ints."""
     options = [None]
@@ -890,7 +913,7 @@ DRAWERS = [
     elementwise_step, elementwise_step, elementwise_step, reduction_step, kernel_step, getitem_step, reshape_step,
     contraction_step, cumulative_step, norm_step, transpose_step, new_axis_step, join_step, copies_step,
     diagonal_step, take_step, copy_step, loop_step, einsum_step, matrix_step, cut_step, kernel_step, escape_step,
-    mutation_step, complex_kernel_step,
+    mutation_step, complex_kernel_step, reduced_chain_step, reduced_chain_step,
 ]
 WITH_UPDATES = DRAWERS + [update_step]  # test_random_programs' (test_prepare_hvp's draws with it: see hunt2's report)
 
