@@ -2,6 +2,7 @@
 (the Rosenbrock function's), taking the same iterates."""
 
 import numpy as np
+import scipy.integrate
 import scipy.optimize
 from scipy.optimize import rosen, rosen_der, rosen_hess_prod
 
@@ -59,3 +60,23 @@ def test_constraint_jacobian():
     theirs = scipy.optimize.minimize(rosen, X0 / 4, jac=rosen_der, method="SLSQP",
                                      constraints={"type": "ineq", "fun": circle, "jac": lambda x: -2.0 * x[None, :]})
     same_run(ours, theirs)
+
+
+def test_fitting_ode_parameters_with_l_bfgs_b():
+    from dualbroadcast.scipy import integrate
+
+    def rhs(t, y, p):
+        return np.stack([p[0] * y[0] - p[1] * y[0] * y[1], -p[2] * y[1] + p[3] * y[0] * y[1]])
+
+    t, y0, truth = np.linspace(0.0, 6.0, 25), np.array([1.0, 1.0]), np.array([1.5, 1.0, 3.0, 1.0])
+    data = scipy.integrate.solve_ivp(rhs, (0.0, 6.0), y0, t_eval=t, args=(truth,), rtol=1e-8, atol=1e-8).y
+    data = data + 0.01 * np.random.default_rng(0).normal(size=data.shape)
+
+    def loss(p):
+        fit = integrate.solve_ivp(rhs, (0.0, 6.0), y0, t_eval=t, args=(p,), rtol=1e-8, atol=1e-8)
+        return np.sum((fit.y - data) ** 2)
+
+    result = scipy.optimize.minimize(lambda p: db.value_and_gradient(loss, p), np.array([1.2, 0.8, 2.5, 0.8]),
+                                     jac=True, method="L-BFGS-B", bounds=[(0.1, 5.0)] * 4)
+    assert result.success
+    np.testing.assert_allclose(result.x, truth, rtol=0.05)
