@@ -40,7 +40,7 @@ from ..errors import UnsupportedFunctionError
 from ..guards import Guarded, untracked
 from ..prepared import prepare_gradient
 from ..registry import defvjp_argnum
-from ..tape import Tracked, primitive
+from ..tape import FORWARD, Tracked, primitive
 
 EXPLICIT = ("RK23", "RK45", "DOP853")
 SENSITIVITIES = ("auto", "adjoint", "forward")
@@ -56,6 +56,7 @@ def odeint(func, y0, t, args=(), Dfun=None, col_deriv=0, full_output=0, ml=None,
     options = dict(Dfun=Dfun, col_deriv=col_deriv, ml=ml, mu=mu, rtol=rtol, atol=atol, tcrit=tcrit, h0=h0,
                    hmax=hmax, hmin=hmin, ixpr=ixpr, mxstep=mxstep, mxhnil=mxhnil, mxordn=mxordn, mxords=mxords,
                    printmessg=printmessg, tfirst=tfirst)
+    _refuse_forward_mode([y0, t])
     problem = Problem("odeint", (func, tuple(args) if isinstance(args, (tuple, list)) else (args,)), options,
                       sensitivity)
     ys = odeint_of(problem, y0, t, *problem.parameters)
@@ -70,6 +71,7 @@ def solve_ivp(fun, t_span, y0, method="RK45", t_eval=None, dense_output=False, e
     ``sensitivity``: "adjoint", "forward" or "auto" (see the module docstring)."""
     args = () if args is None else tuple(args) if isinstance(args, (tuple, list)) else (args,)
     options = dict(options, method=method, dense_output=dense_output, events=events, vectorized=vectorized)
+    _refuse_forward_mode([y0, *t_span, *([] if t_eval is None else [t_eval])])
     problem = Problem("solve_ivp", (fun, args), options, sensitivity)
     if events is not None and problem.parameters:
         raise UnsupportedFunctionError(
@@ -110,6 +112,7 @@ class Problem:
             raise ValueError(f"sensitivity={sensitivity!r}; pass one of {', '.join(SENSITIVITIES)}")
         self.interface, self.options, self.sensitivity = interface, options, sensitivity
         self.leaves, self.treedef = pytree.flatten(system)
+        _refuse_forward_mode(self.leaves)
         self.active = [k for k, leaf in enumerate(self.leaves) if isinstance(leaf, Tracked)]
         self.parameters = [self.leaves[k] for k in self.active]
         self.shapes = [np.shape(untracked(v)) for v in self.parameters]
@@ -324,6 +327,14 @@ class Problem:
         for k in range(len(taus)):
             total += G[k] @ sensitivities[k][n:].reshape(n, m)
         return total[:n], total[n:]
+
+
+def _refuse_forward_mode(values):
+    """A dual value of `db.jvp` reaching a solver: an error naming the reverse-mode calls that work."""
+    if any(type(v) is FORWARD[0] for v in values):
+        raise UnsupportedFunctionError(
+            "db.jvp (forward mode) does not reach through dualbroadcast.scipy.integrate's solvers; use db.gradient, "
+            "db.pullback or db.jacobian (reverse mode; sensitivity='forward' solves the forward sensitivities)")
 
 
 def _refuse_nested(*values):
