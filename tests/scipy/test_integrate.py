@@ -163,7 +163,7 @@ def test_forward_mode_is_a_clear_error():
     def loss(k):
         return np.sum(integrate.solve_ivp(lambda t, y: -k * y, (0, 1), np.ones(2)).y[:, -1])
 
-    with pytest.raises(UnsupportedFunctionError, match="db.jvp .*does not reach.*db.jacobian"):
+    with pytest.raises(UnsupportedFunctionError, match=r"db\.jvp .*does not reach.*db\.jacobian"):
         db.jvp(loss, (0.5,), (1.0,))
-    with pytest.raises(UnsupportedFunctionError, match="db.jvp"):
+    with pytest.raises(UnsupportedFunctionError, match=r"db\.jvp"):
         db.jvp(lambda y0: np.sum(integrate.odeint(lambda y, t: -y, y0, [0.0, 1.0])), (np.ones(2),), (np.ones(2),))
