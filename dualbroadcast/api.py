@@ -970,7 +970,7 @@ def directional_derivative(f, originals, xs, vectors):
         for gl, vl in zip(pytree.flatten(g)[0] if g is not None else (), pytree.flatten(v)[0]):
             if gl is not None:
                 term = np.dot(gl, vl) if np.ndim(gl) == 1 and np.ndim(vl) == 1 else np.sum(gl * vl)
-                if _is_complex(term):  # a complex leaf: Re Σ g·v, JAX's pairing (by dtype: a recorded value is not read)
+                if _is_complex(term):  # a complex leaf: Re Σ g·v, JAX pairing (its dtype: a recorded value is not read)
                     term = np.real(term)
                 total = term if type(total) is float and total == 0.0 else total + term
     return total

@@ -13,6 +13,7 @@ import operator
 
 import numpy as np
 
+from .callers import scipy_message
 from .errors import InPlaceMutationError, ValueConversionError
 
 # The recorder of a prepared gradient being recorded (prepared.Recorder), if any.
@@ -30,7 +31,7 @@ _TO_ARRAY = (
     "for np.array([x, y]), np.concatenate([x, y]) (np.hstack([x, y]) with 0-d pieces) for np.r_[x, y], "
     "np.column_stack([x, y]) for np.c_[x, y], np.where(mask, v, a) for a[mask] = v, "
     "np.broadcast_to(v, shape) for np.full(shape, v); the mirrors in "
-    "dualbroadcast.scipy for scipy.special.logsumexp/softmax, scipy.stats and scipy.signal; or use "
+    "dualbroadcast.scipy for scipy.special.logsumexp/softmax, scipy.stats, scipy.signal, scipy.integrate; or use "
     "db.cut(x) for the value without its gradient."
 )
 
@@ -62,7 +63,8 @@ class Guarded:
         recorder = _recorder_of(self)
         if recorder is not None and self.index in recorder.inactive:
             raise NotReplayableError("a traced argument without a gradient was turned into a plain array")
-        raise ValueConversionError(_TO_ARRAY.format(shape=np.shape(self.value)))
+        shape = np.shape(self.value)
+        raise ValueConversionError(scipy_message(shape) or _TO_ARRAY.format(shape=shape))
 
     def __float__(self):
         return self._constant(float, "float() or a math.* function")

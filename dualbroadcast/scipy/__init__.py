@@ -7,10 +7,12 @@ distributions and ``scipy.signal.convolve``/``correlate`` do not: they are Pytho
 and drops its gradient.  No NumPy protocol reaches the library from inside them, so they are mirrored
 here with SciPy's own signatures::
 
-    from dualbroadcast.scipy import special, stats, signal
+    from dualbroadcast.scipy import integrate, linalg, signal, special, stats
     special.logsumexp(x, axis=1, b=w)      # was scipy.special.logsumexp(...)
     stats.norm.logpdf(x, loc=mu, scale=s)  # was scipy.stats.norm.logpdf(...)
     signal.convolve(x, k, mode="same")     # was scipy.signal.convolve(...)
+    linalg.expm(A), linalg.solve_triangular(L, b, lower=True), linalg.cho_solve(linalg.cho_factor(S), b)
+    integrate.solve_ivp(f, (0, 10), y0, t_eval=t, args=(p,))  # adjoint or forward-sensitivity gradients
 
 >>> from dualbroadcast.scipy import special, stats
 >>> db.gradient(lambda mu: stats.norm.logpdf(1.0, loc=mu), 0.25)
@@ -44,6 +46,6 @@ from ..registry import register_lazy_rules
 
 register_lazy_rules()  # the mirrors compute with scipy.special's partials (rules/scipy_special.py)
 
-from . import signal, special, stats  # noqa: E402
+from . import integrate, linalg, signal, special, stats  # noqa: E402
 
-__all__ = ["signal", "special", "stats"]
+__all__ = ["integrate", "linalg", "signal", "special", "stats"]

@@ -179,7 +179,8 @@ def documented_names():
 def public_names():
     """Every public name a user reaches: ``db.__all__`` and the SciPy mirrors (a distribution by its class)."""
     names = {f"dualbroadcast.{name}" for name in db.__all__}
-    for module_name in ("dualbroadcast.scipy.special", "dualbroadcast.scipy.stats", "dualbroadcast.scipy.signal"):
+    for module_name in ("dualbroadcast.scipy.special", "dualbroadcast.scipy.stats", "dualbroadcast.scipy.signal",
+                        "dualbroadcast.scipy.integrate", "dualbroadcast.scipy.linalg"):
         module = importlib.import_module(module_name)
         for name in module.__all__:
             obj = getattr(module, name)

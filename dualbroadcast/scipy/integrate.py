@@ -1,0 +1,489 @@
+"""Mirrors of ``scipy.integrate.odeint`` and ``solve_ivp``: SciPy's signatures and values, gradients by
+the adjoint method or by forward sensitivities.
+
+The solution ``Y[k] = y(τ[k])`` of ``dy/dt = F(t, y, p)`` from ``y(s) = y0`` is differentiable in ``y0``,
+the start ``s``, the output times ``τ`` and the parameters ``p``: the tracked leaves of ``args`` and of
+the right-hand side's own state (its closure, ``functools.partial`` arguments, a callable object's
+attributes: the pytree of `db.cut`; a cut one is a constant).  With ``G[k]`` the cotangent of ``Y[k]``:
+
+* adjoint: ``a`` (``n`` states) and ``q`` (one per parameter) solved backward from ``τ[-1]`` to ``s``,
+  ``a' = -∂F/∂yᵀ a``, ``q' = -∂F/∂pᵀ a``, with ``G[k]`` added to ``a`` at each ``τ[k]``; then
+  ``ȳ0 = a(s)``, ``p̄ = q(s)``;
+* forward sensitivities: ``S = ∂y/∂(y0, p)`` (``n`` by ``n+P``) solved with ``y`` from ``s``,
+  ``S' = ∂F/∂y S + [0 | ∂F/∂p]``, ``S(s) = [I | 0]``; then ``[ȳ0 | p̄] = Σₖ S(τ[k])ᵀ G[k]``;
+* in either, ``τ̄[k] = G[k] · F(τ[k], Y[k])`` and ``s̄ = -ȳ0 · F(s, y0)``.
+
+Both solve with SciPy's own solver and the call's method and tolerances.  ``sensitivity="auto"`` takes
+forward sensitivities for an explicit method when ``n (n + P) ≤ 32`` (its ``n`` vector-Jacobian products
+per step cost less than the adjoint's restart at every output time: Lotka-Volterra over 1,000 times,
+8.8x the forward solve against 17.5x), else the adjoint (a stiff method's Newton iterations converge
+slowly with the forward system's block-diagonal Jacobian: Robertson's took minutes).
+
+The adjoint needs ``y`` between output times: the explicit Runge-Kutta methods (RK23, RK45, DOP853)
+solve it backward with ``a`` from the checkpoint ``Y[k]``; the stiff ones (BDF, Radau, LSODA; odeint is
+LSODA) re-solve it forward from ``Y[k-1]`` and interpolate, so memory is the output plus one interval's
+steps, never the whole solve's.  The backward solves step SciPy's solver classes directly and keep no
+trajectory.
+
+``Fᵀa`` products come from one prepared program (`db.prepare_gradient` of ``⟨a, F(t, y, p)⟩``, whose
+gradient in ``a`` is ``F`` itself), replayed at every step; the stiff methods' Jacobians are ``n`` of them.
+The gradient is computed on plain values: a second derivative (a nested gradient, `db.hvp`) through a
+solver is an error naming what to do instead.
+"""
+
+import numpy as np
+import scipy.integrate
+import scipy.sparse
+
+from .. import pytree
+from ..errors import UnsupportedFunctionError
+from ..guards import Guarded, untracked
+from ..prepared import prepare_gradient
+from ..registry import defvjp_argnum
+from ..tape import FORWARD, Tracked, primitive
+
+__all__ = ["odeint", "solve_ivp"]
+
+EXPLICIT = ("RK23", "RK45", "DOP853")
+SENSITIVITIES = ("auto", "adjoint", "forward")
+FORWARD_LIMIT = 32  # n (n + P) up to which "auto" takes forward sensitivities (see the module docstring)
+
+
+def odeint(func, y0, t, args=(), Dfun=None, col_deriv=0, full_output=0, ml=None, mu=None, rtol=None, atol=None,
+           tcrit=None, h0=0.0, hmax=0.0, hmin=0.0, ixpr=0, mxstep=0, mxhnil=0, mxordn=12, mxords=5, printmessg=0,
+           tfirst=False, sensitivity="auto"):
+    """``scipy.integrate.odeint``, differentiable in ``y0``, ``t``, ``args`` and ``func``'s state.
+
+    ``sensitivity``: "adjoint", "forward" or "auto" (see the module docstring)."""
+    options = dict(Dfun=Dfun, col_deriv=col_deriv, ml=ml, mu=mu, rtol=rtol, atol=atol, tcrit=tcrit, h0=h0,
+                   hmax=hmax, hmin=hmin, ixpr=ixpr, mxstep=mxstep, mxhnil=mxhnil, mxordn=mxordn, mxords=mxords,
+                   printmessg=printmessg, tfirst=tfirst)
+    _refuse_forward_mode([y0, t])
+    problem = Problem("odeint", (func, tuple(args) if isinstance(args, (tuple, list)) else (args,)), options,
+                      sensitivity)
+    ys = odeint_of(problem, y0, t, *problem.parameters)
+    return (ys, problem.info) if full_output else ys
+
+
+def solve_ivp(fun, t_span, y0, method="RK45", t_eval=None, dense_output=False, events=None, vectorized=False,
+              args=None, sensitivity="auto", **options):
+    """``scipy.integrate.solve_ivp``: SciPy's ``OdeResult``, whose ``y`` (and ``sol(t)``) is differentiable in
+    ``y0``, ``t_span``, ``t_eval``, ``args`` and ``fun``'s state.
+
+    ``sensitivity``: "adjoint", "forward" or "auto" (see the module docstring)."""
+    args = () if args is None else tuple(args) if isinstance(args, (tuple, list)) else (args,)
+    options = dict(options, method=method, dense_output=dense_output, events=events, vectorized=vectorized)
+    _refuse_forward_mode([y0, *t_span, *([] if t_eval is None else [t_eval])])
+    problem = Problem("solve_ivp", (fun, args), options, sensitivity)
+    if events is not None and problem.parameters:
+        raise UnsupportedFunctionError(
+            "dualbroadcast.scipy.integrate.solve_ivp does not differentiate through events (their times "
+            "depend on the solution); solve without events=, or cut the tracked values (db.cut)")
+    t0, t1 = t_span
+    y = solve_ivp_of(problem, y0, t0, t1, t_eval, *problem.parameters)
+    result = problem.result
+    result.y = y
+    if dense_output and result.sol is not None and problem.parameters + [v for v in (y0, t0, t1) if _tracked(v)]:
+        problem.sol = result.sol  # SciPy's interpolant, which dense_of evaluates
+        result.sol = Dense(problem, y0, t0, result.sol)
+    return result
+
+
+def _tracked(x):
+    return isinstance(x, Guarded)
+
+
+class Dense:
+    """``sol`` of a differentiated ``solve_ivp``: ``sol(t)`` is SciPy's interpolant, its gradient the adjoint's
+    at the times ``t``."""
+
+    def __init__(self, problem, y0, t0, sol):
+        self.problem, self.y0, self.t0, self.sol = problem, y0, t0, sol
+        self.t_min, self.t_max = sol.t_min, sol.t_max
+
+    def __call__(self, t):
+        return dense_of(self.problem, self.y0, self.t0, t, *self.problem.parameters)
+
+
+class Problem:
+    """One call's right-hand side ``F(t, y, p)`` (its parameters the tracked leaves of ``(fun, args)``), its
+    options, and the solves of its gradient."""
+
+    def __init__(self, interface, system, options, sensitivity):
+        if sensitivity not in SENSITIVITIES:
+            raise ValueError(f"sensitivity={sensitivity!r}; pass one of {', '.join(SENSITIVITIES)}")
+        self.interface, self.options, self.sensitivity = interface, options, sensitivity
+        self.leaves, self.treedef = pytree.flatten(system)
+        _refuse_forward_mode(self.leaves)
+        self.active = [k for k, leaf in enumerate(self.leaves) if isinstance(leaf, Tracked)]
+        self.parameters = [self.leaves[k] for k in self.active]
+        self.shapes = [np.shape(untracked(v)) for v in self.parameters]
+        self.sizes = np.cumsum([0] + [int(np.prod(shape)) for shape in self.shapes])  # offsets in the flat p
+        method = options.get("method", "LSODA")
+        self.method = method if isinstance(method, str) else method.__name__
+        self.solver = getattr(scipy.integrate, method) if isinstance(method, str) else method
+        self.info = self.result = self.sol = None
+        self.program = None
+        self._cache = None
+
+    # --- the right-hand side -------------------------------------------------------------------------------
+    def rhs(self, params):
+        """``F(t, y)`` with the parameters ``params`` (values or tracked, one per active leaf)."""
+        leaves = list(self.leaves)
+        for k, value in zip(self.active, params):
+            leaves[k] = value
+        fun, args = pytree.unflatten(self.treedef, leaves)
+        if self.interface == "odeint" and not self.options["tfirst"]:
+            return lambda t, y: fun(y, t, *args)
+        if self.options.get("vectorized"):
+            return lambda t, y: fun(t, y[:, None], *args)[:, 0] if np.ndim(y) == 1 else fun(t, y, *args)
+        return lambda t, y: fun(t, y, *args)
+
+    def user_jacobian(self, params):
+        """The user's Jacobian (odeint's ``Dfun``, solve_ivp's ``jac``) as ``jac(t, y)``, or None."""
+        if self.interface == "solve_ivp":
+            jac = self.options.get("jac")
+            if jac is None or not callable(jac):
+                return jac
+            args = pytree.unflatten(self.treedef, self._leaves(params))[1]
+            return lambda t, y: jac(t, y, *args)
+        dfun = self.options["Dfun"]
+        if dfun is None:
+            return None
+        args = pytree.unflatten(self.treedef, self._leaves(params))[1]
+        flip = (lambda j: j.T) if self.options["col_deriv"] else (lambda j: j)
+        if self.options["tfirst"]:
+            return lambda t, y: flip(np.asarray(dfun(t, y, *args)))
+        return lambda t, y: flip(np.asarray(dfun(y, t, *args)))
+
+    def _leaves(self, params):
+        leaves = list(self.leaves)
+        for k, value in zip(self.active, params):
+            leaves[k] = value
+        return leaves
+
+    def tolerances(self):
+        """(rtol, atol) of the call, SciPy's defaults where not given."""
+        if self.interface == "odeint":
+            rtol, atol = self.options["rtol"], self.options["atol"]
+            return (1.49012e-8 if rtol is None else rtol), (1.49012e-8 if atol is None else atol)
+        return self.options.get("rtol", 1e-3), self.options.get("atol", 1e-6)
+
+    def solver_options(self, params):
+        """The keyword arguments of a solver class like the call's (tolerances, step limits, Jacobian)."""
+        rtol, atol = self.tolerances()
+        kept = {k: v for k, v in self.options.items() if k in ("max_step", "min_step", "lband", "uband")}
+        if self.interface == "odeint" and self.options["hmax"]:
+            kept["max_step"] = self.options["hmax"]
+        jac = self.user_jacobian(params)
+        if jac is not None and self.method not in EXPLICIT:
+            kept["jac"] = jac
+        return dict(kept, rtol=rtol, atol=atol)
+
+    # --- the forward solves (SciPy's own calls) --------------------------------------------------------------
+    def odeint(self, y0, t, params):
+        fun, args = pytree.unflatten(self.treedef, self._leaves(params))
+        out = scipy.integrate.odeint(fun, y0, t, args, full_output=1, **self.options)
+        self.info = out[1]
+        return out[0]
+
+    def solve_ivp(self, y0, t0, t1, t_eval, params):
+        fun, args = pytree.unflatten(self.treedef, self._leaves(params))
+        self.result = scipy.integrate.solve_ivp(fun, (t0, t1), y0, t_eval=t_eval, args=args or None, **self.options)
+        return self.result.y
+
+    # --- the gradient ---------------------------------------------------------------------------------------
+    def cotangents(self, g, G, y0, s, taus, Y, params):
+        """``(ȳ0, s̄, τ̄, p̄)`` (p̄ a list, one per parameter) for the cotangent ``G`` of ``Y`` (one row per
+        output time), computed once per output cotangent ``g``: the arguments' pullbacks share it."""
+        if self._cache is not None and self._cache[0] is g:
+            return self._cache[1]
+        _refuse_nested(g, y0, s, taus, Y, *params)
+        y0 = np.asarray(y0, dtype=float).ravel()
+        G = np.asarray(G, dtype=float).reshape(len(taus), -1)
+        p = np.concatenate([np.ravel(v) for v in params]) if params else np.zeros(0)
+        sensitivity = self.sensitivity
+        if sensitivity == "auto":
+            small = y0.size * (y0.size + p.size) <= FORWARD_LIMIT
+            sensitivity = "forward" if small and self.method in EXPLICIT else "adjoint"
+        solve = self.forward_sensitivities if sensitivity == "forward" else self.adjoint
+        a, q = solve(G, y0, float(s), np.asarray(taus, dtype=float), Y, p)
+        rhs = self.rhs(params)
+        tau_bar = np.array([G[k] @ np.ravel(rhs(t, Y[k])) for k, t in enumerate(taus)])
+        s_bar = -a @ np.ravel(rhs(s, y0))
+        result = (a, s_bar, tau_bar, self._plain(q))
+        self._cache = (g, result)
+        return result
+
+    def products(self, n, p):
+        """``vjp(t, y, a) -> (F, ∂F/∂yᵀ a, ∂F/∂pᵀ a)``, replayed by one prepared program."""
+        if self.program is None:
+            start = 1 + 2 * n
+
+            def inner_product(z):
+                params = self._plain(z[start:])
+                return np.sum(z[1 + n:start] * np.ravel(self.rhs(params)(z[0], z[1:1 + n])))
+
+            z = np.concatenate([[0.0], np.zeros(2 * n), p])
+            self.program = prepare_gradient(inner_product, z)
+        program, buffer = self.program, np.concatenate([[0.0], np.zeros(2 * n), p])
+
+        def vjp(t, y, a):
+            buffer[0], buffer[1:1 + n], buffer[1 + n:1 + 2 * n] = t, y, a
+            g = program(buffer)
+            return g[1 + n:1 + 2 * n], g[1:1 + n], g[1 + 2 * n:]
+
+        return vjp
+
+    def jacobian(self, vjp, n):
+        """``(F, ∂F/∂y, ∂F/∂p)`` at ``(t, y)``: ``n`` vector-Jacobian products with the rows of the identity."""
+        def value_and_jacobians(t, y):
+            rows = [vjp(t, y, e) for e in np.eye(n)]
+            return rows[0][0], np.array([r[1] for r in rows]), np.array([r[2] for r in rows]).reshape(n, -1)
+        return value_and_jacobians
+
+    def adjoint(self, G, y0, s, taus, Y, p):
+        """``(a(s), q(s))``: the adjoint solved backward interval by interval (see the module docstring)."""
+        n, m = y0.size, len(taus)
+        vjp = self.products(n, p)
+        rtol, atol = self.tolerances()
+        # a and q are not in the states' units: a's absolute tolerance follows G's size, q's is rtol (relative to
+        # a unit cotangent) at least (Robertson's adjoint with the states' atol=1e-14 asks BDF for steps below
+        # the float spacing)
+        atol_a = np.full(n, max(float(np.min(atol)), rtol * float(np.max(np.abs(G)))))
+        atol_q = np.full(p.size, max(float(np.min(atol)), rtol))
+        a, q = np.zeros(n), np.zeros(p.size)
+        for k in range(m - 1, -1, -1):
+            a = a + G[k]
+            lo = taus[k - 1] if k else s
+            if lo == taus[k]:
+                continue
+            y_lo = np.ravel(Y[k - 1]) if k else y0
+            if self.method in EXPLICIT:
+                tolerances = np.concatenate([np.broadcast_to(atol, (n,)), atol_a, atol_q])
+                a, q = self.backsolve(vjp, taus[k], lo, np.ravel(Y[k]), a, q, rtol, tolerances)
+            else:
+                a, q = self.interpolated(vjp, taus[k], lo, y_lo, a, q, rtol, np.concatenate([atol_a, atol_q]), p)
+        return a, q
+
+    def backsolve(self, vjp, hi, lo, y_hi, a, q, rtol, atol):
+        """``(a, q)`` at ``lo`` from ``hi``, ``y`` solved backward beside them from the checkpoint ``y_hi``."""
+        n = y_hi.size
+
+        def augmented(t, w):
+            f, ja, pa = vjp(t, w[:n], w[n:2 * n])
+            return np.concatenate([f, -ja, -pa])
+
+        w = _solve(self.solver, augmented, hi, np.concatenate([y_hi, a, q]), lo, dict(rtol=rtol, atol=atol))
+        return w[n:2 * n], w[2 * n:]
+
+    def interpolated(self, vjp, hi, lo, y_lo, a, q, rtol, atol, p):
+        """``(a, q)`` at ``lo`` from ``hi``, ``y`` re-solved forward from the checkpoint ``y_lo`` and interpolated."""
+        n = y_lo.size
+        y_of = _trajectory(self.solver, self.rhs(self._plain(p)), lo, y_lo, hi, self.solver_options(self._plain(p)))
+        jacobian = self.jacobian(vjp, n)
+
+        def augmented(t, w):
+            _, ja, pa = vjp(t, y_of(t), w[:n])
+            return np.concatenate([-ja, -pa])
+
+        def jac(t, w):
+            _, jy, jp = jacobian(t, y_of(t))
+            return _block_jacobian(-jy.T, -jp.T, sparse=self.method != "LSODA")
+
+        w = _solve(self.solver, augmented, hi, np.concatenate([a, q]), lo, dict(rtol=rtol, atol=atol, jac=jac))
+        return w[:n], w[n:]
+
+    def _plain(self, p):
+        """The parameters, one array per tracked leaf, from the flat vector ``p``."""
+        sizes = self.sizes
+        return [p[sizes[i]:sizes[i + 1]].reshape(shape) for i, shape in enumerate(self.shapes)]
+
+    def forward_sensitivities(self, G, y0, s, taus, Y, p):
+        """``(Σ S_y0ᵀ G, Σ S_pᵀ G)``: ``S`` solved forward with ``y`` (see the module docstring)."""
+        n, P = y0.size, p.size
+        vjp = self.products(n, p)
+        jacobian = self.jacobian(vjp, n)
+        m = n + P
+        rtol, atol = self.tolerances()
+
+        def augmented(t, w):
+            f, jy, jp = jacobian(t, w[:n])
+            dS = jy @ w[n:].reshape(n, m)
+            dS[:, n:] += jp
+            return np.concatenate([f, dS.ravel()])
+
+        def jac(t, w):
+            _, jy, _ = jacobian(t, w[:n])
+            blocks = scipy.sparse.block_diag([jy] * (m + 1), format="csc")
+            return blocks.toarray() if self.method == "LSODA" else blocks
+
+        # S is not in the states' units: its absolute tolerance is rtol at least (as the adjoint's q)
+        tolerances = np.concatenate([np.broadcast_to(atol, (n,)), np.full(n * m, max(float(np.min(atol)), rtol))])
+        options = dict(rtol=rtol, atol=tolerances)
+        if self.method not in EXPLICIT:
+            options["jac"] = jac
+        w0 = np.concatenate([y0, np.eye(n, m).ravel()])
+        sensitivities = _solve_at(self.solver, augmented, s, w0, taus, options)
+        total = np.zeros(m)
+        for k in range(len(taus)):
+            total += G[k] @ sensitivities[k][n:].reshape(n, m)
+        return total[:n], total[n:]
+
+
+def _refuse_forward_mode(values):
+    """A dual value of `db.jvp` reaching a solver: an error naming the reverse-mode calls that work."""
+    if any(type(v) is FORWARD[0] for v in values):
+        raise UnsupportedFunctionError(
+            "db.jvp (forward mode) does not reach through dualbroadcast.scipy.integrate's solvers; use db.gradient, "
+            "db.pullback or db.jacobian (reverse mode; sensitivity='forward' solves the forward sensitivities)")
+
+
+def _refuse_nested(*values):
+    """A second derivative through a solver: its gradient is computed on plain values, so an error."""
+    if any(isinstance(v, Guarded) for v in values):
+        raise UnsupportedFunctionError(
+            "the gradient of dualbroadcast.scipy.integrate's solvers is computed by SciPy's solvers on plain values "
+            "and is not differentiable again (a nested gradient, db.hvp or db.hessian through odeint/solve_ivp); "
+            "take finite differences of db.gradient, or differentiate the solve's output once")
+
+
+def _block_jacobian(jy, jp, sparse):
+    """The Jacobian of ``(a, q)' = (jy a, jp a)``: dense for small systems (and for LSODA), sparse beyond."""
+    n, P = jy.shape[0], jp.shape[0]
+    if n + P <= 200 or not sparse:
+        out = np.zeros((n + P, n + P))
+        out[:n, :n], out[n:, :n] = jy, jp
+        return out
+    return scipy.sparse.bmat([[jy, None], [jp, scipy.sparse.csc_matrix((P, P))]], format="csc")
+
+
+def _solve(solver, fun, t0, y0, t_bound, options):
+    """The state at ``t_bound``, stepping SciPy's ``solver`` class (no trajectory kept)."""
+    run, message = solver(fun, t0, y0, t_bound, **options), None
+    while run.status == "running":
+        message = run.step()
+    if run.status == "failed":
+        raise RuntimeError(f"the gradient's solve failed between t={t0} and t={t_bound} (at t={run.t}): {message}")
+    return run.y
+
+
+def _trajectory(solver, fun, t0, y0, t_bound, options):
+    """``y(t)`` on ``[t0, t_bound]``: the solver's dense output of each step of the interval."""
+    run = solver(fun, t0, y0, t_bound, **options)
+    ends, pieces = [], []
+    while run.status == "running":
+        run.step()
+        ends.append(run.t)
+        pieces.append(run.dense_output())
+    if run.status == "failed":
+        raise RuntimeError(f"the gradient's re-solve failed between t={t0} and t={t_bound} (at t={run.t})")
+    ends = np.array(ends)
+    forward = t_bound > t0
+
+    def y_of(t):
+        k = np.searchsorted(ends, t) if forward else np.searchsorted(-ends, -t)
+        return pieces[min(k, len(pieces) - 1)](t)
+
+    return y_of
+
+
+def _solve_at(solver, fun, t0, y0, times, options):
+    """The state at each of ``times`` (ordered from ``t0``), stepping ``solver`` and interpolating."""
+    out, k = [], 0
+    while k < len(times) and times[k] == t0:
+        out.append(y0)
+        k += 1
+    if k == len(times):
+        return out
+    run = solver(fun, t0, y0, times[-1], **options)
+    forward = times[-1] > t0
+    while k < len(times):
+        run.step()
+        if run.status == "failed":
+            raise RuntimeError(f"the gradient's solve failed at t={run.t}")
+        dense = run.dense_output()
+        while k < len(times) and ((times[k] <= run.t) if forward else (times[k] >= run.t)):
+            out.append(dense(times[k]))
+            k += 1
+    return out
+
+
+# --- the primitives -------------------------------------------------------------------------------------------
+@primitive
+def odeint_of(problem, y0, t, *params):
+    return problem.odeint(y0, t, params)
+
+
+@primitive
+def solve_ivp_of(problem, y0, t0, t1, t_eval, *params):
+    return problem.solve_ivp(y0, t0, t1, t_eval, params)
+
+
+@primitive
+def dense_of(problem, y0, t0, t, *params):
+    return problem.sol(t)
+
+
+def odeint_cotangent(i, ans, problem, y0, t, *params):
+    """Argument ``i`` of ``odeint_of``: y0 (1), t (2), a parameter (3...)."""
+    def back(g):
+        taus = np.asarray(_plain_value(t), dtype=float)
+        y_bar, s_bar, tau_bar, p_bar = problem.cotangents(g, g, y0, taus[0], taus, ans, params)
+        if i == 1:
+            return y_bar.reshape(np.shape(y0))
+        if i == 2:
+            tau_bar = tau_bar.copy()
+            tau_bar[0] += s_bar
+            return tau_bar.reshape(np.shape(t))
+        return p_bar[i - 3]
+    return back
+
+
+def solve_ivp_cotangent(i, ans, problem, y0, t0, t1, t_eval, *params):
+    """Argument ``i`` of ``solve_ivp_of``: y0 (1), t0 (2), t1 (3), t_eval (4), a parameter (5...)."""
+    def back(g):
+        taus = problem.result.t
+        Y = np.transpose(ans)
+        y_bar, s_bar, tau_bar, p_bar = problem.cotangents(g, np.transpose(g), y0, t0, taus, Y, params)
+        if i == 1:
+            return y_bar.reshape(np.shape(y0))
+        if i == 2:
+            return s_bar + (tau_bar[0] if t_eval is None else 0.0)
+        if i == 3:
+            return tau_bar[-1] if t_eval is None else 0.0
+        if i == 4:
+            return tau_bar.reshape(np.shape(t_eval))
+        return p_bar[i - 5]
+    return back
+
+
+def dense_cotangent(i, ans, problem, y0, t0, t, *params):
+    """Argument ``i`` of ``dense_of``: y0 (1), t0 (2), t (3), a parameter (4...): the adjoint at the sorted times."""
+    def back(g):
+        times = np.atleast_1d(np.asarray(_plain_value(t), dtype=float))
+        order = np.argsort(times) if problem.result.t[-1] >= problem.result.t[0] else np.argsort(-times)
+        Y = np.reshape(ans, (np.shape(ans)[0], -1)).T[order]
+        G = np.reshape(g, (np.shape(ans)[0], -1)).T[order]
+        y_bar, s_bar, tau_bar, p_bar = problem.cotangents(g, G, y0, t0, times[order], Y, params)
+        if i == 1:
+            return y_bar.reshape(np.shape(y0))
+        if i == 2:
+            return s_bar
+        if i == 3:
+            out = np.empty_like(times)
+            out[order] = tau_bar
+            return out.reshape(np.shape(t))
+        return p_bar[i - 4]
+    return back
+
+
+def _plain_value(x):
+    return x.value if isinstance(x, Guarded) else x
+
+
+for _primitive, _maker in ((odeint_of, odeint_cotangent), (solve_ivp_of, solve_ivp_cotangent),
+                           (dense_of, dense_cotangent)):
+    defvjp_argnum(_primitive, _maker)
+
+MIRRORS = {scipy.integrate.odeint: odeint, scipy.integrate.solve_ivp: solve_ivp}

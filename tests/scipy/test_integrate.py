@@ -1,0 +1,169 @@
+"""dualbroadcast.scipy.integrate: SciPy's values, gradients against central differences, JAX's odeint and
+the other sensitivity method, for every SciPy method; stiff problems; closures; dense output; errors."""
+
+import numpy as np
+import pytest
+import scipy.integrate
+
+import dualbroadcast as db
+from dualbroadcast.errors import UnsupportedFunctionError
+from dualbroadcast.scipy import integrate
+
+METHODS = ["RK45", "RK23", "DOP853", "BDF", "Radau", "LSODA"]
+T = np.linspace(0.0, 4.0, 6)
+Y0 = np.array([1.0, 0.5])
+P = np.array([1.5, 1.0, 3.0, 1.0])
+W = np.random.default_rng(0).normal(size=(6, 2))
+
+
+def lotka_volterra(y, t, a, b, c, d):
+    u, v = y[0], y[1]
+    return np.stack([a * u - b * u * v, -c * v + d * u * v])
+
+
+def odeint_loss(y0, p, t, sensitivity="auto"):
+    Y = integrate.odeint(lotka_volterra, y0, t, args=(p[0], p[1], p[2], p[3]), rtol=1e-9, atol=1e-9,
+                         sensitivity=sensitivity)
+    return np.sum(W * Y)
+
+
+def solve_ivp_loss(y0, p, t, method, sensitivity="auto"):
+    result = integrate.solve_ivp(lambda t, y, p: lotka_volterra(y, t, p[0], p[1], p[2], p[3]), (t[0], t[-1]), y0,
+                                 method=method, t_eval=t, args=(p,), rtol=1e-9, atol=1e-9, sensitivity=sensitivity)
+    return np.sum(W * result.y.T)
+
+
+def central_differences(f, x, h=1e-5):
+    g = np.zeros_like(x)
+    for i in range(x.size):
+        e = np.zeros_like(x)
+        e.flat[i] = h
+        g.flat[i] = (f(x + e) - f(x - e)) / (2 * h)
+    return g
+
+
+def assert_close_to_differences(loss, args, rtol):
+    grads = db.gradient(loss, *args)
+    for i, g in enumerate(grads):
+        moved = lambda x, i=i: loss(*args[:i], x, *args[i + 1:])
+        expected = central_differences(moved, args[i])
+        np.testing.assert_allclose(g, expected, rtol=rtol, atol=rtol * np.max(np.abs(expected)))
+
+
+def test_values_are_scipys():
+    ours = integrate.odeint(lotka_volterra, Y0, T, args=tuple(P))
+    np.testing.assert_array_equal(ours, scipy.integrate.odeint(lotka_volterra, Y0, T, args=tuple(P)))
+    fun = lambda t, y: lotka_volterra(y, t, *P)
+    for method in METHODS:
+        ours = integrate.solve_ivp(fun, (0.0, 4.0), Y0, method=method, t_eval=T)
+        theirs = scipy.integrate.solve_ivp(fun, (0.0, 4.0), Y0, method=method, t_eval=T)
+        np.testing.assert_array_equal(ours.y, theirs.y)
+        assert ours.nfev == theirs.nfev
+
+
+@pytest.mark.parametrize("sensitivity", ["adjoint", "forward"])
+def test_odeint_gradient(sensitivity):
+    assert_close_to_differences(lambda y0, p, t: odeint_loss(y0, p, t, sensitivity), (Y0, P, T), 1e-5)
+
+
+@pytest.mark.parametrize("method, sensitivity", [(method, "adjoint") for method in METHODS]
+                         + [("RK45", "forward"), ("BDF", "forward")])
+def test_solve_ivp_gradient(method, sensitivity):
+    loss = lambda y0, p: solve_ivp_loss(y0, p, T, method, sensitivity)
+    assert_close_to_differences(loss, (Y0, P), 1e-5)
+
+
+def test_adjoint_equals_forward_sensitivities():
+    adjoint = db.gradient(lambda y0, p, t: odeint_loss(y0, p, t, "adjoint"), Y0, P, T)
+    forward = db.gradient(lambda y0, p, t: odeint_loss(y0, p, t, "forward"), Y0, P, T)
+    for a, f in zip(adjoint, forward):
+        np.testing.assert_allclose(a, f, rtol=1e-6, atol=1e-6 * np.max(np.abs(f)))  # both to the tolerance
+
+
+def test_against_jax_odeint():
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    from jax.experimental.ode import odeint as jax_odeint
+    jnp = jax.numpy
+
+    def jax_loss(y0, p, t):
+        f = lambda y, t, p: jnp.stack([p[0] * y[0] - p[1] * y[0] * y[1], -p[2] * y[1] + p[3] * y[0] * y[1]])
+        return jnp.sum(W * jax_odeint(f, y0, t, p, rtol=1e-9, atol=1e-9))
+
+    expected = jax.grad(jax_loss, argnums=(0, 1, 2))(Y0, P, T)
+    ours = db.gradient(lambda y0, p, t: odeint_loss(y0, p, t, "adjoint"), Y0, P, T)
+    for a, b in zip(ours, expected):
+        np.testing.assert_allclose(a, np.asarray(b), rtol=1e-6, atol=1e-6 * np.max(np.abs(b)))
+
+
+def test_closure_parameters_and_cut():
+    def loss(k, y0):
+        decay = lambda t, y: -k * y
+        return np.sum(integrate.solve_ivp(decay, (0.0, 2.0), y0, t_eval=[1.0, 2.0], rtol=1e-10, atol=1e-12).y)
+
+    k, y0 = 0.7, np.array([1.0, 2.0])
+    gk, gy = db.gradient(loss, k, y0)
+    np.testing.assert_allclose(gk, -3.0 * (np.exp(-k) + 2 * np.exp(-2 * k)), rtol=1e-7)
+    np.testing.assert_allclose(gy, np.exp(-k) + np.exp(-2 * k), rtol=1e-7)
+    assert db.gradient(loss, db.cut(k), y0)[0] is None
+
+
+def test_robertson_bdf():
+    def robertson(t, y, k):
+        return np.stack([-k[0] * y[0] + k[2] * y[1] * y[2],
+                         k[0] * y[0] - k[1] * y[1] ** 2 - k[2] * y[1] * y[2],
+                         k[1] * y[1] ** 2])
+
+    def loss(k):
+        result = integrate.solve_ivp(robertson, (0.0, 100.0), np.array([1.0, 0.0, 0.0]), method="BDF",
+                                     t_eval=[1.0, 10.0, 100.0], args=(k,), rtol=1e-10, atol=1e-14)
+        return np.sum(result.y[0] + 1e4 * result.y[1])
+
+    k = np.array([0.04, 3e7, 1e4])
+    g = db.gradient(loss, k)
+    steps = 1e-6 * k  # relative steps: the rates span 11 orders of magnitude
+    expected = [(loss(k + np.eye(3)[i] * steps) - loss(k - np.eye(3)[i] * steps)) / (2 * steps[i]) for i in range(3)]
+    np.testing.assert_allclose(g, expected, rtol=1e-5)
+
+
+def test_dense_output_carries_the_gradient():
+    def loss(y0):
+        result = integrate.solve_ivp(lambda t, y: -y, (0.0, 2.0), y0, dense_output=True, rtol=1e-10, atol=1e-12)
+        return np.sum(result.sol(np.array([0.5, 1.5])))
+
+    y0 = np.array([1.0, 3.0])
+    np.testing.assert_allclose(db.gradient(loss, y0), np.exp(-0.5) + np.exp(-1.5), rtol=1e-6)
+
+
+def test_start_and_end_times():
+    def loss(t0, t1):
+        return np.sum(integrate.solve_ivp(lambda t, y: -y, (t0, t1), np.array([2.0]), rtol=1e-11, atol=1e-12).y[:, -1])
+
+    g0, g1 = db.gradient(loss, 0.5, 1.5)
+    np.testing.assert_allclose([g0, g1], [2 * np.exp(-1.0), -2 * np.exp(-1.0)], rtol=1e-6)
+
+
+def test_second_derivatives_are_a_clear_error():
+    with pytest.raises(UnsupportedFunctionError, match="not differentiable again"):
+        db.hessian(lambda p: odeint_loss(Y0, p, T), P)
+
+
+def test_events_are_refused_when_differentiated():
+    event = lambda t, y: y[0] - 0.5
+    with pytest.raises(UnsupportedFunctionError, match="events"):
+        db.gradient(lambda k: np.sum(integrate.solve_ivp(lambda t, y: -k * y, (0, 1), np.ones(1), events=event).y), 1.0)
+
+
+def test_sensitivity_keyword_is_checked():
+    with pytest.raises(ValueError, match="sensitivity"):
+        integrate.odeint(lotka_volterra, Y0, T, args=tuple(P), sensitivity="backward")
+
+
+def test_forward_mode_is_a_clear_error():
+    def loss(k):
+        return np.sum(integrate.solve_ivp(lambda t, y: -k * y, (0, 1), np.ones(2)).y[:, -1])
+
+    with pytest.raises(UnsupportedFunctionError, match=r"db\.jvp .*does not reach.*db\.jacobian"):
+        db.jvp(loss, (0.5,), (1.0,))
+    with pytest.raises(UnsupportedFunctionError, match=r"db\.jvp"):
+        db.jvp(lambda y0: np.sum(integrate.odeint(lambda y, t: -y, y0, [0.0, 1.0])), (np.ones(2),), (np.ones(2),))
