@@ -2,6 +2,7 @@
 replay and its ``out=``, jvp, hvp, prepare_hvp, hessian), each pinned here with the program that showed it."""
 
 import importlib
+import math
 import re
 
 import numpy as np
@@ -25,14 +26,16 @@ class FakeClock:
 
 @pytest.fixture
 def whole_arrays_win(monkeypatch):
-    """Every prepared region with two candidate runners (blocked, whole arrays) chooses whole arrays."""
-    fake = FakeClock({"numpy": 1e-9, "blocked": 4e-9})
+    """Every prepared region with two candidate runners (blocked, whole arrays) chooses whole arrays (the
+    program's plan kept fused: tests/prepared/test_plan_choice.py tests that choice)."""
+    monkeypatch.setattr(replay, "PLAN_MARGIN", math.inf)
+    fake = FakeClock({"numpy": 1e-9, "blocked": 4e-9, kernels.ONE_THREAD: 4e-9})
     monkeypatch.setattr(kernels, "clock", fake)
     original = replay._Runners.run
 
     def run(self, backend, values, shape, size, active_shapes):
         result = original(self, backend, values, shape, size, active_shapes)
-        fake.now += fake.cost[backend] * size
+        fake.now += fake.cost.get(backend, 0.0) * size  # (a plan's run: the regions it runs cost)
         return result
 
     monkeypatch.setattr(replay._Runners, "run", run)

@@ -202,8 +202,9 @@ def std_partial(ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False,
 
 def spread_vjp(partial_of):
     """The vjp of var or std from its partial: ``g`` expanded to x's shape, times the partial."""
-    def vjp(ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kwargs):
-        partial = partial_of(ans, a, axis, dtype, out, ddof, keepdims, **kwargs)
+    def vjp(ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=None,
+            correction=None):
+        partial = partial_of(ans, a, axis, dtype, out, ddof, keepdims, where=where, mean=mean, correction=correction)
         return lambda g: expand(g, np.shape(a), axis, keepdims) * partial
 
     return vjp
@@ -215,8 +216,9 @@ var_vjp, std_vjp = spread_vjp(var_partial), spread_vjp(std_partial)
 def spread_jvp(partial_of):
     """The jvp of var or std: Σ partial · ẋ over each slice, and NaN over an empty slice, where the value is NaN
     (as mean's tangent: JAX's too), not the empty sum's 0."""
-    def jvp(tangents, ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kwargs):
-        partial = partial_of(ans, a, axis, dtype, out, ddof, keepdims, **kwargs)
+    def jvp(tangents, ans, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=None,
+            correction=None):
+        partial = partial_of(ans, a, axis, dtype, out, ddof, keepdims, where=where, mean=mean, correction=correction)
         tangent = np.sum(partial * tangents[0], axis=axis, keepdims=keepdims)
         return tangent if np.size(a) else tangent + np.nan
 

@@ -218,7 +218,8 @@ def ufunc_inputs(ufunc):
         return [rng.uniform(-2, 2, size=s) for s in ([(2, 3), (3,)] if ufunc is np.matvec else [(2,), (2, 3)])]
     shape = (2, 2) if ufunc is np.matmul else (3,)
     domains = DOMAINS.get(ufunc, [(-2, 2)] * ufunc.nin)
-    return [rng.uniform(low, high, size=shape) for low, high in domains]
+    # a domain a pole or a kink splits is a tuple of intervals (`cases.from_domain`): its last piece here
+    return [rng.uniform(*(d[-1] if type(d[0]) is tuple else d), size=shape) for d in domains]
 
 
 def sum_of(ufunc, inputs, **keywords):

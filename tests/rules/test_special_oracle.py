@@ -23,7 +23,15 @@ N = 5  # elements per argument
 def points(spec, seed):
     """Per argument of ``spec``: N values inside its interval, or its constant (a degree: 2.0)."""
     rng = np.random.default_rng(seed)
-    return [rng.uniform(*s, N) if type(s) is tuple else 2.0 if s == scipy_special.N else s for s in spec]
+    return [drawn(rng, s) if type(s) is tuple else 2.0 if s == scipy_special.N else s for s in spec]
+
+
+def drawn(rng, domain):
+    """N values in an interval, or spread over the pieces of a domain a pole splits (a tuple of intervals)."""
+    if type(domain[0]) is not tuple:
+        return rng.uniform(*domain, N)
+    pieces = np.stack([rng.uniform(*piece, N) for piece in domain])
+    return pieces[rng.integers(len(domain), size=N), np.arange(N)]
 
 
 def jax_name(func):
