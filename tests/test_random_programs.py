@@ -32,7 +32,7 @@ except ImportError:
 else:
     HAVE_JAX = True
 
-NORMAL = 400
+NORMAL = 400 if os.environ.get("CI") else 100  # a default run draws a quarter of CI's (as tests/conftest.py)
 JAX_SHARE = 5  # the normal run compares one program in JAX_SHARE with jax.grad (its first call of a shape compiles)
 SECOND_ORDER_SHARE = 2  # the normal run checks db.hvp on one program in SECOND_ORDER_SHARE (three evaluations)
 LONG = int(os.environ.get("DB_LONG") or 0)  # 0: not asked for; 1: 10^4 programs; N > 1: N programs
