@@ -219,6 +219,11 @@ def check(composition, case, dtype, data):
                 f"{composition}: {got!r}, JAX {theirs!r}{where}"
 
 
+# One derandomized draw per case, not shrunk: the first example fails as drawn.
+ONE_DRAW = settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
+                    phases=[Phase.generate])
+
+
 def test_the_tables_name_compositions_and_cases_that_exist():
     for table in (STILL_REFUSED, STILL_WRONG):
         assert {k[0] for k in table} <= set(COMPOSITIONS)
@@ -226,16 +231,14 @@ def test_the_tables_name_compositions_and_cases_that_exist():
 
 
 @pytest.mark.parametrize(("composition", "case", "dtype"), parameters(full=False))
-@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
-          phases=[Phase.generate])  # no shrinking: the first example fails as drawn
+@ONE_DRAW
 @given(data=st.data())
 def test_composition_sample(composition, case, dtype, data):
     check(composition, case, dtype, data)
 
 
 @pytest.mark.parametrize(("composition", "case", "dtype"), parameters(full=True))
-@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
-          phases=[Phase.generate])  # no shrinking: the first example fails as drawn
+@ONE_DRAW
 @given(data=st.data())
 def test_composition(composition, case, dtype, data):
     check(composition, case, dtype, data)
