@@ -23,6 +23,7 @@ the formula; ``tests/tape/test_pullbacks.py`` checks each pair computes the same
 """
 
 import functools
+import math
 import operator
 import warnings
 
@@ -44,6 +45,12 @@ def multiply_by(d):
 def scalar_pullback(d):
     """The pullback of a scalar result's partial ``d`` as a record holds it: ``d`` itself if it is a factor."""
     return d if type(d) in FACTORS else d if type(d) is Strong else multiply_by(d)
+
+
+def strong_scalar_pullback(func, d, inf=math.inf):
+    """`scalar_pullback` for a selection or a singular function ``func``: ``d`` itself where the product by it
+    is IEEE's (a finite nonzero number), else its `Strong` pullback (0 · ∞ is 0 there, not NaN)."""
+    return d if type(d) in FACTORS and d != 0 and abs(d) < inf else Strong(func, d, (), ())
 
 
 def as_array(x, dtype=None):

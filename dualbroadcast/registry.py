@@ -40,7 +40,8 @@ class Rule:
     ``scalar_backs``: for constant partials (``x - y``), the pullbacks of a scalar
     result, the same for every call, so recording one calls no maker (None: the identity).
     ``scalar_partials``: for a scalar result, ``∂f/∂argᵢ(ans, *args)`` per argument, called directly
-    (no maker: for a scalar the partial is the pullback's factor).
+    (no maker: for a scalar the partial is the pullback's factor); ``scalar_back`` turns one into the record's
+    pullback (`pullbacks.scalar_pullback`, or its strong form for a selection or a singular function).
     ``bilinear``: ``x * y`` or a dot: for a scalar result ∂f/∂x = y and ∂f/∂y = x, so
     the record keeps the other argument itself (no partial to evaluate).
     ``keeps_arguments``: its pullbacks may read its constant array arguments, which are then
@@ -50,7 +51,7 @@ class Rule:
     """
 
     __slots__ = ("bilinear", "binary", "impl", "keeps_arguments", "kind", "makers", "plain", "scalar_backs",
-                 "scalar_partials", "tracked_keywords")
+                 "scalar_back", "scalar_partials", "tracked_keywords")
 
     def __init__(self, impl, kind, makers):
         self.impl = impl
@@ -60,6 +61,7 @@ class Rule:
         self.binary = kind == PER_ARGUMENT and len(makers) == 2 and None not in makers
         self.scalar_backs = None
         self.scalar_partials = None
+        self.scalar_back = None
         self.bilinear = False
         self.keeps_arguments = True
         self.tracked_keywords = None

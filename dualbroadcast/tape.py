@@ -1043,7 +1043,8 @@ def _binary(x, y, func):
                 backs = rule.scalar_backs
             elif scalar and rule.scalar_partials is not None:  # 1.4 us a record, against 3.0 us through the makers
                 dx, dy = rule.scalar_partials
-                backs = (scalar_pullback(dx(ans, xv, yv)), scalar_pullback(dy(ans, xv, yv)))
+                back = rule.scalar_back
+                backs = (back(dx(ans, xv, yv)), back(dy(ans, xv, yv)))
             elif scalar or _is_float(ans):
                 backs = (rule.makers[0](ans, xv, yv), rule.makers[1](ans, xv, yv))
             else:
@@ -1063,7 +1064,7 @@ def _binary(x, y, func):
         elif scalar and rule.scalar_backs is not None:
             back = rule.scalar_backs[k]
         elif scalar and rule.scalar_partials is not None:
-            back = scalar_pullback(rule.scalar_partials[k](ans, *values))
+            back = rule.scalar_back(rule.scalar_partials[k](ans, *values))
         elif scalar or _is_float(ans):
             back = rule.makers[k](ans, *values)
         else:

@@ -8,7 +8,7 @@ needs is derived from the same table: constant partials give fixed pullbacks
 (``scalar_backs``), partials that are the other argument make a rule bilinear.
 """
 
-import math
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +18,7 @@ from ..broadcast import clear_cache
 from ..derivatives import DERIVATIVES, SELECTIONS, SMOOTH, is_finite
 from ..errors import UnsupportedFunctionError
 from ..numpy_facts import OPERATOR_FUNCTIONS, as_dtype, qualified_name
-from ..pullbacks import FACTORS, Strong, one_number, table_pullback
+from ..pullbacks import Strong, one_number, scalar_pullback, strong_scalar_pullback, table_pullback
 from ..registry import PER_ARGUMENT, RULES, Rule, _implementation, _users_rule, deflinear, defvjp_outputs
 
 
@@ -160,18 +160,9 @@ def _register(func, partials):
     if rule.binary and all(type(d) in (int, float) for d in partials):
         rule.scalar_backs = tuple(table_pullback(d, (), ()) for d in partials)  # None: the identity
     if rule.binary and all(callable(d) for d in partials):
-        rule.scalar_partials = partials if func in SMOOTH else tuple(strong_scalar(func, d) for d in partials)
+        rule.scalar_partials = partials
+        rule.scalar_back = scalar_pullback if func in SMOOTH else functools.partial(strong_scalar_pullback, func)
     rule.bilinear = rule.binary and _each_partial_is_the_other_argument(partials)
-
-
-def strong_scalar(func, partial):
-    """``partial`` for a scalar record of a selection or a singular function: the number itself where the
-    product by it is IEEE's, else its `Strong` pullback (a zero or a partial that is not finite)."""
-    def checked(ans, *args, inf=math.inf):
-        d = partial(ans, *args)
-        return d if type(d) in FACTORS and d != 0 and abs(d) < inf else Strong(func, d, (), ())
-
-    return checked
 
 
 def _each_partial_is_the_other_argument(partials):
