@@ -90,6 +90,45 @@ def test_against_jax_odeint():
         np.testing.assert_allclose(a, np.asarray(b), rtol=1e-6, atol=1e-6 * np.max(np.abs(b)))
 
 
+@pytest.mark.parametrize("method", ["RK23", "RK45", "DOP853"])
+def test_many_parameters_by_quadrature(method):
+    """A linear ODE's matrix (the explicit adjoint's parameter integral is a quadrature over its backward steps)
+    against JAX's gradient of the exact solution expm(A t) y0."""
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    rng = np.random.default_rng(3)
+    A, y0, t = rng.normal(size=(5, 5)) / 2 - np.eye(5), rng.normal(size=5), np.array([0.0, 0.7, 1.5, 3.0])
+    weights = rng.normal(size=(5, 4))
+
+    def loss(A):
+        result = integrate.solve_ivp(lambda t, y, A: A @ y, (0.0, 3.0), y0, method=method, t_eval=t, args=(A,),
+                                     rtol=1e-11, atol=1e-12, sensitivity="adjoint")
+        return np.sum(weights * result.y)
+
+    def exact(A):
+        return jax.numpy.sum(weights * jax.numpy.stack([jax.scipy.linalg.expm(A * s) @ y0 for s in t], axis=1))
+
+    np.testing.assert_allclose(loss(A), float(exact(A)), rtol=1e-8)
+    expected = np.asarray(jax.grad(exact)(A))
+    np.testing.assert_allclose(db.gradient(loss, A), expected, rtol=1e-6, atol=1e-7 * np.max(np.abs(expected)))
+
+
+def test_auto_sensitivity_counts_vector_jacobian_products():
+    """Forward sensitivities for few states and many output times (the adjoint restarts at each), the adjoint
+    for many states or a stiff method."""
+    def chosen(fun, y0, t_eval, method="RK45"):
+        problem = integrate.Problem("solve_ivp", (fun, ()), dict(method=method), "auto")
+        problem.result = scipy.integrate.solve_ivp(fun, (0.0, 15.0), y0, method=method, t_eval=t_eval)
+        return problem.chosen_sensitivity(np.size(y0), len(problem.result.t))
+
+    lv = lambda t, y: lotka_volterra(y, t, *P)
+    many, few = np.linspace(0.0, 15.0, 1000), np.array([0.0, 15.0])
+    assert chosen(lv, Y0, many) == "forward"
+    assert chosen(lv, Y0, few) == "adjoint"
+    assert chosen(lv, Y0, many, "BDF") == "adjoint"
+    assert chosen(lambda t, y: -y, np.ones(40), np.linspace(0.0, 15.0, 20)) == "adjoint"
+
+
 def test_closure_parameters_and_cut():
     def loss(k, y0):
         decay = lambda t, y: -k * y
