@@ -394,8 +394,10 @@ def _refuse_forward_mode(values):
     """A dual value of `db.jvp` reaching a solver: an error naming the reverse-mode calls that work."""
     if any(type(v) is FORWARD[0] for v in values):
         raise UnsupportedFunctionError(
-            "db.jvp (forward mode) does not reach through dualbroadcast.scipy.integrate's solvers; use db.gradient, "
-            "db.pullback or db.jacobian (reverse mode; sensitivity='forward' solves the forward sensitivities)")
+            "db.jvp (forward mode: also db.jacfwd, db.jacobian's default for fewer inputs than outputs, db.jvp of a "
+            "gradient) does not reach through dualbroadcast.scipy.integrate's solvers; use reverse mode: db.gradient, "
+            "db.pullback, db.jacrev or db.jacobian(f, x, mode='reverse') (sensitivity='forward' still solves the "
+            "forward sensitivities inside)")
 
 
 def _refuse_nested(*values):
@@ -404,7 +406,9 @@ def _refuse_nested(*values):
         raise UnsupportedFunctionError(
             "the gradient of dualbroadcast.scipy.integrate's solvers is computed by SciPy's solvers on plain values "
             "and is not differentiable again (a nested gradient, db.hvp or db.hessian through odeint/solve_ivp); "
-            "take finite differences of db.gradient, or differentiate the solve's output once")
+            "for a least-squares fit use the Gauss-Newton Hessian JᵀJ of the solution's Jacobian "
+            "J = db.jacobian(solve, p, mode='reverse') (scipy.optimize.least_squares with jac=), else central "
+            "differences of db.gradient")
 
 
 def _block_jacobian(jy, jp, sparse):

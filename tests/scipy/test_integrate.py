@@ -176,9 +176,41 @@ def test_start_and_end_times():
     np.testing.assert_allclose([g0, g1], [2 * np.exp(-1.0), -2 * np.exp(-1.0)], rtol=1e-6)
 
 
-def test_second_derivatives_are_a_clear_error():
-    with pytest.raises(UnsupportedFunctionError, match="not differentiable again"):
-        db.hessian(lambda p: odeint_loss(Y0, p, T), P)
+def decay_at_one(k):
+    return integrate.solve_ivp(lambda t, y: -k * y, (0, 1), np.ones(2), rtol=1e-10, atol=1e-12).y[:, -1]
+
+
+SECOND_ORDER = {
+    "hessian": lambda: db.hessian(lambda p: odeint_loss(Y0, p, T), P),
+    "hvp": lambda: db.hvp(lambda k: np.sum(decay_at_one(k)), np.array([0.7]), np.array([1.0])),
+    "nested gradient": lambda: db.gradient(lambda k: db.gradient(lambda k: np.sum(decay_at_one(k)), k), 0.7),
+}
+FORWARD_MODE = {
+    "jvp": lambda: db.jvp(lambda k: np.sum(decay_at_one(k)), (0.7,), (1.0,)),
+    "jvp of a gradient": lambda: db.jvp(lambda k: db.gradient(lambda k: np.sum(decay_at_one(k)), k), (0.7,), (1.0,)),
+    "jacfwd": lambda: db.jacfwd(decay_at_one, np.array([0.7])),
+    "jacobian, auto mode": lambda: db.jacobian(decay_at_one, np.array([0.7])),
+}
+
+
+@pytest.mark.parametrize("composition", SECOND_ORDER)
+def test_second_derivatives_are_a_clear_error(composition):
+    with pytest.raises(UnsupportedFunctionError, match=r"not differentiable again.*Gauss-Newton.*mode='reverse'"):
+        SECOND_ORDER[composition]()
+
+
+@pytest.mark.parametrize("composition", FORWARD_MODE)
+def test_forward_mode_names_the_reverse_calls(composition):
+    with pytest.raises(UnsupportedFunctionError, match=r"db\.jvp .*does not reach.*mode='reverse'"):
+        FORWARD_MODE[composition]()
+
+
+def test_the_named_compositions_work():
+    """What the errors offer: the Jacobian in reverse mode (its Gauss-Newton JᵀJ) and db.jacrev."""
+    k = np.array([0.7])
+    expected = -np.exp(-0.7) * np.ones((2, 1))
+    np.testing.assert_allclose(db.jacobian(decay_at_one, k, mode="reverse"), expected, rtol=1e-7)
+    np.testing.assert_allclose(db.jacrev(decay_at_one, k), expected, rtol=1e-7)
 
 
 def test_events_are_refused_when_differentiated():
@@ -192,11 +224,6 @@ def test_sensitivity_keyword_is_checked():
         integrate.odeint(lotka_volterra, Y0, T, args=tuple(P), sensitivity="backward")
 
 
-def test_forward_mode_is_a_clear_error():
-    def loss(k):
-        return np.sum(integrate.solve_ivp(lambda t, y: -k * y, (0, 1), np.ones(2)).y[:, -1])
-
-    with pytest.raises(UnsupportedFunctionError, match=r"db\.jvp .*does not reach.*db\.jacobian"):
-        db.jvp(loss, (0.5,), (1.0,))
+def test_forward_mode_through_odeint_is_a_clear_error():
     with pytest.raises(UnsupportedFunctionError, match=r"db\.jvp"):
         db.jvp(lambda y0: np.sum(integrate.odeint(lambda y, t: -y, y0, [0.0, 1.0])), (np.ones(2),), (np.ones(2),))
