@@ -460,15 +460,15 @@ def _solve_at(solver, fun, t0, y0, times, options):
     if k == len(times):
         return out
     run = solver(fun, t0, y0, times[-1], **options)
-    forward = times[-1] > t0
+    ordered = times if times[-1] > t0 else -times  # increasing either way
     while k < len(times):
         run.step()
         if run.status == "failed":
             raise RuntimeError(f"the gradient's solve failed at t={run.t}")
-        dense = run.dense_output()
-        while k < len(times) and ((times[k] <= run.t) if forward else (times[k] >= run.t)):
-            out.append(dense(times[k]))
-            k += 1
+        end = np.searchsorted(ordered, run.t if times[-1] > t0 else -run.t, side="right")
+        if end > k:  # the times this step passed, interpolated in one call
+            out.extend(run.dense_output()(times[k:end]).T)
+            k = end
     return out
 
 
