@@ -382,12 +382,13 @@ class Quadrature:
         self.total = np.zeros(size)
 
     def add(self, run):
-        """The part of the integral over the step ``run`` just took."""
+        """The part of the integral over the step ``run`` just took: ``q' = -∂F/∂pᵀ a`` from ``t_old`` to ``t``
+        (either direction: a solve backward in time has its adjoint run forward)."""
         half = (run.t - run.t_old) / 2
         times = run.t_old + (self.nodes + 1) * half
         states = run.dense_output()(times)
         for j, t in enumerate(times):
-            self.total += self.vjp(t, states[:self.n, j], abs(half) * self.weights[j] * states[self.n:, j])[2]
+            self.total += self.vjp(t, states[:self.n, j], -half * self.weights[j] * states[self.n:, j])[2]
 
 
 def _refuse_forward_mode(values):

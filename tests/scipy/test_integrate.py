@@ -113,6 +113,19 @@ def test_many_parameters_by_quadrature(method):
     np.testing.assert_allclose(db.gradient(loss, A), expected, rtol=1e-6, atol=1e-7 * np.max(np.abs(expected)))
 
 
+@pytest.mark.parametrize("method, sensitivity", [(method, "adjoint") for method in METHODS]
+                         + [("RK45", "forward"), ("DOP853", "forward")])
+def test_backward_in_time(method, sensitivity):
+    """A solve from t=4 back to 0: its adjoint runs forward in time (the quadrature's sign follows)."""
+    def loss(y0, p):
+        result = integrate.solve_ivp(lambda t, y, p: lotka_volterra(y, t, p[0], p[1], p[2], p[3]), (4.0, 0.0), y0,
+                                     method=method, t_eval=T[::-1], args=(p,), rtol=1e-9, atol=1e-9,
+                                     sensitivity=sensitivity)
+        return np.sum(W * result.y.T)
+
+    assert_close_to_differences(loss, (Y0, P / 4), 1e-5)
+
+
 def test_auto_sensitivity_counts_vector_jacobian_products():
     """Forward sensitivities for few states and many output times (the adjoint restarts at each), the adjoint
     for many states or a stiff method."""
