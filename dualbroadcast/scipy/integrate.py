@@ -274,9 +274,9 @@ class Problem:
         vjp = self.products(n, p, parameters=not explicit)
         quadrature = Quadrature(self.products(n, p), self.solver.order, n, p.size) if explicit else None
         rtol, atol = self.tolerances()
-        # a and q are not in the states' units: a's absolute tolerance follows G's size, q's is rtol (relative to
-        # a unit cotangent) at least (Robertson's adjoint with the states' atol=1e-14 asks BDF for steps below
-        # the float spacing)
+        # a and q are not in the states' units: a's absolute tolerance follows G's size, q's (states of the stiff
+        # methods' solve) is rtol (relative to a unit cotangent) at least (Robertson's adjoint with the states'
+        # atol=1e-14 asks BDF for steps below the float spacing)
         atol_a = np.full(n, max(float(np.min(atol)), rtol * float(np.max(np.abs(G)))))
         atol_q = np.full(p.size, max(float(np.min(atol)), rtol))
         a, q, step = np.zeros(n), np.zeros(p.size), None
@@ -285,11 +285,11 @@ class Problem:
             lo = taus[k - 1] if k else s
             if lo == taus[k]:
                 continue
-            y_lo = np.ravel(Y[k - 1]) if k else y0
             if explicit:
                 tolerances = np.concatenate([np.broadcast_to(atol, (n,)), atol_a])
                 a, step = self.backsolve(vjp, taus[k], lo, np.ravel(Y[k]), a, rtol, tolerances, step, quadrature)
             else:
+                y_lo = np.ravel(Y[k - 1]) if k else y0
                 a, q = self.interpolated(vjp, taus[k], lo, y_lo, a, q, rtol, np.concatenate([atol_a, atol_q]), p)
         return a, (quadrature.total if explicit else q)
 
