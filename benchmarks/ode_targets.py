@@ -5,7 +5,7 @@
 2. A 100-state linear ODE ``y' = A y`` (10,000 parameters): the adjoint's time over the forward
    solve's, and the peak memory (tracemalloc) of the gradient against the forward solve's and the
    checkpoints' (the output ``Y``, kept by the tape), on a horizon and on four times that horizon
-   (about eight times the steps, the same peak).
+   (over three times the steps, the same peak).
 3. Robertson's stiff problem with BDF: the gradient against central differences.
 
 Times are medians sampled in turns (`timing.interleaved_medians`) on a shared machine.
@@ -145,4 +145,4 @@ if __name__ == "__main__":
     lotka_volterra_target()
     robertson_target()
     linear_target()
-    linear_target(horizon=20.0)  # four times the horizon, about eight times the steps: the same peak memory
+    linear_target(horizon=20.0)  # four times the horizon, over three times the steps: the same peak memory
