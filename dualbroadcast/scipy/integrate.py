@@ -14,22 +14,31 @@ attributes: the pytree of `db.cut`; a cut one is a constant).  With ``G[k]`` the
 * in either, ``τ̄[k] = G[k] · F(τ[k], Y[k])`` and ``s̄ = -ȳ0 · F(s, y0)``.
 
 Both solve with SciPy's own solver and the call's method and tolerances.  ``sensitivity="auto"`` takes
-forward sensitivities for an explicit method when ``n (n + P) ≤ 32`` (its ``n`` vector-Jacobian products
-per step cost less than the adjoint's restart at every output time: Lotka-Volterra over 1,000 times,
-8.8x the forward solve against 17.5x), else the adjoint (a stiff method's Newton iterations converge
-slowly with the forward system's block-diagonal Jacobian: Robertson's took minutes).
+the one needing fewer vector-Jacobian products (`Problem.chosen_sensitivity`): forward sensitivities take
+``n`` per evaluation of the forward solve, the adjoint about one plus a restart at each output time, so few
+states and many output times (Lotka-Volterra over 1,000 times) go forward; a stiff method always takes the
+adjoint (its Newton iterations converge slowly with the forward system's block-diagonal Jacobian: Robertson's
+took minutes).  An explicit method's ``S`` is left out of the step-size control (SUNDIALS' ``errconS=False``).
 
 The adjoint needs ``y`` between output times: the explicit Runge-Kutta methods (RK23, RK45, DOP853)
-solve it backward with ``a`` from the checkpoint ``Y[k]``; the stiff ones (BDF, Radau, LSODA; odeint is
-LSODA) re-solve it forward from ``Y[k-1]`` and interpolate, so memory is the output plus one interval's
-steps, never the whole solve's.  The backward solves step SciPy's solver classes directly and keep no
-trajectory.
+solve it backward beside ``a`` from the checkpoint ``Y[k]`` (each restart trying the previous interval's
+longest step first), and ``q`` is a quadrature, not states: Gauss-Legendre nodes in each backward step, exact
+to the method's order, with ``y`` and ``a`` from the step's dense output (`Quadrature`), so the steps and
+their arithmetic do not grow with the number of parameters (10,000 of them for a 100-state linear ODE).  The
+stiff ones (BDF, Radau, LSODA; odeint is LSODA) re-solve ``y`` forward from ``Y[k-1]`` and interpolate, with
+``q`` as states beside ``a``.  Memory is the output plus one interval's steps, never the whole solve's; the
+backward solves step SciPy's solver classes directly and keep no trajectory.
 
-``Fᵀa`` products come from one prepared program (`db.prepare_gradient` of ``⟨a, F(t, y, p)⟩``, whose
-gradient in ``a`` is ``F`` itself), replayed at every step; the stiff methods' Jacobians are ``n`` of them.
+``Fᵀa`` products come from prepared programs (`db.prepare_gradient` of ``⟨a, F(t, y, p)⟩``, whose gradient in
+``a`` is ``F`` itself), recorded once per solve and replayed at every evaluation: one differentiating the
+parameters too (the quadrature's nodes, forward sensitivities, the stiff adjoint), one with them as constants
+(the explicit adjoint's stages); the stiff methods' Jacobians are ``n`` of them.
+
 The gradient is computed on plain values: a second derivative (a nested gradient, `db.hvp`) through a
 solver is an error naming what to do instead.
 """
+
+import functools
 
 import numpy as np
 import scipy.integrate
@@ -46,7 +55,6 @@ __all__ = ["odeint", "solve_ivp"]
 
 EXPLICIT = ("RK23", "RK45", "DOP853")
 SENSITIVITIES = ("auto", "adjoint", "forward")
-FORWARD_LIMIT = 32  # n (n + P) up to which "auto" takes forward sensitivities (see the module docstring)
 
 
 def odeint(func, y0, t, args=(), Dfun=None, col_deriv=0, full_output=0, ml=None, mu=None, rtol=None, atol=None,
@@ -123,7 +131,7 @@ class Problem:
         self.method = method if isinstance(method, str) else method.__name__
         self.solver = getattr(scipy.integrate, method) if isinstance(method, str) else method
         self.info = self.result = self.sol = None
-        self.program = None
+        self.programs = {}  # parameters differentiated or not -> (prepared program, its argument buffer)
         self._cache = None
 
     # --- the right-hand side -------------------------------------------------------------------------------
@@ -194,7 +202,7 @@ class Problem:
 
     # --- the gradient ---------------------------------------------------------------------------------------
     def cotangents(self, g, G, y0, s, taus, Y, params):
-        """``(ȳ0, s̄, τ̄, p̄)`` (p̄ a list, one per parameter) for the cotangent ``G`` of ``Y`` (one row per
+        """``(ȳ0, s̄, () -> τ̄, p̄)`` (p̄ a list, one per parameter) for the cotangent ``G`` of ``Y`` (one row per
         output time), computed once per output cotangent ``g``: the arguments' pullbacks share it."""
         if self._cache is not None and self._cache[0] is g:
             return self._cache[1]
@@ -202,36 +210,53 @@ class Problem:
         y0 = np.asarray(y0, dtype=float).ravel()
         G = np.asarray(G, dtype=float).reshape(len(taus), -1)
         p = np.concatenate([np.ravel(v) for v in params]) if params else np.zeros(0)
-        sensitivity = self.sensitivity
-        if sensitivity == "auto":
-            small = y0.size * (y0.size + p.size) <= FORWARD_LIMIT
-            sensitivity = "forward" if small and self.method in EXPLICIT else "adjoint"
-        solve = self.forward_sensitivities if sensitivity == "forward" else self.adjoint
+        forward = self.chosen_sensitivity(y0.size, len(taus)) == "forward"
+        solve = self.forward_sensitivities if forward else self.adjoint
         a, q = solve(G, y0, float(s), np.asarray(taus, dtype=float), Y, p)
         rhs = self.rhs(params)
-        tau_bar = np.array([G[k] @ np.ravel(rhs(t, Y[k])) for k, t in enumerate(taus)])
         s_bar = -a @ np.ravel(rhs(s, y0))
+
+        @functools.cache
+        def tau_bar():  # called only when the output times are differentiated: an evaluation of F per time
+            return np.array([G[k] @ np.ravel(rhs(t, Y[k])) for k, t in enumerate(taus)])
+
         result = (a, s_bar, tau_bar, self._plain(q))
         self._cache = (g, result)
         return result
 
-    def products(self, n, p):
-        """``vjp(t, y, a) -> (F, ∂F/∂yᵀ a, ∂F/∂pᵀ a)``, replayed by one prepared program."""
-        if self.program is None:
-            start = 1 + 2 * n
+    def chosen_sensitivity(self, n, outputs):
+        """The call's ``sensitivity``; for "auto" the method needing fewer vector-Jacobian products: forward
+        sensitivities take ``n`` (a Jacobian) per evaluation of the forward solve, the adjoint one per evaluation
+        plus a restart (the first evaluation and a step's stages) at each output time.  A stiff method takes the
+        adjoint (Newton iterations with the forward system's block Jacobian: Robertson's took minutes)."""
+        if self.sensitivity != "auto":
+            return self.sensitivity
+        if self.method not in EXPLICIT:
+            return "adjoint"
+        evaluations = self.result.nfev
+        restarts = outputs * (self.solver.n_stages + 1)
+        return "forward" if n * evaluations <= evaluations + restarts else "adjoint"
+
+    def products(self, n, p, parameters=True):
+        """``vjp(t, y, a) -> (F, ∂F/∂yᵀ a, ∂F/∂pᵀ a)``, replayed by one prepared program (one per problem and
+        kind); without ``parameters`` the parameters are its constants and ``∂F/∂pᵀ a`` is empty (the stages of the
+        adjoint, whose parameter integral is a quadrature)."""
+        if parameters not in self.programs:
+            start, constants = 1 + 2 * n, self._plain(p)
 
             def inner_product(z):
-                params = self._plain(z[start:])
+                params = self._plain(z[start:]) if parameters else constants
                 return np.sum(z[1 + n:start] * np.ravel(self.rhs(params)(z[0], z[1:1 + n])))
 
-            z = np.concatenate([[0.0], np.zeros(2 * n), p])
-            self.program = prepare_gradient(inner_product, z)
-        program, buffer = self.program, np.concatenate([[0.0], np.zeros(2 * n), p])
+            example = np.concatenate([np.zeros(start), p if parameters else []])
+            self.programs[parameters] = prepare_gradient(inner_product, example), example
+        program, buffer = self.programs[parameters]
+        start = 1 + 2 * n
 
         def vjp(t, y, a):
-            buffer[0], buffer[1:1 + n], buffer[1 + n:1 + 2 * n] = t, y, a
+            buffer[0], buffer[1:1 + n], buffer[1 + n:start] = t, y, a
             g = program(buffer)
-            return g[1 + n:1 + 2 * n], g[1:1 + n], g[1 + 2 * n:]
+            return g[1 + n:start], g[1:1 + n], g[start:]
 
         return vjp
 
@@ -245,37 +270,49 @@ class Problem:
     def adjoint(self, G, y0, s, taus, Y, p):
         """``(a(s), q(s))``: the adjoint solved backward interval by interval (see the module docstring)."""
         n, m = y0.size, len(taus)
-        vjp = self.products(n, p)
+        explicit = self.method in EXPLICIT
+        vjp = self.products(n, p, parameters=not explicit)
+        quadrature = Quadrature(self.products(n, p), self.solver.order, n, p.size) if explicit else None
         rtol, atol = self.tolerances()
-        # a and q are not in the states' units: a's absolute tolerance follows G's size, q's is rtol (relative to
-        # a unit cotangent) at least (Robertson's adjoint with the states' atol=1e-14 asks BDF for steps below
-        # the float spacing)
+        # a and q are not in the states' units: a's absolute tolerance follows G's size, q's (states of the stiff
+        # methods' solve) is rtol (relative to a unit cotangent) at least (Robertson's adjoint with the states'
+        # atol=1e-14 asks BDF for steps below the float spacing)
         atol_a = np.full(n, max(float(np.min(atol)), rtol * float(np.max(np.abs(G)))))
         atol_q = np.full(p.size, max(float(np.min(atol)), rtol))
-        a, q = np.zeros(n), np.zeros(p.size)
+        a, q, step = np.zeros(n), np.zeros(p.size), None
         for k in range(m - 1, -1, -1):
             a = a + G[k]
             lo = taus[k - 1] if k else s
             if lo == taus[k]:
                 continue
-            y_lo = np.ravel(Y[k - 1]) if k else y0
-            if self.method in EXPLICIT:
-                tolerances = np.concatenate([np.broadcast_to(atol, (n,)), atol_a, atol_q])
-                a, q = self.backsolve(vjp, taus[k], lo, np.ravel(Y[k]), a, q, rtol, tolerances)
+            if explicit:
+                tolerances = np.concatenate([np.broadcast_to(atol, (n,)), atol_a])
+                a, step = self.backsolve(vjp, taus[k], lo, np.ravel(Y[k]), a, rtol, tolerances, step, quadrature)
             else:
+                y_lo = np.ravel(Y[k - 1]) if k else y0
                 a, q = self.interpolated(vjp, taus[k], lo, y_lo, a, q, rtol, np.concatenate([atol_a, atol_q]), p)
-        return a, q
+        return a, (quadrature.total if explicit else q)
 
-    def backsolve(self, vjp, hi, lo, y_hi, a, q, rtol, atol):
-        """``(a, q)`` at ``lo`` from ``hi``, ``y`` solved backward beside them from the checkpoint ``y_hi``."""
+    def backsolve(self, vjp, hi, lo, y_hi, a, rtol, atol, step, quadrature):
+        """``(a(lo), the longest step)`` from ``a(hi)``, ``y`` solved backward beside ``a`` from the checkpoint
+        ``y_hi``; each step's part of the parameter integral goes to ``quadrature``.  ``step``: the previous
+        interval's longest step, the first step tried (no initial step selection at each output time)."""
         n = y_hi.size
 
         def augmented(t, w):
-            f, ja, pa = vjp(t, w[:n], w[n:2 * n])
-            return np.concatenate([f, -ja, -pa])
+            f, ja, _ = vjp(t, w[:n], w[n:])
+            return np.concatenate([f, -ja])
 
-        w = _solve(self.solver, augmented, hi, np.concatenate([y_hi, a, q]), lo, dict(rtol=rtol, atol=atol))
-        return w[n:2 * n], w[2 * n:]
+        first = {} if step is None else {"first_step": min(step, abs(hi - lo))}
+        run = self.solver(augmented, hi, np.concatenate([y_hi, a]), lo, rtol=rtol, atol=atol, **first)
+        longest = 0.0
+        while run.status == "running":
+            message = run.step()
+            if run.status == "failed":
+                raise RuntimeError(f"the gradient's solve failed between t={hi} and t={lo} (at t={run.t}): {message}")
+            quadrature.add(run)
+            longest = max(longest, run.step_size)
+        return run.y[n:], longest
 
     def interpolated(self, vjp, hi, lo, y_lo, a, q, rtol, atol, p):
         """``(a, q)`` at ``lo`` from ``hi``, ``y`` re-solved forward from the checkpoint ``y_lo`` and interpolated."""
@@ -318,8 +355,11 @@ class Problem:
             blocks = scipy.sparse.block_diag([jy] * (m + 1), format="csc")
             return blocks.toarray() if self.method == "LSODA" else blocks
 
-        # S is not in the states' units: its absolute tolerance is rtol at least (as the adjoint's q)
-        tolerances = np.concatenate([np.broadcast_to(atol, (n,)), np.full(n * m, max(float(np.min(atol)), rtol))])
+        # An explicit method's S rides on y's steps (an infinite absolute tolerance leaves it out of the error norm:
+        # its equation is linear with y's coefficients, integrated to the same order; SUNDIALS' errconS=False); a
+        # stiff method's Newton iterations need it in the norm, in units where rtol is the least absolute tolerance
+        atol_s = np.inf if self.method in EXPLICIT else max(float(np.min(atol)), rtol)
+        tolerances = np.concatenate([np.broadcast_to(atol, (n,)), np.full(n * m, atol_s)])
         options = dict(rtol=rtol, atol=tolerances)
         if self.method not in EXPLICIT:
             options["jac"] = jac
@@ -331,12 +371,34 @@ class Problem:
         return total[:n], total[n:]
 
 
+class Quadrature:
+    """``q = ∫ ∂F/∂pᵀ a dt`` over the steps of the adjoint's backward solve: Gauss-Legendre nodes in each step,
+    exact for polynomials of the solver's order, ``y`` and ``a`` from the step's dense output.  The parameters are
+    not states of the solve: its steps and their arithmetic do not grow with their number."""
+
+    def __init__(self, vjp, order, n, size):
+        self.vjp, self.n = vjp, n
+        self.nodes, self.weights = np.polynomial.legendre.leggauss(order // 2 + 1)
+        self.total = np.zeros(size)
+
+    def add(self, run):
+        """The part of the integral over the step ``run`` just took: ``q' = -∂F/∂pᵀ a`` from ``t_old`` to ``t``
+        (either direction: a solve backward in time has its adjoint run forward)."""
+        half = (run.t - run.t_old) / 2
+        times = run.t_old + (self.nodes + 1) * half
+        states = run.dense_output()(times)
+        for j, t in enumerate(times):
+            self.total += self.vjp(t, states[:self.n, j], -half * self.weights[j] * states[self.n:, j])[2]
+
+
 def _refuse_forward_mode(values):
     """A dual value of `db.jvp` reaching a solver: an error naming the reverse-mode calls that work."""
     if any(type(v) is FORWARD[0] for v in values):
         raise UnsupportedFunctionError(
-            "db.jvp (forward mode) does not reach through dualbroadcast.scipy.integrate's solvers; use db.gradient, "
-            "db.pullback or db.jacobian (reverse mode; sensitivity='forward' solves the forward sensitivities)")
+            "db.jvp (forward mode: also db.jacfwd, db.jacobian's default for fewer inputs than outputs, db.jvp of a "
+            "gradient) does not reach through dualbroadcast.scipy.integrate's solvers; use reverse mode: db.gradient, "
+            "db.pullback, db.jacrev or db.jacobian(f, x, mode='reverse') (sensitivity='forward' still solves the "
+            "forward sensitivities inside)")
 
 
 def _refuse_nested(*values):
@@ -345,7 +407,9 @@ def _refuse_nested(*values):
         raise UnsupportedFunctionError(
             "the gradient of dualbroadcast.scipy.integrate's solvers is computed by SciPy's solvers on plain values "
             "and is not differentiable again (a nested gradient, db.hvp or db.hessian through odeint/solve_ivp); "
-            "take finite differences of db.gradient, or differentiate the solve's output once")
+            "for a least-squares fit use the Gauss-Newton Hessian JᵀJ of the solution's Jacobian "
+            "J = db.jacobian(solve, p, mode='reverse') (scipy.optimize.least_squares with jac=), else central "
+            "differences of db.gradient")
 
 
 def _block_jacobian(jy, jp, sparse):
@@ -397,15 +461,15 @@ def _solve_at(solver, fun, t0, y0, times, options):
     if k == len(times):
         return out
     run = solver(fun, t0, y0, times[-1], **options)
-    forward = times[-1] > t0
+    ordered = times if times[-1] > t0 else -times  # increasing either way
     while k < len(times):
         run.step()
         if run.status == "failed":
             raise RuntimeError(f"the gradient's solve failed at t={run.t}")
-        dense = run.dense_output()
-        while k < len(times) and ((times[k] <= run.t) if forward else (times[k] >= run.t)):
-            out.append(dense(times[k]))
-            k += 1
+        end = np.searchsorted(ordered, run.t if times[-1] > t0 else -run.t, side="right")
+        if end > k:  # the times this step passed, interpolated in one call
+            out.extend(run.dense_output()(times[k:end]).T)
+            k = end
     return out
 
 
@@ -433,7 +497,7 @@ def odeint_cotangent(i, ans, problem, y0, t, *params):
         if i == 1:
             return y_bar.reshape(np.shape(y0))
         if i == 2:
-            tau_bar = tau_bar.copy()
+            tau_bar = tau_bar()
             tau_bar[0] += s_bar
             return tau_bar.reshape(np.shape(t))
         return p_bar[i - 3]
@@ -449,11 +513,11 @@ def solve_ivp_cotangent(i, ans, problem, y0, t0, t1, t_eval, *params):
         if i == 1:
             return y_bar.reshape(np.shape(y0))
         if i == 2:
-            return s_bar + (tau_bar[0] if t_eval is None else 0.0)
+            return s_bar + (tau_bar()[0] if t_eval is None else 0.0)
         if i == 3:
-            return tau_bar[-1] if t_eval is None else 0.0
+            return tau_bar()[-1] if t_eval is None else 0.0
         if i == 4:
-            return tau_bar.reshape(np.shape(t_eval))
+            return tau_bar().reshape(np.shape(t_eval))
         return p_bar[i - 5]
     return back
 
@@ -472,7 +536,7 @@ def dense_cotangent(i, ans, problem, y0, t0, t, *params):
             return s_bar
         if i == 3:
             out = np.empty_like(times)
-            out[order] = tau_bar
+            out[order] = tau_bar()
             return out.reshape(np.shape(t))
         return p_bar[i - 4]
     return back

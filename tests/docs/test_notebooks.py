@@ -15,7 +15,7 @@ pytest.importorskip("matplotlib")
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-EXPECTED = {"quickstart", "eam", "cut_uncut", "constants_and_slices", "peers"}
+EXPECTED = {"quickstart", "eam", "cut_uncut", "constants_and_slices", "peers", "lotka_volterra"}
 
 
 def test_every_notebook_is_there_and_committed_without_outputs():

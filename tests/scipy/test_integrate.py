@@ -90,6 +90,58 @@ def test_against_jax_odeint():
         np.testing.assert_allclose(a, np.asarray(b), rtol=1e-6, atol=1e-6 * np.max(np.abs(b)))
 
 
+@pytest.mark.parametrize("method", ["RK23", "RK45", "DOP853"])
+def test_many_parameters_by_quadrature(method):
+    """A linear ODE's matrix (the explicit adjoint's parameter integral is a quadrature over its backward steps)
+    against JAX's gradient of the exact solution expm(A t) y0."""
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    rng = np.random.default_rng(3)
+    A, y0, t = rng.normal(size=(5, 5)) / 2 - np.eye(5), rng.normal(size=5), np.array([0.0, 0.7, 1.5, 3.0])
+    weights = rng.normal(size=(5, 4))
+
+    def loss(A):
+        result = integrate.solve_ivp(lambda t, y, A: A @ y, (0.0, 3.0), y0, method=method, t_eval=t, args=(A,),
+                                     rtol=1e-11, atol=1e-12, sensitivity="adjoint")
+        return np.sum(weights * result.y)
+
+    def exact(A):
+        return jax.numpy.sum(weights * jax.numpy.stack([jax.scipy.linalg.expm(A * s) @ y0 for s in t], axis=1))
+
+    np.testing.assert_allclose(loss(A), float(exact(A)), rtol=1e-8)
+    expected = np.asarray(jax.grad(exact)(A))
+    np.testing.assert_allclose(db.gradient(loss, A), expected, rtol=1e-6, atol=1e-7 * np.max(np.abs(expected)))
+
+
+@pytest.mark.parametrize("method, sensitivity", [(method, "adjoint") for method in METHODS]
+                         + [("RK45", "forward"), ("DOP853", "forward")])
+def test_backward_in_time(method, sensitivity):
+    """A solve from t=4 back to 0: its adjoint runs forward in time (the quadrature's sign follows)."""
+    def loss(y0, p):
+        result = integrate.solve_ivp(lambda t, y, p: lotka_volterra(y, t, p[0], p[1], p[2], p[3]), (4.0, 0.0), y0,
+                                     method=method, t_eval=T[::-1], args=(p,), rtol=1e-9, atol=1e-9,
+                                     sensitivity=sensitivity)
+        return np.sum(W * result.y.T)
+
+    assert_close_to_differences(loss, (Y0, P / 4), 1e-5)
+
+
+def test_auto_sensitivity_counts_vector_jacobian_products():
+    """Forward sensitivities for few states and many output times (the adjoint restarts at each), the adjoint
+    for many states or a stiff method."""
+    def chosen(fun, y0, t_eval, method="RK45"):
+        problem = integrate.Problem("solve_ivp", (fun, ()), dict(method=method), "auto")
+        problem.result = scipy.integrate.solve_ivp(fun, (0.0, 15.0), y0, method=method, t_eval=t_eval)
+        return problem.chosen_sensitivity(np.size(y0), len(problem.result.t))
+
+    lv = lambda t, y: lotka_volterra(y, t, *P)
+    many, few = np.linspace(0.0, 15.0, 1000), np.array([0.0, 15.0])
+    assert chosen(lv, Y0, many) == "forward"
+    assert chosen(lv, Y0, few) == "adjoint"
+    assert chosen(lv, Y0, many, "BDF") == "adjoint"
+    assert chosen(lambda t, y: -y, np.ones(40), np.linspace(0.0, 15.0, 20)) == "adjoint"
+
+
 def test_closure_parameters_and_cut():
     def loss(k, y0):
         decay = lambda t, y: -k * y
@@ -137,9 +189,41 @@ def test_start_and_end_times():
     np.testing.assert_allclose([g0, g1], [2 * np.exp(-1.0), -2 * np.exp(-1.0)], rtol=1e-6)
 
 
-def test_second_derivatives_are_a_clear_error():
-    with pytest.raises(UnsupportedFunctionError, match="not differentiable again"):
-        db.hessian(lambda p: odeint_loss(Y0, p, T), P)
+def decay_at_one(k):
+    return integrate.solve_ivp(lambda t, y: -k * y, (0, 1), np.ones(2), rtol=1e-10, atol=1e-12).y[:, -1]
+
+
+SECOND_ORDER = {
+    "hessian": lambda: db.hessian(lambda p: odeint_loss(Y0, p, T), P),
+    "hvp": lambda: db.hvp(lambda k: np.sum(decay_at_one(k)), np.array([0.7]), np.array([1.0])),
+    "nested gradient": lambda: db.gradient(lambda k: db.gradient(lambda k: np.sum(decay_at_one(k)), k), 0.7),
+}
+FORWARD_MODE = {
+    "jvp": lambda: db.jvp(lambda k: np.sum(decay_at_one(k)), (0.7,), (1.0,)),
+    "jvp of a gradient": lambda: db.jvp(lambda k: db.gradient(lambda k: np.sum(decay_at_one(k)), k), (0.7,), (1.0,)),
+    "jacfwd": lambda: db.jacfwd(decay_at_one, np.array([0.7])),
+    "jacobian, auto mode": lambda: db.jacobian(decay_at_one, np.array([0.7])),
+}
+
+
+@pytest.mark.parametrize("composition", SECOND_ORDER)
+def test_second_derivatives_are_a_clear_error(composition):
+    with pytest.raises(UnsupportedFunctionError, match=r"not differentiable again.*Gauss-Newton.*mode='reverse'"):
+        SECOND_ORDER[composition]()
+
+
+@pytest.mark.parametrize("composition", FORWARD_MODE)
+def test_forward_mode_names_the_reverse_calls(composition):
+    with pytest.raises(UnsupportedFunctionError, match=r"db\.jvp .*does not reach.*mode='reverse'"):
+        FORWARD_MODE[composition]()
+
+
+def test_the_named_compositions_work():
+    """What the errors offer: the Jacobian in reverse mode (its Gauss-Newton JᵀJ) and db.jacrev."""
+    k = np.array([0.7])
+    expected = -np.exp(-0.7) * np.ones((2, 1))
+    np.testing.assert_allclose(db.jacobian(decay_at_one, k, mode="reverse"), expected, rtol=1e-7)
+    np.testing.assert_allclose(db.jacrev(decay_at_one, k), expected, rtol=1e-7)
 
 
 def test_events_are_refused_when_differentiated():
@@ -153,11 +237,6 @@ def test_sensitivity_keyword_is_checked():
         integrate.odeint(lotka_volterra, Y0, T, args=tuple(P), sensitivity="backward")
 
 
-def test_forward_mode_is_a_clear_error():
-    def loss(k):
-        return np.sum(integrate.solve_ivp(lambda t, y: -k * y, (0, 1), np.ones(2)).y[:, -1])
-
-    with pytest.raises(UnsupportedFunctionError, match=r"db\.jvp .*does not reach.*db\.jacobian"):
-        db.jvp(loss, (0.5,), (1.0,))
+def test_forward_mode_through_odeint_is_a_clear_error():
     with pytest.raises(UnsupportedFunctionError, match=r"db\.jvp"):
         db.jvp(lambda y0: np.sum(integrate.odeint(lambda y, t: -y, y0, [0.0, 1.0])), (np.ones(2),), (np.ones(2),))
