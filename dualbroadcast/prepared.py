@@ -323,7 +323,7 @@ def _bounds(s):
 class Program:
     """One recorded variant, compiled to straight-line Python (see `replay.compile_plans`)."""
 
-    def __init__(self, tape, recorder, arguments, out, float_leaves, complex_leaves=(), globals_read=()):
+    def __init__(self, tape, recorder, arguments, out, float_leaves, complex_leaves=(), globals_read=(), recorded=None):
         self.recorded_steps = recorder.steps
         self.meta = recorder.meta
         self.tape = tape  # the recorded pullbacks' kinds shape the generated code
@@ -336,19 +336,26 @@ class Program:
         self.float_leaves = float_leaves  # value indices of the leaves passed as Python floats
         self.complex_leaves = complex_leaves  # ... and as Python complex numbers
         self.globals_read = globals_read  # (namespace, name, value) of the globals it bakes in: ``one`` checks them
-        self.steps, self.regions = forward_regions(recorder.steps, self.meta, self.out) if FUSE_REGIONS.get() \
-            else (recorder.steps, [])
+        self.steps, self.regions = recorder.steps, []  # fused into forward regions by `_compile_straight`
         self.runners = {}  # (a region's KernelStep, without its value) -> its runner, which every plan runs
         self.plans = None  # the plans chosen per call (`replay.compile_plans`), set with the straight-line replay
         # run, gradient, one, source, removed, plans (`replay.compile_plans`); a loop of small steps may run as scalar
-        # code, the straight-line replay compiled meanwhile (`loops.attach`)
-        self.loop = loops.attach(self, partial(compile_plans, self, GuardFailed))
+        # code, checked against the recording's value and gradient (``recorded``), the straight-line replay compiled
+        # where it is needed (`loops.attach`)
+        self.loop = loops.attach(self, partial(_compile_straight, self, FUSE_REGIONS.get()), recorded)
         # Whether ``gradient`` gives Python floats, known after its first call: a program of Python-float leaves gives
         # the same types on every call (its steps' types follow from its leaves'), a tuple of them its gradient as is.
         self.floats_out = None
 
     def shape_of(self, ref):
         return self.meta[ref][0] if type(ref) is int else np.shape(ref.value)
+
+
+def _compile_straight(program, fuse):
+    """`replay.compile_plans` of ``program``, its elementwise chains fused into forward regions first (``fuse``)."""
+    if fuse:
+        program.steps, program.regions = forward_regions(program.recorded_steps, program.meta, program.out)
+    return compile_plans(program, GuardFailed)
 
 
 class PreparedGradient:
@@ -565,7 +572,8 @@ class PreparedGradient:
         self.globals_read = _globals_read(self.reads)  # after f ran: what it rebinds itself is not a change
         self.unchanged = globals_check(self.globals_read)
         program = Program(tape, recorder, arguments, out, {i for k, i in _leaves(arguments) if leaf_keys[k] is float},
-                          {i for k, i in _leaves(arguments) if leaf_keys[k] is complex}, self.globals_read)
+                          {i for k, i in _leaves(arguments) if leaf_keys[k] is complex}, self.globals_read,
+                          (value, grads))
         self.recordings += 1
         programs = self.variants.setdefault(signature, [])
         programs.insert(0, program)
