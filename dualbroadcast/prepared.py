@@ -633,8 +633,8 @@ _SEQUENCES = (tuple, list)
 
 
 def _plain(args):
-    """For arguments that are floats, float arrays and scalars, or flat tuples and lists of floats:
-    a cheap signature and the leaf values in order (Python floats as they are); else None.
+    """For arguments that are floats, float arrays and scalars, or flat tuples and lists of floats or of arrays
+    (a model's parameters): a cheap signature and the leaf values in order (Python floats as they are); else None.
 
     The signature cannot equal a pytree signature (`_signature`: pairs of a structure and leaf keys).
     """
@@ -649,6 +649,9 @@ def _plain(args):
             leaves.append(a)
         elif kind in _SEQUENCES and a and list(map(type, a)).count(float) == len(a):
             key.append((kind, len(a)))
+            leaves += a
+        elif kind in _SEQUENCES and a and all(type(e) in FLOAT_LEAVES and type(e) is not float for e in a):
+            key.append((kind, tuple((e.shape, e.dtype) for e in a)))
             leaves += a
         else:
             return None
@@ -670,14 +673,20 @@ def _plain_gradients(args, grads):
     for a in args:
         kind = type(a)
         if kind in _SEQUENCES:
-            result.append(kind(map(float, grads[k:k + len(a)])))
+            result.append(kind(map(_plain_gradient, a, grads[k:k + len(a)])))
             k += len(a)
             continue
-        g = grads[k]
+        result.append(_plain_gradient(a, grads[k]))
         k += 1
-        result.append(float(g) if kind is float  # a program returns arrays nothing else holds (`_Cotangents.gradients`)
-                      else np.asarray(g, dtype=a.dtype) if kind is np.ndarray else a.dtype.type(g))
     return result[0] if len(result) == 1 else tuple(result)
+
+
+def _plain_gradient(leaf, g):
+    """The gradient ``g`` of one plain leaf: a Python float for a float; an array of the leaf's dtype (a program
+    returns arrays nothing else holds: `_Cotangents.gradients`); a NumPy scalar for one."""
+    kind = type(leaf)
+    return float(g) if kind is float else np.asarray(g, dtype=leaf.dtype) if kind is np.ndarray \
+        else leaf.dtype.type(g)
 
 
 def _targets(out, shapes):
