@@ -442,11 +442,12 @@ def test_a_view_of_a_broadcast_kernel_result_in_an_hvp(shape):
     np.testing.assert_allclose(want.ravel(), dense, rtol=1e-12, atol=1e-14)
 
 
-def test_a_tracked_partial_is_inspected_unless_recorded_for_replay():
+def test_a_tracked_partial_is_inspected_and_guarded_where_recorded():
     """`derivatives.is_finite` of a partial an outer gradient tracks: its value is inspected (a finite one takes
-    IEEE's product, not the strong product's five recorded steps: a fifth of Rosenbrock's `db.hvp`), except while a
-    prepared gradient records it (a replay cannot choose by a value) or where its value is not an array."""
-    from dualbroadcast.derivatives import is_finite
+    IEEE's product, not the strong product's five recorded steps: a fifth of Rosenbrock's `db.hvp`); while a
+    prepared gradient records it, a finite one is a guard the replay checks (`all_finite`), an infinite one no
+    guard (the strong product is exact for every value)."""
+    from dualbroadcast.derivatives import all_finite, is_finite
 
     seen = []
 
@@ -457,8 +458,10 @@ def test_a_tracked_partial_is_inspected_unless_recorded_for_replay():
     x = np.array([0.25, 0.75])
     with np.errstate(divide="ignore"):
         db.gradient(f, x)
-        db.prepare_gradient(f, x)
-    assert seen == [(True, False), (False, False)]
+        prog = db.prepare_gradient(f, x)
+    assert seen == [(True, False), (True, False)]
+    (program,) = {id(p): p for ps in prog.variants.values() for p in ps}.values()
+    assert [getattr(s, "convert", None) for s in program.recorded_steps].count(all_finite) == 1
 
 
 def test_hvp_keeps_the_zero_of_a_singular_partial_where_it_is_not_selected():
