@@ -678,14 +678,16 @@ def _tier(program, loop, mode, recorded):
 
 def _expected(program, recorded):
     """``(leaves, (value, gradients))`` of the recording (``cotangents``: per value index), which a scalar runner
-    must reproduce; None if unknown."""
+    must reproduce; None if unknown.  Copied: the caller may change its arrays, and the gradient it was given, in
+    place."""
     if recorded is None or recorded[1] is None:
         return None
     value, cotangents = recorded
     leaves = [leaf for arg in program.arguments for leaf in arg.originals]
     zero = np.zeros((), program.meta[program.out][1])
-    gradients = tuple(zero if cotangents[i] is None else cotangents[i] for i in program.active_leaves)
-    return [leaves[k] for k, _ in program.leaves], (value, gradients)
+    gradients = tuple(zero if cotangents[i] is None else np.copy(cotangents[i]) for i in program.active_leaves)
+    return [np.copy(leaves[k]) if type(leaves[k]) is np.ndarray else leaves[k] for k, _ in program.leaves], \
+        (value, gradients)
 
 
 def _straight(program, compiled, tier):

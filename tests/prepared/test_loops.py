@@ -266,3 +266,19 @@ def test_numba_tiers_up_in_the_background_and_runs_once_checked(monkeypatch):
     for _ in range(3 * loops.MEASURED):
         np.testing.assert_allclose(prog(x, db.cut(scale))[0], expected, rtol=1e-12)
     assert len(tier.seconds["numba"]) >= loops.MEASURED and tier.chosen in ("numba", "python")
+
+
+@pytest.mark.skipif(not loops.NUMBA_INSTALLED, reason="Numba is not installed")
+def test_the_check_of_a_runner_compiled_later_reads_the_recording_not_the_callers_arrays(monkeypatch):
+    """A float32 program (Numba its only scalar runner) is checked against the recording when Numba has compiled,
+    calls later: the recorded arguments are copied, so an optimiser changing its array in place meanwhile does not
+    make the compiled runner disagree (and be dropped)."""
+    monkeypatch.setattr(loops, "TIER_UP", 0.0)
+    x = np.array([0.2, 0.9, -0.3], np.float32)
+    prog = db.prepare_gradient(recurrence, x)
+    tier = program_of(prog).loop.tier
+    x -= np.float32(0.1) * prog(x)  # (this call starts the compile: the program spent more than TIER_UP in calls)
+    tier.compiling.join()
+    for _ in range(3 * loops.MEASURED):
+        np.testing.assert_allclose(prog(x), straight_line(recurrence, x), rtol=1e-5)
+    assert "numba" in tier.runners and tier.failed is None
