@@ -593,12 +593,15 @@ def _run_row(w, row, budget, cap, bar, warnings, cold_rounds=QUICK_COLD_ROUNDS):
 def ran_on(fn):
     """What a dualbroadcast column's call ran on: a prepared program's forward regions and their backends
     (``fn.explained()``, `db.explain` of its program), else the backends of the `db.sum`/`db.broadcast` kernels
-    it called (`db.kernel_log`), else "numpy" (NumPy's own operations, recorded on the tape)."""
+    it called (`db.kernel_log`), else "numpy" (NumPy's own operations, recorded on the tape); a loop of small
+    steps, what runs it (its runners' times and compile times)."""
     explained = getattr(fn, "explained", None)
     if explained is not None:
-        regions = explained().regions
+        explanation = explained()
+        regions = explanation.regions
         backends = sorted({r.backend for r in regions})
-        return f"replay, {len(regions)} region(s)" + (f": {', '.join(backends)}" if backends else "")
+        loop = f"; {explanation.loop.describe()}" if getattr(explanation, "loop", None) is not None else ""
+        return f"replay, {len(regions)} region(s)" + (f": {', '.join(backends)}" if backends else "") + loop
     with db.kernel_log() as calls:
         fn()
     return ", ".join(sorted({c.backend for c in calls})) or "numpy"

@@ -24,6 +24,17 @@ def median_time(fn, repeat=11, batch_seconds=0.02):
     return float(np.median(timeit.repeat(fn, repeat=repeat, number=number))) / number
 
 
+def fast_path():
+    """One line: whether prepared programs compile their loops of small steps (Numba, the ``fast`` extra), or how
+    to get that."""
+    from dualbroadcast.loops import NUMBA_INSTALLED
+
+    if NUMBA_INSTALLED:
+        return "fast path: on (Numba compiles the loops of small steps in prepared programs)"
+    return ("fast path: off; pip install 'dualbroadcast[fast]' (Numba) to compile the loops of small steps in "
+            "prepared programs (time loops, recurrences)")
+
+
 def main(n=1000, seed=0):
     """Run the demo on ``n`` random distances; return the process exit status."""
     x = np.random.default_rng(seed).uniform(0.0, 1.0, n)
@@ -38,6 +49,7 @@ def main(n=1000, seed=0):
         print(f"  {label:34s} {t * 1e6:9.1f} us  ({t / t_hand:4.1f}x hand)   max rel. difference {diff:.2g}")
         worst = max(worst, diff)
     print("  (times: median over repeated runs)")
+    print(fast_path())
     if not worst < TOLERANCE:
         print(f"FAIL: relative difference {worst:.3g} >= {TOLERANCE:g}", file=sys.stderr)
         return 1

@@ -45,7 +45,10 @@ def selected(g, d):
 
 def is_finite(d):
     """Whether the partial ``d`` (a number or an array) holds finite numbers only.  A value an outer gradient
-    tracks is not inspected: False (the strong product is exact for finite partials too)."""
+    tracks (`tape.Tracked`) whose value is an array is inspected too (a Hessian-vector product: the strong
+    product's five recorded steps and their pullbacks were a fifth of Rosenbrock's `db.hvp`, two fifths of its
+    `prepare_hvp` replay); where that gradient is recorded for replay, a finite one is a guard (`all_finite`: a
+    replay where it is not records anew).  Else False (the strong product is exact for finite partials too)."""
     kind = type(d)
     if kind is np.float64 or kind is float:  # a scalar model's partial: first
         return abs(d) < math.inf
@@ -55,7 +58,20 @@ def is_finite(d):
         return True
     if kind in (float, int, complex) or isinstance(d, np.number):
         return bool(abs(d) < math.inf)  # False for NaN too; no warning, a fraction of np.isfinite's cost
-    return False
+    value, tape = getattr(d, "value", None), getattr(d, "tape", None)
+    if type(value) is not np.ndarray or tape is None:
+        return False
+    if tape.recorder is not None and getattr(d, "slice_index", None) is not None:
+        return False  # a view a recording traces by its base's index: no guard reads it
+    finite = all_finite(value)
+    if finite and tape.recorder is not None:
+        tape.recorder.guard(d, all_finite)
+    return finite
+
+
+def all_finite(value):
+    """Whether the array ``value`` holds finite numbers only (a guard's check in a prepared program's replay)."""
+    return value.dtype.kind not in "fc" or bool(np.isfinite(value).all())
 
 
 def chain_product(func, g, d):

@@ -9,9 +9,10 @@ iteration, from the one before (a carry), or from before the loop (an invariant)
 between iterations (``data[k]``) is read from an array of them, one row per iteration.  `scalar_source` writes
 the whole program, forward and backward, as scalar code (each small array a few scalars, a selection or a
 stacking only a renaming of them) with the loop a loop: its forward values kept one row per iteration for
-the backward loop, which runs the iterations last first, carrying the carries' cotangents back.  Numba
-compiles it in a background thread; until then, and wherever it does not pay, the straight-line replay runs
-(`LoopTier`).  Without Numba (``pip install 'dualbroadcast[fast]'``) nothing changes but the speed.
+the backward loop, which runs the iterations last first, carrying the carries' cotangents back.  It runs as
+Python from the first call, and Numba compiles it in a background thread once the calls have taken long enough;
+the straight-line replay is compiled only where it is needed or might be faster (`LoopTier`).  Without Numba
+(``pip install 'dualbroadcast[fast]'``) nothing changes but the speed.
 """
 
 import contextvars
@@ -638,15 +639,16 @@ class ScalarProgram:
         return self.space.bind(x)
 
 
-def attach(program, compile_straight):
+def attach(program, compile_straight, recorded=None):
     """The program's `Loop` (None if it has none), its scalar code tried as ``program``'s run, gradient and one
     (`LoopTier`) unless `COMPILE` is ``"off"`` or the program has steps it does not write.  ``compile_straight()``
     gives the straight-line replay (`replay.compile_plans`' run, gradient, one, source, removed, plans): compiled now,
-    or for a loop run as Python scalar code, in a background thread (thousands of lines take seconds to write and
-    compile; the scalar code runs meanwhile)."""
+    or for a loop run as Python scalar code, only where it is needed (thousands of lines take seconds to write and
+    compile, the scalar code milliseconds).  ``recorded``: the recording's value and cotangents, which the scalar
+    code must give on the recorded arguments."""
     mode = COMPILE.get()
     loop = find_loop(program.recorded_steps, program.meta, program.out)
-    tier = _tier(program, loop, mode) if loop is not None and mode != "off" else None
+    tier = _tier(program, loop, mode, recorded) if loop is not None and mode != "off" else None
     if loop is not None:
         loop.tier = tier
     if type(tier) is not LoopTier:
@@ -660,17 +662,32 @@ def attach(program, compile_straight):
     return loop
 
 
-def _tier(program, loop, mode):
+def _tier(program, loop, mode, recorded):
     """The `LoopTier` of the loop, or `Straight` saying why there is none."""
     try:
-        tier = LoopTier(program, ScalarProgram(program, loop), mode)
+        tier = LoopTier(program, ScalarProgram(program, loop), mode, _expected(program, recorded))
     except Unsupported as e:
         return Straight(str(e))
     except Exception as e:  # noqa: BLE001 - the scalar code could not be written: the straight-line replay runs
         return Straight(f"its scalar code failed: {type(e).__name__}: {e}")
     if not tier.runners and not tier.numba:
-        return Straight("a float32 program runs as scalar code in Numba only: pip install 'dualbroadcast[fast]'")
+        reason = tier.failed or "a float32 program runs as scalar code in Numba only: pip install 'dualbroadcast[fast]'"
+        return Straight(reason)
     return tier
+
+
+def _expected(program, recorded):
+    """``(leaves, (value, gradients))`` of the recording (``cotangents``: per value index), which a scalar runner
+    must reproduce; None if unknown.  Copied: the caller may change its arrays, and the gradient it was given, in
+    place."""
+    if recorded is None or recorded[1] is None:
+        return None
+    value, cotangents = recorded
+    leaves = [leaf for arg in program.arguments for leaf in arg.originals]
+    zero = np.zeros((), program.meta[program.out][1])
+    gradients = tuple(zero if cotangents[i] is None else np.copy(cotangents[i]) for i in program.active_leaves)
+    return [np.copy(leaves[k]) if type(leaves[k]) is np.ndarray else leaves[k] for k, _ in program.leaves], \
+        (value, gradients)
 
 
 def _straight(program, compiled, tier):
@@ -680,12 +697,12 @@ def _straight(program, compiled, tier):
     if tier is None:
         program.run, program.gradient, program.one = run, gradient, one
     else:
-        tier.straight = {"run": run, "gradient": gradient, "one": one}
+        tier.take_straight({"run": run, "gradient": gradient, "one": one})
     program.tape = None
 
 
 def wait(program):
-    """Wait for the program's straight-line replay, compiled in the background (`db.explain` reads it)."""
+    """The program's straight-line replay, compiled now if it was left for later (`db.explain` reads it)."""
     tier = program.loop.tier if program.loop is not None else None
     if type(tier) is LoopTier:
         tier.wait()
@@ -702,22 +719,26 @@ class Straight:
 
 
 class LoopTier:
-    """The runners of a program with a loop: the straight-line replay, the scalar code in Python, and (Numba
-    installed) compiled; each call runs the fastest measured so far.  The first calls measure them in turns (the
-    first scalar result checked against the straight-line one); Numba compiles in a background thread once the
-    program has spent `TIER_UP` seconds in calls (``mode`` "now": at once, waited for), then is measured too."""
+    """The runners of a program with a loop: the scalar code in Python, compiled (Numba installed), and the
+    straight-line replay where it is compiled; each call runs the fastest measured so far.  A scalar runner is
+    checked against the recording before it runs a call (one that disagrees is dropped).  The first calls measure
+    the runners in turns; Numba compiles in a background thread once the program has spent `TIER_UP` seconds in
+    calls (``mode`` "now": at once, waited for), then is measured too.  The straight-line replay is compiled where
+    a call needs it (Python raised), for `db.explain`, or in a background thread where the fastest runner takes more
+    than `STEP_FLOOR` a recorded step (the straight-line replay might then be faster)."""
 
-    def __init__(self, program, scalar, mode):
-        self.straight = None  # the straight-line replay's run, gradient, one (`_straight`)
+    def __init__(self, program, scalar, mode, expected):
+        self.straight = None  # the straight-line replay's run, gradient, one (`take_straight`)
+        self.compile_straight = None  # ... the function that compiles it, where that is left for later
         self.compiling_straight = None
         self.straight_compiled = None  # ... compiled in the background, taken by the calling thread
-        self.scalar, self.program = scalar, program
+        self.scalar, self.program, self.expected = scalar, program, expected
         self.dtype = scalar.dtype
         self.shapes = [program.meta[i][0] for _, i in program.leaves]
         self.active = [k for k, (_, i) in enumerate(program.leaves) if i in program.active_leaves]
         self.floats = [i in program.float_leaves for _, i in program.leaves]
         self.runners = {}  # name -> its function of X, R, K (`ScalarProgram`)
-        self.seconds = {"straight-line": []}
+        self.seconds = {}  # name -> its measured calls' seconds
         self.compile_seconds = {}
         self.spent = 0.0
         self.chosen = None
@@ -728,11 +749,9 @@ class LoopTier:
             try:
                 source, names = scalar.source(False)
                 exec(compile(source, "<dualbroadcast loop>", "exec"), names)  # noqa: S102 - the code this module wrote
-                self.runners["python"] = names["loop_program"]
-                self.seconds["python"] = []
+                self._add("python", names["loop_program"], time.perf_counter() - start)
             except Unsupported:
                 pass
-            self.compile_seconds["python"] = time.perf_counter() - start
         self.compiling = None
         self.compiled = None
         if self.numba and mode == "now":
@@ -750,9 +769,28 @@ class LoopTier:
         if not self.numba and "numba" not in self.runners:
             notes += "; Numba not installed (pip install 'dualbroadcast[fast]')" if not NUMBA_INSTALLED \
                 else "; Numba not used (COMPILE is 'python')"
+        elif "numba" not in self.runners and self.compiling is None and self.failed is None:
+            notes += f"; Numba compiles after {TIER_UP:g} s spent in calls ({self.spent:.2f} s so far)"
         if self.compiling is not None and self.compiling.is_alive():
             notes += "; Numba compiling in the background"
         return f"{chosen} (a call: {times or 'not called yet'}; compile: {compiled or '-'}){notes}"
+
+    def _add(self, name, function, compile_seconds):
+        """Add the scalar runner ``name`` if it gives the recording's value and gradient (`expected`; a compiled one:
+        the Python runner's, which reads the constants as they are now)."""
+        if self.expected is not None:
+            leaves, expected = self.expected
+            if "python" in self.runners:
+                expected = self._scalar("python", leaves) or expected
+            result = self._scalar(name, leaves, function)
+            if result is None or not _agree(result, expected, self.dtype):
+                self.failed = f"{name} disagreed with the recording" if result is not None else \
+                    f"{name} raised on the recorded arguments"
+                return
+        self.runners[name] = function
+        self.compile_seconds[name] = compile_seconds
+        self.seconds[name] = []
+        self.chosen = None  # (measured against the others from the next call on)
 
     def _compile(self, mode_now=False):
         """Compile the scalar code with Numba (``mode_now``: in the calling thread, else in a background one)."""
@@ -773,28 +811,47 @@ class LoopTier:
             self._take_compiled()
 
     def _take_compiled(self):
-        """Measure the compiled function against the other runners from this call on."""
-        (self.runners["numba"], self.compile_seconds["numba"]), self.compiled = self.compiled, None
-        self.seconds["numba"] = []
-        self.chosen = None
+        """Measure the compiled function against the other runners from this call on (checked first)."""
+        (function, seconds), self.compiled = self.compiled, None
+        self._add("numba", function, seconds)
 
     def straight_later(self, compile_straight):
-        """Compile the straight-line replay in a background thread; the Python scalar code runs until then."""
-        def run():
-            self.straight_compiled = compile_straight()
+        """Leave the straight-line replay to be compiled where it is needed (`wait`, `_measured`), in this context
+        (a backend `kernels.set_backend` forced holds there too)."""
+        context = contextvars.copy_context()
+        self.compile_straight = lambda: context.run(compile_straight)
 
-        context = contextvars.copy_context()  # (a backend `kernels.set_backend` forced holds there too)
-        self.compiling_straight = threading.Thread(target=context.run, args=(run,), daemon=True)
+    def _straight_in_background(self):
+        def run():
+            self.straight_compiled = self.compile_straight()
+
+        self.compiling_straight = threading.Thread(target=run, daemon=True)
         self.compiling_straight.start()
 
+    def take_straight(self, functions):
+        """The straight-line replay's functions, measured against the scalar runners from the next call on where
+        it might be faster (`_straight_may_win`)."""
+        self.straight = functions
+        if self._straight_may_win():
+            self.seconds["straight-line"] = []
+            self.chosen = None
+
+    def _straight_may_win(self):
+        """Whether the straight-line replay might be faster than the runner chosen (none yet: it might)."""
+        return self.chosen is None or min(self.seconds[self.chosen]) > STEP_FLOOR * len(self.program.recorded_steps)
+
     def wait(self):
-        """The straight-line replay, waited for if it is being compiled."""
-        if self.straight is None:
+        """The straight-line replay, compiled now (or waited for, if it is being compiled in the background)."""
+        if self.straight is not None:
+            return
+        if self.compiling_straight is None:
+            self.straight_compiled = self.compile_straight()
+        else:
             self.compiling_straight.join()
             if self.straight_compiled is None:
                 raise RuntimeError("the straight-line replay failed to compile (see the background thread's error)")
-            _straight(self.program, self.straight_compiled, self)
-            self.straight_compiled = None
+        _straight(self.program, self.straight_compiled, self)
+        self.straight_compiled = None
 
     def _tier_up(self):
         if self.numba and self.compiling is None and self.spent > TIER_UP:
@@ -813,10 +870,10 @@ class LoopTier:
                 values += np.ravel(x).tolist()
         return values
 
-    def _scalar(self, name, leaves):
+    def _scalar(self, name, leaves, function=None):
         """``(value, gradients)`` by the scalar runner ``name``; None where Python raised (a NaN or an infinity
         NumPy would give: the straight-line replay gives it)."""
-        function, scalar = self.runners[name], self.scalar
+        function, scalar = function or self.runners[name], self.scalar
         rows, live = scalar.rows_array(), scalar.live_array()
         if name == "python":
             rows, live = rows.tolist(), live.tolist()
@@ -840,24 +897,19 @@ class LoopTier:
         """``(value, gradients)`` of the runner chosen, or of the next one measured."""
         if self.compiled is not None:
             self._take_compiled()
-        if self.straight is None:
-            if self.straight_compiled is None:  # still compiling: the Python scalar code, or wait
-                result = self._scalar("python", leaves)
-                if result is not None:
-                    return result
+        if self.straight_compiled is not None:
             self.wait()
         name = self.chosen or self._next()
         start = time.perf_counter()
-        result = None if name == "straight-line" else self._scalar(name, leaves)
-        if result is None and name != "straight-line":  # Python raised: this call replayed straight-line
+        result = self.straight[which](leaves) if name == "straight-line" else self._scalar(name, leaves)
+        if result is None:  # Python raised: this call replayed straight-line
+            self.wait()
             return self.straight[which](leaves)
-        if result is None:
-            result = self.straight[which](leaves)
         seconds = time.perf_counter() - start
         self.spent += seconds
         if self.chosen is None:
-            self._measured(name, seconds, result, leaves, which)
-        elif self.compiling is None:
+            self._measured(name, seconds)
+        if self.compiling is None:
             self._tier_up()
         return result
 
@@ -865,16 +917,12 @@ class LoopTier:
         """The runner to measure next: the one measured least (three times each)."""
         return min(self.seconds, key=lambda name: len(self.seconds[name]))
 
-    def _measured(self, name, seconds, result, leaves, which):
-        if name != "straight-line" and not self.seconds[name]:  # its first result, checked
-            expected = self.straight[which](leaves)
-            if not _agree(result, expected, self.dtype):
-                del self.runners[name], self.seconds[name]
-                self.failed = f"{name} disagreed with the straight-line replay"
-                return
+    def _measured(self, name, seconds):
         self.seconds[name].append(seconds)
         if all(len(s) >= MEASURED for s in self.seconds.values()):
             self.chosen = min(self.seconds, key=lambda name: min(self.seconds[name]))
+            if self.straight is None and self.compiling_straight is None and self._straight_may_win():
+                self._straight_in_background()
 
     def run(self, leaves, out=None):
         value, gradients = self._call(leaves, "run")
@@ -908,6 +956,8 @@ class LoopTier:
 
 TIER_UP = 2.0  # seconds spent in calls from which Numba compiles the loop (it takes seconds)
 MEASURED = 3  # calls each runner is timed before the fastest is chosen
+STEP_FLOOR = 1e-6  # seconds a recorded step takes at least in the straight-line replay (a NumPy call on small
+# arrays and its pullback; RK4's: 2.5 us): a scalar runner faster than that per step needs no comparison with it
 
 
 def _agree(result, expected, dtype):

@@ -323,7 +323,7 @@ def _bounds(s):
 class Program:
     """One recorded variant, compiled to straight-line Python (see `replay.compile_plans`)."""
 
-    def __init__(self, tape, recorder, arguments, out, float_leaves, complex_leaves=(), globals_read=()):
+    def __init__(self, tape, recorder, arguments, out, float_leaves, complex_leaves=(), globals_read=(), recorded=None):
         self.recorded_steps = recorder.steps
         self.meta = recorder.meta
         self.tape = tape  # the recorded pullbacks' kinds shape the generated code
@@ -336,19 +336,26 @@ class Program:
         self.float_leaves = float_leaves  # value indices of the leaves passed as Python floats
         self.complex_leaves = complex_leaves  # ... and as Python complex numbers
         self.globals_read = globals_read  # (namespace, name, value) of the globals it bakes in: ``one`` checks them
-        self.steps, self.regions = forward_regions(recorder.steps, self.meta, self.out) if FUSE_REGIONS.get() \
-            else (recorder.steps, [])
+        self.steps, self.regions = recorder.steps, []  # fused into forward regions by `_compile_straight`
         self.runners = {}  # (a region's KernelStep, without its value) -> its runner, which every plan runs
         self.plans = None  # the plans chosen per call (`replay.compile_plans`), set with the straight-line replay
         # run, gradient, one, source, removed, plans (`replay.compile_plans`); a loop of small steps may run as scalar
-        # code, the straight-line replay compiled meanwhile (`loops.attach`)
-        self.loop = loops.attach(self, partial(compile_plans, self, GuardFailed))
+        # code, checked against the recording's value and gradient (``recorded``), the straight-line replay compiled
+        # where it is needed (`loops.attach`)
+        self.loop = loops.attach(self, partial(_compile_straight, self, FUSE_REGIONS.get()), recorded)
         # Whether ``gradient`` gives Python floats, known after its first call: a program of Python-float leaves gives
         # the same types on every call (its steps' types follow from its leaves'), a tuple of them its gradient as is.
         self.floats_out = None
 
     def shape_of(self, ref):
         return self.meta[ref][0] if type(ref) is int else np.shape(ref.value)
+
+
+def _compile_straight(program, fuse):
+    """`replay.compile_plans` of ``program``, its elementwise chains fused into forward regions first (``fuse``)."""
+    if fuse:
+        program.steps, program.regions = forward_regions(program.recorded_steps, program.meta, program.out)
+    return compile_plans(program, GuardFailed)
 
 
 class PreparedGradient:
@@ -565,7 +572,8 @@ class PreparedGradient:
         self.globals_read = _globals_read(self.reads)  # after f ran: what it rebinds itself is not a change
         self.unchanged = globals_check(self.globals_read)
         program = Program(tape, recorder, arguments, out, {i for k, i in _leaves(arguments) if leaf_keys[k] is float},
-                          {i for k, i in _leaves(arguments) if leaf_keys[k] is complex}, self.globals_read)
+                          {i for k, i in _leaves(arguments) if leaf_keys[k] is complex}, self.globals_read,
+                          (value, grads))
         self.recordings += 1
         programs = self.variants.setdefault(signature, [])
         programs.insert(0, program)
@@ -625,8 +633,8 @@ _SEQUENCES = (tuple, list)
 
 
 def _plain(args):
-    """For arguments that are floats, float arrays and scalars, or flat tuples and lists of floats:
-    a cheap signature and the leaf values in order (Python floats as they are); else None.
+    """For arguments that are floats, float arrays and scalars, or flat tuples and lists of floats or of arrays
+    (a model's parameters): a cheap signature and the leaf values in order (Python floats as they are); else None.
 
     The signature cannot equal a pytree signature (`_signature`: pairs of a structure and leaf keys).
     """
@@ -641,6 +649,9 @@ def _plain(args):
             leaves.append(a)
         elif kind in _SEQUENCES and a and list(map(type, a)).count(float) == len(a):
             key.append((kind, len(a)))
+            leaves += a
+        elif kind in _SEQUENCES and a and all(type(e) in FLOAT_LEAVES and type(e) is not float for e in a):
+            key.append((kind, tuple((e.shape, e.dtype) for e in a)))
             leaves += a
         else:
             return None
@@ -662,14 +673,20 @@ def _plain_gradients(args, grads):
     for a in args:
         kind = type(a)
         if kind in _SEQUENCES:
-            result.append(kind(map(float, grads[k:k + len(a)])))
+            result.append(kind(map(_plain_gradient, a, grads[k:k + len(a)])))
             k += len(a)
             continue
-        g = grads[k]
+        result.append(_plain_gradient(a, grads[k]))
         k += 1
-        result.append(float(g) if kind is float  # a program returns arrays nothing else holds (`_Cotangents.gradients`)
-                      else np.asarray(g, dtype=a.dtype) if kind is np.ndarray else a.dtype.type(g))
     return result[0] if len(result) == 1 else tuple(result)
+
+
+def _plain_gradient(leaf, g):
+    """The gradient ``g`` of one plain leaf: a Python float for a float; an array of the leaf's dtype (a program
+    returns arrays nothing else holds: `_Cotangents.gradients`); a NumPy scalar for one."""
+    kind = type(leaf)
+    return float(g) if kind is float else np.asarray(g, dtype=leaf.dtype) if kind is np.ndarray \
+        else leaf.dtype.type(g)
 
 
 def _targets(out, shapes):

@@ -977,3 +977,13 @@ def test_median_time_is_the_time_of_one_call():
 
     t = median_time(lambda: time.sleep(0.002), repeat=5)
     assert 0.002 <= t < 0.02  # time.sleep sleeps at least as long as asked
+
+
+def test_the_demo_says_whether_the_fast_path_is_on_or_how_to_get_it(monkeypatch):
+    from dualbroadcast import __main__, loops
+
+    for installed in (True, False):
+        monkeypatch.setattr(loops, "NUMBA_INSTALLED", installed)
+        line = __main__.fast_path()
+        assert line.startswith("fast path: on") is installed
+        assert installed or "pip install 'dualbroadcast[fast]'" in line

@@ -440,3 +440,38 @@ def test_a_view_of_a_broadcast_kernel_result_in_an_hvp(shape):
     np.testing.assert_allclose(db.hvp(fused, x, v), want, rtol=1e-12, atol=1e-14)
     dense = db.hessian(plain_numpy, x).reshape(x.size, x.size) @ v.ravel()
     np.testing.assert_allclose(want.ravel(), dense, rtol=1e-12, atol=1e-14)
+
+
+def test_a_tracked_partial_is_inspected_and_guarded_where_recorded():
+    """`derivatives.is_finite` of a partial an outer gradient tracks: its value is inspected (a finite one takes
+    IEEE's product, not the strong product's five recorded steps: a fifth of Rosenbrock's `db.hvp`); while a
+    prepared gradient records it, a finite one is a guard the replay checks (`all_finite`), an infinite one no
+    guard (the strong product is exact for every value)."""
+    from dualbroadcast.derivatives import all_finite, is_finite
+
+    seen = []
+
+    def f(x):
+        seen.append((is_finite(2 * x), is_finite(np.log(x * 0.0 + np.where(x > 0.5, 0.0, 1.0)))))
+        return np.sum(x ** 2)
+
+    x = np.array([0.25, 0.75])
+    with np.errstate(divide="ignore"):
+        db.gradient(f, x)
+        prog = db.prepare_gradient(f, x)
+    assert seen == [(True, False), (True, False)]
+    (program,) = {id(p): p for ps in prog.variants.values() for p in ps}.values()
+    assert [getattr(s, "convert", None) for s in program.recorded_steps].count(all_finite) == 1
+
+
+def test_hvp_keeps_the_zero_of_a_singular_partial_where_it_is_not_selected():
+    """Where the inspected partial is not finite the strong product stays: 0 · ∞ = 0 in the hvp, the branch
+    np.where does not choose at x = 0 (sqrt's infinite partial) contributing nothing, as written by hand."""
+    def f(x):
+        return np.sum(np.where(x > 0, np.sqrt(np.abs(x)) * x, x ** 2))
+
+    x, v = np.array([0.0, 0.5, -0.25]), np.array([1.0, -2.0, 0.5])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        got = db.hvp(f, x, v)
+    hand = np.array([2.0 * v[0], 0.75 / np.sqrt(0.5) * v[1], 2.0 * v[2]])  # x = 0 takes x², 3/4 x^(-1/2) at 0.5
+    np.testing.assert_allclose(got, hand, rtol=1e-12)

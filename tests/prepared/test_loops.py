@@ -230,3 +230,55 @@ def test_python_raising_falls_back_to_the_straight_line_replay():
         expected = straight_line(f, x)
         for _ in range(8):
             np.testing.assert_array_equal(prog(x), expected)
+
+
+def test_calls_are_measured_and_run_as_scalar_code_without_waiting_for_the_straight_line_replay():
+    """Regression: every call waited for the straight-line replay, compiled in a background thread (seconds on
+    thousands of steps), before any runner was measured or Numba tiered up; `db.explain` of the RK4 program after
+    20 calls with a cut second argument still said 'being measured (a call: not called yet)'."""
+    def f(p, u0):
+        return rk4_loss(p, u0, DATA)
+
+    prog = db.prepare_gradient(f, P, db.cut(U0))
+    tier = program_of(prog).loop.tier
+    expected = straight_line(lambda p: f(p, U0), P)
+    for _ in range(2 * loops.MEASURED):
+        np.testing.assert_allclose(prog(P, db.cut(U0))[0], expected, rtol=1e-12)
+    assert tier.chosen == "python" and len(tier.seconds["python"]) >= loops.MEASURED
+    assert tier.straight is None and tier.compiling_straight is None  # Python is faster than it could be: not needed
+    text = str(db.explain(prog, P, db.cut(U0)))
+    assert "runs: python (a call: python" in text
+
+
+@pytest.mark.skipif(not loops.NUMBA_INSTALLED, reason="Numba is not installed")
+def test_numba_tiers_up_in_the_background_and_runs_once_checked(monkeypatch):
+    monkeypatch.setattr(loops, "TIER_UP", 0.0)
+    x, scale = np.array([0.2, 0.9, -0.3]), np.array([1.0, 0.5, 2.0])
+
+    def f(x, scale):
+        return recurrence(x * scale)
+
+    prog = db.prepare_gradient(f, x, db.cut(scale))
+    tier = program_of(prog).loop.tier
+    expected = straight_line(lambda x: f(x, scale), x)
+    np.testing.assert_allclose(prog(x, db.cut(scale))[0], expected, rtol=1e-12)
+    tier.compiling.join()  # (started by that call: the program had spent more than TIER_UP in calls)
+    for _ in range(3 * loops.MEASURED):
+        np.testing.assert_allclose(prog(x, db.cut(scale))[0], expected, rtol=1e-12)
+    assert len(tier.seconds["numba"]) >= loops.MEASURED and tier.chosen in ("numba", "python")
+
+
+@pytest.mark.skipif(not loops.NUMBA_INSTALLED, reason="Numba is not installed")
+def test_the_check_of_a_runner_compiled_later_reads_the_recording_not_the_callers_arrays(monkeypatch):
+    """A float32 program (Numba its only scalar runner) is checked against the recording when Numba has compiled,
+    calls later: the recorded arguments are copied, so an optimiser changing its array in place meanwhile does not
+    make the compiled runner disagree (and be dropped)."""
+    monkeypatch.setattr(loops, "TIER_UP", 0.0)
+    x = np.array([0.2, 0.9, -0.3], np.float32)
+    prog = db.prepare_gradient(recurrence, x)
+    tier = program_of(prog).loop.tier
+    x -= np.float32(0.1) * prog(x)  # (this call starts the compile: the program spent more than TIER_UP in calls)
+    tier.compiling.join()
+    for _ in range(3 * loops.MEASURED):
+        np.testing.assert_allclose(prog(x), straight_line(recurrence, x), rtol=1e-5)
+    assert "numba" in tier.runners and tier.failed is None

@@ -381,3 +381,32 @@ def test_random_programs(data):
         for x, g, w in zip(program.inputs, got, want):
             problem = programs.difference(g, w, rtol=1e-9, atol=1e-11 * scale)
             assert not problem, f"prepared hvp of {x.name} (replay {replay}) against db.hvp: {problem}\n{script}"
+
+
+def test_a_finite_singular_partial_is_a_guard_not_a_strong_product():
+    """Rosenbrock's squares: a partial the recording tracks (2x, 200(x' - x²)) is finite there, so the program
+    multiplies by it (IEEE's product, no strong product's five steps) behind a guard that it still is; where a
+    replay meets an infinite one the guard fails and the strong product is recorded, its 0 · ∞ = 0 kept."""
+    from dualbroadcast.derivatives import all_finite
+
+    def rosen(x):
+        return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+    rng = np.random.default_rng(7)
+    x, v = rng.uniform(0, 2, 50), rng.standard_normal(50)
+    prog = db.prepare_hvp(rosen, x)
+    np.testing.assert_allclose(prog(x, v), scipy_rosen_hess_prod(x, v), rtol=1e-12, atol=1e-9)
+    (program,) = {id(p): p for ps in prog.program.variants.values() for p in ps}.values()
+    assert np.where not in {getattr(s, "func", None) for s in program.steps}
+    assert sum(getattr(s, "convert", None) is all_finite for s in program.steps) == 3
+    y = x.copy()
+    y[10] = np.inf
+    with np.errstate(all="ignore"):
+        got, expected = prog(y, v), db.hvp(rosen, y, v)
+    assert prog.program.recordings == 2
+    np.testing.assert_allclose(got, expected, rtol=1e-12, equal_nan=True)
+
+
+def scipy_rosen_hess_prod(x, v):
+    scipy_optimize = pytest.importorskip("scipy.optimize")
+    return scipy_optimize.rosen_hess_prod(x, v)

@@ -268,3 +268,35 @@ def test_a_scalar_step_of_constants_alone_does_not_stop_the_compiler():
         np.testing.assert_allclose(got[0], expected[0], rtol=1e-15)
         np.testing.assert_allclose(got[0], np.sin(point) + point * np.cos(point), rtol=1e-14)
         assert got[1] is None
+
+
+def test_a_tuple_or_list_of_arrays_is_replayed_by_a_cheap_key_like_gradient():
+    """A model's parameters, a tuple or list of arrays (float32 among them, a 0-d one, a NumPy scalar): replayed by
+    the key of their shapes and dtypes (`prepared._plain`: no pytree signature per call), each gradient
+    db.gradient's, of its type and dtype, into ``out=`` too; other shapes record anew."""
+    x = np.linspace(-1, 1, 12).reshape(4, 3)
+
+    def loss(params):
+        w, b, scale, shift = params
+        return np.sum(np.tanh(x @ w + b) * scale) + shift * np.sum(w)
+
+    for kind in (tuple, list):
+        params = kind([np.linspace(0.1, 0.6, 6).reshape(3, 2), np.array([0.5, -0.25], np.float32), np.array(1.5),
+                       np.float64(0.3)])
+        prog = db.prepare_gradient(loss, params)
+        for point in (params, kind(p * 1.5 for p in params), params):
+            expected_value, expected = db.value_and_gradient(loss, point)
+            for got in (prog(point), prog.value_and_gradient(point)[1]):
+                assert type(got) is kind and len(got) == len(expected)
+                for g, e in zip(got, expected):
+                    assert_identical(g, e)
+            assert_identical(prog.value_and_gradient(point)[0], expected_value)
+        assert ((kind, tuple((np.shape(p), p.dtype) for p in params)),) in prog.variants
+        out = kind(np.empty_like(p) for p in params[:3]) + kind([np.empty(())])
+        prog(params, out=out)
+        for o, e in zip(out, db.gradient(loss, params)):
+            np.testing.assert_array_equal(o, e)
+        wider = kind([np.ones((3, 4)), np.ones(4, np.float32), np.array(1.0), np.float64(0.0)])
+        for g, e in zip(prog(wider), db.gradient(loss, wider)):
+            assert_identical(g, e)
+        assert prog.recordings == 2
