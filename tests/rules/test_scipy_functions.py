@@ -9,6 +9,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dualbroadcast as db
 
@@ -20,8 +22,9 @@ from dualbroadcast.scipy import signal, special, stats
 
 from ..cases.scipy_functions import CASES
 
-METHODS = ("logpdf", "pdf", "cdf", "logcdf", "logpmf", "pmf")
-NOT_DIFFERENTIABLE = {"multivariate_normal.cdf", "multivariate_normal.logcdf"}  # numerical integration
+METHODS = ("logpdf", "pdf", "cdf", "logcdf", "sf", "logsf", "ppf", "entropy", "logpmf", "pmf")
+NOT_DIFFERENTIABLE = {"multivariate_normal.cdf", "multivariate_normal.logcdf",  # numerical integration
+                      "poisson.ppf"}  # counts
 
 
 def mirrored():
@@ -45,7 +48,7 @@ def test_every_mirrored_function_has_a_case():
     covered = {case.func for case in CASES}
     missing = [name for name, _, mirror in MIRRORED if mirror not in covered and name not in NOT_DIFFERENTIABLE]
     assert not missing, f"mirrored functions without cases in tests/cases/scipy_functions.py: {missing}"
-    assert len(MIRRORED) == 8 + 4 * 4 + 4 + 4 + 2 + 2
+    assert len(MIRRORED) == 8 + 8 * 8 + 8 + 5 + 3 + 2
 
 
 @pytest.mark.parametrize(("name", "original", "mirror"), MIRRORED, ids=IDS)
@@ -57,10 +60,12 @@ def test_the_mirror_has_scipys_signature(name, original, mirror):
     dist = getattr(scipy.stats, name.split(".")[0], None)
     if isinstance(dist, scipy.stats.rv_continuous | scipy.stats.rv_discrete):
         # SciPy writes these (x, *args, **kwds) and documents (x, <shapes>, loc=0, scale=1)
-        first = "x" if isinstance(dist, scipy.stats.rv_continuous) else "k"
+        method = name.split(".")[1]
+        first = [] if method == "entropy" else ["q"] if method == "ppf" \
+            else ["x"] if isinstance(dist, scipy.stats.rv_continuous) else ["k"]
         shapes = [s.strip() for s in (dist.shapes or "").split(",") if s.strip()]
         scale = ", scale=1" if isinstance(dist, scipy.stats.rv_continuous) else ""
-        expected = f"({', '.join([first, *shapes])}, loc=0{scale})"
+        expected = f"({', '.join([*first, *shapes, 'loc=0'])}{scale})"
     assert str(inspect.signature(mirror)) == str(expected)
 
 
@@ -81,6 +86,10 @@ EXAMPLES = {  # name: (args, kwargs)
     "t": ((X, 3.5), {"loc": 0.1, "scale": 1.3}),
     "gamma": ((X, 2.5), {"loc": 0.1, "scale": 1.3}),
     "beta": ((X, 2.5, 1.5), {"loc": 0.01, "scale": 1.1}),
+    "chi2": ((X * 3, 3.3), {"loc": 0.1, "scale": 1.3}),
+    "expon": ((X,), {"loc": 0.1, "scale": 1.3}),
+    "laplace": ((X,), {"loc": 0.4, "scale": 1.3}),
+    "lognorm": ((X * 2, 0.7), {"loc": 0.1, "scale": 1.3}),
     "poisson": ((np.array([0.0, 1.0, 3.0, 2.5]), np.array([0.5, 1.0, 2.0, 3.0])), {"loc": 0}),
     "multivariate_normal": ((X[:, :3],), {"mean": X[0, 1:], "cov": SPD}),
     "dirichlet": ((X[:2] / 4, np.array([1.5, 2.0, 0.7])), {}),
@@ -90,7 +99,9 @@ EXAMPLES = {  # name: (args, kwargs)
 
 
 def example(name):
-    return EXAMPLES[name.split(".")[0]]
+    """The arguments of ``name`` (a distribution's method: the first is x, k or ppf's q; entropy takes none)."""
+    args, kwargs = EXAMPLES[name.split(".")[0]]
+    return (args[1:], kwargs) if name.endswith(".entropy") else (args, kwargs)
 
 
 def assert_identical(a, b):
@@ -107,7 +118,7 @@ def assert_identical(a, b):
 @pytest.mark.parametrize(("name", "original", "mirror"), MIRRORED, ids=IDS)
 def test_on_plain_arrays_the_mirror_returns_exactly_scipys_result(name, original, mirror):
     args, kwargs = example(name)
-    if name in NOT_DIFFERENTIABLE:
+    if name in NOT_DIFFERENTIABLE and name.startswith("multivariate_normal"):
         kwargs = {**kwargs, "rng": 0}  # a Monte Carlo integration: the same draws on both sides
     assert_identical(mirror(*args, **kwargs), original(*args, **kwargs))
 
@@ -125,7 +136,12 @@ def test_logsumexp_with_its_sign_is_scipys():
                          ids=[i for i in IDS if i not in NOT_DIFFERENTIABLE])
 def test_on_tracked_values_the_value_is_scipys(name, original, mirror):
     args, kwargs = example(name)
-    if name.startswith(("poisson", "polygamma")):  # differentiable in mu (x) only
+    if name.endswith(".entropy") and not args:  # in the scale, or the covariance
+        key = "scale" if "scale" in kwargs else "cov"
+        ours, _ = db.pullback(lambda s: mirror(*args, **{**kwargs, key: s}), np.asarray(kwargs[key]))
+    elif name.startswith("poisson.entropy"):
+        ours, _ = db.pullback(mirror, args[0])
+    elif name.startswith(("poisson", "polygamma")):  # differentiable in mu (x) only
         ours, _ = db.pullback(lambda mu: mirror(args[0], mu, **kwargs), args[1])
     elif name == "sph_harm_y":  # in the angles
         ours, _ = db.pullback(lambda theta: mirror(*args[:2], theta, args[3], **kwargs), args[2])
@@ -217,12 +233,17 @@ def test_integer_valued_variants_are_clear_errors():
         db.gradient(lambda t: np.real(special.sph_harm_y(2, 1, t, 0.5, diff_n=1)[0]), 0.7)
 
 
-LOCATION_SCALE = [  # (name, shape parameters, methods jax.scipy.stats has)
-    ("norm", (), ("logpdf", "pdf", "cdf", "logcdf")),
+PROBABILITIES = ("cdf", "logcdf", "sf", "logsf")
+LOCATION_SCALE = [  # (name, shape parameters, methods jax.scipy.stats has; lognorm and entropies: tests/cases)
+    ("norm", (), ("logpdf", "pdf", *PROBABILITIES, "ppf")),
     ("t", (3.5,), ("logpdf", "pdf")),
-    ("gamma", (2.5,), ("logpdf", "pdf", "cdf", "logcdf")),
-    ("beta", (2.5, 1.5), ("logpdf", "pdf", "cdf", "logcdf")),
+    ("gamma", (2.5,), ("logpdf", "pdf", *PROBABILITIES)),
+    ("beta", (2.5, 1.5), ("logpdf", "pdf", *PROBABILITIES)),
+    ("chi2", (3.3,), ("logpdf", "pdf", *PROBABILITIES)),
+    ("expon", (), ("logpdf", "pdf", *PROBABILITIES, "ppf")),
+    ("laplace", (), ("logpdf", "pdf", "cdf")),
 ]
+SHAPE_CDFS = ("gamma", "chi2")  # of those, the families whose cdf is differentiable in their shape parameters
 
 
 @pytest.mark.parametrize(("name", "shapes", "method"),
@@ -232,10 +253,33 @@ def test_location_scale_families_against_jax(jax, name, shapes, method):
     loc, scale = np.array([0.01, -0.02, 0.03, 0.0]), np.float64(1.1)
     assert_same_gradients(lambda x, loc, scale: np.sum(W * ours(x, *shapes, loc, scale)),
                           lambda x, loc, scale: jax.numpy.sum(W * theirs(x, *shapes, loc, scale)), X, loc, scale)
-    if method in ("logpdf", "pdf") and shapes:
+    if (method in ("logpdf", "pdf") or name in SHAPE_CDFS) and shapes:
         params = tuple(np.float64(s) for s in shapes)
         assert_same_gradients(lambda x, *p: np.sum(W * ours(x, *p, 0.01, 1.1)),
                               lambda x, *p: jax.numpy.sum(W * theirs(x, *p, 0.01, 1.1)), X, *params)
+
+
+@settings(max_examples=20, deadline=None)
+@given(x=st.floats(2.0, 35.0), loc=st.floats(-1.0, 1.0), scale=st.floats(0.3, 3.0))
+def test_the_normal_tails_against_jax(jax, x, loc, scale):
+    """logsf and logcdf far in the tails (sf down to 1e-270), where the density over the probability is the
+    gradient: taken in log space, with neither underflowing."""
+    for ours, theirs, at in ((stats.norm.logsf, jax.scipy.stats.norm.logsf, loc + x * scale),
+                             (stats.norm.logcdf, jax.scipy.stats.norm.logcdf, loc - x * scale)):
+        assert_same_gradients(ours, theirs, np.float64(at), np.float64(loc), np.float64(scale))
+
+
+@settings(max_examples=20, deadline=None)
+@given(df=st.floats(0.5, 30.0), quantile=st.floats(1e-12, 1 - 1e-12), scale=st.floats(0.3, 3.0))
+def test_chi2_and_gamma_over_their_domain_against_jax(jax, df, quantile, scale):
+    """In x, the shape parameter and scale, from deep in the lower tail to far in the upper one (x at the
+    drawn quantile), for sf and logsf and the cdfs."""
+    x = scipy.stats.chi2.ppf(quantile, df, scale=scale)
+    for method in PROBABILITIES:
+        for name in ("chi2", "gamma"):
+            ours, theirs = getattr(getattr(stats, name), method), getattr(getattr(jax.scipy.stats, name), method)
+            assert_same_gradients(lambda x, s, c: ours(x, s, 0.0, c), lambda x, s, c: theirs(x, s, 0.0, c),
+                                  np.float64(x), np.float64(df), np.float64(scale))
 
 
 @pytest.mark.parametrize("method", ["logpmf", "pmf", "cdf"])
