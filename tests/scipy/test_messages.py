@@ -18,6 +18,8 @@ MIRRORED = [
      "scipy.integrate.solve_ivp", "dualbroadcast.scipy.integrate.solve_ivp"),
     (lambda k: scipy.stats.norm.logpdf(k), "scipy.stats.norm.logpdf", "dualbroadcast.scipy.stats.norm.logpdf"),
     (lambda k: scipy.stats.chi2.logsf(2.0, k), "scipy.stats.chi2.logsf", "dualbroadcast.scipy.stats.chi2.logsf"),
+    (lambda k: np.sum(scipy.linalg.eigh(k * np.eye(2), eigvals_only=True)), "scipy.linalg.eigh",
+     "dualbroadcast.scipy.linalg.eigh"),
     (lambda k: scipy.special.logsumexp(k), "scipy.special.logsumexp", "dualbroadcast.scipy.special.logsumexp"),
     (lambda k: np.sum(scipy.linalg.expm(k * np.eye(2))), "scipy.linalg.expm", "dualbroadcast.scipy.linalg.expm"),
 ]
