@@ -1,6 +1,6 @@
-"""Mirrors of ``scipy.stats`` ``norm``, ``t``, ``gamma``, ``beta``, ``poisson``, ``multivariate_normal``
-and ``dirichlet`` (see the package docstring): each method has SciPy's signature, returns SciPy's value
-and is one tape operation with the reverse rule below.
+"""Mirrors of ``scipy.stats`` ``norm``, ``t``, ``gamma``, ``beta``, ``chi2``, ``expon``, ``laplace``, ``lognorm``,
+``poisson``, ``multivariate_normal`` and ``dirichlet`` (see the package docstring): each method has SciPy's
+signature, returns SciPy's value and is one tape operation with the reverse rule below.
 
 Location-scale families, ``z = (x - loc) / scale`` and ``log f = log f₀(z; θ) - log scale`` with the
 score ``s = ∂ log f₀ / ∂z``:
@@ -13,25 +13,41 @@ score ``s = ∂ log f₀ / ∂z``:
   series and continued fraction; its logcdf that over the cdf).  The cdfs of ``t`` (in ``df``) and
   ``beta`` (in ``a``, ``b``), derivatives of the incomplete beta function in its parameters, which
   neither SciPy nor JAX computes, are a clear error.
+* sf = 1 - cdf and logsf: the cdf's partials negated (over the sf for logsf: ``-exp(logpdf - logsf)``, in
+  log space, so far tails neither underflow nor divide 0 by 0);
+* ppf, from ``cdf₀(z; θ) = q`` at ``x = loc + scale·z``: ``∂q = 1/pdf(x)``, ``∂θ = -∂cdf₀/∂θ(z) / pdf(x)``,
+  ``∂loc = 1``, ``∂scale = z`` (0 where q is 0 or 1);
+* entropy ``h = h₀(θ) + log scale``: ``∂scale = 1/scale``, ``∂θ = h₀'(θ)`` (last column below, ψ' = ζ(2, ·)).
 
-=========  =======================  ===============================================================
-family     s(z)                     ∂ log f₀ / ∂θ
-=========  =======================  ===============================================================
-norm       -z
-t(df)      -(df+1) z / (df + z²)    ½(ψ((df+1)/2) - ψ(df/2) - 1/df - log1p(z²/df))
-                                    + (df+1) z² / (2 df (df + z²))
-gamma(a)   (a-1)/z - 1              log z - ψ(a)
-beta(a,b)  (a-1)/z - (b-1)/(1-z)    a: log z - ψ(a) + ψ(a+b);  b: log1p(-z) - ψ(b) + ψ(a+b)
-=========  =======================  ===============================================================
+==========  ======================  ===============================================  =================================
+family      s(z)                    ∂ log f₀ / ∂θ                                    h₀'(θ)
+==========  ======================  ===============================================  =================================
+norm        -z
+t(df)       -(df+1) z / (df + z²)   ½(ψ((df+1)/2) - ψ(df/2) - 1/df - log1p(z²/df))   (df+1)/4 (ψ'((df+1)/2) - ψ'(df/2))
+                                    + (df+1) z² / (2 df (df + z²))                    + 1/(2 df)
+gamma(a)    (a-1)/z - 1             log z - ψ(a)                                     1 + (1-a) ψ'(a)
+beta(a,b)   (a-1)/z - (b-1)/(1-z)   a: log z - ψ(a) + ψ(a+b)                         (a+b-2) ψ'(a+b) - (a-1) ψ'(a)
+                                    b: log1p(-z) - ψ(b) + ψ(a+b)                     (a+b-2) ψ'(a+b) - (b-1) ψ'(b)
+chi2(df)    (df/2-1)/z - ½          ½(log(z/2) - ψ(df/2))                            ½ + ½(1 - df/2) ψ'(df/2)
+expon       -1
+laplace     -sign z
+lognorm(s)  -(1 + log z / s²)/z     ((log z)²/s² - 1)/s                              1/s
+==========  ======================  ===============================================  =================================
+
+In a shape parameter the cdf is differentiable for gamma (above), chi2 (``P(df/2, z/2)``: ½ ∂P/∂a) and lognorm
+(``Φ(log z / s)``: ``-φ(log z / s) log z / s²``).
 
 ``poisson`` is differentiable in ``mu``: ``∂ logpmf = n/mu - 1`` (``n = k - loc``), and
 ``∂ cdf = -pmf(⌊n⌋)``; ``k`` and ``loc`` are counts (an error if tracked).
+``sf``/``logsf`` likewise, ``∂ sf = +pmf(⌊n⌋)``; ``ppf``'s results are counts (no gradient); the entropy
+``H = -Σₖ p log p`` has ``∂mu = -Σₖ p (k/mu - 1) log p``.
 ``multivariate_normal`` (``r = x - mean``, ``u = Σ⁻¹ r``): ``∂x = -u``, ``∂mean = u``,
 ``∂Σ = ½(u uᵀ - Σ⁻¹)``, the symmetric gradient (JAX's convention; SciPy reads one triangle of ``cov``);
 a 1-d ``cov`` (the diagonal) gets that matrix's diagonal, a scalar its trace; with
 ``allow_singular=True`` ``Σ⁻¹`` is the pseudo-inverse.  Its ``cdf`` and ``logcdf`` (numerical
-integration) are not differentiable.  ``dirichlet`` (components along the first axis of ``x``):
-``∂x = (alpha - 1)/x``, ``∂alpha = log x - ψ(alpha) + ψ(Σalpha)``; given K-1 components, the last is ``1 - Σx``.
+integration) are not differentiable; its entropy ``½ log det(2πe Σ)`` has ``∂Σ = ½ Σ⁻¹``.  ``dirichlet``
+(components along the first axis of ``x``): ``∂x = (alpha - 1)/x``, ``∂alpha = log x - ψ(alpha) + ψ(Σalpha)``;
+given K-1 components, the last is ``1 - Σx``; its entropy: ``∂αᵢ = (α₀ - K) ψ'(α₀) - (αᵢ - 1) ψ'(αᵢ)``.
 
 Every partial is written with recorded calls (the methods' own primitives, ``logpdf`` in a cdf's partial,
 and scipy.special's ufuncs), so it is differentiable again: Hessians work.  Outside the support (a

@@ -306,8 +306,8 @@ W = np.linspace(0.5, 3.0, 13)
 def test_average_weights_by_keyword_equal_them_by_position(mode):
     """np.average(x, weights=w), the form NumPy users write, in every mode: the same derivatives as
     np.average(x, None, w), which equal the quotient rule's by hand."""
-    by_name = lambda x, w: np.average(x, weights=w)  # noqa: E731
-    by_position = lambda x, w: np.average(x, None, w)  # noqa: E731
+    by_name = lambda x, w: np.average(x, weights=w)
+    by_position = lambda x, w: np.average(x, None, w)
     by_hand = (W / np.sum(W), (X - np.sum(W * X) / np.sum(W)) / np.sum(W))
     if mode == "jvp":
         tx, tw = np.cos(X), np.sin(W)
@@ -341,7 +341,7 @@ def test_array_keywords_of_interp_and_convolve_are_differentiated():
 
 
 def test_a_tracked_keyword_without_a_position_or_rule_is_a_clear_error():
-    with pytest.raises(db.UnsupportedFunctionError, match=r"np\.var got a tracked value as its argument 'mean'.*db\.cut"):
+    with pytest.raises(db.UnsupportedFunctionError, match=r"np\.var got a tracked value as its argument 'mean'.*cut"):
         db.gradient(lambda x, m: np.var(x, mean=m), X, 0.5)
 
 

@@ -423,3 +423,19 @@ def test_a_parameter_without_a_derivative_is_a_clear_error_in_every_mode(mode):
         loss = (lambda v: np.sum(f(v))) if mode == "tape" else (lambda v: db.sum(f, v))
         with pytest.raises(db.DifferentiationError, match=why):
             db.gradient(loss, a)
+
+
+def test_the_guides_table_says_what_each_method_is_differentiable_in():
+    """docs/guide/scipy.md's row of each location-scale family, cell by cell, is `differentiable_in`."""
+    from pathlib import Path
+
+    page = (Path(__file__).parents[2] / "docs" / "guide" / "scipy.md").read_text()
+    columns = (("logpdf", "pdf"), ("cdf", "logcdf", "sf", "logsf"), ("ppf",), ("entropy",))
+    for original, mirror in stats.MIRRORS.items():
+        if not isinstance(mirror, stats.LocationScale):
+            continue
+        [row] = [line for line in page.splitlines() if line.startswith(f"| `{original.name}` |")]
+        cells = [cell.strip() for cell in row.strip("|").split("|")[1:]]
+        for cell, methods in zip(cells, columns, strict=True):
+            for method in methods:
+                assert cell == ", ".join(f"`{n}`" for n in mirror.differentiable_in(method)), (original.name, method)
