@@ -3,6 +3,7 @@ differences in float64 and float32 by tests/rules/test_rules.py and replayed by 
 SciPy's signature, returns exactly what SciPy returns, agrees with ``jax.grad`` of ``jax.scipy``, and
 gives a clear error where it has no derivative.  Skipped without SciPy."""
 
+import functools
 import inspect
 import subprocess
 import sys
@@ -259,14 +260,28 @@ def test_location_scale_families_against_jax(jax, name, shapes, method):
                               lambda x, *p: jax.numpy.sum(W * theirs(x, *p, 0.01, 1.1)), X, *params)
 
 
+@functools.cache
+def jax_gradient(name, method, arity):
+    """``jax.grad`` of ``jax.scipy.stats.<name>.<method>`` in its ``arity`` positional arguments, compiled once."""
+    import jax
+
+    return jax.jit(jax.grad(getattr(getattr(jax.scipy.stats, name), method), argnums=tuple(range(arity))))
+
+
+def assert_same_as_jax(name, method, *args):
+    """``stats.<name>.<method>(*args)``'s gradient equals JAX's in every argument."""
+    got = db.gradient(getattr(getattr(stats, name), method), *map(np.float64, args))
+    for g, e in zip(got, jax_gradient(name, method, len(args))(*map(np.float64, args)), strict=True):
+        np.testing.assert_allclose(g, np.asarray(e), rtol=1e-7, atol=1e-10)
+
+
 @settings(max_examples=20, deadline=None)
 @given(x=st.floats(2.0, 35.0), loc=st.floats(-1.0, 1.0), scale=st.floats(0.3, 3.0))
 def test_the_normal_tails_against_jax(jax, x, loc, scale):
     """logsf and logcdf far in the tails (sf down to 1e-270), where the density over the probability is the
     gradient: taken in log space, with neither underflowing."""
-    for ours, theirs, at in ((stats.norm.logsf, jax.scipy.stats.norm.logsf, loc + x * scale),
-                             (stats.norm.logcdf, jax.scipy.stats.norm.logcdf, loc - x * scale)):
-        assert_same_gradients(ours, theirs, np.float64(at), np.float64(loc), np.float64(scale))
+    assert_same_as_jax("norm", "logsf", loc + x * scale, loc, scale)
+    assert_same_as_jax("norm", "logcdf", loc - x * scale, loc, scale)
 
 
 @settings(max_examples=20, deadline=None)
@@ -277,9 +292,7 @@ def test_chi2_and_gamma_over_their_domain_against_jax(jax, df, quantile, scale):
     x = scipy.stats.chi2.ppf(quantile, df, scale=scale)
     for method in PROBABILITIES:
         for name in ("chi2", "gamma"):
-            ours, theirs = getattr(getattr(stats, name), method), getattr(getattr(jax.scipy.stats, name), method)
-            assert_same_gradients(lambda x, s, c: ours(x, s, 0.0, c), lambda x, s, c: theirs(x, s, 0.0, c),
-                                  np.float64(x), np.float64(df), np.float64(scale))
+            assert_same_as_jax(name, method, x, df, 0.0, scale)
 
 
 @pytest.mark.parametrize("method", ["logpmf", "pmf", "cdf"])
@@ -439,3 +452,29 @@ def test_the_guides_table_says_what_each_method_is_differentiable_in():
         for cell, methods in zip(cells, columns, strict=True):
             for method in methods:
                 assert cell == ", ".join(f"`{n}`" for n in mirror.differentiable_in(method)), (original.name, method)
+
+
+@settings(max_examples=25, deadline=None)
+@given(name=st.sampled_from(["t", "laplace", "lognorm", "beta"]), method=st.sampled_from(["sf", "logsf"]),
+       quantile=st.floats(1e-12, 1 - 1e-12), scale=st.floats(0.3, 3.0))
+def test_survival_functions_over_their_domain_against_differences(name, method, quantile, scale):
+    """The families JAX has no sf of, in x, loc and scale (and lognorm's s), from deep in the lower tail to far
+    in the upper one (x at the drawn quantile): central differences with a step relative to each argument, and
+    within a hundredth of x's distance to an end of the support (which moves with loc and scale)."""
+    shapes = {"t": (3.5,), "laplace": (), "lognorm": (0.7,), "beta": (2.5, 1.5)}[name]
+    x = getattr(scipy.stats, name).ppf(quantile, *shapes, loc=0.1, scale=scale)
+    ours = getattr(getattr(stats, name), method)
+    args = [np.float64(x), *map(np.float64, shapes[:1 if name == "lognorm" else 0]), np.float64(0.1), np.float64(scale)]
+
+    def f(*a):
+        return ours(a[0], *a[1:-2], *shapes[len(a) - 3:], a[-2], a[-1])
+
+    grads = db.gradient(f, *args)
+    edges = getattr(scipy.stats, name).support(*shapes, loc=0.1, scale=scale)
+    room = min(abs(x - edge) for edge in edges if np.isfinite(edge)) if np.isfinite(edges).any() else np.inf
+    for i, g in enumerate(grads):
+        h = min(1e-6 * max(abs(args[i]), 1e-3), room / 100)
+        up, down = list(args), list(args)
+        up[i], down[i] = args[i] + h, args[i] - h
+        expected = (f(*up) - f(*down)) / (2 * h)
+        assert g == pytest.approx(expected, rel=2e-5, abs=1e-9 * max(1.0, abs(f(*args)))), (i, g, expected)
