@@ -340,6 +340,9 @@ lognorm = location_scale_family(
     "lognorm", ("s",), score=lambda z, s: -(1 + np.log(z) / (s * s)) / z,
     shape_scores=(lambda z, s: (np.log(z) ** 2 / (s * s) - 1) / s,), entropy_partials=(lambda s: 1 / s,),
     cdf_shape_partials=(lognorm_cdf_s,))
+# Their classes, by name (as in SciPy, stats.norm is a norm_gen; the API reference documents them).
+norm_gen, t_gen, gamma_gen, beta_gen, chi2_gen, expon_gen, laplace_gen, lognorm_gen = map(
+    type, (norm, t, gamma, beta, chi2, expon, laplace, lognorm))
 
 
 # --- poisson -------------------------------------------------------------------------------------------
