@@ -31,11 +31,15 @@ def _scipy_entry():
     frame = sys._getframe(2)
     while frame is not None and _module(frame).startswith(_LIBRARIES):
         frame = frame.f_back
-    found = None
+    found = wrapped = None
     while frame is not None and _module(frame).startswith(("scipy.",) + _LIBRARIES):
         if _module(frame).startswith("scipy.") and not _module(frame).startswith("scipy._lib"):
-            found = frame  # scipy._lib's frames are decorators' wrappers: the function is the one inside
+            found, wrapped = frame, None  # scipy._lib's frames are decorators' wrappers: the function is the one inside
+        elif _module(frame).startswith("scipy._lib") and _wrapped_function(frame) is not None:
+            found, wrapped = None, _wrapped_function(frame)  # a wrapper converting before calling it (linalg.eigh)
         frame = frame.f_back
+    if wrapped is not None:
+        return f"{'.'.join(wrapped.__module__.split('.')[:2])}.{wrapped.__name__}"
     if found is None:
         return None
     module = ".".join(_module(found).split(".")[:2])  # SciPy's public subpackage
@@ -46,6 +50,13 @@ def _scipy_entry():
 
 
 _LIBRARIES = ("numpy", "dualbroadcast")  # frames between a SciPy function and the conversion it asks for
+
+
+def _wrapped_function(frame):
+    """The public SciPy function a scipy._lib decorator's wrapper frame wraps (its ``f``), or None."""
+    function = frame.f_locals.get("f")
+    module = getattr(function, "__module__", None) or ""
+    return function if module.startswith("scipy.") and not module.startswith("scipy._lib") else None
 
 
 def _module(frame):

@@ -58,6 +58,7 @@ from .registry import (
     SAME_RULE,
     SEQUENCE,
     Linear,
+    call_with_tracked_keywords,
     complex_rule,
     output_pullbacks,
     register_lazy_rules,
@@ -245,11 +246,12 @@ def apply_function(func, args, kwargs):
     sequence, rest = (args[0], args[1:]) if kind == SEQUENCE else (args, ())
     level = _top_level(sequence)
     if _top_level([*rest, *kwargs.values()]) >= max(level, 1):
-        if rule is not None and rule.tracked_keywords is not None and _top_level(kwargs.values()):
-            return rule.tracked_keywords(*args, **kwargs)  # the call written with it in place: each finds its tangent
+        if rule is not None and _top_level(kwargs.values()):
+            return call_with_tracked_keywords(rule, func, args, kwargs,
+                                              [k for k, v in kwargs.items() if _top_level([v])], apply_function)
         raise UnsupportedFunctionError(
-            f"{qualified_name(func)} got a dual value as a keyword argument (or after its sequence of arrays); "
-            "pass it positionally so its tangent can be computed")
+            f"{qualified_name(func)} got a dual value after its sequence of arrays (or as a keyword argument of a "
+            "function without a rule), where it has no derivative rule; pass a constant (db.cut)")
     positions = [i for i, a in enumerate(sequence) if type(a) is Dual and a.level == level]
     values = [a.value if i in positions else a for i, a in enumerate(sequence)] if positions else list(sequence)
     call_values = [values, *rest] if kind == SEQUENCE else values

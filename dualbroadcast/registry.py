@@ -15,6 +15,7 @@ Example, a rule for a SciPy ufunc the library does not cover and for a user func
     db.defvjp(softplus, lambda ans, x: lambda g: g / (1 + np.exp(-x)))
 """
 
+import inspect
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -93,6 +94,59 @@ class Rule:
                     f"{sorted(kwargs)} ({error}); drop them, or register a rule that does (db.defvjp)"
                 ) from error
             raise
+
+
+def call_with_tracked_keywords(rule, func, args, kwargs, tracked, call):
+    """``call(func, args, kwargs)`` with the keyword arguments named in ``tracked`` passed positionally (the
+    parameters before them too: those given by name, else their defaults), so that the rule's makers, one per
+    position, differentiate them (``np.average(x, weights=w)``).  One with no position (keyword-only, or in
+    ``**kwargs``) goes to the rule's ``tracked_keywords`` composition, else is an error.  A tracked ``out=``
+    never comes here: the tape refuses it (`errors.InPlaceMutationError`)."""
+    positional = positional_parameters(func)
+    placed = [k for k in tracked if k in positional]
+    if placed:
+        args, kwargs = in_position(func, args, kwargs, placed, positional)
+    if len(placed) == len(tracked):
+        return call(func, args, kwargs)
+    if rule.tracked_keywords is not None:
+        return rule.tracked_keywords(*args, **kwargs)  # its NumPy calls each find their own derivative
+    raise UnsupportedFunctionError(
+        f"{qualified_name(func)} got a tracked value as its argument {next(k for k in tracked if k not in placed)!r}, "
+        "which has no position and no derivative rule; pass a constant (db.cut) or write the computation with "
+        "NumPy calls")
+
+
+def in_position(func, args, kwargs, names, positional):
+    """``(args, kwargs)`` of the same call with the arguments ``names`` and the positional ones before them
+    passed positionally (``positional``: name to default)."""
+    order = list(positional)
+    before = order[len(args):max(order.index(k) for k in names) + 1]
+    if not set(names) <= set(before):
+        raise TypeError(f"{qualified_name(func)}() got multiple values for argument "
+                        f"{next(k for k in names if k not in before)!r}")
+    required = [k for k in before if k not in kwargs and positional[k] is inspect.Parameter.empty]
+    if required:
+        raise TypeError(f"{qualified_name(func)}() missing required argument {required[0]!r}")
+    kwargs = dict(kwargs)
+    return [*args, *(kwargs.pop(k) if k in kwargs else positional[k] for k in before)], kwargs
+
+
+_POSITIONAL = {}
+
+
+def positional_parameters(func):
+    """``func``'s parameters that may be passed by position, name to default (``inspect.Parameter.empty`` for a
+    required one, NumPy's ``np._NoValue`` where NumPy tells an argument left out that way); {} without a
+    signature."""
+    parameters = _POSITIONAL.get(func)
+    if parameters is None:
+        try:
+            signature = inspect.signature(func).parameters.values()
+        except (TypeError, ValueError):
+            signature = ()
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        parameters = _POSITIONAL[func] = {p.name: p.default for p in signature if p.kind in kinds}
+    return parameters
 
 
 RULES = {}

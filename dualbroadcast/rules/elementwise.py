@@ -209,5 +209,22 @@ defvjp_outputs(np.divmod, one_output_vjp((None, 1)), one_output_vjp((None, lambd
 for _func, _partials in list(DERIVATIVES.items()):
     _register(_func, _partials)
 
+
+def clip_by_position(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue, max=np._NoValue,
+                     **kwargs):
+    """np.clip with a tracked bound passed by name (``a_max=``, or NumPy 2's keyword-only ``max=``): the same
+    call with the bounds in their positions (None where absent, as NumPy reads it)."""
+    return np.clip(a, clip_bound(a_min, min, "min"), clip_bound(a_max, max, "max"), out, **kwargs)
+
+
+def clip_bound(old, new, name):
+    """The bound given as ``a_{name}=`` or ``{name}=``, None if neither (NumPy refuses both)."""
+    if old is not np._NoValue and new is not np._NoValue:
+        raise ValueError(f"np.clip got both a_{name}= and {name}=; pass one of them")
+    return old if old is not np._NoValue else None if new is np._NoValue else new
+
+
+RULES[np.clip].tracked_keywords = clip_by_position
+
 # Forward mode: np.where is linear in its two choices (the table's partials are the condition and its negation).
 deflinear(np.where)

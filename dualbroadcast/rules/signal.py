@@ -93,6 +93,7 @@ def diff_vjp(part):
     ``c`` the concatenation ``[prepend, a, append]`` NumPy differences."""
 
     def maker(ans, a, n=1, axis=-1, prepend=None, append=None):
+        prepend, append = (None if p is np._NoValue else p for p in (prepend, append))  # NumPy's "not given"
         x = (prepend, a, append)[part]
         if n == 0:  # NumPy returns a itself, prepend and append unused
             return lambda g: _cast(g if part == 1 else np.zeros(np.shape(x)), x)

@@ -13,7 +13,10 @@ tape operation each, for real matrices.  With ``G`` the cotangent of the result 
   ``L̄ = (Ā + Āᵀ)L`` in the triangle; ``cho_factor(A)``'s ``c`` is ``np.linalg.cholesky``'s factor (zeros in
   the other triangle, which SciPy leaves arbitrary), differentiated by its rule;
 * ``lu_solve((lu, piv), B)`` (``A = PLU``): ``Ā = -B̄Xᵀ``, ``L̄ = PᵀĀUᵀ`` below the diagonal and ``Ū = LᵀPᵀĀ``
-  on and above it; ``lu_factor(A)``: ``Ā = P L⁻ᵀ (tril(LᵀL̄, -1) + triu(ŪUᵀ)) U⁻ᵀ``.
+  on and above it; ``lu_factor(A)``: ``Ā = P L⁻ᵀ (tril(LᵀL̄, -1) + triu(ŪUᵀ)) U⁻ᵀ``;
+* ``eigh`` (``A = VWVᵀ``, or the pairs of ``subset_by_index``/``subset_by_value``): Giles' rule over all n pairs
+  (``np.linalg.eigh``'s), the cotangents outside the subset zero, ``Ā = V (diag(W̄) + F∘(VᵀV̄)) Vᵀ`` with
+  ``Fᵢⱼ = 1/(Wⱼ - Wᵢ)`` (0 at ties), in the triangle SciPy reads (``lower``), as ``np.linalg.eigh``'s rule.
 
 The rules compute with SciPy on plain values: these mirrors give first derivatives (a second derivative
 through them is an error from the rule's SciPy call naming the function).
@@ -22,12 +25,14 @@ through them is an error from the rule's SciPy call naming the function).
 import numpy as np
 import scipy.linalg
 
+from ..errors import UnsupportedFunctionError
 from ..pullbacks import plain
-from ..registry import defvjp
+from ..registry import defvjp, defvjp_outputs
+from ..rules.decompositions import inverse_gaps, one_triangle
 from ..tape import primitive
 
 __all__ = ["expm", "expm_frechet", "sqrtm", "logm", "solve_triangular", "solve_sylvester", "solve_continuous_lyapunov",
-           "solve_banded", "cho_factor", "cho_solve", "lu_factor", "lu_solve"]
+           "solve_banded", "cho_factor", "cho_solve", "lu_factor", "lu_solve", "eigh"]
 
 
 def _block_adjoint(function, a, g):
@@ -299,6 +304,81 @@ def lu_solve_lu(ans, lu, piv, b, trans):
 
 defvjp(lu_solve_of, lu_solve_lu, None, lu_solve_b, None)
 
+
+# --- symmetric eigenproblem -------------------------------------------------------------------------------------
+def eigh(a, b=None, *, lower=True, eigvals_only=False, overwrite_a=False, overwrite_b=False, type=1,
+         check_finite=True, subset_by_index=None, subset_by_value=None, driver=None):
+    """``scipy.linalg.eigh`` of a real symmetric ``a``: ``(w, v)``, or ``w`` with ``eigvals_only``, all eigenpairs
+    or those of ``subset_by_index``/``subset_by_value``, differentiable in ``a`` (``b=None``)."""
+    if b is not None:
+        raise UnsupportedFunctionError(
+            "scipy.linalg.eigh's generalized problem (b=) has no derivative rule here: with L = cholesky(b), solve "
+            "the standard problem of L⁻¹ a L⁻ᵀ (linalg.solve_triangular) and map the vectors back with L⁻ᵀ")
+    subset = ("index", tuple(subset_by_index)) if subset_by_index is not None \
+        else ("value", tuple(subset_by_value)) if subset_by_value is not None else None
+    if eigvals_only:
+        return eigvalsh_of(a, lower, subset, driver, check_finite)
+    return eigh_of(a, lower, subset, driver, check_finite)
+
+
+def _subset_keywords(subset):
+    return {} if subset is None else {f"subset_by_{subset[0]}": subset[1]}
+
+
+@primitive
+def eigh_of(a, lower, subset, driver, check_finite):
+    return scipy.linalg.eigh(a, lower=lower, driver=driver, check_finite=check_finite, **_subset_keywords(subset))
+
+
+@primitive
+def eigvalsh_of(a, lower, subset, driver, check_finite):
+    return scipy.linalg.eigh(a, lower=lower, eigvals_only=True, driver=driver, check_finite=check_finite,
+                             **_subset_keywords(subset))
+
+
+def _all_pairs(a, lower, subset, w, v):
+    """The full eigendecomposition ``(W, V)`` of ``a`` and the positions in it of the ``k`` pairs returned
+    (``w`` and, where given, their vectors ``v``, which replace V's columns there: the signs SciPy chose)."""
+    values, vectors = np.linalg.eigh(a, "L" if lower else "U")
+    k = len(w)
+    if subset is None or subset[0] == "index":
+        first = 0 if subset is None else subset[1][0]
+    else:  # eigenvalues in (lo, hi]
+        first = min(int(np.searchsorted(values, subset[1][0], side="right")), len(values) - k)
+    positions = np.arange(first, first + k)
+    if v is not None:
+        vectors[:, positions] = v
+    return values, vectors, positions
+
+
+def eigh_a(j, ans, a, lower, subset, driver, check_finite):
+    """Ā = V (diag(W̄) + F∘(VᵀV̄)) Vᵀ in the triangle SciPy reads, ``Fᵢⱼ = 1/(Wⱼ - Wᵢ)``, over all n pairs with
+    zero cotangents outside the subset (a subset's vectors move along every other eigenvector)."""
+    w, v = ans
+    values, vectors, positions = _all_pairs(plain(a), lower, subset, plain(w), plain(v))
+
+    def back(g):
+        full = np.zeros((len(values), len(values)))
+        if j == 0:
+            full[positions, positions] = plain(g)
+        else:
+            full[:, positions] = vectors.T @ plain(g)
+            full = inverse_gaps(values) * full
+        return one_triangle(vectors @ full @ vectors.T, lower)
+
+    return back
+
+
+def eigvalsh_a(ans, a, lower, subset, driver, check_finite):
+    """Ā = Σ w̄ᵢ vᵢvᵢᵀ over the returned eigenvalues, in the triangle SciPy reads."""
+    _, vectors, positions = _all_pairs(plain(a), lower, subset, plain(ans), None)
+    chosen = vectors[:, positions]
+    return lambda g: one_triangle((chosen * plain(g)) @ chosen.T, lower)
+
+
+defvjp_outputs(eigh_of, eigh_a, None, None, None, None)
+defvjp(eigvalsh_of, eigvalsh_a, None, None, None, None)
+
 MIRRORS = {getattr(scipy.linalg, name): globals()[name] for name in (
     "expm", "expm_frechet", "sqrtm", "logm", "solve_triangular", "solve_sylvester", "solve_continuous_lyapunov",
-    "solve_banded", "cho_factor", "cho_solve", "lu_factor", "lu_solve")}
+    "solve_banded", "cho_factor", "cho_solve", "lu_factor", "lu_solve", "eigh")}

@@ -1,6 +1,6 @@
-"""Mirrors of ``scipy.stats`` ``norm``, ``t``, ``gamma``, ``beta``, ``poisson``, ``multivariate_normal``
-and ``dirichlet`` (see the package docstring): each method has SciPy's signature, returns SciPy's value
-and is one tape operation with the reverse rule below.
+"""Mirrors of ``scipy.stats`` ``norm``, ``t``, ``gamma``, ``beta``, ``chi2``, ``expon``, ``laplace``, ``lognorm``,
+``poisson``, ``multivariate_normal`` and ``dirichlet`` (see the package docstring): each method has SciPy's
+signature, returns SciPy's value and is one tape operation with the reverse rule below.
 
 Location-scale families, ``z = (x - loc) / scale`` and ``log f = log f₀(z; θ) - log scale`` with the
 score ``s = ∂ log f₀ / ∂z``:
@@ -13,25 +13,41 @@ score ``s = ∂ log f₀ / ∂z``:
   series and continued fraction; its logcdf that over the cdf).  The cdfs of ``t`` (in ``df``) and
   ``beta`` (in ``a``, ``b``), derivatives of the incomplete beta function in its parameters, which
   neither SciPy nor JAX computes, are a clear error.
+* sf = 1 - cdf and logsf: the cdf's partials negated (over the sf for logsf: ``-exp(logpdf - logsf)``, in
+  log space, so far tails neither underflow nor divide 0 by 0);
+* ppf, from ``cdf₀(z; θ) = q`` at ``x = loc + scale·z``: ``∂q = 1/pdf(x)``, ``∂θ = -∂cdf₀/∂θ(z) / pdf(x)``,
+  ``∂loc = 1``, ``∂scale = z`` (0 where q is 0 or 1);
+* entropy ``h = h₀(θ) + log scale``: ``∂scale = 1/scale``, ``∂θ = h₀'(θ)`` (last column below, ψ' = ζ(2, ·)).
 
-=========  =======================  ===============================================================
-family     s(z)                     ∂ log f₀ / ∂θ
-=========  =======================  ===============================================================
-norm       -z
-t(df)      -(df+1) z / (df + z²)    ½(ψ((df+1)/2) - ψ(df/2) - 1/df - log1p(z²/df))
-                                    + (df+1) z² / (2 df (df + z²))
-gamma(a)   (a-1)/z - 1              log z - ψ(a)
-beta(a,b)  (a-1)/z - (b-1)/(1-z)    a: log z - ψ(a) + ψ(a+b);  b: log1p(-z) - ψ(b) + ψ(a+b)
-=========  =======================  ===============================================================
+==========  ======================  ===============================================  =================================
+family      s(z)                    ∂ log f₀ / ∂θ                                    h₀'(θ)
+==========  ======================  ===============================================  =================================
+norm        -z
+t(df)       -(df+1) z / (df + z²)   ½(ψ((df+1)/2) - ψ(df/2) - 1/df - log1p(z²/df))   (df+1)/4 (ψ'((df+1)/2) - ψ'(df/2))
+                                    + (df+1) z² / (2 df (df + z²))                    + 1/(2 df)
+gamma(a)    (a-1)/z - 1             log z - ψ(a)                                     1 + (1-a) ψ'(a)
+beta(a,b)   (a-1)/z - (b-1)/(1-z)   a: log z - ψ(a) + ψ(a+b)                         (a+b-2) ψ'(a+b) - (a-1) ψ'(a)
+                                    b: log1p(-z) - ψ(b) + ψ(a+b)                     (a+b-2) ψ'(a+b) - (b-1) ψ'(b)
+chi2(df)    (df/2-1)/z - ½          ½(log(z/2) - ψ(df/2))                            ½ + ½(1 - df/2) ψ'(df/2)
+expon       -1
+laplace     -sign z
+lognorm(s)  -(1 + log z / s²)/z     ((log z)²/s² - 1)/s                              1/s
+==========  ======================  ===============================================  =================================
+
+In a shape parameter the cdf is differentiable for gamma (above), chi2 (``P(df/2, z/2)``: ½ ∂P/∂a) and lognorm
+(``Φ(log z / s)``: ``-φ(log z / s) log z / s²``).
 
 ``poisson`` is differentiable in ``mu``: ``∂ logpmf = n/mu - 1`` (``n = k - loc``), and
 ``∂ cdf = -pmf(⌊n⌋)``; ``k`` and ``loc`` are counts (an error if tracked).
+``sf``/``logsf`` likewise, ``∂ sf = +pmf(⌊n⌋)``; ``ppf``'s results are counts (no gradient); the entropy
+``H = -Σₖ p log p`` has ``∂mu = -Σₖ p (k/mu - 1) log p``.
 ``multivariate_normal`` (``r = x - mean``, ``u = Σ⁻¹ r``): ``∂x = -u``, ``∂mean = u``,
 ``∂Σ = ½(u uᵀ - Σ⁻¹)``, the symmetric gradient (JAX's convention; SciPy reads one triangle of ``cov``);
 a 1-d ``cov`` (the diagonal) gets that matrix's diagonal, a scalar its trace; with
 ``allow_singular=True`` ``Σ⁻¹`` is the pseudo-inverse.  Its ``cdf`` and ``logcdf`` (numerical
-integration) are not differentiable.  ``dirichlet`` (components along the first axis of ``x``):
-``∂x = (alpha - 1)/x``, ``∂alpha = log x - ψ(alpha) + ψ(Σalpha)``; given K-1 components, the last is ``1 - Σx``.
+integration) are not differentiable; its entropy ``½ log det(2πe Σ)`` has ``∂Σ = ½ Σ⁻¹``.  ``dirichlet``
+(components along the first axis of ``x``): ``∂x = (alpha - 1)/x``, ``∂alpha = log x - ψ(alpha) + ψ(Σalpha)``;
+given K-1 components, the last is ``1 - Σx``; its entropy: ``∂αᵢ = (α₀ - K) ψ'(α₀) - (αᵢ - 1) ψ'(αᵢ)``.
 
 Every partial is written with recorded calls (the methods' own primitives, ``logpdf`` in a cdf's partial,
 and scipy.special's ufuncs), so it is differentiable again: Hessians work.  Outside the support (a
@@ -40,7 +56,11 @@ SciPy: ``stats.norm(mu, sigma).logpdf(x)``.
 """
 
 # The mirrors (the API reference documents these); the rest of the module is their rules.
-__all__ = ["norm", "t", "gamma", "beta", "poisson", "multivariate_normal", "dirichlet"]
+__all__ = ["norm", "t", "gamma", "beta", "chi2", "expon", "laplace", "lognorm", "poisson", "multivariate_normal",
+           "dirichlet"]
+
+import inspect
+import math
 
 import numpy as np
 import scipy.special
@@ -49,12 +69,13 @@ import scipy.stats
 from ..errors import UnsupportedFunctionError
 from ..pullbacks import as_array
 from ..pullbacks import plain as untracked
-from ..registry import defvjp
+from ..registry import defvjp, nondifferentiable
 from ..rules.scipy_special import gammainc_da
 from ..tape import primitive
 from ._common import cotangent, times
 
 digamma = scipy.special.digamma
+SQRT_2PI = math.sqrt(2 * math.pi)
 
 
 def scipy_method(name, method, call):
@@ -95,6 +116,18 @@ class Frozen:
     def logcdf(self, x):
         return self.dist.logcdf(x, *self.args, **self.kwds)
 
+    def sf(self, x):
+        return self.dist.sf(x, *self.args, **self.kwds)
+
+    def logsf(self, x):
+        return self.dist.logsf(x, *self.args, **self.kwds)
+
+    def ppf(self, q):
+        return self.dist.ppf(q, *self.args, **self.kwds)
+
+    def entropy(self):
+        return self.dist.entropy(*self.args, **self.kwds)
+
     def logpmf(self, k):
         return self.dist.logpmf(k, *self.args, **self.kwds)
 
@@ -109,19 +142,30 @@ class Freezable:
 
 
 # --- location-scale families ------------------------------------------------------------------------
-class LocationScale(Freezable):
-    """``dist`` with shape parameters named ``shapes``: score ``s(z, *θ)`` and ``∂ log f₀/∂θ``."""
+DENSITIES = ("logpdf", "pdf")
+PROBABILITIES = ("cdf", "logcdf", "sf", "logsf")  # their partials: the density, over the probability for a log
+METHODS = (*DENSITIES, *PROBABILITIES, "ppf", "entropy")
 
-    def __init__(self, dist, shapes, score, shape_scores, cdf_function=None, cdf_shape_partials=None):
+
+class LocationScale(Freezable):
+    """``dist`` with shape parameters named ``shapes``: score ``s(z, *θ)``, ``∂ log f₀/∂θ``, the derivative of the
+    standard entropy in each shape parameter and, where known, of the standard cdf (else ``cdf_function`` names
+    what is missing).  Its methods (`METHODS`) take SciPy's arguments, ``(x, *shapes, loc=0, scale=1)``."""
+
+    def __init__(self, dist, shapes, score, shape_scores, entropy_partials, cdf_function=None,
+                 cdf_shape_partials=None):
         self._dist = dist
         self._cdf_function = cdf_function
         self._cdf_shape_partials = cdf_shape_partials  # ∂cdf/∂θ(z, *θ) of each shape parameter, where known
         self._score = score
         self._shape_scores = shape_scores
+        self._entropy_partials = entropy_partials  # ∂h₀/∂θ(*θ) of the standard entropy h₀
+        self._shapes = shapes
         self._names = ("x", *shapes, "loc", "scale")
-        for method in ("logpdf", "pdf", "cdf", "logcdf"):
-            impl = scipy_method(dist.name, method, self._call)
-            makers = [self._maker(method, i) for i in range(len(self._names))]
+        for method in METHODS:
+            impl = scipy_method(dist.name, method, self._entropy_call if method == "entropy" else self._call)
+            makers = [self._entropy_maker(i) for i in range(len(shapes) + 2)] if method == "entropy" \
+                else [self._maker(method, i) for i in range(len(self._names))]
             defvjp(impl, *makers)
             setattr(self, f"_{method}", impl)
 
@@ -130,19 +174,48 @@ class LocationScale(Freezable):
         *shapes, loc, scale = params
         return bound(x, *shapes, loc=loc, scale=scale)
 
+    @staticmethod
+    def _entropy_call(bound, *params):
+        *shapes, loc, scale = params
+        return bound(*shapes, loc=loc, scale=scale)
+
+    def differentiable_in(self, method):
+        """The arguments ``method`` is differentiable in: all but shape parameters whose cdf derivative is not known."""
+        first = () if method == "entropy" else ("q",) if method == "ppf" else ("x",)
+        shapes = self._shapes if method in (*DENSITIES, "entropy") or self._cdf_shape_partials else ()
+        return (*first, *shapes, "loc", "scale")
+
     def _maker(self, method, i):
         def make(ans, x, *params):
             with np.errstate(divide="ignore", invalid="ignore"):  # outside the support: masked by in_support
-                d = self._partial(method, i, ans, x, params)
+                d = self._ppf_partial(i, ans, x, params) if method == "ppf" \
+                    else self._partial(method, i, ans, x, params)
             return times(d, (x, *params)[i])
 
         return make
+
+    def _entropy_maker(self, i):
+        def make(ans, *params):
+            """h = h₀(θ) + log scale: ∂θ = ∂h₀/∂θ, ∂loc = 0, ∂scale = 1/scale."""
+            *shapes, loc, scale = params
+            d = self._entropy_partials[i](*shapes) if i < len(shapes) else 0.0 * loc if i == len(shapes) \
+                else 1 / scale
+            return times(d, params[i])
+
+        return make
+
+    def _shape_error(self, method, i):
+        return UnsupportedFunctionError(
+            f"scipy.stats.{self._dist.name}.{method} is differentiable in {', '.join(self.differentiable_in(method))}"
+            f", not in its shape parameter {self._names[i]!r}: it needs the derivative of the {self._cdf_function} "
+            f"in its parameters, which SciPy does not provide; pass {self._names[i]} as a constant (db.cut)"
+        )
 
     def _partial(self, method, i, ans, x, params):
         """∂ method / ∂ argument ``i`` (x, the shape parameters, loc, scale)."""
         *shapes, loc, scale = params
         z = (x - loc) / scale
-        if method in ("logpdf", "pdf"):
+        if method in DENSITIES:
             support = untracked(ans) > -np.inf if method == "logpdf" else untracked(ans) > 0
             if 0 < i <= len(shapes):
                 d = self._shape_scores[i - 1](z, *shapes)
@@ -150,83 +223,69 @@ class LocationScale(Freezable):
                 s = self._score(z, *shapes)
                 d = s / scale if i == 0 else -s / scale if self._names[i] == "loc" else -(s * z + 1) / scale
             return in_support(d * ans if method == "pdf" else d, support)
+        sign = 1.0 if method in ("cdf", "logcdf") else -1.0  # sf = 1 - cdf
         if 0 < i <= len(shapes) and self._cdf_shape_partials:
-            d = self._cdf_shape_partials[i - 1](np.where(z > 0, z, 1.0), *shapes)  # 0 below the support
-            return in_support(d if method == "cdf" else d / np.exp(ans), untracked(z) > 0)
+            d = sign * self._cdf_shape_partials[i - 1](np.where(z > 0, z, 1.0), *shapes)  # 0 below the support
+            return in_support(d if method in ("cdf", "sf") else d / np.exp(ans), untracked(z) > 0)
         if 0 < i <= len(shapes):
-            raise UnsupportedFunctionError(
-                f"scipy.stats.{self._dist.name}.{method} is differentiable in x, loc and scale, not in its shape "
-                f"parameter {self._names[i]!r}: it needs the derivative of the {self._cdf_function} in its "
-                f"parameters, which SciPy does not provide; pass {self._names[i]} as a constant (db.cut)"
-            )
+            raise self._shape_error(method, i)
         logpdf = self._logpdf(x, *shapes, loc, scale)  # recorded: the partial is differentiable again
-        density = np.exp(logpdf) if method == "cdf" else np.exp(logpdf - ans)
+        density = sign * (np.exp(logpdf) if method in ("cdf", "sf") else np.exp(logpdf - ans))
         dz = 1.0 if i == 0 else -1.0 if self._names[i] == "loc" else -z
         return in_support(density * dz, untracked(logpdf) > -np.inf)
 
-
-class norm_gen(LocationScale):
-    """``scipy.stats.norm``: differentiable in x, loc and scale."""
-
-    def logpdf(self, x, loc=0, scale=1):
-        return self._logpdf(x, loc, scale)
-
-    def pdf(self, x, loc=0, scale=1):
-        return self._pdf(x, loc, scale)
-
-    def cdf(self, x, loc=0, scale=1):
-        return self._cdf(x, loc, scale)
-
-    def logcdf(self, x, loc=0, scale=1):
-        return self._logcdf(x, loc, scale)
-
-
-class t_gen(LocationScale):
-    """``scipy.stats.t``: differentiable in x, df, loc and scale (cdf and logcdf: not in df)."""
-
-    def logpdf(self, x, df, loc=0, scale=1):
-        return self._logpdf(x, df, loc, scale)
-
-    def pdf(self, x, df, loc=0, scale=1):
-        return self._pdf(x, df, loc, scale)
-
-    def cdf(self, x, df, loc=0, scale=1):
-        return self._cdf(x, df, loc, scale)
-
-    def logcdf(self, x, df, loc=0, scale=1):
-        return self._logcdf(x, df, loc, scale)
+    def _ppf_partial(self, i, ans, q, params):
+        """∂ ppf / ∂ argument ``i`` (q, the shape parameters, loc, scale) of ``x = loc + scale · ppf₀(q; θ)``,
+        from ``cdf₀(z; θ) = q``: ``∂q = 1 / pdf(x)``, ``∂θ = -∂cdf₀/∂θ(z) / pdf(x)``, ``∂loc = 1``, ``∂scale = z``;
+        0 where q is not inside (0, 1)."""
+        *shapes, loc, scale = params
+        inside = (untracked(q) > 0) & (untracked(q) < 1)
+        if self._names[i] == "loc":
+            return in_support(1.0 + 0.0 * ans, inside)
+        if self._names[i] == "scale":
+            return in_support((ans - loc) / scale, inside)
+        if i > 0 and not self._cdf_shape_partials:
+            raise self._shape_error("ppf", i)
+        x = np.where(inside, ans, loc + scale)  # a point of the support where q is 0 or 1 (masked)
+        over_density = np.exp(-self._logpdf(x, *shapes, loc, scale))  # recorded: differentiable again
+        if i == 0:
+            return in_support(over_density, inside)
+        z = (x - loc) / scale
+        return in_support(-self._cdf_shape_partials[i - 1](z, *shapes) * over_density, inside)
 
 
-class gamma_gen(LocationScale):
-    """``scipy.stats.gamma``: differentiable in x, a, loc and scale."""
+def distribution_method(method, shapes):
+    """The public ``method`` of a location-scale family with shape parameters ``shapes``, SciPy's signature
+    (``(x, <shapes>, loc=0, scale=1)``; ``q`` for ppf, none for entropy)."""
+    P = inspect.Parameter
+    first = () if method == "entropy" else ("q",) if method == "ppf" else ("x",)
+    signature = inspect.Signature([
+        P("self", P.POSITIONAL_OR_KEYWORD), *(P(n, P.POSITIONAL_OR_KEYWORD) for n in (*first, *shapes)),
+        P("loc", P.POSITIONAL_OR_KEYWORD, default=0), P("scale", P.POSITIONAL_OR_KEYWORD, default=1)])
 
-    def logpdf(self, x, a, loc=0, scale=1):
-        return self._logpdf(x, a, loc, scale)
+    def call(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        return getattr(self, f"_{method}")(*list(bound.arguments.values())[1:])
 
-    def pdf(self, x, a, loc=0, scale=1):
-        return self._pdf(x, a, loc, scale)
-
-    def cdf(self, x, a, loc=0, scale=1):
-        return self._cdf(x, a, loc, scale)
-
-    def logcdf(self, x, a, loc=0, scale=1):
-        return self._logcdf(x, a, loc, scale)
+    call.__signature__ = signature
+    call.__name__ = call.__qualname__ = method
+    return call
 
 
-class beta_gen(LocationScale):
-    """``scipy.stats.beta``: differentiable in x, a, b, loc and scale (cdf and logcdf: not in a, b)."""
-
-    def logpdf(self, x, a, b, loc=0, scale=1):
-        return self._logpdf(x, a, b, loc, scale)
-
-    def pdf(self, x, a, b, loc=0, scale=1):
-        return self._pdf(x, a, b, loc, scale)
-
-    def cdf(self, x, a, b, loc=0, scale=1):
-        return self._cdf(x, a, b, loc, scale)
-
-    def logcdf(self, x, a, b, loc=0, scale=1):
-        return self._logcdf(x, a, b, loc, scale)
+def location_scale_family(name, shapes, **rules):
+    """The mirror of ``scipy.stats.<name>`` (a `LocationScale` of the ``rules``) as an instance of its own class
+    ``<name>_gen``, whose methods have SciPy's signatures and say what they are differentiable in."""
+    cls = type(f"{name}_gen", (LocationScale,), {"__module__": __name__})
+    mirror = cls(getattr(scipy.stats, name), shapes, **rules)
+    cls.__doc__ = f"``scipy.stats.{name}``: differentiable in " + "; ".join(
+        f"{m} in {', '.join(mirror.differentiable_in(m))}" for m in METHODS) + "."
+    for method in METHODS:
+        call = distribution_method(method, shapes)
+        arguments = ", ".join(mirror.differentiable_in(method))
+        call.__doc__ = f"``scipy.stats.{name}.{method}``, differentiable in {arguments}."
+        setattr(cls, method, call)
+    return mirror
 
 
 def t_df_score(z, df):
@@ -243,29 +302,66 @@ def beta_b_score(z, a, b):
     return np.log1p(-z) - digamma(b) + digamma(a + b)
 
 
-norm = norm_gen(scipy.stats.norm, (), lambda z: -z, ())
-t = t_gen(scipy.stats.t, ("df",), lambda z, df: -(df + 1) * z / (df + z * z), (t_df_score,),
-          "regularized incomplete beta function (scipy.special.betainc)")
-gamma = gamma_gen(scipy.stats.gamma, ("a",), lambda z, a: (a - 1) / z - 1, (lambda z, a: np.log(z) - digamma(a),),
-                  "regularized incomplete gamma function (scipy.special.gammainc)",
-                  (lambda z, a: gammainc_da(a, z),))
-beta = beta_gen(scipy.stats.beta, ("a", "b"), lambda z, a, b: (a - 1) / z - (b - 1) / (1 - z),
-                (beta_a_score, beta_b_score), "regularized incomplete beta function (scipy.special.betainc)")
+def trigamma(x):
+    """ψ'(x) = ζ(2, x), the ufunc scipy.special differentiates (`rules.scipy_special`)."""
+    return scipy.special.zeta(2.0, x)
+
+
+def lognorm_cdf_s(z, s):
+    """∂Φ(log z / s)/∂s = -φ(log z / s) · log z / s²."""
+    w = np.log(z) / s
+    return -np.exp(-0.5 * w * w) / SQRT_2PI * w / s
+
+
+INCOMPLETE_BETA = "regularized incomplete beta function (scipy.special.betainc)"
+norm = location_scale_family("norm", (), score=lambda z: -z, shape_scores=(), entropy_partials=())
+t = location_scale_family(
+    "t", ("df",), score=lambda z, df: -(df + 1) * z / (df + z * z), shape_scores=(t_df_score,),
+    entropy_partials=(lambda df: (df + 1) / 4 * (trigamma((df + 1) / 2) - trigamma(df / 2)) + 1 / (2 * df),),
+    cdf_function=INCOMPLETE_BETA)
+gamma = location_scale_family(
+    "gamma", ("a",), score=lambda z, a: (a - 1) / z - 1, shape_scores=(lambda z, a: np.log(z) - digamma(a),),
+    entropy_partials=(lambda a: 1 + (1 - a) * trigamma(a),),
+    cdf_shape_partials=(lambda z, a: gammainc_da(a, z),))
+beta = location_scale_family(
+    "beta", ("a", "b"), score=lambda z, a, b: (a - 1) / z - (b - 1) / (1 - z),
+    shape_scores=(beta_a_score, beta_b_score),
+    entropy_partials=(lambda a, b: (a + b - 2) * trigamma(a + b) - (a - 1) * trigamma(a),
+                      lambda a, b: (a + b - 2) * trigamma(a + b) - (b - 1) * trigamma(b)),
+    cdf_function=INCOMPLETE_BETA)
+chi2 = location_scale_family(
+    "chi2", ("df",), score=lambda z, df: (df / 2 - 1) / z - 0.5,
+    shape_scores=(lambda z, df: 0.5 * (np.log(z / 2) - digamma(df / 2)),),
+    entropy_partials=(lambda df: 0.5 + 0.5 * (1 - df / 2) * trigamma(df / 2),),
+    cdf_shape_partials=(lambda z, df: 0.5 * gammainc_da(df / 2, z / 2),))
+expon = location_scale_family("expon", (), score=lambda z: -1.0 + 0.0 * z, shape_scores=(), entropy_partials=())
+laplace = location_scale_family("laplace", (), score=lambda z: -np.sign(z), shape_scores=(), entropy_partials=())
+lognorm = location_scale_family(
+    "lognorm", ("s",), score=lambda z, s: -(1 + np.log(z) / (s * s)) / z,
+    shape_scores=(lambda z, s: (np.log(z) ** 2 / (s * s) - 1) / s,), entropy_partials=(lambda s: 1 / s,),
+    cdf_shape_partials=(lognorm_cdf_s,))
+# Their classes, by name (as in SciPy, stats.norm is a norm_gen; the API reference documents them).
+norm_gen, t_gen, gamma_gen, beta_gen, chi2_gen, expon_gen, laplace_gen, lognorm_gen = map(
+    type, (norm, t, gamma, beta, chi2, expon, laplace, lognorm))
 
 
 # --- poisson -------------------------------------------------------------------------------------------
 class poisson_gen(Freezable):
-    """``scipy.stats.poisson``: differentiable in mu (k and loc are counts)."""
+    """``scipy.stats.poisson``: differentiable in mu (k and loc are counts; ppf's results are counts)."""
 
     def __init__(self):
-        for method in ("logpmf", "pmf", "cdf", "logcdf"):
+        for method in ("logpmf", "pmf", "cdf", "logcdf", "sf", "logsf"):
             impl = scipy_method("poisson", method, lambda bound, k, mu, loc: bound(k, mu, loc=loc))
             defvjp(impl, self._count_maker(method, "k"), self._mu_maker(method), self._count_maker(method, "loc"))
             setattr(self, f"_{method}", impl)
+        self._ppf = scipy_method("poisson", "ppf", lambda bound, q, mu, loc: bound(q, mu, loc=loc))
+        nondifferentiable(self._ppf, reason="piecewise constant: its results are counts")
+        self._entropy = scipy_method("poisson", "entropy", lambda bound, mu, loc: bound(mu, loc=loc))
+        defvjp(self._entropy, self._entropy_mu, self._count_maker("entropy", "loc"))
 
     @staticmethod
     def _count_maker(method, name):
-        def make(ans, k, mu, loc):
+        def make(ans, *args):
             raise UnsupportedFunctionError(
                 f"scipy.stats.poisson.{method} is differentiable in mu only; {name} is a count (the "
                 f"function is piecewise constant in it): pass {name} as a constant (db.cut)"
@@ -284,10 +380,19 @@ class poisson_gen(Freezable):
                 support = untracked(ans) > -np.inf if method == "logpmf" else untracked(ans) > 0
                 return in_support(n / mu - 1 if method == "logpmf" else ans * (n / mu - 1), support)
             logpmf = poisson.logpmf(np.floor(n), mu)  # recorded: the partial is differentiable again
-            density = np.exp(logpmf) if method == "cdf" else np.exp(logpmf - ans)
-            return in_support(-density, untracked(logpmf) > -np.inf)
+            density = np.exp(logpmf) if method in ("cdf", "sf") else np.exp(logpmf - ans)
+            return in_support(-density if method in ("cdf", "logcdf") else density, untracked(logpmf) > -np.inf)
 
         return make
+
+    @staticmethod
+    def _entropy_mu(ans, mu, loc):
+        """H = -Σₖ p log p over the counts k, so ∂H/∂mu = -Σₖ p (k/mu - 1) log p (Σₖ ∂p/∂mu = 0), the sum taken
+        to 40 standard deviations past mu (beyond, p log p underflows)."""
+        count = int(np.max(untracked(mu) + 40 * np.sqrt(untracked(mu)) + 40))
+        k = np.reshape(np.arange(count, dtype=np.float64), (count,) + (1,) * np.ndim(mu))
+        logpmf = poisson.logpmf(k, mu)  # recorded: the partial is differentiable again
+        return times(-np.sum(np.exp(logpmf) * (k / mu - 1) * logpmf, axis=0), mu)
 
     def logpmf(self, k, mu, loc=0):
         return self._logpmf(k, mu, loc)
@@ -300,6 +405,19 @@ class poisson_gen(Freezable):
 
     def logcdf(self, k, mu, loc=0):
         return self._logcdf(k, mu, loc)
+
+    def sf(self, k, mu, loc=0):
+        return self._sf(k, mu, loc)
+
+    def logsf(self, k, mu, loc=0):
+        return self._logsf(k, mu, loc)
+
+    def ppf(self, q, mu, loc=0):
+        """``scipy.stats.poisson.ppf``: counts (piecewise constant: no gradient)."""
+        return self._ppf(q, mu, loc)
+
+    def entropy(self, mu, loc=0):
+        return self._entropy(mu, loc)
 
 
 poisson = poisson_gen()
@@ -356,8 +474,21 @@ def mvn_cov(method):
     return make
 
 
+def mvn_entropy_mean(ans, mean, cov):
+    """The entropy does not depend on the mean: mean̄ = 0."""
+    return lambda g: cotangent(mean, np.zeros(np.shape(mean)))
+
+
+def mvn_entropy_cov(ans, mean, cov):
+    """h = ½ log det(2πe Σ): Σ̄ = ȳ Σ⁻¹ / 2, its diagonal for a 1-d cov, its trace for a scalar."""
+    dim = np.size(mean) if mean is not None and np.ndim(cov) == 0 else 1
+    if np.ndim(cov) == 2:
+        return times(0.5 * np.linalg.inv(cov), cov)
+    return times(0.5 * dim / cov, cov)
+
+
 class multivariate_normal_gen(Freezable):
-    """``scipy.stats.multivariate_normal``: logpdf and pdf differentiable in x, mean and cov."""
+    """``scipy.stats.multivariate_normal``: logpdf and pdf differentiable in x, mean and cov, entropy in cov."""
 
     def __init__(self):
         for method in ("logpdf", "pdf"):
@@ -365,7 +496,12 @@ class multivariate_normal_gen(Freezable):
                                 lambda bound, x, mean, cov, allow_singular: bound(x, mean, cov, allow_singular))
             defvjp(impl, mvn_x(method), mvn_mean(method), mvn_cov(method), None)
             setattr(self, f"_{method}", impl)
+        self._entropy = scipy_method("multivariate_normal", "entropy", lambda bound, mean, cov: bound(mean, cov))
+        defvjp(self._entropy, mvn_entropy_mean, mvn_entropy_cov)
         self._dist = scipy.stats.multivariate_normal
+
+    def entropy(self, mean=None, cov=1):
+        return self._entropy(mean, cov)
 
     def logpdf(self, x, mean=None, cov=1, allow_singular=False):
         return self._logpdf(x, mean, cov, allow_singular)
@@ -440,14 +576,25 @@ def dirichlet_alpha(method):
     return make
 
 
+def dirichlet_entropy_alpha(ans, alpha):
+    """h = log B(alpha) + (α₀ - K) ψ(α₀) - Σ (αⱼ - 1) ψ(αⱼ): ᾱᵢ = ȳ ((α₀ - K) ψ'(α₀) - (αᵢ - 1) ψ'(αᵢ))."""
+    total = np.sum(alpha)
+    return times((total - np.size(alpha)) * trigamma(total) - (alpha - 1) * trigamma(alpha), alpha)
+
+
 class dirichlet_gen(Freezable):
-    """``scipy.stats.dirichlet``: logpdf and pdf differentiable in x and alpha."""
+    """``scipy.stats.dirichlet``: logpdf and pdf differentiable in x and alpha, entropy in alpha."""
 
     def __init__(self):
         for method in ("logpdf", "pdf"):
             impl = scipy_method("dirichlet", method, lambda bound, x, alpha: bound(x, alpha))
             defvjp(impl, dirichlet_x(method), dirichlet_alpha(method))
             setattr(self, f"_{method}", impl)
+        self._entropy = scipy_method("dirichlet", "entropy", lambda bound, alpha: bound(alpha))
+        defvjp(self._entropy, dirichlet_entropy_alpha)
+
+    def entropy(self, alpha):
+        return self._entropy(alpha)
 
     def logpdf(self, x, alpha):
         return self._logpdf(x, alpha)
@@ -460,6 +607,7 @@ dirichlet = dirichlet_gen()
 
 MIRRORS = {
     scipy.stats.norm: norm, scipy.stats.t: t, scipy.stats.gamma: gamma, scipy.stats.beta: beta,
+    scipy.stats.chi2: chi2, scipy.stats.expon: expon, scipy.stats.laplace: laplace, scipy.stats.lognorm: lognorm,
     scipy.stats.poisson: poisson, scipy.stats.multivariate_normal: multivariate_normal,
     scipy.stats.dirichlet: dirichlet,
 }

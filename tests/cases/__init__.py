@@ -117,8 +117,9 @@ def call(draw, func, *args, **kwargs):
     in a calling form NumPy accepts drawn by hypothesis (which shrinks to the form as written).
 
     Each positional-or-keyword argument is passed positionally or by name, and parameters left out
-    may be passed their defaults explicitly.  An argument holding a differentiated array stays
-    positional, as the library asks, and so does every one before it.
+    may be passed their defaults explicitly.  A differentiated array may be passed by name too
+    (``np.average(x, weights=w)``), but for one inside a sequence (``np.stack([x, y])``) or a
+    function's ``*args``, which stay positional, and every argument before them.
     """
     signature = inspect.signature(func)
     arguments = signature.bind(*args, **kwargs).arguments
@@ -143,7 +144,7 @@ def _positional_counts(signature, arguments, written):
         if p.name not in arguments:
             break
         highest = i + 1
-        if p.kind is P.POSITIONAL_ONLY or _holds_arg(arguments[p.name]):
+        if p.kind is P.POSITIONAL_ONLY or _holds_args(arguments[p.name]):
             lowest = i + 1
     if any(p.kind is P.VAR_POSITIONAL and arguments.get(p.name) for p in signature.parameters.values()):
         lowest = highest
@@ -173,8 +174,9 @@ def _has_default(p):
     return p.default is not P.empty and p.default is not np._NoValue
 
 
-def _holds_arg(value):
-    return type(value) is Arg or (type(value) in (list, tuple) and any(type(v) is Arg for v in value))
+def _holds_args(value):
+    """Whether ``value`` is a sequence holding a differentiated array."""
+    return type(value) in (list, tuple) and any(type(v) is Arg for v in value)
 
 
 def filled(values, arrays):

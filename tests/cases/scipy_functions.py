@@ -122,19 +122,30 @@ RANGES = {
     "t": {"x": (-2.0, 2.0), "df": (1.0, 5.0), "loc": (-1.0, 1.0), "scale": (0.5, 2.0)},
     "gamma": {"x": (0.3, 3.0), "a": (0.5, 3.0), "loc": (-0.1, 0.1), "scale": (0.5, 2.0)},
     "beta": {"x": (0.15, 0.85), "a": (0.5, 3.0), "b": (0.5, 3.0), "loc": (-0.05, 0.05), "scale": (1.05, 1.3)},
+    "chi2": {"x": (0.3, 4.0), "df": (0.8, 6.0), "loc": (-0.1, 0.1), "scale": (0.5, 2.0)},
+    "expon": {"x": (0.2, 3.0), "loc": (-0.1, 0.1), "scale": (0.5, 2.0)},
+    "laplace": {"x": (0.2, 2.0), "loc": (-0.1, 0.1), "scale": (0.5, 2.0)},  # x > loc: away from the kink
+    "lognorm": {"x": (0.3, 3.0), "s": (0.3, 1.5), "loc": (-0.1, 0.1), "scale": (0.5, 2.0)},
 }
+Q = (0.05, 0.95)  # ppf's probabilities
+SHAPE_CDFS = ("gamma", "chi2", "lognorm")  # the families whose cdf is differentiable in their shape parameters
 
 
 def location_scale_case(name, method, differentiated):
     """``stats.<name>.<method>`` differentiated in the arguments named in ``differentiated`` (at most 3),
-    the others constants; every argument drawn with its own broadcastable shape."""
+    the others constants; every argument drawn with its own broadcastable shape (ppf's first is ``q``,
+    entropy has none)."""
     dist = getattr(stats, name)
     func = getattr(dist, method)
-    names = list(RANGES[name])
+    ranges = {"ppf": {"q": Q}, "entropy": {}}.get(method, {"x": RANGES[name]["x"]})
+    ranges.update((n, r) for n, r in RANGES[name].items() if n != "x")
+    names = list(ranges)
+    differentiated = [{"x": "q"}.get(n, n) if method == "ppf" else n for n in differentiated
+                      if n != "x" or method != "entropy"]
 
     def build(draw, dtype):
         shapes = dict(zip(names, broadcast_shapes(draw, len(names))))
-        values = {n: uniform(draw, shapes[n], dtype, *RANGES[name][n]) for n in names}
+        values = {n: uniform(draw, shapes[n], dtype, *ranges[n]) for n in names}
         slots = dict(zip(differentiated, (X, Y, Z)))
         positional = [slots.get(n, values[n]) for n in names if n not in ("loc", "scale")]
         keywords = {n: slots.get(n, values[n]) for n in ("loc", "scale")}
@@ -148,9 +159,9 @@ def location_scale_cases():
     cases = []
     for name, ranges in RANGES.items():
         shape_parameters = [n for n in ranges if n not in ("x", "loc", "scale")]
-        for method in ("logpdf", "pdf", "cdf", "logcdf"):
+        for method in ("logpdf", "pdf", "cdf", "logcdf", "sf", "logsf", "ppf", "entropy"):
             cases.append(location_scale_case(name, method, ("x", "loc", "scale")))
-            if (method in ("logpdf", "pdf") or name == "gamma") and shape_parameters:  # gamma's cdf too
+            if (method in ("logpdf", "pdf", "entropy") or name in SHAPE_CDFS) and shape_parameters:
                 cases.append(location_scale_case(name, method, ("x", *shape_parameters)))
     return cases
 
@@ -163,10 +174,37 @@ def poisson_case(method):
         sk, smu = broadcast_shapes(draw, 2)
         k = np.floor(uniform(draw, sk, np.float64, 0.0, 7.0)).astype(dtype)
         loc = draw(st.sampled_from([0, -1]))  # k - loc in the support
-        f = call(draw, func, k, X, loc=loc)
+        f = call(draw, func, X, loc=loc) if method == "entropy" else call(draw, func, k, X, loc=loc)
         return lambda mu: in_dtype_of(f(mu), mu), [uniform(draw, smu, dtype, 0.5, 4.0)]
 
     return Case(func, build, name=f"poisson_{method}")
+
+
+def mvn_entropy_case(cov_kind):
+    """``multivariate_normal.entropy`` in cov (``A Aᵀ + dim·I``, a diagonal or ``c·I``)."""
+    func = stats.multivariate_normal.entropy
+
+    def build(draw, dtype):
+        dim = draw(st.integers(1, 3))
+        mean = uniform(draw, (dim,), dtype, -1.0, 1.0)
+        f = call(draw, func, mean, X)
+        if cov_kind == "matrix":
+            eye = dim * np.eye(dim, dtype=dtype)
+            return lambda a: in_dtype_of(f(a @ a.T + eye), a), [uniform(draw, (dim, dim), dtype, -1.0, 1.0)]
+        c = uniform(draw, (dim,) if cov_kind == "diagonal" else (), dtype, 0.5, 2.0)
+        return lambda c: in_dtype_of(f(c), c), [c]
+
+    return Case(func, build, name=f"multivariate_normal_entropy_cov_{cov_kind}")
+
+
+def dirichlet_entropy_case():
+    func = stats.dirichlet.entropy
+
+    def build(draw, dtype):
+        f = call(draw, func, X)
+        return lambda a: in_dtype_of(f(a), a), [uniform(draw, (draw(st.integers(2, 4)),), dtype, 0.5, 3.0)]
+
+    return Case(func, build, name="dirichlet_entropy")
 
 
 def mvn_samples_shape(draw, dim):
@@ -218,8 +256,10 @@ def dirichlet_case(method, given):
 
 def other_stats_cases():
     return [
-        *(poisson_case(m) for m in ("logpmf", "pmf", "cdf", "logcdf")),
+        *(poisson_case(m) for m in ("logpmf", "pmf", "cdf", "logcdf", "sf", "logsf", "entropy")),
         *(mvn_case(m, kind) for m in ("logpdf", "pdf") for kind in ("matrix", "diagonal", "scalar")),
+        *(mvn_entropy_case(kind) for kind in ("matrix", "diagonal", "scalar")),
+        dirichlet_entropy_case(),
         mvn_case("logpdf", "matrix", allow_singular=True),
         *(dirichlet_case(m, given) for m in ("logpdf", "pdf") for given in ("all", "k-1")),
     ]

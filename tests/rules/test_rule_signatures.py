@@ -295,9 +295,59 @@ def test_every_method_takes_ndarrays_keywords(name):
 
 
 # --- tracked values passed by keyword ----------------------------------------------------------------------------
-def test_a_tracked_value_by_keyword_is_a_clear_error():
-    with pytest.raises(db.DifferentiationError, match="positionally"):
-        db.gradient(lambda x: np.sum(a=x), X)
+def test_a_tracked_value_by_keyword_is_differentiated():
+    np.testing.assert_array_equal(db.gradient(lambda x: np.sum(a=x), X), np.ones_like(X))
+
+
+W = np.linspace(0.5, 3.0, 13)
+
+
+@pytest.mark.parametrize("mode", ["gradient", "prepared", "jvp"])
+def test_average_weights_by_keyword_equal_them_by_position(mode):
+    """np.average(x, weights=w), the form NumPy users write, in every mode: the same derivatives as
+    np.average(x, None, w), which equal the quotient rule's by hand."""
+    by_name = lambda x, w: np.average(x, weights=w)
+    by_position = lambda x, w: np.average(x, None, w)
+    by_hand = (W / np.sum(W), (X - np.sum(W * X) / np.sum(W)) / np.sum(W))
+    if mode == "jvp":
+        tx, tw = np.cos(X), np.sin(W)
+        _, tangent = db.jvp(by_name, (X, W), (tx, tw))
+        np.testing.assert_allclose(tangent, by_hand[0] @ tx + by_hand[1] @ tw, rtol=1e-12)
+        return
+    gradient_of = db.gradient if mode == "gradient" else lambda f, *a: db.prepare_gradient(f, *a)(*a)
+    for got, want, hand in zip(gradient_of(by_name, X, W), gradient_of(by_position, X, W), by_hand):
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_allclose(got, hand, rtol=1e-12)
+
+
+def test_bounds_by_keyword_are_differentiated_in_every_spelling():
+    """a_min=/a_max= (NumPy's positional-or-keyword names) and NumPy 2's keyword-only min=/max=: the gradient
+    in a bound counts the elements it clips."""
+    for f in (lambda x, t: np.sum(np.clip(x, a_min=-t, a_max=t)), lambda x, t: np.sum(np.clip(x, max=t, min=-t)),
+              lambda x, t: np.sum(np.clip(x, -t, a_max=t))):
+        gx, gt = db.gradient(f, X, 0.6)
+        np.testing.assert_array_equal(gx, (np.abs(X) < 0.6).astype(float))
+        assert gt == np.sum(X >= 0.6) - np.sum(X <= -0.6)
+
+
+def test_array_keywords_of_interp_and_convolve_are_differentiated():
+    xp, fp = np.array([0.0, 1.0, 2.5]), np.array([1.0, 3.0, 2.0])
+    for got, want in zip(db.gradient(lambda xp, fp: np.sum(np.interp(x=X, xp=xp, fp=fp)), xp, fp),
+                         db.gradient(lambda xp, fp: np.sum(np.interp(X, xp, fp)), xp, fp)):
+        np.testing.assert_array_equal(got, want)
+    for got, want in zip(db.gradient(lambda a, v: np.sum(np.convolve(a=a, v=v) ** 2), X, W[:3]),
+                         db.gradient(lambda a, v: np.sum(np.convolve(a, v) ** 2), X, W[:3])):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_tracked_keyword_without_a_position_or_rule_is_a_clear_error():
+    with pytest.raises(db.UnsupportedFunctionError, match=r"np\.var got a tracked value as its argument 'mean'.*cut"):
+        db.gradient(lambda x, m: np.var(x, mean=m), X, 0.5)
+
+
+def test_a_tracked_out_is_a_clear_error():
+    with pytest.raises(db.InPlaceMutationError, match=r"np\.dot with out="):
+        db.gradient(lambda a, b: np.sum(np.dot(a, b, out=b)), X, W)
 
 
 def test_a_sequence_of_tracked_values_by_keyword_is_a_clear_error_or_right():

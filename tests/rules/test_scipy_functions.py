@@ -3,12 +3,15 @@ differences in float64 and float32 by tests/rules/test_rules.py and replayed by 
 SciPy's signature, returns exactly what SciPy returns, agrees with ``jax.grad`` of ``jax.scipy``, and
 gives a clear error where it has no derivative.  Skipped without SciPy."""
 
+import functools
 import inspect
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dualbroadcast as db
 
@@ -20,8 +23,9 @@ from dualbroadcast.scipy import signal, special, stats
 
 from ..cases.scipy_functions import CASES
 
-METHODS = ("logpdf", "pdf", "cdf", "logcdf", "logpmf", "pmf")
-NOT_DIFFERENTIABLE = {"multivariate_normal.cdf", "multivariate_normal.logcdf"}  # numerical integration
+METHODS = ("logpdf", "pdf", "cdf", "logcdf", "sf", "logsf", "ppf", "entropy", "logpmf", "pmf")
+NOT_DIFFERENTIABLE = {"multivariate_normal.cdf", "multivariate_normal.logcdf",  # numerical integration
+                      "poisson.ppf"}  # counts
 
 
 def mirrored():
@@ -45,7 +49,7 @@ def test_every_mirrored_function_has_a_case():
     covered = {case.func for case in CASES}
     missing = [name for name, _, mirror in MIRRORED if mirror not in covered and name not in NOT_DIFFERENTIABLE]
     assert not missing, f"mirrored functions without cases in tests/cases/scipy_functions.py: {missing}"
-    assert len(MIRRORED) == 8 + 4 * 4 + 4 + 4 + 2 + 2
+    assert len(MIRRORED) == 8 + 8 * 8 + 8 + 5 + 3 + 2
 
 
 @pytest.mark.parametrize(("name", "original", "mirror"), MIRRORED, ids=IDS)
@@ -57,10 +61,12 @@ def test_the_mirror_has_scipys_signature(name, original, mirror):
     dist = getattr(scipy.stats, name.split(".")[0], None)
     if isinstance(dist, scipy.stats.rv_continuous | scipy.stats.rv_discrete):
         # SciPy writes these (x, *args, **kwds) and documents (x, <shapes>, loc=0, scale=1)
-        first = "x" if isinstance(dist, scipy.stats.rv_continuous) else "k"
+        method = name.split(".")[1]
+        first = [] if method == "entropy" else ["q"] if method == "ppf" \
+            else ["x"] if isinstance(dist, scipy.stats.rv_continuous) else ["k"]
         shapes = [s.strip() for s in (dist.shapes or "").split(",") if s.strip()]
         scale = ", scale=1" if isinstance(dist, scipy.stats.rv_continuous) else ""
-        expected = f"({', '.join([first, *shapes])}, loc=0{scale})"
+        expected = f"({', '.join([*first, *shapes, 'loc=0'])}{scale})"
     assert str(inspect.signature(mirror)) == str(expected)
 
 
@@ -81,6 +87,10 @@ EXAMPLES = {  # name: (args, kwargs)
     "t": ((X, 3.5), {"loc": 0.1, "scale": 1.3}),
     "gamma": ((X, 2.5), {"loc": 0.1, "scale": 1.3}),
     "beta": ((X, 2.5, 1.5), {"loc": 0.01, "scale": 1.1}),
+    "chi2": ((X * 3, 3.3), {"loc": 0.1, "scale": 1.3}),
+    "expon": ((X,), {"loc": 0.1, "scale": 1.3}),
+    "laplace": ((X,), {"loc": 0.4, "scale": 1.3}),
+    "lognorm": ((X * 2, 0.7), {"loc": 0.1, "scale": 1.3}),
     "poisson": ((np.array([0.0, 1.0, 3.0, 2.5]), np.array([0.5, 1.0, 2.0, 3.0])), {"loc": 0}),
     "multivariate_normal": ((X[:, :3],), {"mean": X[0, 1:], "cov": SPD}),
     "dirichlet": ((X[:2] / 4, np.array([1.5, 2.0, 0.7])), {}),
@@ -90,7 +100,9 @@ EXAMPLES = {  # name: (args, kwargs)
 
 
 def example(name):
-    return EXAMPLES[name.split(".")[0]]
+    """The arguments of ``name`` (a distribution's method: the first is x, k or ppf's q; entropy takes none)."""
+    args, kwargs = EXAMPLES[name.split(".")[0]]
+    return (args[1:], kwargs) if name.endswith(".entropy") else (args, kwargs)
 
 
 def assert_identical(a, b):
@@ -107,7 +119,7 @@ def assert_identical(a, b):
 @pytest.mark.parametrize(("name", "original", "mirror"), MIRRORED, ids=IDS)
 def test_on_plain_arrays_the_mirror_returns_exactly_scipys_result(name, original, mirror):
     args, kwargs = example(name)
-    if name in NOT_DIFFERENTIABLE:
+    if name in NOT_DIFFERENTIABLE and name.startswith("multivariate_normal"):
         kwargs = {**kwargs, "rng": 0}  # a Monte Carlo integration: the same draws on both sides
     assert_identical(mirror(*args, **kwargs), original(*args, **kwargs))
 
@@ -125,7 +137,12 @@ def test_logsumexp_with_its_sign_is_scipys():
                          ids=[i for i in IDS if i not in NOT_DIFFERENTIABLE])
 def test_on_tracked_values_the_value_is_scipys(name, original, mirror):
     args, kwargs = example(name)
-    if name.startswith(("poisson", "polygamma")):  # differentiable in mu (x) only
+    if name.endswith(".entropy") and not args:  # in the scale, or the covariance
+        key = "scale" if "scale" in kwargs else "cov"
+        ours, _ = db.pullback(lambda s: mirror(*args, **{**kwargs, key: s}), np.asarray(kwargs[key]))
+    elif name.startswith("poisson.entropy"):
+        ours, _ = db.pullback(mirror, args[0])
+    elif name.startswith(("poisson", "polygamma")):  # differentiable in mu (x) only
         ours, _ = db.pullback(lambda mu: mirror(args[0], mu, **kwargs), args[1])
     elif name == "sph_harm_y":  # in the angles
         ours, _ = db.pullback(lambda theta: mirror(*args[:2], theta, args[3], **kwargs), args[2])
@@ -217,12 +234,17 @@ def test_integer_valued_variants_are_clear_errors():
         db.gradient(lambda t: np.real(special.sph_harm_y(2, 1, t, 0.5, diff_n=1)[0]), 0.7)
 
 
-LOCATION_SCALE = [  # (name, shape parameters, methods jax.scipy.stats has)
-    ("norm", (), ("logpdf", "pdf", "cdf", "logcdf")),
+PROBABILITIES = ("cdf", "logcdf", "sf", "logsf")
+LOCATION_SCALE = [  # (name, shape parameters, methods jax.scipy.stats has; lognorm and entropies: tests/cases)
+    ("norm", (), ("logpdf", "pdf", *PROBABILITIES, "ppf")),
     ("t", (3.5,), ("logpdf", "pdf")),
-    ("gamma", (2.5,), ("logpdf", "pdf", "cdf", "logcdf")),
-    ("beta", (2.5, 1.5), ("logpdf", "pdf", "cdf", "logcdf")),
+    ("gamma", (2.5,), ("logpdf", "pdf", *PROBABILITIES)),
+    ("beta", (2.5, 1.5), ("logpdf", "pdf", *PROBABILITIES)),
+    ("chi2", (3.3,), ("logpdf", "pdf", *PROBABILITIES)),
+    ("expon", (), ("logpdf", "pdf", *PROBABILITIES, "ppf")),
+    ("laplace", (), ("logpdf", "pdf", "cdf")),
 ]
+SHAPE_CDFS = ("gamma", "chi2")  # of those, the families whose cdf is differentiable in their shape parameters
 
 
 @pytest.mark.parametrize(("name", "shapes", "method"),
@@ -232,10 +254,45 @@ def test_location_scale_families_against_jax(jax, name, shapes, method):
     loc, scale = np.array([0.01, -0.02, 0.03, 0.0]), np.float64(1.1)
     assert_same_gradients(lambda x, loc, scale: np.sum(W * ours(x, *shapes, loc, scale)),
                           lambda x, loc, scale: jax.numpy.sum(W * theirs(x, *shapes, loc, scale)), X, loc, scale)
-    if method in ("logpdf", "pdf") and shapes:
+    if (method in ("logpdf", "pdf") or name in SHAPE_CDFS) and shapes:
         params = tuple(np.float64(s) for s in shapes)
         assert_same_gradients(lambda x, *p: np.sum(W * ours(x, *p, 0.01, 1.1)),
                               lambda x, *p: jax.numpy.sum(W * theirs(x, *p, 0.01, 1.1)), X, *params)
+
+
+@functools.cache
+def jax_gradient(name, method, arity):
+    """``jax.grad`` of ``jax.scipy.stats.<name>.<method>`` in its ``arity`` positional arguments, compiled once."""
+    import jax
+
+    return jax.jit(jax.grad(getattr(getattr(jax.scipy.stats, name), method), argnums=tuple(range(arity))))
+
+
+def assert_same_as_jax(name, method, *args):
+    """``stats.<name>.<method>(*args)``'s gradient equals JAX's in every argument."""
+    got = db.gradient(getattr(getattr(stats, name), method), *map(np.float64, args))
+    for g, e in zip(got, jax_gradient(name, method, len(args))(*map(np.float64, args)), strict=True):
+        np.testing.assert_allclose(g, np.asarray(e), rtol=1e-7, atol=1e-10)
+
+
+@settings(max_examples=20, deadline=None)
+@given(x=st.floats(2.0, 35.0), loc=st.floats(-1.0, 1.0), scale=st.floats(0.3, 3.0))
+def test_the_normal_tails_against_jax(jax, x, loc, scale):
+    """logsf and logcdf far in the tails (sf down to 1e-270), where the density over the probability is the
+    gradient: taken in log space, with neither underflowing."""
+    assert_same_as_jax("norm", "logsf", loc + x * scale, loc, scale)
+    assert_same_as_jax("norm", "logcdf", loc - x * scale, loc, scale)
+
+
+@settings(max_examples=20, deadline=None)
+@given(df=st.floats(0.5, 30.0), quantile=st.floats(1e-12, 1 - 1e-12), scale=st.floats(0.3, 3.0))
+def test_chi2_and_gamma_over_their_domain_against_jax(jax, df, quantile, scale):
+    """In x, the shape parameter and scale, from deep in the lower tail to far in the upper one (x at the
+    drawn quantile), for sf and logsf and the cdfs."""
+    x = scipy.stats.chi2.ppf(quantile, df, scale=scale)
+    for method in PROBABILITIES:
+        for name in ("chi2", "gamma"):
+            assert_same_as_jax(name, method, x, df, 0.0, scale)
 
 
 @pytest.mark.parametrize("method", ["logpmf", "pmf", "cdf"])
@@ -379,3 +436,45 @@ def test_a_parameter_without_a_derivative_is_a_clear_error_in_every_mode(mode):
         loss = (lambda v: np.sum(f(v))) if mode == "tape" else (lambda v: db.sum(f, v))
         with pytest.raises(db.DifferentiationError, match=why):
             db.gradient(loss, a)
+
+
+def test_the_guides_table_says_what_each_method_is_differentiable_in():
+    """docs/guide/scipy.md's row of each location-scale family, cell by cell, is `differentiable_in`."""
+    from pathlib import Path
+
+    page = (Path(__file__).parents[2] / "docs" / "guide" / "scipy.md").read_text()
+    columns = (("logpdf", "pdf"), ("cdf", "logcdf", "sf", "logsf"), ("ppf",), ("entropy",))
+    for original, mirror in stats.MIRRORS.items():
+        if not isinstance(mirror, stats.LocationScale):
+            continue
+        [row] = [line for line in page.splitlines() if line.startswith(f"| `{original.name}` |")]
+        cells = [cell.strip() for cell in row.strip("|").split("|")[1:]]
+        for cell, methods in zip(cells, columns, strict=True):
+            for method in methods:
+                assert cell == ", ".join(f"`{n}`" for n in mirror.differentiable_in(method)), (original.name, method)
+
+
+@settings(max_examples=25, deadline=None)
+@given(name=st.sampled_from(["t", "laplace", "lognorm", "beta"]), method=st.sampled_from(["sf", "logsf"]),
+       quantile=st.floats(1e-12, 1 - 1e-12), scale=st.floats(0.3, 3.0))
+def test_survival_functions_over_their_domain_against_differences(name, method, quantile, scale):
+    """The families JAX has no sf of, in x, loc and scale (and lognorm's s), from deep in the lower tail to far
+    in the upper one (x at the drawn quantile): central differences with a step relative to each argument, and
+    within a hundredth of x's distance to an end of the support (which moves with loc and scale)."""
+    shapes = {"t": (3.5,), "laplace": (), "lognorm": (0.7,), "beta": (2.5, 1.5)}[name]
+    x = getattr(scipy.stats, name).ppf(quantile, *shapes, loc=0.1, scale=scale)
+    ours = getattr(getattr(stats, name), method)
+    args = [np.float64(x), *map(np.float64, shapes[:1 if name == "lognorm" else 0]), np.float64(0.1), np.float64(scale)]
+
+    def f(*a):
+        return ours(a[0], *a[1:-2], *shapes[len(a) - 3:], a[-2], a[-1])
+
+    grads = db.gradient(f, *args)
+    edges = getattr(scipy.stats, name).support(*shapes, loc=0.1, scale=scale)
+    room = min(abs(x - edge) for edge in edges if np.isfinite(edge)) if np.isfinite(edges).any() else np.inf
+    for i, g in enumerate(grads):
+        h = min(1e-6 * max(abs(args[i]), 1e-3), room / 100)
+        up, down = list(args), list(args)
+        up[i], down[i] = args[i] + h, args[i] - h
+        expected = (f(*up) - f(*down)) / (2 * h)
+        assert g == pytest.approx(expected, rel=2e-5, abs=1e-9 * max(1.0, abs(f(*args)))), (i, g, expected)

@@ -204,9 +204,16 @@ def test_gradient_in_coordinates_matches_a_hand_written_stencil():
         np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-12)
 
 
-def test_a_tracked_prepend_by_keyword_is_a_clear_error():
-    with pytest.raises(db.UnsupportedFunctionError, match="positionally"):
-        db.gradient(lambda a, p: np.sum(np.diff(a, prepend=p)), V, 0.5)
+@pytest.mark.parametrize("part", ["prepend", "append"])
+def test_a_tracked_prepend_or_append_by_keyword_is_the_concatenation_differenced(part):
+    """np.diff(a, append=p) passes NumPy's "not given" as prepend to the rule: nothing is prepended."""
+    def joined(a, p):
+        return np.concatenate([np.reshape(p, 1), a] if part == "prepend" else [a, np.reshape(p, 1)])
+
+    got = db.gradient(lambda a, p: np.sum(np.sin(np.diff(a, **{part: p}))), V, 0.5)
+    want = db.gradient(lambda a, p: np.sum(np.sin(np.diff(joined(a, p)))), V, 0.5)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-14)
 
 
 def test_constant_coordinates_stay_writable_once_recorded():

@@ -6,6 +6,8 @@ import inspect
 import numpy as np
 import pytest
 import scipy.linalg
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dualbroadcast as db
 from dualbroadcast.scipy import linalg
@@ -104,3 +106,63 @@ def test_mirrors_have_scipys_signatures():
             theirs = list(inspect.signature(original).parameters)
             ours = list(inspect.signature(mirror).parameters)
             assert [p for p in ours if p not in extra] == theirs, mirror.__name__
+
+
+# --- eigh and its subsets ----------------------------------------------------------------------------------------
+def symmetric_eigh_loss(eigh, xp, weights):
+    """A loss of the eigenpairs ``eigh`` returns for the symmetric part of its argument, each vector's sign fixed
+    (its first component positive), so it is a function of the matrix."""
+    def loss(b):
+        w, v = eigh((b + b.T) / 2)
+        return xp.sum(w * weights[0, : w.shape[0]]) + xp.sum(weights[:, : v.shape[1]] * v * xp.sign(v[:1]))
+
+    return loss
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(1, 6), data=st.data())
+def test_eigh_subset_by_index_against_jax(n, data):
+    """A subset's eigenvectors move along every other eigenvector: the gradient equals JAX's of the full
+    eigh restricted to the same pairs."""
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    lo = data.draw(st.integers(0, n - 1))
+    hi = data.draw(st.integers(lo, n - 1))
+    rng = np.random.default_rng(data.draw(st.integers(0, 1000)))
+    b, weights = rng.normal(size=(n, n)), rng.normal(size=(n, n))
+    ours = symmetric_eigh_loss(lambda a: linalg.eigh(a, subset_by_index=[lo, hi]), np, weights)
+
+    def theirs_eigh(a):
+        w, v = jax.numpy.linalg.eigh(a)
+        return w[lo:hi + 1], v[:, lo:hi + 1]
+
+    theirs = symmetric_eigh_loss(theirs_eigh, jax.numpy, weights)
+    np.testing.assert_allclose(db.gradient(ours, b), np.asarray(jax.grad(theirs)(b)), rtol=1e-8, atol=1e-10)
+
+
+def test_eigh_subset_by_value_and_eigvals_only_against_differences():
+    """SciPy reads the lower triangle (``lower=True``) or the upper one: the gradient lies in it."""
+    values = scipy.linalg.eigh(SPD, eigvals_only=True)
+    interval = (values[0] + 1e-3, values[2] + 1e-3)  # the 2nd and 3rd: (lo, hi]
+    for lower in (True, False):
+        loss = symmetric_eigh_loss(lambda a: linalg.eigh(a, lower=lower, subset_by_value=interval), np, W)
+        triangle = np.tril if lower else np.triu
+        check(lambda a: loss(2 * triangle(a)), SPD)  # a one-triangle function seen whole
+        g = db.gradient(lambda a: np.sum(linalg.eigh(a, lower=lower, eigvals_only=True, subset_by_index=(1, 2)) ** 2),
+                        SPD)
+        assert np.all(g == triangle(g))
+        check(lambda a: np.sum(linalg.eigh(triangle(a), lower=lower, eigvals_only=True, subset_by_index=(1, 2)) ** 2),
+              SPD)
+
+
+def test_eigh_values_are_scipys_and_b_is_a_clear_error():
+    for kwargs in ({}, {"subset_by_index": (1, 2)}, {"subset_by_value": (2.0, 9.0)}, {"eigvals_only": True},
+                   {"eigvals_only": True, "subset_by_index": (0, 0)}, {"lower": False, "driver": "evr"}):
+        ours = db.pullback(lambda a: linalg.eigh(a, **kwargs), SPD)[0]
+        theirs = scipy.linalg.eigh(SPD, **kwargs)
+        if not isinstance(theirs, tuple):
+            ours, theirs = (ours,), (theirs,)
+        for o, t in zip(ours, theirs, strict=True):
+            np.testing.assert_array_equal(np.asarray(o), t)
+    with pytest.raises(db.UnsupportedFunctionError, match="generalized problem"):
+        db.gradient(lambda a: np.sum(linalg.eigh(a, SPD)[0]), SPD)
