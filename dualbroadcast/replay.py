@@ -36,8 +36,12 @@ from .kernels import (
     _chunks,
     _fresh_partials,
     _kind,
+    axis_sum_moved,
     axis_sum_rows,
     axis_sum_whole,
+    moved,
+    moved_value,
+    short_axes_first,
 )
 from .numpy_facts import as_dtype, getitem
 from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpacked
@@ -625,7 +629,11 @@ class _Forward(_Writer):
         blockable = size and all(np.size(v) in (1, size) for v in examples) \
             and _partials_typed_as_value(kernel, examples)
         if step.region is not None and step.region.axes is not None:
-            runner, used = _axis_region_runner(kernel, examples, step.region.axes, step.active, size)
+            made = self.p.runners.get((step, False))  # made for another plan (`compile_plans`): its buffers
+            if made is None:
+                made = self.p.runners[step, False] = _axis_region_runner(kernel, examples, step.region.axes,
+                                                                         step.active, size)
+            runner, used = made
             step.region.backends["value"] = used
             if hasattr(runner, "choice"):
                 step.region.choices["value"] = runner.choice
@@ -1128,10 +1136,13 @@ def _blocked_runner(kernel, examples, shape, size, active_shapes):
 def _axis_region_runner(kernel, examples, reduction, active, size):
     """A forward region summed along axes, or of inputs broadcast against each other (`kernels.AxisSum`), as a
     function of its inputs returning ``(value, partials)`` (each partial of `AxisSum.partial_shape`), and the
-    backend's name: on blocks of rows on the cores (`kernels.axis_sum_rows`, "blocked") or on whole arrays
-    (`kernels.axis_sum_whole`, "numpy"), the faster under a `kernels.BackendChoice` (every call timed, a
-    runner-up re-timed now and then) as `_region_runner` chooses; or the one `kernels.set_backend` forced when
-    the program was compiled (numexpr: its whole arrays, where it has every operation)."""
+    backend's name: on blocks of rows on the cores (`kernels.axis_sum_rows`, "blocked"), or on the calling thread
+    alone (`ONE_THREAD`, where blocked splits the call), or on whole arrays (`kernels.axis_sum_whole`, "numpy"), or
+    on whole arrays with the call's short trailing axes moved first (`kernels.axis_sum_moved`,
+    ``SHORT_AXES_FIRST``), the fastest under a `kernels.BackendChoice` (every call timed, a runner-up re-timed now
+    and then) as `_region_runner` chooses; or the one `kernels.set_backend` forced when the program was compiled
+    (numexpr: its whole arrays, where it has every operation).  Every plan of a program runs the same runner
+    (`_Forward.kernel_runner`)."""
     shape, forced = reduction.shape, FORCED_BACKEND.get()
     dtype = np.dtype(kernel.value_dtype(examples))
     active_shapes = [np.shape(examples[i]) for i in active]
@@ -1143,6 +1154,8 @@ def _axis_region_runner(kernel, examples, reduction, active, size):
     candidates = []
     if forced in (None, "blocked") and shape:
         candidates.append((axis_sum_rows(whole, reduction, examples, active, sharing, dtype), "blocked"))
+        if forced is None and len(_chunks(size, dtype.itemsize)) > 2:
+            candidates.append((axis_sum_rows(whole, reduction, examples, active, sharing, dtype, 1), ONE_THREAD))
     if forced == "numexpr" and kernel.backends["numexpr"].eligible(examples, size):
 
         def numexpr(*values):
@@ -1153,11 +1166,29 @@ def _axis_region_runner(kernel, examples, reduction, active, size):
                            "numexpr"))
     elif forced in (None, "numpy") or not candidates:
         candidates.append((axis_sum_whole(whole, reduction, active_shapes, fresh, sharing, dtype), "numpy"))
+    order = short_axes_first(shape) if forced is None else None
+    if order is not None:
+        candidates += _moved_candidates(whole, reduction, examples, active, fresh, sharing, dtype, order)
     if len(candidates) == 1 or size < CHOSEN_MIN:  # (fewer than `regions.BROADCAST_MIN`: where a test lowers it)
         return _fastest(candidates, examples)
     return _chosen(candidates, examples, shape, size, active_shapes), "chosen per call"
 
 
+def _moved_candidates(whole, reduction, examples, active, fresh, sharing, dtype, order):
+    """`_axis_region_runner`'s candidates on whole arrays and on blocks of rows with the call's axes in ``order``
+    (`kernels.axis_sum_moved`)."""
+    inputs = [moved_value(v, len(reduction.shape), order) for v in examples]
+    on_moved = moved(reduction, order)
+    active_shapes = [np.shape(examples[i]) for i in active]
+    runners = [(axis_sum_whole(whole, on_moved, [np.shape(inputs[i]) for i in active], fresh, sharing, dtype),
+                SHORT_AXES_FIRST)]
+    if on_moved.shape[0] > 1:
+        runners.append((axis_sum_rows(whole, on_moved, inputs, active, sharing, dtype), SHORT_AXES_FIRST_BLOCKED))
+    return [(axis_sum_moved(run, reduction, active_shapes, order), name) for run, name in runners]
+
+
+SHORT_AXES_FIRST = "numpy, short axes first"  # `kernels.axis_sum_moved`: candidates where the call ends in short axes
+SHORT_AXES_FIRST_BLOCKED = "blocked, short axes first"
 CHOSEN_MIN = 16384  # elements from which a region's backend is chosen per call (below, once when compiled: `_fastest`)
 
 
