@@ -778,12 +778,23 @@ class AxisSum(NamedTuple):
         return tuple(d for d in self.axes if padded[d] == 1 and self.shape[d] != 1)
 
     def sharing(self, partials, active_shapes):
-        """Per partial, the first whose node it is with the same `partial_shape`: ``∂ tanh(z + b)`` in ``z`` and
-        in ``b`` is one array, whose product with the cotangent the backward pass computes once."""
-        first = {}
-        return [first.setdefault((p.index, _padded(self, s)), k)
-                if type(p) is Sym and len(self.partial_shape(s)) == len(self.shape) else k
-                for k, (p, s) in enumerate(zip(partials, active_shapes))]
+        """Per partial ``(first, sign)``: the first partial with the same `partial_shape` whose node it is (sign 1:
+        ``∂ tanh(z + b)`` in ``z`` and in ``b`` is one array) or whose node's negation it is (sign -1, `negates`:
+        ``∂ (a - b)²`` in ``b`` is minus that in ``a``); the backward pass computes the product with the cotangent
+        once, and the runners compute only the first."""
+        firsts = {}  # (node index, padded shape) -> the first partial of that node
+        shares = []
+        for k, (p, s) in enumerate(zip(partials, active_shapes)):
+            if type(p) is not Sym or len(self.partial_shape(s)) != len(self.shape):
+                shares.append((k, 1))
+                continue
+            key = (p.index, _padded(self, s))
+            twin = next((j for (_, padded), j in firsts.items() if padded == key[1] and negates(p, partials[j])), None)
+            if key in firsts or twin is None:
+                shares.append((firsts.setdefault(key, k), 1))
+            else:
+                shares.append((twin, -1))
+        return shares
 
     def numbers(self, partials, active_shapes):
         """Per partial, the Python number it sums to where it is a literal (``∂(x - mu)/∂mu``: -1) and its input
@@ -801,6 +812,30 @@ class AxisSum(NamedTuple):
         shape = tuple(1 if d in axes else n for d, n in enumerate(self.shape))
         lead = len(self.shape) - len(input_shape)
         return shape[lead:] if all(n == 1 for n in shape[:lead]) else shape
+
+
+def negates(p, q):
+    """Whether the node ``p`` is ``-q`` by its form: ``negative(q)`` (or ``q`` that of ``p``), literals of opposite
+    signs, or a sum or difference whose terms negate ``q``'s, a product or quotient one of whose factors does."""
+    if type(p) is not Sym or type(q) is not Sym:
+        return type(p) in (int, float) and type(q) in (int, float) and p == -q
+    if (p.op is np.negative and _same(p.args[0], q)) or (q.op is np.negative and _same(q.args[0], p)):
+        return True
+    if p.op is not q.op:
+        return False
+    if p.op in (np.add, np.subtract):
+        return all(map(negates, p.args, q.args))
+    if p.op in (np.multiply, np.divide):
+        (a, b), (c, d) = p.args, q.args
+        return (negates(a, c) and _same(b, d)) or (_same(a, c) and negates(b, d))
+    return False
+
+
+def _same(a, b):
+    """Whether two operands of a graph are the same node or equal literals."""
+    if type(a) is Sym or type(b) is Sym:
+        return a is b
+    return type(a) is type(b) and a == b
 
 
 def axis_sum_whole(compute, reduction, active_shapes, fresh, sharing, dtype):

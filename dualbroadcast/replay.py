@@ -878,18 +878,20 @@ class _Backward(_Writer):
         scale = 1 / reduction.divisor if reduction.divisor != 1 else 1
         shapes = [self.p.shape_of(step.refs[i]) for i in step.active]
         sharing = reduction.sharing(step.kernel.outputs[1:], shapes)
+        firsts = [first for first, _ in sharing]
         numbers = reduction.numbers(step.kernel.outputs[1:], shapes)
-        for slot, (i, shape, first, number) in enumerate(zip(step.active, shapes, sharing, numbers)):
+        for slot, (i, shape, (first, sign), number) in enumerate(zip(step.active, shapes, sharing, numbers)):
             partial = f"p{step.out}[{first}]"
             product = np.broadcast_shapes(reduction.kept, reduction.partial_shape(shape))
             if number is not None:  # the cotangent times a number, summed back as the inline step's adjoint is
                 term = table_pullback_source(g, number * scale, shape, product)
-            elif sharing.count(first) > 1:  # a partial several inputs share: its product once, as their cotangent
+            elif firsts.count(first) > 1:  # a partial several inputs share: its product once, as their cotangent
                 shared = reduction.partial_shape(shapes[first])
                 if first == slot:
                     source = kernel_pullback_source(g, partial, shared, shared, scale)
                     lines.append(f"    q{step.out}_{first} = {source}")
                 term = table_pullback_source(f"q{step.out}_{first}", 1, shape, np.broadcast_shapes(product, shared))
+                term = term if sign > 0 else f"(-{term})"  # (negated once summed: the input's shape)
             else:
                 term = kernel_pullback_source(g, partial, shape, product, scale)
             lines += self.cotangents.accumulate(step.refs[i], term)
@@ -1149,8 +1151,8 @@ def _axis_region_runner(kernel, examples, reduction, active, size):
     whole = kernel.typed_whole(tuple(map(_kind, examples)))
     fresh = _fresh_partials(kernel.outputs, True) if reduction.axes else kernel.fresh
     numbers = reduction.numbers(kernel.outputs[1:], active_shapes)
-    sharing = [-1 if n is not None else first
-               for first, n in zip(reduction.sharing(kernel.outputs[1:], active_shapes), numbers)]
+    sharing = [-1 if n is not None or sign < 0 else first  # (a negated twin's partial: not computed)
+               for (first, sign), n in zip(reduction.sharing(kernel.outputs[1:], active_shapes), numbers)]
     candidates = []
     if forced in (None, "blocked") and shape:
         candidates.append((axis_sum_rows(whole, reduction, examples, active, sharing, dtype), "blocked"))

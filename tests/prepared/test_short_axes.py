@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dualbroadcast as db
-from dualbroadcast import regions
+from dualbroadcast import kernels, regions
 from dualbroadcast.kernels import Bucket, short_axes_first
 
 from .test_forward_regions import _program, _unfused
@@ -123,6 +123,30 @@ def test_every_candidate_gives_the_unfused_gradient_and_jax(small_regions, model
     np.testing.assert_allclose(value, model(np)(*args), rtol=1e-12)
 
 
+def test_a_partial_negating_another_is_computed_once(small_regions):
+    """∂(a - b)²/∂b is -∂/∂a: the runners compute one partial, the backward pass one product with the cotangent."""
+    (pos,) = MODELS[0][1]
+    prog = db.prepare_gradient(pair_energy(np), pos)
+    program = _program(prog)
+    (step,) = [s for s in program.steps if getattr(s, "region", None) is not None and s.region.axes is not None]
+    shapes = [program.shape_of(step.refs[i]) for i in step.active]
+    assert step.region.axes.sharing(step.kernel.outputs[1:], shapes) == [(0, 1), (0, -1)]
+    assert sum(f"q{step.out}_0 = " in line for line in program.source.split("\n")) == 3  # run, gradient, one
+
+
+def test_negates_by_form():
+    from dualbroadcast.expr import Graph
+
+    graph = Graph()
+    x, y = graph.input(), graph.input()
+    d = x - y
+    assert kernels.negates(-d, d) and kernels.negates(d, -d)
+    assert kernels.negates((-d) + (-d), d + d) and kernels.negates(x * (-d), x * d) and kernels.negates(-d / x, d / x)
+    assert kernels.negates(-2.0, 2.0) and not kernels.negates(2.0, 2.0)
+    assert not kernels.negates(d + d, d + d) and not kernels.negates(y - x, x - y)  # (equal, but not by form)
+    assert not kernels.negates((-d) * (-d), d * d)
+
+
 @st.composite
 def broadcast_shapes(draw):
     """The shapes of two arrays broadcast to (n, m, k) with k short, each of its axes maybe one, and a summed axis."""
@@ -136,16 +160,23 @@ def broadcast_shapes(draw):
     return shapes, axis, draw(st.booleans())
 
 
-@settings(max_examples=25, deadline=None)
-@given(broadcast_shapes(), st.integers(0, 2**32 - 1))
-def test_drawn_broadcasts_summed_along_axes(case, seed):
+TERMS = [  # elementwise chains of two broadcast arrays; the first two have partials negating each other
+    lambda a, b: (a - b) ** 2,
+    lambda a, b: np.exp(-((a - b) ** 2)),
+    lambda a, b: np.tanh(a - 2.0 * b) ** 2 + a * b,
+]
+
+
+@settings(max_examples=30, deadline=None)
+@given(broadcast_shapes(), st.sampled_from(TERMS), st.integers(0, 2**32 - 1))
+def test_drawn_broadcasts_summed_along_axes(case, term, seed):
     (shape_a, shape_b), axis, keepdims = case
     rng = np.random.default_rng(seed)
     a = np.round(rng.uniform(-1, 1, shape_a) * 4) / 4  # ties and zeros
     b = np.round(rng.uniform(-1, 1, shape_b) * 4) / 4
 
     def f(a, b):
-        s = np.sum(np.tanh(a - 2.0 * b) ** 2 + a * b, axis=axis, keepdims=keepdims)
+        s = np.sum(term(a, b), axis=axis, keepdims=keepdims)
         return np.sum(np.sin(s) * (1 + np.arange(s.size).reshape(s.shape)))
 
     with pytest.MonkeyPatch.context() as patch:
