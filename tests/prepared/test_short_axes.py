@@ -194,8 +194,8 @@ EXTREMES = [(np.max, -1, True), (np.min, 1, False), (np.amax, (1,), False)]
 @given(st.integers(1, 60), st.integers(2, 15), st.sampled_from(EXTREMES), st.integers(0, 2**32 - 1))
 def test_an_extreme_along_a_short_last_axis_by_columns(rows, columns, extreme, seed):
     """np.max / np.min along a short last axis run by columns (`replay._extreme_by_columns` and its pullback): the
-    value and the gradient bit for bit as the tape's (ties share the cotangent equally: many ties here, and NaN),
-    and as JAX's."""
+    gradient as the tape's (ties share the cotangent equally: many ties here, and NaN; bit for bit but for a sum over
+    rows), and as JAX's."""
     func, axis, keepdims = extreme
     rng = np.random.default_rng(seed)
     a = np.round(rng.uniform(-1, 1, (rows, columns)) * 2) / 2
@@ -221,13 +221,42 @@ def test_an_extreme_along_a_short_last_axis_by_columns(rows, columns, extreme, s
     assert {"_extreme_by_columns", "_extreme_pullback_by_columns"} <= set(calls)
     expected_value, expected = db.value_and_gradient(f, a, b)
     np.testing.assert_allclose(value, expected_value, rtol=1e-12, atol=1e-12)  # (its sum: a kernel of the program)
-    for g, h, e in zip(grads, again, expected):
-        np.testing.assert_array_equal(g, e)
-        np.testing.assert_array_equal(h, e)
+    for got in (grads, again):
+        _as_the_tape(got, expected)
     jax_func = {np.max: jnp.max, np.min: jnp.min, np.amax: jnp.max}[func]
     for g, e in zip(grads, jax.grad(model(jnp, jax_func), argnums=(0, 1))(jnp.asarray(a), jnp.asarray(b))):
         np.testing.assert_allclose(g, np.asarray(e), rtol=1e-12, atol=1e-12)
     a[0, 0] = np.nan  # NaN propagates to the extreme; its row's gradient as the tape gives it
     with np.errstate(invalid="ignore"):
-        for g, e in zip(prog(a, b), db.gradient(f, a, b)):
-            np.testing.assert_array_equal(g, e)
+        _as_the_tape(prog(a, b), db.gradient(f, a, b))
+
+
+def _as_the_tape(got, expected):
+    """``a``'s gradient bit for bit the tape's; ``b``'s, summed over the rows (by columns: `replay._unbroadcast`),
+    up to rounding."""
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_allclose(got[1], expected[1], rtol=1e-14, atol=1e-14 * np.max(np.abs(expected[1])))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=3), st.integers(1, 300), st.integers(0, 3),
+       st.sampled_from([np.float64, np.float32, np.complex128]), st.integers(0, 2**32 - 1))
+def test_unbroadcast_by_columns_is_unbroadcast(trailing, rows, ones, dtype, seed):
+    """`replay._unbroadcast` (what generated code calls) sums back to a shape as `pullbacks.unbroadcast` does, by
+    columns where the kept trailing axes are short: the same up to rounding, for leading axes dropped or kept as
+    ones and trailing axes summed too."""
+    from dualbroadcast.pullbacks import unbroadcast
+
+    rng = np.random.default_rng(seed)
+    g = rng.standard_normal((rows, *trailing)).astype(dtype)
+    target = tuple(trailing)
+    for k in range(min(ones, len(target))):  # some leading axes of the target summed too (ones)
+        target = (1,) * (k + 1) + target[k + 1:]
+    for shape in (target, (1, *target)):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(replay, "CHOSEN_MIN", 1)
+            got = replay._unbroadcast(g, shape)
+        expected = unbroadcast(g, shape)
+        assert got.shape == expected.shape == shape and got.dtype == expected.dtype
+        np.testing.assert_allclose(got, expected, rtol=1e-5 if dtype == np.float32 else 1e-12,
+                                   atol=1e-4 if dtype == np.float32 else 1e-11)
