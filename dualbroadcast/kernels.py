@@ -778,12 +778,23 @@ class AxisSum(NamedTuple):
         return tuple(d for d in self.axes if padded[d] == 1 and self.shape[d] != 1)
 
     def sharing(self, partials, active_shapes):
-        """Per partial, the first whose node it is with the same `partial_shape`: ``∂ tanh(z + b)`` in ``z`` and
-        in ``b`` is one array, whose product with the cotangent the backward pass computes once."""
-        first = {}
-        return [first.setdefault((p.index, _padded(self, s)), k)
-                if type(p) is Sym and len(self.partial_shape(s)) == len(self.shape) else k
-                for k, (p, s) in enumerate(zip(partials, active_shapes))]
+        """Per partial ``(first, sign)``: the first partial with the same `partial_shape` whose node it is (sign 1:
+        ``∂ tanh(z + b)`` in ``z`` and in ``b`` is one array) or whose node's negation it is (sign -1, `negates`:
+        ``∂ (a - b)²`` in ``b`` is minus that in ``a``); the backward pass computes the product with the cotangent
+        once, and the runners compute only the first."""
+        firsts = {}  # (node index, padded shape) -> the first partial of that node
+        shares = []
+        for k, (p, s) in enumerate(zip(partials, active_shapes)):
+            if type(p) is not Sym or len(self.partial_shape(s)) != len(self.shape):
+                shares.append((k, 1))
+                continue
+            key = (p.index, _padded(self, s))
+            twin = next((j for (_, padded), j in firsts.items() if padded == key[1] and negates(p, partials[j])), None)
+            if key in firsts or twin is None:
+                shares.append((firsts.setdefault(key, k), 1))
+            else:
+                shares.append((twin, -1))
+        return shares
 
     def numbers(self, partials, active_shapes):
         """Per partial, the Python number it sums to where it is a literal (``∂(x - mu)/∂mu``: -1) and its input
@@ -801,6 +812,30 @@ class AxisSum(NamedTuple):
         shape = tuple(1 if d in axes else n for d, n in enumerate(self.shape))
         lead = len(self.shape) - len(input_shape)
         return shape[lead:] if all(n == 1 for n in shape[:lead]) else shape
+
+
+def negates(p, q):
+    """Whether the node ``p`` is ``-q`` by its form: ``negative(q)`` (or ``q`` that of ``p``), literals of opposite
+    signs, or a sum or difference whose terms negate ``q``'s, a product or quotient one of whose factors does."""
+    if type(p) is not Sym or type(q) is not Sym:
+        return type(p) in (int, float) and type(q) in (int, float) and p == -q
+    if (p.op is np.negative and _same(p.args[0], q)) or (q.op is np.negative and _same(q.args[0], p)):
+        return True
+    if p.op is not q.op:
+        return False
+    if p.op in (np.add, np.subtract):
+        return all(map(negates, p.args, q.args))
+    if p.op in (np.multiply, np.divide):
+        (a, b), (c, d) = p.args, q.args
+        return (negates(a, c) and _same(b, d)) or (_same(a, c) and negates(b, d))
+    return False
+
+
+def _same(a, b):
+    """Whether two operands of a graph are the same node or equal literals."""
+    if type(a) is Sym or type(b) is Sym:
+        return a is b
+    return type(a) is type(b) and a == b
 
 
 def axis_sum_whole(compute, reduction, active_shapes, fresh, sharing, dtype):
@@ -826,6 +861,54 @@ def axis_sum_whole(compute, reduction, active_shapes, fresh, sharing, dtype):
     return run
 
 
+def short_axes_first(shape):
+    """The order of the call's axes in which `axis_sum_moved` computes: the trailing axes shorter than ``SHORT_AXIS``
+    moved before the last longer one; None where there are none or no longer axis.  NumPy's inner loop runs along
+    the last axis: ``pos[:, None] - pos[None]`` of 1500 atoms runs 2.25 million loops of 3 elements, and its sum
+    along them as many; in the order (0, 2, 1) 4,500 loops of 1,500, and `axis_sum_rows` still has rows."""
+    k = len(shape)
+    while k and shape[k - 1] < SHORT_AXIS:
+        k -= 1
+    if k in (0, len(shape)) or math.prod(shape[k:]) == 1:
+        return None
+    return tuple(range(k - 1)) + tuple(range(k, len(shape))) + (k - 1,)
+
+
+SHORT_AXIS = 16  # trailing axes shorter than this are moved (`short_axes_first`)
+
+
+def moved(reduction, order):
+    """``reduction`` (`AxisSum`) with the call's axes in ``order``, its result's shape the summed axes kept."""
+    return AxisSum(tuple(reduction.shape[d] for d in order), tuple(sorted(order.index(d) for d in reduction.axes)),
+                   reduction.divisor, tuple(reduction.kept[d] for d in order))
+
+
+def moved_value(v, ndim, order):
+    """An input with the call's ``ndim`` axes in ``order``, copied so (a broadcast input is small), so that the
+    kernel's results are laid out in that order; a number as it is."""
+    if type(v) is not np.ndarray:
+        return v
+    return np.ascontiguousarray(np.reshape(v, (1,) * (ndim - v.ndim) + v.shape).transpose(order))
+
+
+def axis_sum_moved(run_moved, reduction, active_shapes, order):
+    """``run(*values) -> (value, partials)`` of a region summed along axes (`AxisSum`) computed with the call's axes
+    in ``order`` (`short_axes_first`) by ``run_moved`` (`axis_sum_whole` or `axis_sum_rows` of `moved`): the inputs
+    moved there (`moved_value`), the value given back in the call's order, the partials as views of the moved
+    arrays (`kernel_pullback_source`'s products and sums follow their layout)."""
+    ndim = len(reduction.shape)
+    back = tuple(int(d) for d in np.argsort(order))
+    targets = [reduction.partial_shape(s) for s in active_shapes]
+
+    def run(*values):
+        value, partials = run_moved(*[moved_value(v, ndim, order) for v in values])
+        value = np.ascontiguousarray(value.transpose(back)).reshape(reduction.out_shape)  # (moved: the axes kept)
+        return value[()] if value.ndim == 0 else value, \
+            [None if p is None else p.transpose(back).reshape(t) for p, t in zip(partials, targets)]
+
+    return run
+
+
 def _axis_value(v, shape, axes, dtype, reduction):
     """The value summed along ``axes`` (divided by the mean's count), in the recorded result's shape."""
     if axes:
@@ -847,11 +930,12 @@ def _axis_partial(p, shape, axes, target, own, dtype):
     return np.array(np.broadcast_to(p, shape), dtype).reshape(target)
 
 
-def axis_sum_rows(compute, reduction, examples, active, sharing, dtype):
+def axis_sum_rows(compute, reduction, examples, active, sharing, dtype, threads=None):
     """`axis_sum_whole` (``sharing`` as there) over blocks of rows (the call's first axis), in chunks of rows on
     the cores: a block's temporaries stay in cache, the value and partials are summed block by block into buffers
     this runner owns (every call overwrites them: a prepared program's).  Inputs with the call's rows are sliced,
-    others (a bias ``b`` of shape (k,), a row ``w`` of shape (1, k)) read whole by every block."""
+    others (a bias ``b`` of shape (k,), a row ``w`` of shape (1, k)) read whole by every block.  ``threads``: at most
+    so many chunks (1: `ONE_THREAD`, on the calling thread alone)."""
     shape, axes = reduction.shape, reduction.axes
     rows, row = shape[0], math.prod(shape[1:])
     sliced = [type(v) is np.ndarray and v.ndim == len(shape) and v.shape[0] == rows for v in examples]
@@ -865,7 +949,7 @@ def axis_sum_rows(compute, reduction, examples, active, sharing, dtype):
     # its blocks' sums
     shapes = [reduction.out_shape] + [reduction.partial_shape(np.shape(examples[i])) for i in active]
     views = [None if b is None else b.reshape(s) for b, s in zip(buffers, shapes)]
-    bounds = _chunks(rows * row, dtype.itemsize)
+    bounds = _chunks(rows * row, dtype.itemsize, threads)
     bounds = [rows * c // (len(bounds) - 1) for c in range(len(bounds))]
     per_block = max(1, BLOCK // max(row, 1))
 

@@ -31,13 +31,18 @@ from .kernel_source import _infer_dtypes, _out_dtypes
 from .kernels import (
     FORCED_BACKEND,
     ONE_THREAD,
+    SHORT_AXIS,
     BackendChoice,
     Bucket,
     _chunks,
     _fresh_partials,
     _kind,
+    axis_sum_moved,
     axis_sum_rows,
     axis_sum_whole,
+    moved,
+    moved_value,
+    short_axes_first,
 )
 from .numpy_facts import as_dtype, getitem
 from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpacked
@@ -58,7 +63,7 @@ class Namespace:
     """The names generated code refers to; every one made by the library."""
 
     def __init__(self):
-        self.names = {"np": np, "unbroadcast": unbroadcast, "IndexPullback": IndexPullback}
+        self.names = {"np": np, "unbroadcast": _unbroadcast, "IndexPullback": IndexPullback}
         self._ids = {}
 
     def bind(self, value, prefix="c"):
@@ -592,6 +597,11 @@ class _Forward(_Writer):
         if step.func is getitem and not step.kwargs:  # x[index] as written, no call of `getitem`
             line = f"    v{step.outs[0]} = {self.ref(step.refs[0])}[{self.ref(step.refs[1])}]"
             return _Block([line], [f"v{step.outs[0]}"], uses)
+        keepdims = _along_short_last_axis(step, self.p)
+        if keepdims is not None:
+            pick, run = self.space.bind(_EXTREMES[step.func], "s"), self.space.bind(_extreme_by_columns, "s")
+            line = f"    v{step.outs[0]} = {run}({pick}, {self.ref(step.refs[0])}, {keepdims})"
+            return _Block([line], [f"v{step.outs[0]}"], uses)
         return _Block([f"    v{step.outs[0]} = {self.call(step, self.args(step))}"], [f"v{step.outs[0]}"], uses,
                       _may_raise(step.func))
 
@@ -625,7 +635,11 @@ class _Forward(_Writer):
         blockable = size and all(np.size(v) in (1, size) for v in examples) \
             and _partials_typed_as_value(kernel, examples)
         if step.region is not None and step.region.axes is not None:
-            runner, used = _axis_region_runner(kernel, examples, step.region.axes, step.active, size)
+            made = self.p.runners.get((step, False))  # made for another plan (`compile_plans`): its buffers
+            if made is None:
+                made = self.p.runners[step, False] = _axis_region_runner(kernel, examples, step.region.axes,
+                                                                         step.active, size)
+            runner, used = made
             step.region.backends["value"] = used
             if hasattr(runner, "choice"):
                 step.region.choices["value"] = runner.choice
@@ -718,6 +732,9 @@ class _Backward(_Writer):
             elif type(recorded) is IndexPullback:
                 lines.append(f"    b = {self.maker(step, i, j, k, o)}")
                 lines += self.cotangents.owned(parent) + [f"    b.add(g{parent}, g{o})"]
+            elif _along_short_last_axis(step, self.p) is not None:
+                run, keepdims = self.space.bind(_extreme_pullback_by_columns, "a"), step.kwargs.get("keepdims", False)
+                lines += self.cotangents.accumulate(parent, f"{run}(v{o}, {self.ref(parent)}, {keepdims}, g{o})")
             elif real:  # as the tape applies it: `pullbacks.RealPart`
                 maker = self.maker(step, i, j, k, o)
                 lines += self.cotangents.accumulate(parent, f"{self.space.bind(RealPart, 'a')}({maker})(g{o})")
@@ -870,18 +887,20 @@ class _Backward(_Writer):
         scale = 1 / reduction.divisor if reduction.divisor != 1 else 1
         shapes = [self.p.shape_of(step.refs[i]) for i in step.active]
         sharing = reduction.sharing(step.kernel.outputs[1:], shapes)
+        firsts = [first for first, _ in sharing]
         numbers = reduction.numbers(step.kernel.outputs[1:], shapes)
-        for slot, (i, shape, first, number) in enumerate(zip(step.active, shapes, sharing, numbers)):
+        for slot, (i, shape, (first, sign), number) in enumerate(zip(step.active, shapes, sharing, numbers)):
             partial = f"p{step.out}[{first}]"
             product = np.broadcast_shapes(reduction.kept, reduction.partial_shape(shape))
             if number is not None:  # the cotangent times a number, summed back as the inline step's adjoint is
                 term = table_pullback_source(g, number * scale, shape, product)
-            elif sharing.count(first) > 1:  # a partial several inputs share: its product once, as their cotangent
+            elif firsts.count(first) > 1:  # a partial several inputs share: its product once, as their cotangent
                 shared = reduction.partial_shape(shapes[first])
                 if first == slot:
                     source = kernel_pullback_source(g, partial, shared, shared, scale)
                     lines.append(f"    q{step.out}_{first} = {source}")
                 term = table_pullback_source(f"q{step.out}_{first}", 1, shape, np.broadcast_shapes(product, shared))
+                term = term if sign > 0 else f"(-{term})"  # (negated once summed: the input's shape)
             else:
                 term = kernel_pullback_source(g, partial, shape, product, scale)
             lines += self.cotangents.accumulate(step.refs[i], term)
@@ -1128,21 +1147,26 @@ def _blocked_runner(kernel, examples, shape, size, active_shapes):
 def _axis_region_runner(kernel, examples, reduction, active, size):
     """A forward region summed along axes, or of inputs broadcast against each other (`kernels.AxisSum`), as a
     function of its inputs returning ``(value, partials)`` (each partial of `AxisSum.partial_shape`), and the
-    backend's name: on blocks of rows on the cores (`kernels.axis_sum_rows`, "blocked") or on whole arrays
-    (`kernels.axis_sum_whole`, "numpy"), the faster under a `kernels.BackendChoice` (every call timed, a
-    runner-up re-timed now and then) as `_region_runner` chooses; or the one `kernels.set_backend` forced when
-    the program was compiled (numexpr: its whole arrays, where it has every operation)."""
+    backend's name: on blocks of rows on the cores (`kernels.axis_sum_rows`, "blocked"), or on the calling thread
+    alone (`ONE_THREAD`, where blocked splits the call), or on whole arrays (`kernels.axis_sum_whole`, "numpy"), or
+    on whole arrays with the call's short trailing axes moved first (`kernels.axis_sum_moved`,
+    ``SHORT_AXES_FIRST``), the fastest under a `kernels.BackendChoice` (every call timed, a runner-up re-timed now
+    and then) as `_region_runner` chooses; or the one `kernels.set_backend` forced when the program was compiled
+    (numexpr: its whole arrays, where it has every operation).  Every plan of a program runs the same runner
+    (`_Forward.kernel_runner`)."""
     shape, forced = reduction.shape, FORCED_BACKEND.get()
     dtype = np.dtype(kernel.value_dtype(examples))
     active_shapes = [np.shape(examples[i]) for i in active]
     whole = kernel.typed_whole(tuple(map(_kind, examples)))
     fresh = _fresh_partials(kernel.outputs, True) if reduction.axes else kernel.fresh
     numbers = reduction.numbers(kernel.outputs[1:], active_shapes)
-    sharing = [-1 if n is not None else first
-               for first, n in zip(reduction.sharing(kernel.outputs[1:], active_shapes), numbers)]
+    sharing = [-1 if n is not None or sign < 0 else first  # (a negated twin's partial: not computed)
+               for (first, sign), n in zip(reduction.sharing(kernel.outputs[1:], active_shapes), numbers)]
     candidates = []
     if forced in (None, "blocked") and shape:
         candidates.append((axis_sum_rows(whole, reduction, examples, active, sharing, dtype), "blocked"))
+        if forced is None and len(_chunks(size, dtype.itemsize)) > 2:
+            candidates.append((axis_sum_rows(whole, reduction, examples, active, sharing, dtype, 1), ONE_THREAD))
     if forced == "numexpr" and kernel.backends["numexpr"].eligible(examples, size):
 
         def numexpr(*values):
@@ -1153,11 +1177,29 @@ def _axis_region_runner(kernel, examples, reduction, active, size):
                            "numexpr"))
     elif forced in (None, "numpy") or not candidates:
         candidates.append((axis_sum_whole(whole, reduction, active_shapes, fresh, sharing, dtype), "numpy"))
+    order = short_axes_first(shape) if forced is None else None
+    if order is not None:
+        candidates += _moved_candidates(whole, reduction, examples, active, fresh, sharing, dtype, order)
     if len(candidates) == 1 or size < CHOSEN_MIN:  # (fewer than `regions.BROADCAST_MIN`: where a test lowers it)
         return _fastest(candidates, examples)
     return _chosen(candidates, examples, shape, size, active_shapes), "chosen per call"
 
 
+def _moved_candidates(whole, reduction, examples, active, fresh, sharing, dtype, order):
+    """`_axis_region_runner`'s candidates on whole arrays and on blocks of rows with the call's axes in ``order``
+    (`kernels.axis_sum_moved`)."""
+    inputs = [moved_value(v, len(reduction.shape), order) for v in examples]
+    on_moved = moved(reduction, order)
+    active_shapes = [np.shape(examples[i]) for i in active]
+    runners = [(axis_sum_whole(whole, on_moved, [np.shape(inputs[i]) for i in active], fresh, sharing, dtype),
+                SHORT_AXES_FIRST)]
+    if on_moved.shape[0] > 1:
+        runners.append((axis_sum_rows(whole, on_moved, inputs, active, sharing, dtype), SHORT_AXES_FIRST_BLOCKED))
+    return [(axis_sum_moved(run, reduction, active_shapes, order), name) for run, name in runners]
+
+
+SHORT_AXES_FIRST = "numpy, short axes first"  # `kernels.axis_sum_moved`: candidates where the call ends in short axes
+SHORT_AXES_FIRST_BLOCKED = "blocked, short axes first"
 CHOSEN_MIN = 16384  # elements from which a region's backend is chosen per call (below, once when compiled: `_fastest`)
 
 
@@ -1249,6 +1291,69 @@ def _partials_typed_as_value(kernel, examples):
     (a comparison) is computed as a boolean or integer, which `Kernel.run` casts and it does not."""
     dtypes = _out_dtypes(kernel, _infer_dtypes(kernel, tuple(map(_kind, examples))))
     return all(np.dtype(d) == np.dtype(dtypes[0]) for d in dtypes[1:])
+
+
+def _along_short_last_axis(step, program):
+    """Whether ``step`` is np.max or np.min of one real array of ``CHOSEN_MIN`` elements or more along its last axis
+    alone, shorter than `kernels.SHORT_AXIS`: its ``keepdims`` (a bool), else None.  NumPy's reduction runs a loop
+    per row there (a mixture's (20000, 4) log densities: np.max 790 us, by columns `_extreme_by_columns` 71 us; the
+    tie shares of its pullback 1.5 ms, by columns `_extreme_pullback_by_columns` a fraction)."""
+    if step.func not in _EXTREMES or len(step.refs) != 1 or type(step.refs[0]) is not int \
+            or not set(step.kwargs) <= {"axis", "keepdims"} or type(step.kwargs.get("keepdims", False)) is not bool:
+        return None
+    shape, dtype = program.meta[step.refs[0]]
+    axis = step.kwargs.get("axis")
+    axis = axis[0] if type(axis) is tuple and len(axis) == 1 else axis
+    if type(axis) is not int or len(shape) < 2 or axis % len(shape) != len(shape) - 1 or dtype.kind != "f" \
+            or not 1 < shape[-1] < SHORT_AXIS or math.prod(shape) < CHOSEN_MIN:
+        return None
+    return step.kwargs.get("keepdims", False)
+
+
+_EXTREMES = {np.max: np.maximum, np.amax: np.maximum, np.min: np.minimum, np.amin: np.minimum}
+
+
+def _extreme_by_columns(pick, a, keepdims):
+    """np.max (``pick`` np.maximum) or np.min of ``a`` along its short last axis, its columns compared in turn
+    (NaN propagates as in the reduction)."""
+    m = pick(a[..., 0], a[..., 1])
+    for k in range(2, a.shape[-1]):
+        pick(m, a[..., k], out=m)
+    return m[..., None] if keepdims else m
+
+
+def _extreme_pullback_by_columns(ans, a, keepdims, g):
+    """The cotangent of ``a`` from ``g``, that of ``ans``, np.max or np.min of ``a`` along its short last axis: the
+    tape's `rules.reductions.extreme_vjp` (tied extremes share ``g`` equally), a column at a time with the same
+    operations on each element, so the same bits."""
+    m = ans[..., 0] if keepdims else ans
+    g = np.broadcast_to(g, np.shape(ans))
+    g = g[..., 0] if keepdims else g
+    hits = [np.equal(a[..., k], m) for k in range(a.shape[-1])]
+    count = hits[0].astype(a.dtype)
+    for h in hits[1:]:
+        count += h
+    np.maximum(count, 1, out=count)
+    out = np.empty(a.shape, np.result_type(g, a.dtype))
+    for k, h in enumerate(hits):
+        np.multiply(g, np.divide(h, count), out=out[..., k])
+    return out
+
+
+def _unbroadcast(g, shape):
+    """`pullbacks.unbroadcast` as generated code calls it; where it sums the leading axes of a C-contiguous array of
+    ``CHOSEN_MIN`` elements or more whose kept trailing axes hold fewer than `kernels.SHORT_AXIS` elements, one
+    column at a time (a (20000, 4) cotangent summed to (4,): NumPy's reduction adds row after row, 370 us; by columns
+    80 us; pairwise summation, so the same up to rounding)."""
+    gshape = np.shape(g)
+    lead = len(gshape) - len(shape)
+    kept = len(shape) - next((k for k, n in enumerate(shape) if n != 1), len(shape))  # trailing axes not summed
+    if gshape == shape or type(g) is not np.ndarray or not g.flags.c_contiguous or g.size < CHOSEN_MIN \
+            or not kept or gshape[lead + len(shape) - kept:] != shape[len(shape) - kept:] \
+            or math.prod(shape) >= SHORT_AXIS or g.dtype.kind not in "fc":
+        return unbroadcast(g, shape)
+    columns = g.reshape(-1, math.prod(shape))
+    return np.array([np.add.reduce(columns[:, k]) for k in range(columns.shape[1])], g.dtype).reshape(shape)
 
 
 def _indices(refs):

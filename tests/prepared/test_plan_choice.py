@@ -160,3 +160,35 @@ def test_small_regions_are_not_chosen_per_call():
     assert len(program.regions) == 1 and program.plans is None and program.one is not None
     assert db.explain(prog, x).plan is None
     np.testing.assert_allclose(prog(x), db.gradient(f, x), rtol=1e-12)
+
+
+def test_a_region_whose_runner_is_slower_than_its_steps_is_left_as_recorded(clock, monkeypatch):
+    """The second region's runner is made slow (each call 5 s of the fake clock); the first region's fused runner
+    saves half a second against its steps: the plan with the second region alone as recorded is chosen, for
+    ``value_and_gradient`` and for the gradient alone, and every gradient is right."""
+    original = replay._region_runner
+
+    def runner(kernel, valueless, examples, shape, size, active_shapes, blockable):
+        run, name, fresh = original(kernel, valueless, examples, shape, size, active_shapes, blockable)
+        if not kernel.reduce:  # region 1: tanh(X @ W1 + b1), read by a matmul
+            return run, name, fresh
+
+        def slow(*values):
+            clock.now += 5.0
+            return run(*values)
+
+        return slow, name, fresh
+
+    monkeypatch.setattr(replay, "_region_runner", runner)
+    clock.cost = lambda plan: 1.5 if plan in ("as recorded", "region 1 as recorded") else 1.0
+    prog = db.prepare_gradient(mlp, PARAMS)
+    program = _program(prog)
+    value, expected = db.value_and_gradient(mlp, PARAMS)
+    for _ in range(40):
+        _check(prog(PARAMS), expected)
+        v, g = prog.value_and_gradient(PARAMS)
+        np.testing.assert_allclose(v, value, rtol=1e-12)
+        _check(g, expected)
+    for choice in program.plans.values():
+        assert choice.chosen(1) == "region 2 as recorded"
+    assert db.explain(prog, PARAMS).plan == "region 2 as recorded"
