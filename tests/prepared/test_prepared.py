@@ -199,8 +199,10 @@ def test_prepared_eam_with_out_allocates_nothing_that_grows_with_n(n):
 
 
 def test_allocation_meter_sees_an_allocating_call():
+    """The meter itself, on a call that allocates a result of x's size every time (plain db.gradient may
+    recycle its kernel buffers depending on the backend measured fastest, so it is not a fixed reference)."""
     x = np.random.default_rng(3).random(100_000)
-    assert _allocated_per_call(lambda: db.gradient(eam_dualbroadcast, x)) > x.nbytes
+    assert _allocated_per_call(lambda: np.exp(x)) >= x.nbytes
 
 
 # --- plain arguments: floats, arrays, and flat tuples and lists of floats ------------------------
