@@ -201,10 +201,10 @@ class Guarded:
 
 
 _VIEW_UPDATE = (
-    "y {symbol} v on a tracked y that is a slice of another array (y = x[i]) would write through into that array "
-    "in NumPy, which a tracked value cannot do: its gradient and the other array's value would be silently wrong. "
-    "Build the new array instead: y = y {op} v for the slice alone, or x = np.where(mask, ..., x) / "
-    "np.concatenate for the array it views."
+    "y {symbol} v on a tracked y that is a slice of another array (y = x[i]), or views memory a slice of it shares, "
+    "would write through into that array in NumPy, which a tracked value cannot do: its gradient and the other "
+    "array's value would be silently wrong. Build the new array instead: y = y {op} v for y alone, or "
+    "x = np.where(mask, ..., x) / np.concatenate for the array it views."
 )
 
 _STALE_READ = (

@@ -208,3 +208,21 @@ def test_a_fluid_step_with_updates_through_views_matches_finite_differences():
     np.testing.assert_allclose(prepared(v2), finite_differences(fluid, v2), rtol=1e-6, atol=1e-8)
     hvp = (db.gradient(fluid, v + 1e-6 * t) - db.gradient(fluid, v - 1e-6 * t)) / 2e-6
     np.testing.assert_allclose(db.hvp(fluid, v, t), hvp, rtol=1e-5, atol=1e-7)
+
+
+# --- a slice shares the memory: its siblings are unknown to a gradient, so the update is refused -----------------
+def update_beside_a_slice(x):
+    flat_f = x * 2.0
+    head = flat_f[:2]  # a slice: NumPy would change head[...] too
+    vx = np.reshape(flat_f, (2, 3))
+    vx -= 1.0
+    return np.sum(vx) + np.sum(head)
+
+
+def test_an_update_of_memory_a_slice_shares_is_an_error_in_every_mode():
+    runs = [lambda: db.gradient(update_beside_a_slice, X), lambda: db.jvp(update_beside_a_slice, (X,), (T,)),
+            lambda: db.hvp(update_beside_a_slice, X, T), lambda: db.prepare_gradient(update_beside_a_slice, X)(X),
+            lambda: db.prepare_hvp(update_beside_a_slice, X)(X, T), lambda: db.hessian(update_beside_a_slice, X)]
+    for run in runs:
+        with pytest.raises(db.InPlaceMutationError, match=r"views memory a slice of it shares.*write through"):
+            run()
