@@ -34,8 +34,9 @@ A full run is ~10^4 mutants; this script tests a sample of them:
    first; a mutation in code that runs at import time (module or class level,
    default values, decorators) runs the whole suite.  Timeout: ``timeout-factor``
    times those tests' durations under coverage, plus ``timeout-constant`` seconds,
-   at most ``timeout``.  Hypothesis runs with ``--hypothesis-seed=0`` and an empty
-   example database, so every mutant sees the same examples.
+   at most ``timeout``.  The mutants run in a seeded random order, so a run stopped early (a deadline, a
+   busy machine; ``--report`` prints it) has tested a sample spread over the whole package.  Hypothesis
+   runs with ``--hypothesis-seed=0`` and an empty example database, so every mutant sees the same examples.
 
 Outcomes: ``killed`` (a test failed), ``killed (error)`` (the mutant does not import
 or collect), ``timeout`` (counted as killed, as cosmic-ray does), ``survived`` (the
@@ -378,6 +379,7 @@ def run(cfg, sample, workdir):
     cov = json.loads((workdir / "coverage.json").read_text())
     with use_db(str(session), WorkDB.Mode.open) as db:
         pending = sorted(db.pending_work_items, key=key)
+    random.Random(sample["seed"]).shuffle(pending)  # interrupted, the mutants run are a sample of every module too
     total = len(pending)
     print(f"mutants: {total} to run", flush=True)
     scopes = {}

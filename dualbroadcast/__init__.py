@@ -39,6 +39,7 @@ from .errors import (
 )
 from .explain import explain
 from .kernels import set_backend
+from .numeric_warnings import install as _attribute_numeric_warnings
 from .prepared import PreparedGradient, PreparedHvp, prepare_gradient, prepare_hvp
 from .registry import (
     defjvp,
@@ -52,6 +53,8 @@ from .registry import (
 )
 from .rules.elementwise import defderivative
 from .tape import primitive
+
+_attribute_numeric_warnings()  # NumPy's warnings in this package's code shown at the user's line
 
 __all__ = [
     "gradient", "value_and_gradient", "broadcast", "sum", "sum_blocks", "elementwise", "kernel_log", "KernelCall",

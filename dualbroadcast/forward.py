@@ -42,7 +42,7 @@ import numpy as np
 from . import pytree, tape
 from .derivatives import DERIVATIVES, chain_product
 from .errors import InPlaceMutationError, ShapeMismatchError, UnsupportedFunctionError, ValueConversionError
-from .guards import UFUNC_AT, Guarded, NotReplayableError, untracked
+from .guards import UFUNC_AT, Guarded, NotReplayableError, holds_view, note_views, untracked
 from .numpy_facts import ARRAY_METHODS, FLOAT_SCALARS, as_dtype, astype, getitem, qualified_name
 from .pullbacks import IndexPullback, apply
 from .registry import (
@@ -116,7 +116,7 @@ class Dual(Guarded):
     dtype; ``level``: the `jvp` call it belongs to.  Conversions that would drop the tangent
     (``float(x)``, ``np.asarray(x)``) are errors, as for tracked values (`guards.Guarded`)."""
 
-    __slots__ = ("value", "tangent", "level")
+    __slots__ = ("value", "tangent", "level", "__weakref__")  # weak: `guards.note_views`
     index = None  # not on a tape (read by `Guarded` only while a prepared gradient is recorded)
 
     def __init__(self, value, tangent, level):
@@ -276,9 +276,11 @@ def apply_function(func, args, kwargs):
     if not positions:  # only duals of outer levels: they carried their tangents through the call
         return ans
     if not on_tape:
-        return _with_tangent(func, rule, kind, ans, values, call_values, positions, sequence, kwargs, level)
+        return _noting_views(func, sequence, _with_tangent(func, rule, kind, ans, values, call_values, positions,
+                                                     sequence, kwargs, level))
     try:
-        return _with_tangent(func, rule, kind, ans, values, call_values, positions, sequence, kwargs, level)
+        return _noting_views(func, sequence, _with_tangent(func, rule, kind, ans, values, call_values, positions,
+                                                     sequence, kwargs, level))
     except (TypeError, AttributeError) as error:
         if isinstance(error, (UnsupportedFunctionError, NotReplayableError)):  # the latter: a prepared program
             raise  # records this gradient, and leaves it to `db.gradient`
@@ -286,6 +288,13 @@ def apply_function(func, args, kwargs):
             f"the tangent of {qualified_name(func)} cannot be computed on values a gradient tracks (a db.jvp inside "
             f"a gradient, reverse over forward): its rule does not run on them ({type(error).__name__}: {error}). "
             "For a Hessian-vector product use db.hvp(f, x, v), which then takes reverse over reverse") from error
+
+
+def _noting_views(func, arguments, result):
+    """``result``, its views of the ``arguments``' arrays noted (`guards.note_views`): np.reshape(x, s), x.T."""
+    if holds_view(result):
+        note_views(arguments, result if type(result) in (list, tuple) else (result,), func is getitem)
+    return result
 
 
 _TAPE_OPERANDS = _NUMBERS | {Tracked}  # a binary ufunc's arguments the tape's `_binary` takes

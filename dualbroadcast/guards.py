@@ -9,7 +9,9 @@ checked on every replay, which records again where it differs.
 """
 
 import contextvars
+import functools
 import operator
+import weakref
 
 import numpy as np
 
@@ -199,20 +201,32 @@ class Guarded:
 
 
 _VIEW_UPDATE = (
-    "y {symbol} v on a tracked y that is a view of another array (a slice y = x[i], x.T, x.reshape, x.ravel(), "
-    "...) would write through into that array in NumPy, which a tracked value cannot do: its gradient and "
-    "the other array's value would be silently wrong. Build the new array instead: y = y {op} v for the view "
-    "alone, or x = np.where(mask, ..., x) / np.concatenate for the array it views."
+    "y {symbol} v on a tracked y that is a slice of another array (y = x[i]), or views memory a slice of it shares, "
+    "would write through into that array in NumPy, which a tracked value cannot do: its gradient and the other "
+    "array's value would be silently wrong. Build the new array instead: y = y {op} v for y alone, or "
+    "x = np.where(mask, ..., x) / np.concatenate for the array it views."
+)
+
+_STALE_READ = (
+    "this array was changed in place by y {symbol} v on a view y of it (np.reshape, x.T, x.ravel(), np.split, "
+    "...): in NumPy that write goes through into it, which a tracked value cannot follow, so it cannot be read "
+    "after the update (nor can any other view of the same array). Read y, which holds the new values, or update "
+    "the array itself: x = x {op} np.reshape(v, x.shape) (with y = np.reshape(x, shape) after it)."
 )
 
 
 def _update(y, v, op, symbol):
     """``y op= v``: the new value ``y op v`` (JAX's ``y = y op v``) where that is NumPy's result, which
-    writes in place: ``y``'s shape and dtype (cast as NumPy's ``same_kind``), and an error for a ``y``
-    whose memory another array shares (a slice, ``x.T``): NumPy would change that array too."""
-    if _views_another(y):
+    writes in place: ``y``'s shape and dtype (cast as NumPy's ``same_kind``).  For a ``y`` whose memory
+    another array shares (``np.reshape(x, s)``, ``x.T``), which NumPy would change too, that array and its
+    other views become unreadable (`_make_unreadable`); a slice ``x[i]``, whose siblings are not known
+    (`_sharing`), is an error."""
+    views = _views_another(y)
+    if views:
         _write_without_gradient(y)
-        raise InPlaceMutationError(_VIEW_UPDATE.format(symbol=symbol, op=symbol[:-1]))
+        sharing = _sharing(y)
+        if sharing is None:
+            raise InPlaceMutationError(_VIEW_UPDATE.format(symbol=symbol, op=symbol[:-1]))
     new = op(y, v)
     old, value = untracked(y), untracked(new)
     if np.shape(value) != np.shape(old):
@@ -224,7 +238,132 @@ def _update(y, v, op, symbol):
             raise TypeError(f"y {symbol} v cannot cast its {new_dtype} result to y's dtype {dtype} with casting "
                             "rule 'same_kind', as NumPy; write y = y " + symbol[:-1] + " v for a new array")
         new = new.astype(dtype)
+    if views:
+        _make_unreadable(sharing, _STALE_READ.format(symbol=symbol, op=symbol[:-1]))
     return new
+
+
+# --- values sharing memory: which tracked values view one array ----------------------------------------------
+# id(the array owning the memory) -> (a weak reference to it, {id(value): (weak reference to a tracked or dual
+# value whose array is it or a view of it, whether that value is a slice x[i])}), filled where a NumPy function
+# returns a view of a tracked argument (`note_views`), dropped when that array is freed.
+_VIEWS = {}
+
+
+def _memory_owner(a):
+    """The array whose memory the array ``a`` views (``a`` itself if it owns it)."""
+    while type(a.base) is np.ndarray:
+        a = a.base
+    return a
+
+
+def note_views(inputs, results, sliced=False):
+    """Remember the tracked (or dual) ``inputs`` whose memory the ``results`` of one NumPy function view
+    (np.reshape(x, s), x.T, np.split; ``sliced``: x[i]), so that ``y op= v`` on one of them can make the others
+    unreadable.  Called where a result's array is a view (or the argument's array itself)."""
+    for result in results:
+        a = untracked(result)
+        if type(a) is not np.ndarray or not isinstance(result, Guarded):
+            continue
+        owner = _memory_owner(a)
+        same = [x for x in inputs if isinstance(x, Guarded) and type(b := untracked(x)) is np.ndarray
+                and _memory_owner(b) is owner]
+        if not same:
+            continue
+        key = id(owner)
+        entry = _VIEWS.get(key)
+        if entry is None:
+            entry = _VIEWS[key] = (weakref.ref(owner, functools.partial(_forget, key)), {})
+        values = entry[1]
+        if len(values) > 64:  # the values of earlier evaluations of a long-lived array: forgotten once freed
+            for k in [k for k, (ref, _) in values.items() if ref() is None]:
+                del values[k]
+        for x in same:
+            if values.get(id(x), (lambda: None,))[0]() is not x:  # new, or a freed value's id reused
+                values[id(x)] = (weakref.ref(x), False)
+        values[id(result)] = (weakref.ref(result), sliced)
+
+
+def holds_view(result):
+    """Whether ``result`` (a value, tracked or dual, or a tuple of them) is or holds a view of another array."""
+    if type(result) in (tuple, list):
+        return any(map(holds_view, result))
+    a = untracked(result)
+    return type(a) is np.ndarray and a.base is not None
+
+
+def _forget(key, _ref):
+    _VIEWS.pop(key, None)
+
+
+def _sharing(y):
+    """The tracked values of ``y``'s evaluation whose elements may be ``y``'s (``y`` among them; ``y`` alone for
+    a view of a NumPy temporary: np.roll, x[:, [0, 2]]), or None where a slice ``x[i]`` of that memory is alive:
+    NumPy would change a slice's elements alone, and a slice is not recorded in a gradient
+    (`tape.Tracked.slice_index`: it costs a loop nothing), so slices are not known there: refused in every
+    mode alike."""
+    a = untracked(y)
+    entry = _VIEWS.get(id(_memory_owner(a)))
+    values = [y]
+    for ref, sliced in list(entry[1].values()) if entry is not None else ():
+        x = ref()
+        if x is not None and sliced:
+            return None
+        if x is not None and x is not y:
+            values.append(x)
+    for x in values:
+        while isinstance(x, Guarded):
+            if getattr(x, "slice_index", None) is not None:
+                return None
+            index = getattr(x, "index", None)
+            if index is not None and index in x.tape.view_bases:
+                return None
+            x = x.value
+    return [x for x in values if _same_level(x, y) and np.may_share_memory(untracked(x), a)]  # np.split's others: no
+
+
+def _same_level(x, y):
+    """Whether ``x`` is a value of the same evaluation as ``y`` (its tape, or its `db.jvp` call): the values of
+    outer ones inside them may be held by a pullback that read them before the update, and must stay readable."""
+    return type(x) is type(y) and getattr(x, "tape", None) is getattr(y, "tape", None) \
+        and getattr(x, "level", None) == getattr(y, "level", None)
+
+
+def _refuse(self, *args, **kwargs):
+    raise InPlaceMutationError(object.__getattribute__(self, "value"))
+
+
+_UNREADABLE = {}  # class -> its unreadable subclass (`_unreadable_class`)
+_KEPT_METHODS = {"__init__", "__new__", "__init_subclass__", "__subclasshook__", "__getattribute__", "__repr__",
+                 "__class__", "__slots__", "__doc__", "__module__", "__qualname__", "__weakref__"}
+
+
+def _unreadable_class(cls):
+    """A subclass of ``cls`` (same slots) whose every method and attribute raises the message kept in its
+    ``value`` slot: what a value of ``cls`` becomes once NumPy would have changed it through a view."""
+    unreadable = _UNREADABLE.get(cls)
+    if unreadable is None:
+        names = {name for c in cls.__mro__ if c is not object for name, attr in vars(c).items()
+                 if callable(attr) and name not in _KEPT_METHODS}
+        namespace = dict.fromkeys(names | {"__reduce__", "__reduce_ex__", "__copy__", "__deepcopy__"}, _refuse)
+        namespace.update(
+            __slots__=(),
+            __getattribute__=lambda self, name: type(self) if name == "__class__" else _refuse(self),
+            __repr__=lambda self: f"<unreadable {cls.__name__}: {object.__getattribute__(self, 'value')}>",
+        )
+        unreadable = _UNREADABLE[cls] = type(f"Unreadable{cls.__name__}", (cls,), namespace)
+    return unreadable
+
+
+def _make_unreadable(values, message):
+    """Every one of ``values`` (tracked or dual, sharing memory NumPy changed in place) raises ``message`` when
+    read from now on: its class swapped, not a flag every operation would have to test."""
+    for x in values:
+        cls = type(x)
+        if cls in _UNREADABLE.values():
+            continue
+        x.value = message
+        x.__class__ = _unreadable_class(cls)
 
 
 def _write_without_gradient(x):

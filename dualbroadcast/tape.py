@@ -29,7 +29,7 @@ from .errors import (
     ValueConversionError,
 )
 from .expr import Sym
-from .guards import RECORDER, UFUNC_AT, Guarded, NotReplayableError, untracked
+from .guards import RECORDER, UFUNC_AT, Guarded, NotReplayableError, holds_view, note_views, untracked
 from .lazy import is_chunked, not_chunkwise
 from .numpy_facts import ARRAY_METHODS, FLOAT_SCALARS, INFIX, REAL_FLOATS, astype, getitem, qualified_name
 from .pullbacks import (
@@ -779,7 +779,10 @@ def record_operation(func, args, kwargs):
         if rest and rule.keeps_arguments:
             keep_constants(tape, rest)
         back = _edge(x, rule.makers[0](ans, x.value, *rest))  # first: settling a view moves its index
-        return tape.record(ans, ((x.index, back),), func)
+        t = tape.record(ans, ((x.index, back),), func)
+        if type(ans) is np.ndarray and (ans.base is not None or ans is x.value):  # a view (np.reshape, x.T)
+            note_views(args, (t,), func is getitem)
+        return t
     if kind == COMPOSITION:  # its NumPy calls are recorded one by one
         return rule.makers(*args, **kwargs)
     if kind == SEQUENCE and not args:
@@ -843,6 +846,8 @@ def record_operation(func, args, kwargs):
     else:
         results = [_record_result(tape, func, rule, None, ans, ans, call_values, kwargs, parents, recorder, active)]
         outcome = results[0]
+    if (ans.base is not None) if type(ans) is np.ndarray else holds_view(ans):  # a view: x.T, np.split(x, 2)
+        note_views(sequence, results, func is getitem)
     if recorder is not None:
         recorder.step(func, rule, refs, rest, kwargs, active, results, ans)
     return outcome
@@ -1313,7 +1318,7 @@ class Tracked(Guarded):
     (see `_edges`; a scalar product of slices holds its partials for the base, see `_binary`).
     """
 
-    __slots__ = ("value", "tape", "index", "slice_index")
+    __slots__ = ("value", "tape", "index", "slice_index", "__weakref__")  # weak: `guards.note_views`
 
     def __init__(self, value, tape, index, view=None):
         self.value = value

@@ -294,6 +294,28 @@ def test_functions_sharing_a_numpy_name_are_not_numpy(backend, defderivative):
     np.testing.assert_allclose(got, 2 * X + np.exp(X), rtol=1e-12, atol=1e-14)  # exp2's partials cancel
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_three_functions_sharing_a_name_each_get_a_name_of_their_own(backend, defderivative):
+    """A third function of one name (after ``f_exp`` and ``f_exp1``) is ``f_exp2``, not ``f_exp1`` again."""
+
+    def primitive_named_exp(power):
+        @db.primitive
+        def exp(x):
+            return x ** power
+
+        defderivative(exp, lambda ans, x: power * x ** (power - 1))
+        return exp
+
+    square, cube = primitive_named_exp(2), primitive_named_exp(3)
+
+    def kernel(r):
+        return square(r) + cube(r) + np.exp(r)
+
+    got = db.gradient(lambda a: db.sum(kernel, a, backend=backend), X)
+    np.testing.assert_allclose(db.sum(kernel, X, backend=backend), np.sum(X ** 2 + X ** 3 + np.exp(X)), rtol=1e-12)
+    np.testing.assert_allclose(got, 2 * X + 3 * X ** 2 + np.exp(X), rtol=1e-12)
+
+
 def test_keyword_arguments_of_a_registered_function_in_a_kernel_are_an_error(defderivative):
     @db.primitive
     def scaled(x, k):

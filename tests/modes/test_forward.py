@@ -336,3 +336,25 @@ def test_a_users_derivative_gives_the_tangent_everywhere():
     np.testing.assert_allclose(db.jvp(softplus, (x,), (t,))[1], t / (1 + np.exp(-x)), rtol=1e-14)
     np.testing.assert_allclose(db.jvp(lambda x: db.sum(softplus, x), (x,), (t,))[1], np.sum(t / (1 + np.exp(-x))),
                                rtol=1e-14)
+
+
+# --- a tuple-valued function's declared forward rule takes the first argument's tangent only -------------------
+# np.gradient's jvp rule is for its array; a tangent on its spacing (alone, or with the array's) must take the
+# transposed pullbacks of every argument, not the array's rule with the spacing's tangent.
+def spread_of_gradient(f, dx):
+    parts = np.gradient(f, dx, 0.7) if np.ndim(f) == 2 else (np.gradient(f, dx),)
+    return sum(np.sum(np.sin(g) * g) for g in parts)
+
+
+@pytest.mark.parametrize("shape", [(5,), (3, 4)])
+def test_jvp_of_np_gradient_with_a_tangent_on_its_spacing(shape):
+    rng = np.random.default_rng(7)
+    f, t = rng.standard_normal(shape), rng.standard_normal(shape)
+    dx = 0.5
+    gf, gdx = db.gradient(spread_of_gradient, f, dx)
+    for tf, tdx in [(np.zeros(shape), 1.0), (t, -0.3)]:
+        h = 1e-6
+        fd = (spread_of_gradient(f + h * tf, dx + h * tdx) - spread_of_gradient(f - h * tf, dx - h * tdx)) / (2 * h)
+        tangent = db.jvp(spread_of_gradient, (f, dx), (tf, tdx))[1]
+        np.testing.assert_allclose(tangent, fd, rtol=1e-6)
+        np.testing.assert_allclose(tangent, np.sum(gf * tf) + gdx * tdx, rtol=1e-10)

@@ -216,6 +216,19 @@ def test_float32_stays_float32(mode):
         np.testing.assert_allclose(g, expected, rtol=1e-5)
 
 
+@pytest.mark.parametrize("mode", RUNNERS)
+def test_a_call_of_another_dtype_is_not_the_looped_programs_case(mode):
+    """Prepared at float64, called with float32 (and back): each call gets its own dtype's gradient, never the
+    float64 program's (`loops` program `_one` checks the dtype as well as the shape)."""
+    x = np.array([0.2, 0.9, -0.3])
+    prog = prepared(recurrence, x, mode)
+    for _ in range(3):
+        np.testing.assert_allclose(prog(x), straight_line(recurrence, x), rtol=1e-12)
+        g = prog(x.astype(np.float32))
+        assert g.dtype == np.float32
+        np.testing.assert_allclose(g, straight_line(recurrence, x.astype(np.float32)), rtol=1e-5)
+
+
 def test_python_raising_falls_back_to_the_straight_line_replay():
     def f(x):
         h = x[0]
