@@ -478,3 +478,16 @@ def test_survival_functions_over_their_domain_against_differences(name, method, 
         up[i], down[i] = args[i] + h, args[i] - h
         expected = (f(*up) - f(*down)) / (2 * h)
         assert g == pytest.approx(expected, rel=2e-5, abs=1e-9 * max(1.0, abs(f(*args)))), (i, g, expected)
+
+
+def test_a_second_derivative_in_the_shape_registers_only_the_orders_it_needs():
+    """The Hessian of gamma's cdf in its shape needs ∂P/∂a and ∂²P/∂a²; registering a rule must not run its
+    formulas (each names the next order), which once registered ~200 orders per family until recursion."""
+    from dualbroadcast.rules import scipy_special
+
+    h = db.hessian(lambda a: stats.gamma.cdf(1.5, a[0]), np.array([2.0]))[0, 0]
+    eps = 1e-4
+    central = (db.gradient(lambda a: stats.gamma.cdf(1.5, a), 2.0 + eps)
+               - db.gradient(lambda a: stats.gamma.cdf(1.5, a), 2.0 - eps)) / (2 * eps)
+    assert np.isclose(h, central, rtol=1e-6)
+    assert max(order for family, order in scipy_special.ORDERS if family is scipy_special.gammainc_da_series) <= 3
