@@ -687,7 +687,8 @@ class _Deferred(NamedTuple):
     forward: Kernel
     small: list
     kept: int
-    combines: dict  # tracked position -> its cotangent kernel (inputs: the call's, ȳ, ẏ̄, the kept nodes)
+    combines: dict  # tracked position -> its cotangent kernels (inputs: the call's, ȳ, ẏ̄, the kept nodes), the
+    # second without ȳ's term (for ȳ that is no cotangent: `_HeldCotangent.zero`, db.hvp's, where ∂y/∂a may be ∞)
     index: dict  # tracked position -> its place among the tracked (for the whole kernel's partials)
     scale: Any  # the tangent's literal factor, taken out of its sum (`_literal_factor`)
 
@@ -736,7 +737,8 @@ def _build_deferred(kernel, tracked, full_tracked, full, kinds):
             and node.op not in _RECOMPUTED and dtypes[node.index] == dtypes[value.index]]
     kept = kept if len(kept) <= MAX_KEPT else []
     forward = Kernel(value.graph, kernel.inputs, first + kept, True, kernel.name)
-    combines = {p: _cotangent_kernel(kernel.inputs, full, kept, partials[p], tangent_partials[p], kernel.name)
+    combines = {p: (_cotangent_kernel(kernel.inputs, full, kept, partials[p], tangent_partials[p], kernel.name),
+                    _cotangent_kernel(kernel.inputs, full, kept, None, tangent_partials[p], kernel.name))
                 for p in full_tracked}
     return _Deferred(forward, small, len(kept), combines, {p: k for k, p in enumerate(tracked)}, scale)
 
@@ -755,19 +757,22 @@ def _literal_factor(graph, node, scalar):
 
 
 def _cotangent_kernel(inputs, full, kept, d, dt, name):
-    """The kernel of ``ȳ · d + ẏ̄ · dt`` (``d``, ``dt`` nodes of a traced graph), in a graph of its own whose
-    inputs are the traced function's, then ``ȳ`` and ``ẏ̄``, then the ``kept`` nodes (read, not recomputed)."""
+    """The kernel of ``ȳ · d + ẏ̄ · dt`` (``d``, ``dt`` nodes of a traced graph; ``d`` None: of ``ẏ̄ · dt``
+    alone), in a graph of its own whose inputs are the traced function's, then ``ȳ`` and ``ẏ̄``, then the
+    ``kept`` nodes (read, not recomputed)."""
     graph = Graph()
     new = {x.index: graph.input() for x in inputs}
     g, gt = graph.input(), graph.input()
     new.update((node.index, graph.input()) for node in kept)
-    for node in needed_nodes(d.graph, [d, dt]):
+    partials = [dt] if d is None else [d, dt]
+    for node in needed_nodes(dt.graph, partials):
         if node.index not in new:
             new[node.index] = graph.node(node.op, tuple(new[a.index] if type(a) is Sym else a for a in node.args))
-    scalar = _scalar_nodes(_Nodes(graph.nodes[:len(inputs) + 2 + len(kept)], needed_nodes(graph, [new[d.index],
-                                                                                         new[dt.index]])),
+    scalar = _scalar_nodes(_Nodes(graph.nodes[:len(inputs) + 2 + len(kept)],
+                                  needed_nodes(graph, [new[q.index] for q in partials])),
                            list(full) + [False, False] + [True] * len(kept))
-    total = _factored(graph, [(g, new[d.index]), (gt, new[dt.index])], scalar)
+    terms = [(gt, new[dt.index])] if d is None else [(g, new[d.index]), (gt, new[dt.index])]
+    total = _factored(graph, terms, scalar)
     return Kernel(graph, graph.nodes[:len(inputs) + 2 + len(kept)], [total], False, f"{name} cotangent")
 
 
@@ -823,7 +828,7 @@ def _deferred_pullback(held, deferred, p, values, kept, partials, in_place, last
     ``kept`` arrays, over the first kept array where ``in_place`` (the tape is swept once) and it is this
     kernel's alone; other cotangents (a sweep recorded on a tape) take the partials of the whole kernel
     (``partials()``, computed again)."""
-    combine, typed = deferred.combines[p], type(held.zero)  # ȳ, ẏ̄ in the value's dtype, as `_tangent_pullback`
+    (combine, tangent_only), typed = deferred.combines[p], type(held.zero)  # ȳ, ẏ̄ in the value's dtype
     dtype = np.dtype(combine.value_dtype(values + [held.zero] * 2 + kept)) if kept else None
     over = kept[0] if in_place and kept and len(deferred.combines) == 1 and type(kept[0]) is np.ndarray \
         and kept[0].base is None and kept[0].flags.c_contiguous and kept[0].dtype == dtype \
@@ -833,11 +838,12 @@ def _deferred_pullback(held, deferred, p, values, kept, partials, in_place, last
     def back(g):
         gt = held.take(last)
         if type(g) in REAL_FLOATS and type(gt) in REAL_FLOATS:
+            kernel = tangent_only if g is held.zero else combine  # ȳ no cotangent: no 0 · ∞ from its term
             args = values + [typed(g), typed(gt)] + kept
-            return combine(args, [], backend)[0] if over is None else combine.into(over, args, backend)
+            return kernel(args, [], backend)[0] if over is None else kernel.into(over, args, backend)
         results = partials()
         d, dt = results[1 + k], results[1 + n + k]
-        ct = g * d if gt is None else g * d + gt * dt
+        ct = g * d if gt is None else gt * dt if g is held.zero else g * d + gt * dt
         if np.shape(ct) == shape:
             return ct
         return unbroadcast(np.broadcast_to(ct, np.broadcast_shapes(np.shape(ct), ())), shape)
@@ -890,11 +896,11 @@ def _tangent_pullback(held, d, dt, shape, out_shape, in_place, last):
 
     def back(g):
         gt = held.take(last)
+        alone = g is held.zero and gt is not None  # ȳ is no cotangent (db.hvp's): no 0 · ∞ from its term
         if owned and type(g) in REAL_FLOATS and type(gt) in REAL_FLOATS:
-            np.multiply(d, g, out=d)
             np.multiply(dt, gt, out=dt)
-            return np.add(d, dt, out=d)
-        ct = g * d if gt is None else g * d + gt * dt
+            return dt if alone else np.add(np.multiply(d, g, out=d), dt, out=d)
+        ct = gt * dt if alone else g * d if gt is None else g * d + gt * dt
         if np.shape(ct) == shape:
             return ct
         return unbroadcast(np.broadcast_to(ct, np.broadcast_shapes(np.shape(ct), out_shape)), shape)

@@ -29,10 +29,14 @@ LN10 = math.log(10.0)
 def strong_product(g, d):
     """``g · d`` with 0 where one factor is 0 and the other infinite or NaN (0 · ∞ = 0 · NaN = 0, where IEEE
     gives NaN): the chain rule's product at a singular point.  Elsewhere it is ``g · d`` itself, so its
-    derivative in either factor is the other (a Hessian differentiates it)."""
+    derivative in either factor is the other (a Hessian differentiates it); where it is the selected 0, its
+    derivative is 0 in every mode (`_product_of_selected`)."""
     with np.errstate(invalid="ignore"):  # 0 · ∞ is the point here, not a user's invalid operation
         p = g * d
-    return np.where((p != p) & ((g == 0) | (d == 0)), 0, p)
+    zero = (p != p) & ((g == 0) | (d == 0))
+    if _is_plain(p):
+        return np.where(zero, 0, p)
+    return _product_of_selected(zero, g, d)
 
 
 def selected(g, d):
@@ -40,7 +44,21 @@ def selected(g, d):
     where it is not, even where ``g`` is infinite or NaN (np.where's cotangent is selected, not multiplied)."""
     if isinstance(d, bool) or getattr(d, "dtype", None) == np.bool_:
         return np.where(d, g, 0)
-    return np.where(d == 0, 0, g * d)
+    if _is_plain(g) and _is_plain(d):
+        return np.where(d == 0, 0, g * d)
+    return _product_of_selected(d == 0, g, d)
+
+
+def _product_of_selected(zero, g, d):
+    """``g · d`` with an exact 0 where ``zero``, for factors an outer derivative tracks: each factor is
+    selected first, so the product's derivative there is a selection's 0 in reverse mode as in forward mode
+    (``where(zero, 0, g · d)`` would give its cotangent 0 · ∞ = NaN in a Hessian: issue 30)."""
+    return np.where(zero, 0, g) * np.where(zero, 0, d)
+
+
+def _is_plain(x):
+    """Whether ``x`` is a NumPy array or number or a Python number: no outer derivative tracks it."""
+    return isinstance(x, (np.ndarray, np.generic, int, float, complex))
 
 
 def is_finite(d):

@@ -351,11 +351,13 @@ def test_cotangent_kernel_keeps_the_exp_and_writes_over_it():
     db.hvp(lambda x: eam_fused(x, "blocked"), x, v)
     (eam,) = broadcast._deferred_kernels.values()
     assert [node.op for node in eam.forward.outputs[2:]] == [np.exp] and eam.scale == -3  # r kept; Σ r·v
-    (combine,) = eam.combines.values()
-    once = broadcast._scalar_nodes(combine, [True, True, False, False, True])  # x, v, ȳ, ẏ̄, r
-    assert len([node for node in combine.order if node.index not in once]) == 3  # r · (-3ȳ + 9ẏ̄ · v)
-    out = np.empty(BIG)
-    assert combine.into(out, [x, v, 1.0, 1.0, out], "blocked") is out
+    ((combine, tangent_only),) = eam.combines.values()  # db.hvp's ȳ is no cotangent: the second
+    full = [True, True, False, False, True]  # x, v, ȳ, ẏ̄, r
+    for kernel, passes in ((combine, 3), (tangent_only, 2)):  # r · (-3ȳ + 9ẏ̄ · v); r · (9ẏ̄ · v)
+        once = broadcast._scalar_nodes(kernel, full)
+        assert len([node for node in kernel.order if node.index not in once]) == passes
+        out = np.empty(BIG)
+        assert kernel.into(out, [x, v, 1.0, 1.0, out], "blocked") is out
 
 
 def test_cotangent_kernel_on_a_tape_swept_twice_and_without_the_tangent_cotangent():
@@ -379,17 +381,18 @@ def test_kernel_into_an_input_gives_the_kernels_value(backend):
     x = np.random.default_rng(13).random(BIG)
     v = np.random.default_rng(14).standard_normal(BIG)
     db.hvp(lambda x: eam_fused(x, backend), x, v)
-    combine = next(iter(next(d for d in broadcast._deferred_kernels.values() if d is not None).combines.values()))
-    kept = np.exp(x)
-    args = [x, v, np.float64(0.5), np.float64(-2.0), kept]
-    want = combine(args, [], backend)[0]
-    got = combine.into(kept, args, backend)
-    np.testing.assert_allclose(got, want, rtol=1e-15)
-    assert (got is kept) == (backend == "blocked")
-    other = np.exp(x) * 2  # a second call into another array writes there, never into the first one again
-    again = combine.into(other, args[:-1] + [other], backend)
-    np.testing.assert_allclose(again, combine(args[:-1] + [np.exp(x) * 2], [], backend)[0], rtol=1e-15)
-    np.testing.assert_allclose(got, want, rtol=1e-15)
+    kernels = next(iter(next(d for d in broadcast._deferred_kernels.values() if d is not None).combines.values()))
+    for combine in kernels:  # ȳ · ∂y/∂x + ẏ̄ · ∂ẏ/∂x, and ẏ̄ · ∂ẏ/∂x alone
+        kept = np.exp(x)
+        args = [x, v, np.float64(0.5), np.float64(-2.0), kept]
+        want = combine(args, [], backend)[0]
+        got = combine.into(kept, args, backend)
+        np.testing.assert_allclose(got, want, rtol=1e-15)
+        assert (got is kept) == (backend == "blocked")
+        other = np.exp(x) * 2  # a second call into another array writes there, never into the first one again
+        again = combine.into(other, args[:-1] + [other], backend)
+        np.testing.assert_allclose(again, combine(args[:-1] + [np.exp(x) * 2], [], backend)[0], rtol=1e-15)
+        np.testing.assert_allclose(got, want, rtol=1e-15)
 
 
 @pytest.mark.parametrize("shape", [(BIG,), (200, 200), (10, 10)])
