@@ -101,3 +101,45 @@ def test_hvp_of_a_real_function_of_a_complex_argument_is_jax_jvp_of_grad():
         want = jax.jvp(jax.grad(lambda a: f(a, jnp)), (Z,), (u,))[1]
     np.testing.assert_allclose(db.hvp(f, Z, u), want, rtol=1e-13)
     np.testing.assert_allclose(db.jvp(lambda a: db.gradient(f, a), (Z,), (u,))[1], want, rtol=1e-13)
+
+
+A = np.array([[1.0 + 0.5j, 0.3 - 0.2j], [-0.4 + 0.1j, 0.8 - 0.6j], [0.2 + 0.3j, -0.5 + 0.4j]])
+B = np.array([0.5 - 0.3j, 1.0 + 0.2j, -0.7 + 0.1j])
+
+
+def decomposition_f(a, b, np_):
+    """A real function of complex svd and lstsq results that their vectors' phases leave unchanged."""
+    u, s, vt = np_.linalg.svd(a, full_matrices=False)
+    x, residuals, _, _ = np_.linalg.lstsq(a, b, rcond=None)
+    weights = np_.arange(1.0, 7.0).reshape(3, 2) ** 0.5
+    phase_free = np_.sum(u * np_.conj(u[:1, :]) * weights) + np_.sum(vt * np_.conj(vt[:, :1]) * weights[1:])
+    return np_.real(phase_free + np_.sum(x * x)) + np_.sum(s * np_.array([1.0, -2])) \
+        + np_.sum(np_.linalg.svd(a, compute_uv=False) ** 3) + np_.sum(residuals)
+
+
+@pytest.mark.parametrize("composition", ["fwd_fwd", "fwd_rev", "rev_fwd", "rev_rev"])
+def test_second_order_of_complex_svd_and_lstsq_against_jax(composition):
+    """Forward mode took the real rule of svd and lstsq where the matrix was an outer dual or a tracked value (only
+    plain arrays were asked whether they are complex): second derivatives silently wrong in every composition but
+    rev_rev."""
+    rng = np.random.default_rng(1)
+    v, u = ([rng.standard_normal(x.shape) + 1j * rng.standard_normal(x.shape) for x in (A, B)] for _ in range(2))
+    f = lambda a, b: decomposition_f(a, b, np)
+
+    def pair(grads, directions):
+        return sum(np.real(np.sum(g * d)) for g, d in zip(grads, directions))
+
+    def first(mode, a, b):
+        if mode == "fwd":
+            return db.jvp(f, (a, b), tuple(v))[1]
+        return pair(db.gradient(f, a, b), v)
+
+    outer, inner = composition.split("_")
+    if outer == "fwd":
+        got = db.jvp(lambda a, b: first(inner, a, b), (A, B), tuple(u))[1]
+    else:
+        got = pair(db.gradient(lambda a, b: first(inner, a, b), A, B), u)
+    with jax.enable_x64(True):
+        g = lambda a, b: decomposition_f(a, b, jnp)
+        want = jax.jvp(lambda a, b: jax.jvp(g, (a, b), tuple(v))[1], (A, B), tuple(u))[1]
+    assert got == pytest.approx(float(want), rel=1e-11)

@@ -48,13 +48,7 @@ STILL_REFUSED: dict[tuple[str, str, str], str] = {
 
 # (composition, case name, dtype) -> why the value is wrong: strict expected failures, so a fix shows (and the
 # entry must go).  Reported, not hidden: each is a bug to fix.
-FORWARD_SECOND = ("fwd_fwd", "fwd_rev", "rev_fwd", "fwd_rev_rev")
-STILL_WRONG: dict[tuple[str, str, str], str] = {
-    **{(c, name, "complex128"): "forward mode's tangent of a complex SVD is wrong in second order (rev_rev is "
-       "right): the phase of its singular vectors" for c in FORWARD_SECOND
-       for name in ("svd_square_full", "svd_full_matrices_leading_columns", "svd_reduced", "svd_compute_uv_false",
-                    "lstsq")},
-}
+STILL_WRONG: dict[tuple[str, str, str], str] = {}
 
 EVERY = int(os.environ.get("DB_SWEEP_EVERY", "1"))  # -m sweep with DB_SWEEP_EVERY=k: every k-th case (a quicker sweep)
 SAMPLE = 5  # cases per composition and dtype in the default run
