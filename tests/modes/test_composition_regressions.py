@@ -143,3 +143,21 @@ def test_second_order_of_complex_svd_and_lstsq_against_jax(composition):
         g = lambda a, b: decomposition_f(a, b, jnp)
         want = jax.jvp(lambda a, b: jax.jvp(g, (a, b), tuple(v))[1], (A, B), tuple(u))[1]
     assert got == pytest.approx(float(want), rel=1e-11)
+
+
+def kernels_f(x, np_, sum_, broadcast):
+    p = sum_(lambda r, s: np_.exp(-3 * (r + 1)) * s, x, np_.sum(x) * np_.array([0.5, -0.2, 0.4]))
+    return p ** 2 + np_.sum(broadcast(lambda r: np_.sin(r) * r, x) * np_.array([1.0, 2.0, -1.0]))
+
+
+@pytest.mark.parametrize("composition", ["fwd_fwd", "fwd_rev", "rev_fwd", "rev_rev", "fwd_rev_rev", "fwd_fwd_fwd"])
+def test_kernels_in_every_composition_against_jax(composition):
+    """A db.sum/db.broadcast of a dual of a dual (fwd_fwd and deeper) was a KernelError: it runs f's NumPy calls."""
+    from ..compositions import derivative, jax_derivative
+
+    rng = np.random.default_rng(0)
+    directions = [[rng.standard_normal(3)] for _ in range(3)]
+    got = derivative(composition, lambda x: kernels_f(x, np, db.sum, db.broadcast), [X], directions)
+    want = jax_derivative(lambda x: kernels_f(x, jnp, lambda f, *a: jnp.sum(f(*a)), lambda f, *a: f(*a)), [X],
+                          directions, len(composition.split("_")))
+    assert got == pytest.approx(want, rel=1e-13, abs=1e-15)
