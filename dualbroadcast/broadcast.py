@@ -920,9 +920,10 @@ def _evaluated(f, args, reduce):
     recorded by its own rule: a kernel inside a gradient of a gradient, whose values are tracked by several
     gradients (each records what it sees; a fused kernel computes on plain values and would lose them)."""
     args = [pytree.without_markers(a) for a in args]
-    shape = np.broadcast_shapes(*[np.shape(untracked(leaf)) for leaf in pytree.flatten(args)[0]
-                                  if isinstance(leaf, Guarded) or _is_array_input(leaf)])
     out = f(*args)
+    shape = np.broadcast_shapes(np.shape(untracked(out)),  # wider than the arguments where f reads a wider closure
+                                *[np.shape(untracked(leaf)) for leaf in pytree.flatten(args)[0]
+                                  if isinstance(leaf, Guarded) or _is_array_input(leaf)])
     if np.shape(out) != shape:
         out = np.broadcast_to(out, shape)
     return np.sum(out) if reduce else out

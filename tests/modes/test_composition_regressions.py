@@ -161,3 +161,34 @@ def test_kernels_in_every_composition_against_jax(composition):
     want = jax_derivative(lambda x: kernels_f(x, jnp, lambda f, *a: jnp.sum(f(*a)), lambda f, *a: f(*a)), [X],
                           directions, len(composition.split("_")))
     assert got == pytest.approx(want, rel=1e-13, abs=1e-15)
+
+
+BASE = np.array([0.5, -1.0, 2.0])
+
+
+def wide_closure_f(x, np_, sum_):
+    """A db.sum whose function reads a closure (c, shape (3,)) wider than its argument (x, shape (4, 1))."""
+    c = np_.sum(x) * BASE
+    return sum_(lambda r: np_.sin(r * c) * r ** 2, x)
+
+
+def test_second_order_of_a_sum_reading_a_closure_wider_than_its_argument():
+    """Its kernel, run on the arguments as they are in second order, broadcast f's (4, 3) result to the
+    arguments' (4, 1): NumPy's ValueError in db.hessian, a gradient of a gradient, a jvp of a jvp."""
+    x = np.linspace(0.1, 0.9, 4).reshape(4, 1)
+    v = np.linspace(1.0, -1.0, 4).reshape(4, 1)
+    f = lambda x: wide_closure_f(x, np, db.sum)
+    with jax.enable_x64(True):
+        hessian = np.asarray(jax.hessian(lambda x: wide_closure_f(x, jnp, lambda g, a: jnp.sum(g(a))))(x))
+    hv = np.tensordot(hessian, v, 2)
+    np.testing.assert_allclose(db.hessian(f, x), hessian, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(db.jacobian(lambda y: db.gradient(f, y), x), hessian, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(db.gradient(lambda y: np.sum(db.gradient(f, y) * v), x), hv, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(db.hvp(f, x, v), hv, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(db.jvp(lambda y: db.gradient(f, y), (x,), (v,))[1], hv, rtol=1e-12, atol=1e-13)
+    assert db.jvp(lambda y: db.jvp(f, (y,), (v,))[1], (x,), (v,))[1] == pytest.approx(np.sum(hv * v), rel=1e-12)
+    prog = db.prepare_hvp(f, x)
+    for scale in (1.0, 1.3):
+        with jax.enable_x64(True):
+            want = jax.hessian(lambda x: wide_closure_f(x, jnp, lambda g, a: jnp.sum(g(a))))(x * scale)
+        np.testing.assert_allclose(prog(x * scale, v), np.tensordot(np.asarray(want), v, 2), rtol=1e-12, atol=1e-13)
