@@ -3,9 +3,10 @@
 Converting a tracked value to a Python number, a bool, an index, a plain array or a list, or
 measuring its shape, would drop its gradient or bake a value into the computation.  In
 `db.gradient` each is an error saying what to write instead (a truth value and a size are read
-as they are: Python control flow works).  While a prepared gradient is recorded, a conversion
-of a value that needs no gradient is a *guard* (`prepared.Recorder.guard`): its result is
-checked on every replay, which records again where it differs.
+as they are: Python control flow works; an integer conversion is a constant).  While a prepared
+gradient is recorded, a conversion of a value that needs no gradient is a *guard*
+(`prepared.Recorder.guard`): its result is checked on every replay, which records again where it
+differs.
 """
 
 import contextvars
