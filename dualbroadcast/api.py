@@ -817,7 +817,7 @@ def hessian(f: Callable[..., Any], x: Any) -> Any:
     array([[4., 2.],
            [2., 0.]])
     """
-    tape, g, arguments = _trace(lambda y: gradient(f, *_marked_like((x,), (y,))), (x,))
+    tape, g, arguments = _trace(hessian_recording(f, x), (x,))
     leaves, treedef = pytree.flatten(x)
     inputs = arguments[0].inputs  # per leaf: its tape input, None where cut
     g_leaves = pytree.flatten(g)[0] if treedef is not pytree.LEAF else [g]  # None at a cut leaf
@@ -835,6 +835,12 @@ def hessian(f: Callable[..., Any], x: Any) -> Any:
     if treedef is pytree.LEAF:
         return float(blocks[0][0]) if type(x) is float else blocks[0][0]
     return pytree.unflatten(treedef, [pytree.unflatten(treedef, row) for row in blocks])
+
+
+def hessian_recording(f, x):
+    """The function whose recording `hessian` sweeps once per block of rows (reverse over reverse): the gradient
+    of ``f``, the `cut`/`uncut` markers of ``x`` put back.  `explain` of `hessian` lists it."""
+    return lambda y: gradient(f, *_marked_like((x,), (y,)))
 
 
 def _hessian_columns(tape, g_leaves, inputs, sizes):
@@ -940,12 +946,20 @@ def hvp(f: Callable[..., Any], *args: Any, vectors: Any = None) -> Any:
     array([6., 0.])
     """
     args, vectors = hvp_arguments(args, vectors)
-    if not any(np.iscomplexobj(leaf) for a in args for leaf in pytree.flatten(a)[0]):
+    for _, scalar, refusals in hvp_compositions(f, args, vectors):
         try:
-            return gradient(lambda *xs: _tangent_of(jvp(f, tuple(_marked_like(args, xs)), vectors)[1]), *args)
-        except _FORWARD_REFUSES:
-            pass  # reverse over reverse below: as exact, slower
-    return gradient(lambda *xs: directional_derivative(f, args, xs, vectors), *args)
+            return gradient(scalar, *args)
+        except refusals:
+            pass  # the next composition: as exact, slower
+
+
+def hvp_compositions(f, args, vectors):
+    """The compositions `hvp` tries, fastest first: (name, the real scalar function of ``args`` whose gradient is
+    H·v, the errors on which the next is tried).  `explain` of `hvp` names the one that ran."""
+    if not any(np.iscomplexobj(leaf) for a in args for leaf in pytree.flatten(a)[0]):
+        yield ("reverse over forward (the gradient of jvp(f, x, v)'s tangent)",
+               lambda *xs: _tangent_of(jvp(f, tuple(_marked_like(args, xs)), vectors)[1]), _FORWARD_REFUSES)
+    yield "reverse over reverse (the gradient of ⟨∇f, v⟩)", lambda *xs: directional_derivative(f, args, xs, vectors), ()
 
 
 def hvp_arguments(args, vectors):

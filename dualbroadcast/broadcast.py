@@ -161,6 +161,8 @@ def _run(f, args, reduce, backend):
     nested = on_tape = False
     for leaf, on in zip(leaves, activity):
         if type(leaf) is Dual:
+            if on and Dual in (type(leaf.value), type(leaf.tangent)):  # a jvp of a jvp: each NumPy call of f
+                return _evaluated(f, args, reduce)  # carries both levels (a kernel computes on plain values)
             leaf = _kernel_dual(leaf, on)
             on_tape = on_tape or (type(leaf) is Dual and Tracked in (type(leaf.value), type(leaf.tangent)))
         if type(leaf) is Tracked or type(leaf) is Dual or _is_array_input(leaf):
@@ -199,6 +201,8 @@ def _run(f, args, reduce, backend):
         return _evaluated(f, args, reduce) if result is None else result
     duals = [inputs[i] for i in active if type(inputs[i]) is Dual]
     if duals:  # forward mode (db.jvp): the value and its tangent Σ ∂f/∂aᵢ · tᵢ in one pass
+        if len({d.level for d in duals}) > 1:  # duals of nested jvp calls: f's NumPy calls carry each level
+            return _evaluated(f, args, reduce)
         _check_duals([inputs[i] for i in active])
         tangents = [d.tangent for d in duals]
         kinds += [np.result_type(t) for t in tangents]
@@ -922,9 +926,10 @@ def _evaluated(f, args, reduce):
     recorded by its own rule: a kernel inside a gradient of a gradient, whose values are tracked by several
     gradients (each records what it sees; a fused kernel computes on plain values and would lose them)."""
     args = [pytree.without_markers(a) for a in args]
-    shape = np.broadcast_shapes(*[np.shape(untracked(leaf)) for leaf in pytree.flatten(args)[0]
-                                  if isinstance(leaf, Guarded) or _is_array_input(leaf)])
     out = f(*args)
+    shape = np.broadcast_shapes(np.shape(untracked(out)),  # wider than the arguments where f reads a wider closure
+                                *[np.shape(untracked(leaf)) for leaf in pytree.flatten(args)[0]
+                                  if isinstance(leaf, Guarded) or _is_array_input(leaf)])
     if np.shape(out) != shape:
         out = np.broadcast_to(out, shape)
     return np.sum(out) if reduce else out
@@ -945,22 +950,14 @@ def _record(parents, value, partials, shapes, call, tape=None, scales=None):
 def _kernel_dual(leaf, on):
     """A dual argument of a kernel: its value is an active input (its tangent another input, see `_build`);
     a cut one is a constant."""
-    if not on:
-        return leaf.value
-    if type(leaf.value) is Dual:
-        raise KernelError("db.sum/db.broadcast of a nested db.jvp (a dual of a dual) is not supported; compute "
-                          "it with NumPy functions outside a kernel")
-    return leaf
+    return leaf if on else leaf.value
 
 
 def _check_duals(parents):
-    """The active arguments of a kernel in forward mode: duals of one `db.jvp` level, no tracked value."""
+    """The active arguments of a kernel in forward mode (duals of one `db.jvp` level): no tracked value."""
     if Tracked in map(type, parents):
         raise KernelError("a db.sum/db.broadcast mixes a value of db.jvp (a dual) and one of db.gradient "
                           "(tracked); differentiate the kernel with one of them")
-    if len({p.level for p in parents}) > 1:
-        raise KernelError("db.sum/db.broadcast of duals of two nested db.jvp calls is not supported; compute "
-                          "it with NumPy functions outside a kernel")
 
 
 def _fitted_tangent(tangent, value):

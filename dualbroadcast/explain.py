@@ -8,15 +8,17 @@ HTML table for Jupyter.
 
 import functools
 import html
+import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from .api import _scalar_seed, _trace
+from . import pytree
+from .api import _scalar_seed, _trace, hessian, hessian_recording, hvp, hvp_arguments, hvp_compositions
 from .broadcast import KernelCall
 from .numpy_facts import qualified_name
-from .pullbacks import IndexPullback
+from .pullbacks import IndexPullback, plain
 
 
 class Operation(NamedTuple):
@@ -40,11 +42,12 @@ class Argument(NamedTuple):
 class Explanation:
     """The report `explain` returns; ``str()`` for text, ``_repr_html_`` for Jupyter."""
 
-    def __init__(self, value, arguments, operations, total_kept_bytes):
-        self.value = value
+    def __init__(self, value, arguments, operations, total_kept_bytes, composition=None):
+        self.value = value  # f's value (`db.hessian`'s: the gradient its recording computes)
         self.arguments = arguments
         self.operations = operations
         self.total_kept_bytes = total_kept_bytes
+        self.composition = composition  # `db.hvp`'s or `db.hessian`'s composition of modes that ran, else None
 
     @property
     def forward_operations(self):
@@ -63,7 +66,8 @@ class Explanation:
             f"argument {a.position}: {a.active_leaves} active leaf(s), {a.cut_leaves} cut" for a in self.arguments
         )
         return (
-            f"{len(self.operations)} operations ({n_forward} forward, {len(self.operations) - n_forward} reverse); "
+            (f"{self.composition}; " if self.composition else "")
+            + f"{len(self.operations)} operations ({n_forward} forward, {len(self.operations) - n_forward} reverse); "
             f"{_bytes(self.total_kept_bytes)} kept for the backward pass; {args}"
         )
 
@@ -86,11 +90,13 @@ class Explanation:
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table><p>{summary}</p>"
 
 
-def explain(f: Callable[..., Any], *args: Any) -> "Explanation | ProgramExplanation":
+def explain(f: Callable[..., Any], *args: Any, **kwargs: Any) -> "Explanation | ProgramExplanation":
     """Record one gradient evaluation of ``f(*args)`` and report every operation on its tape.
 
     ``f`` a prepared gradient (`db.prepare_gradient`): the program it replays for ``args``
     (a `ProgramExplanation`), its forward regions and the steps the gradient alone leaves out.
+    ``f`` `db.hvp` or `db.hessian` (``db.explain(db.hvp, g, x, v)``, ``vectors=`` as `db.hvp` takes it): the
+    composition of modes that call runs (``.composition``) and what it records.
 
     >>> print(db.explain(lambda x: db.sum(np.exp, x) ** 2, np.zeros(3)))
     #  operation            mode     active  width  kept
@@ -102,8 +108,37 @@ def explain(f: Callable[..., Any], *args: Any) -> "Explanation | ProgramExplanat
 
     if isinstance(f, PreparedGradient):
         return _explain_program(f, args)
+    if f is hvp:
+        return _explain_hvp(*args, **kwargs)
+    if kwargs:
+        raise TypeError("explain(f, *args) takes keyword arguments only for db.hvp (vectors=)")
+    if f is hessian:
+        g, x = args
+        return _explanation(hessian_recording(g, x), (x,), "db.hessian: reverse over reverse (the gradient recorded "
+                            "once, its tape swept once per block of rows)", scalar=False)
+    return _explanation(f, args)
+
+
+def _explain_hvp(f, *args, vectors=None):
+    """`explain` of ``db.hvp(f, *args, vectors=vectors)``: the first composition that does not refuse, as `hvp`."""
+    args, vectors = hvp_arguments(args, vectors)
+    refused = ""
+    for name, scalar, refusals in hvp_compositions(f, args, vectors):
+        try:
+            return _explanation(scalar, args, f"db.hvp: {name}{refused}")
+        except refusals as error:
+            refused = f" (forward mode refused: {re.split(r' [(]|: |; ', str(error))[0]})"  # what, not the remedy
+
+
+def _explanation(f, args, composition=None, scalar=True):
+    """The `Explanation` of one recording of ``f(*args)``, of a real scalar result unless not ``scalar`` (`db.hessian`'s
+    recording: the gradient)."""
     tape, out, arguments = _trace(f, args)
-    value, _ = _scalar_seed(out, tape)
+    if scalar:
+        value, _ = _scalar_seed(out, tape)
+    else:
+        leaves, treedef = pytree.flatten(out)
+        value = pytree.unflatten(treedef, [plain(leaf) for leaf in leaves])
     operations, everything = [], {}
     view_partials = tape.view_product_partials()
     for index in range(len(tape.records)):
@@ -118,7 +153,7 @@ def explain(f: Callable[..., Any], *args: Any) -> "Explanation | ProgramExplanat
         Argument(k, sum(t is not None for t in a.inputs), sum(t is None for t in a.inputs))
         for k, a in enumerate(arguments)
     ]
-    return Explanation(value, inputs, operations, sum(a.nbytes for a in everything.values()))
+    return Explanation(value, inputs, operations, sum(a.nbytes for a in everything.values()), composition)
 
 
 def _operation(op, active, kept):
@@ -201,7 +236,6 @@ class ProgramExplanation:
 
 def _explain_program(prog, args):
     """The program ``prog`` replays for ``args`` (recorded first if none fits), step by step."""
-    from . import pytree
     from .prepared import GuardFailed, _run, _signature
 
     value, _ = prog.value_and_gradient(*args)

@@ -402,12 +402,13 @@ def tangent_of(func, rule, ans, values, positions, tangents, kwargs):
 
 
 def _any_complex(values):
-    """Whether a complex array or number is among ``values`` (or in a list or tuple among them)."""
+    """Whether a complex array or number is among ``values`` (or in a list or tuple among them): a dual of an
+    outer level or a value a gradient tracks too (second order), whose rule must be the complex one as well."""
     for v in values:
         if type(v) in (list, tuple):
             if _any_complex(v):
                 return True
-        elif isinstance(v, complex) or (isinstance(v, (np.ndarray, np.generic)) and v.dtype.kind == "c"):
+        elif isinstance(v, complex) or (isinstance(v, (np.ndarray, np.generic, Guarded)) and v.dtype.kind == "c"):
             return True
     return False
 

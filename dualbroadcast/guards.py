@@ -3,9 +3,10 @@
 Converting a tracked value to a Python number, a bool, an index, a plain array or a list, or
 measuring its shape, would drop its gradient or bake a value into the computation.  In
 `db.gradient` each is an error saying what to write instead (a truth value and a size are read
-as they are: Python control flow works).  While a prepared gradient is recorded, a conversion
-of a value that needs no gradient is a *guard* (`prepared.Recorder.guard`): its result is
-checked on every replay, which records again where it differs.
+as they are: Python control flow works; an integer conversion is a constant).  While a prepared
+gradient is recorded, a conversion of a value that needs no gradient is a *guard*
+(`prepared.Recorder.guard`): its result is checked on every replay, which records again where it
+differs.
 """
 
 import contextvars
@@ -28,7 +29,7 @@ _CONVERSION = (
 
 _TO_ARRAY = (
     "a tracked value (shape {shape}) was turned into a plain NumPy array, which would drop its "
-    "gradient: this happens with np.asarray/np.array, np.r_/np.c_, assignment into a NumPy array "
+    "gradient: this happens with np.asarray/np.array, np.float64(x), np.r_/np.c_, assignment into a NumPy array "
     "(a[i] = x) and code outside NumPy. Build arrays with NumPy functions instead: np.stack([x, y]) "
     "for np.array([x, y]), np.concatenate([x, y]) (np.hstack([x, y]) with 0-d pieces) for np.r_[x, y], "
     "np.column_stack([x, y]) for np.c_[x, y], np.where(mask, v, a) for a[mask] = v, "
@@ -62,6 +63,8 @@ class Guarded:
     __slots__ = ()
 
     def __array__(self, dtype=None, copy=None):
+        if dtype is not None and np.dtype(dtype).kind in "iub":  # np.int64(x), np.asarray(x, int)
+            return self._integer(functools.partial(np.asarray, dtype=dtype))
         recorder = _recorder_of(self)
         if recorder is not None and self.index in recorder.inactive:
             raise NotReplayableError("a traced argument without a gradient was turned into a plain array")
@@ -72,7 +75,18 @@ class Guarded:
         return self._constant(float, "float() or a math.* function")
 
     def __int__(self):
-        return self._constant(int, "int()")
+        return self._integer(int)
+
+    def _integer(self, convert):
+        """An integer conversion (``int(x)``, ``np.int64(x)``): a constant, as ``x.astype(int)`` and ``np.trunc(x)``
+        are (their derivative is 0 wherever it exists; JAX's ``int(x)`` too).  While a prepared gradient is
+        recorded, a guard (a scalar's) or, for an array, left to `db.gradient` (its replay would bake it in)."""
+        recorder = _recorder_of(self) if hasattr(self, "tape") else None  # a jvp's dual: its value answers
+        if recorder is None:
+            return convert(self.value)
+        if np.ndim(untracked(self)) == 0:
+            return recorder.guard(self, convert)
+        raise NotReplayableError("a traced array was converted to integers (np.asarray(x, int)); write x.astype(int)")
 
     def _constant(self, convert, what):
         """A conversion is allowed only while recording a prepared gradient, of a value with no

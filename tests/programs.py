@@ -25,6 +25,8 @@ from hypothesis.extra.numpy import mutually_broadcastable_shapes
 
 import dualbroadcast as db
 
+from . import compositions
+
 MAX_SIZE = 64  # elements of any value: finite differences stay cheap
 MAX_NDIM = 4
 KINK_MARGIN = 1e-3  # nearer a kink than this (in any intermediate), finite differences and JAX are not compared
@@ -1383,6 +1385,62 @@ def check_second_order(program, grads):
         problem = difference(np.asarray(g, np.float64), want, rtol=1e-4, atol=1e-4 * scale, same_type=False)
         if problem:
             fail(f"db.hvp of {x.name} against central differences of db.gradient: {problem}", script)
+
+
+NESTED = (*compositions.SECOND_ORDER, *compositions.THIRD_ORDER)  # the compositions `check_composition` draws from
+
+
+def check_composition(program, composition):
+    """A directional derivative of order 2 or 3 by nested `db.jvp` and `db.gradient` (``composition``, as
+    tests/compositions.py names them) against JAX's nested ``jax.jvp`` on the same source, away from kinks; a
+    composition may refuse with a clear error (a `db.DifferentiationError`), never give a wrong derivative."""
+    if program.trace.kink <= KINK_MARGIN or program.refusable():
+        return "not checked"
+    import jax.numpy as jnp
+
+    values = build_inputs(program)
+    active = [k for k, x in enumerate(program.inputs) if not x.cut]
+    if not active:
+        return "not checked"
+    rng = np.random.default_rng(program.seed)
+    directions = [[direction_like(values[k], rng) for k in active] for _ in range(3)]
+
+    def on(f, constants):
+        def F(*xs):  # f of the active inputs; the cut ones constants (`db.cut` is for the entry points' arguments)
+            args = list(constants)
+            for k, x in zip(active, xs):
+                args[k] = x
+            return f(*args)
+        return F
+
+    script = snippet(program, [
+        "from tests.compositions import derivative  # run from the repository's root",
+        f"constants = [{arguments(program)}]",
+        f"def F(*xs):\n    args = list(constants)\n    for k, x in zip({active}, xs):\n        args[k] = x\n"
+        "    return f(*args)",
+        f"directions = {[[literal(d) for d in ds] for ds in directions]!r}".replace("'", ""),
+        f"print(derivative({composition!r}, F, [constants[k] for k in {active}], directions))"])
+    got, error = outcome(lambda: compositions.derivative(composition, on(compile_program(program), values),
+                                                         [values[k] for k in active], directions))
+    if isinstance(error, db.DifferentiationError):
+        return "refused"
+    if error is not None:
+        fail(f"{composition} raised {type(error).__name__}: {error}", script)
+    jnp_module, jax_db = jax_modules()
+    f_jax = compile_program(program, jnp_module, jax_db, jnp.float64)
+    jax_values = [jnp.asarray(v) if isinstance(v, np.ndarray) else v for v in values]
+    with np.errstate(all="ignore"):
+        want = compositions.jax_derivative(on(f_jax, jax_values), [values[k] for k in active], directions,
+                              len(composition.split("_")))
+    if not abs(float(got) - want) <= 1e-7 * abs(want) + 1e-9 * finite_scale(program.trace.largest):
+        fail(f"{composition}: {float(got)!r}, JAX's nested jax.jvp {want!r}", script)
+    return "checked"
+
+
+def direction_like(value, rng):
+    """A random direction for ``value``: of its shape, and its kind (a float, a NumPy scalar, an array)."""
+    d = rng.standard_normal(np.shape(value))
+    return d if isinstance(value, np.ndarray) else type(value)(d)
 
 
 def outcome(call):

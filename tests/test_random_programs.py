@@ -6,7 +6,9 @@
    at large sizes (regions fused, blocked in chunks on threads, or on whole arrays), also into ``out=``;
 3. each ``db.sum`` / ``db.broadcast`` kernel, with random cuts, on every backend, against the plain reverse form;
 4. float32 against float64;
-5. ``db.hvp`` (a gradient of a gradient) against central differences of the gradient.
+5. ``db.hvp`` (a gradient of a gradient) against central differences of the gradient;
+6. a nested composition of ``db.jvp`` and ``db.gradient`` (fwd∘fwd, fwd∘rev, rev∘fwd, rev∘rev or fwd∘rev∘rev,
+   tests/compositions.py) against JAX's nested ``jax.jvp`` (on one program in ``COMPOSITION_SHARE``).
 
 A failure prints a standalone reproduction, which hypothesis shrinks.
 
@@ -18,6 +20,7 @@ Long mode, 10^4 programs (about an hour on two cores):
 """
 
 import os
+import zlib
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -35,12 +38,14 @@ else:
 NORMAL = 400 if os.environ.get("CI") else 100  # a default run draws a quarter of CI's (as tests/conftest.py)
 JAX_SHARE = 5  # the normal run compares one program in JAX_SHARE with jax.grad (its first call of a shape compiles)
 SECOND_ORDER_SHARE = 2  # the normal run checks db.hvp on one program in SECOND_ORDER_SHARE (three evaluations)
+COMPOSITION_SHARE = 5  # one program in COMPOSITION_SHARE checks a nested composition against JAX (long mode: 2)
 LONG = int(os.environ.get("DB_LONG") or 0)  # 0: not asked for; 1: 10^4 programs; N > 1: N programs
 SLOW_DRAWS = [HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large]
 
 
-def check_program(data, jax_share):
-    """Draw a program and run every check on it (JAX on one program in ``jax_share``)."""
+def check_program(data, jax_share, composition_share=COMPOSITION_SHARE):
+    """Draw a program and run every check on it (JAX on one program in ``jax_share``, a nested composition against
+    JAX on one in ``composition_share``)."""
     program = data.draw(programs.programs(drawers=programs.WITH_UPDATES), label="program")
     event("near a kink: no finite differences or JAX" if program.trace.kink <= programs.KINK_MARGIN else "smooth")
     event(f"{sum(step.body is not None for step in program.steps)} kernel(s)")
@@ -59,6 +64,9 @@ def check_program(data, jax_share):
     programs.check_float32(program, grads)
     if data.draw(st.integers(0, SECOND_ORDER_SHARE - 1), label="second order not checked") == 0:
         programs.check_second_order(program, grads)
+    if HAVE_JAX and data.draw(st.integers(0, composition_share - 1), label="no nested composition") == 0:
+        composition = programs.NESTED[zlib.crc32(repr(program).encode()) % len(programs.NESTED)]  # (a draw favours one)
+        event(f"{composition}: {programs.check_composition(program, composition)}")
 
 
 @settings(max_examples=NORMAL, deadline=None, suppress_health_check=SLOW_DRAWS)
@@ -72,7 +80,7 @@ def test_random_programs_long(request):
     marks = request.config.getoption("markexpr")
     if not LONG and not ("long" in marks and "not long" not in marks):
         pytest.skip("long mode: python -m pytest tests/test_random_programs.py -m long")
-    run = given(data=st.data())(lambda data: check_program(data, jax_share=1))
+    run = given(data=st.data())(lambda data: check_program(data, jax_share=1, composition_share=2))
     settings(max_examples=LONG if LONG > 1 else 10_000, deadline=None, suppress_health_check=SLOW_DRAWS)(run)()
 
 

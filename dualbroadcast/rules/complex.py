@@ -16,9 +16,12 @@ A function that is not holomorphic needs a rule of its own (`defvjp_complex`, in
   singular values): their real formulas evaluated at complex ``z`` give the conjugate of JAX's
   gradient, so their complex rule is that conjugated (`conjugated`).
 
-A function without either (``maximum``, ``sort``, ``max``, ``clip``: orders, which complex numbers do not
-have; ``sign``; a function NumPy defines for reals only) is an error on complex values, never a wrong
-gradient.  Prepared gradients replay complex computations with these same rules (`prepared.Recorder`).
+The maximum and minimum of an array (``max``, ``min``, ``ptp``, ``nanmax``, ...) select elements by NumPy's
+order of complex numbers (real part, then imaginary part; JAX's too): the derivative is the selected element's,
+shared at a tie, as for real values, so their real rules hold.  A function without a rule (the elementwise
+orders ``maximum``, ``sort``, ``clip``; ``sign``; a function NumPy defines for reals only) is an error on complex
+values, never a wrong gradient.  Prepared gradients replay complex computations with these same rules
+(`prepared.Recorder`).
 """
 
 import functools
@@ -134,6 +137,9 @@ holds_for_complex(
     np.append, np.insert, np.delete, np.resize, np.take_along_axis, np.unstack, np.array_split, np.hsplit,
     np.vsplit, np.dsplit, np.diagflat, np.cumulative_sum, np.diff, np.ediff1d,
 )
+# Selections by NumPy's order of complex numbers (lexicographic): the selected elements' derivative, shared at a tie.
+holds_for_complex(np.max, np.amax, np.min, np.amin, np.nanmax, np.nanmin, np.ptp, np.maximum.reduce,
+                  np.minimum.reduce, np.fmax.reduce, np.fmin.reduce)
 # Linear or holomorphic functions of the other families whose rules use plain transposes (np.vecdot, np.vecmat
 # and np.correlate conjugate an argument: they do not hold).
 holds_for_complex(

@@ -29,6 +29,8 @@ from hypothesis import strategies as st
 import dualbroadcast as db
 
 from ..cases import all_cases, complex_cases, reset_streams
+from ..compositions import derivative
+from ..compositions import jax_derivative as nested_jax_jvp
 from ..rules.test_rules import projection
 
 # The gradient jumps at a tie (it is split there): no difference quotient of it means anything.
@@ -48,13 +50,7 @@ STILL_REFUSED: dict[tuple[str, str, str], str] = {
 
 # (composition, case name, dtype) -> why the value is wrong: strict expected failures, so a fix shows (and the
 # entry must go).  Reported, not hidden: each is a bug to fix.
-FORWARD_SECOND = ("fwd_fwd", "fwd_rev", "rev_fwd", "fwd_rev_rev")
-STILL_WRONG: dict[tuple[str, str, str], str] = {
-    **{(c, name, "complex128"): "forward mode's tangent of a complex SVD is wrong in second order (rev_rev is "
-       "right): the phase of its singular vectors" for c in FORWARD_SECOND
-       for name in ("svd_square_full", "svd_full_matrices_leading_columns", "svd_reduced", "svd_compute_uv_false",
-                    "lstsq")},
-}
+STILL_WRONG: dict[tuple[str, str, str], str] = {}
 
 EVERY = int(os.environ.get("DB_SWEEP_EVERY", "1"))  # -m sweep with DB_SWEEP_EVERY=k: every k-th case (a quicker sweep)
 SAMPLE = 5  # cases per composition and dtype in the default run
@@ -82,49 +78,7 @@ def parameters(full):
     return out
 
 
-# --- the compositions --------------------------------------------------------------------------------------------
-def pair(grads, directions):
-    """``Re Σ g·v`` over the arguments: the directional derivative a gradient gives along ``directions``."""
-    total = 0.0
-    for g, v in zip(grads, directions):
-        term = np.sum(g * v)
-        total = total + (np.real(term) if np.iscomplexobj(v) else term)
-    return total
-
-
-def grad(f, args):
-    """`db.gradient` of ``f`` as a tuple, one gradient per argument."""
-    g = db.gradient(f, *args)
-    return g if len(args) > 1 else (g,)
-
-
-def tangent(f, args, directions):
-    """The tangent `db.jvp` gives ``f`` along ``directions``."""
-    return db.jvp(f, tuple(args), tuple(directions))[1]
-
-
-def first(mode, F, args, v):
-    """dF[v], by forward (``fwd``) or reverse (``rev``) mode."""
-    if mode == "fwd":
-        return tangent(F, args, v)
-    return pair(grad(F, args), v)
-
-
-def derivative(composition, F, args, directions):
-    """The directional derivative of order ``len(composition.split('_'))`` of ``F`` that ``composition`` computes,
-    outermost mode first, along ``directions`` (v, u, w: innermost first)."""
-    modes = composition.split("_")
-    if len(modes) == 1:
-        return first(modes[0], F, args, directions[0])
-    inner = "_".join(modes[1:])
-    outer_direction = directions[len(modes) - 1]
-    if modes[0] == "rev":
-        return pair(grad(lambda *xs: derivative(inner, F, xs, directions), args), outer_direction)
-    if modes[1:] == ["rev"]:  # jvp(grad F): the tangent of the gradient itself, paired outside (JAX's hvp)
-        return pair(db.jvp(lambda *xs: grad(F, xs), tuple(args), tuple(outer_direction))[1], directions[0])
-    return tangent(lambda *xs: derivative(inner, F, xs, directions), args, outer_direction)
-
-
+# --- the compositions (tests/compositions.py) ----------------------------------------------------------------------
 def reference(composition, F, args, directions, h=1e-6):
     """Central differences along the outermost direction of the reverse-mode derivative one order below (of F at
     first order), and their error scale."""
@@ -158,7 +112,6 @@ def jax_derivative(F, args, directions, order):
     cannot replay it (complex values, a kernel, a function JAX lacks)."""
     from ..rules import test_oracle
 
-    jax, jnp = test_oracle.jax, test_oracle.jnp
     try:
         prepared = db.prepare_gradient(F, *args)
     except db.DifferentiationError:
@@ -169,14 +122,12 @@ def jax_derivative(F, args, directions, order):
     if len(programs) != 1 or programs[0].out is None \
             or any(map(test_oracle.reads_one_triangle, programs[0].recorded_steps)):
         return None
-    with jax.enable_x64(True):
-        g = test_oracle.jax_replay(programs[0])
-        for k in range(order):
-            g = (lambda g, d: lambda *xs: jax.jvp(g, xs, tuple(map(jnp.asarray, d)))[1])(g, directions[k])
-        try:
-            return float(g(*map(jnp.asarray, args)))
-        except (test_oracle.NoOracle, TypeError, NotImplementedError, ValueError, IndexError):
-            return None
+    with test_oracle.jax.enable_x64(True):
+        replayed = test_oracle.jax_replay(programs[0])
+    try:
+        return nested_jax_jvp(replayed, args, directions, order)
+    except (test_oracle.NoOracle, TypeError, NotImplementedError, ValueError, IndexError):
+        return None
 
 
 # --- the sweep ---------------------------------------------------------------------------------------------------

@@ -216,7 +216,7 @@ def assign_into_plain(x):
 
 CONVERSIONS = [
     ("float", lambda x: float(x), r"float\(\).*drop its gradient.*np\.\*.*db\.cut"),
-    ("int", lambda x: int(x) * x, r"int\(\).*drop its gradient.*db\.cut"),
+    ("np.float64", lambda x: np.float64(x) * x, r"plain NumPy array.*np\.float64\(x\).*db\.cut"),
     ("math.exp", lambda x: math.exp(x), r"math\.\* function.*drop its gradient.*np\.exp, not math\.exp.*db\.cut"),
     ("item", lambda x: x.item(), r"\.item\(\).*drop its gradient.*db\.cut"),
     ("tolist", lambda x: np.sum(x.tolist()), r"\.tolist\(\).*drop its gradient.*db\.cut"),
@@ -231,6 +231,30 @@ def test_conversion_of_a_tracked_value(name, f, message):
     with pytest.raises(db.ValueConversionError, match=message) as info:
         db.gradient(f, np.array(2.0))
     assert isinstance(info.value, TypeError)
+
+
+INTEGER_CONVERSIONS = {
+    "int": lambda x: x[0] * int(x[1]) + x[1] ** 2,
+    "np.int64": lambda x: x[0] * np.int64(x[1]) + x[1] ** 2,
+    "np.int32 of a sum": lambda x: x[0] * np.int32(np.sum(x)) + x[1] ** 2,
+    "np.asarray int": lambda x: x[0] * np.asarray(x, int)[1] + x[1] ** 2,
+}
+
+
+@pytest.mark.parametrize("name", list(INTEGER_CONVERSIONS))
+def test_an_integer_conversion_of_a_tracked_value_is_a_constant(name):
+    """As x.astype(int) and np.trunc(x) (their derivative is 0 wherever it exists), and JAX's int(x)."""
+    f = INTEGER_CONVERSIONS[name]
+    x = np.array([1.5, 2.5])
+    for point in (x, x + 1.25, x):  # a prepared gradient's guard records again where the integer changes
+        n = np.trunc(point[1]) if name != "np.int32 of a sum" else np.trunc(np.sum(point))
+        want = np.array([n, 2 * point[1]])
+        np.testing.assert_allclose(db.gradient(f, point), want, rtol=1e-15)
+        np.testing.assert_allclose(db.jvp(f, (point,), (np.array([1.0, 0.5]),))[1], want @ [1.0, 0.5], rtol=1e-15)
+        np.testing.assert_allclose(db.hessian(f, point), [[0, 0], [0, 2]], atol=1e-15)
+    prog = db.prepare_gradient(f, x)
+    for point in (x, x + 1.25, x + 0.25):
+        np.testing.assert_allclose(prog(point), db.gradient(f, point), rtol=1e-15)
 
 
 def test_conversion_error_on_arrays_names_the_shape():

@@ -1,5 +1,7 @@
 """db.explain reports the right modes, widths, active sets and kept bytes on known models."""
 
+import html
+
 import numpy as np
 import pytest
 
@@ -69,3 +71,40 @@ def test_pullbacks_held_as_partials_count_what_they_keep():
     assert [op.kept_bytes for op in report.operations] == [2 * 50 * 8]
     report = db.explain(lambda x: np.sin(x) * 3.0, np.float64(0.3))
     assert [op.kept_bytes for op in report.operations] == [8, 8]
+
+
+def test_explain_of_hvp_and_hessian_names_the_composition_that_ran():
+    """EAM's hvp is reverse over forward: one second-order kernel, then reverse mode over the scalars; the
+    Hessian reverse over reverse; the value each recording computes."""
+    x, v = np.random.default_rng(0).random(50), np.random.default_rng(1).random(50)
+    report = db.explain(db.hvp, eam_dualbroadcast, x, v)
+    assert report.composition.startswith("db.hvp: reverse over forward")
+    first = report.operations[0]
+    assert first.mode == "forward" and "second order: 1 second partials" in first.name  # value, tangent: one kernel
+    assert report.value == pytest.approx(db.jvp(eam_dualbroadcast, (x,), (v,))[1])
+    assert db.explain(db.hvp, eam_dualbroadcast, x, vectors=v).composition == report.composition
+    assert report.composition in str(report) and html.escape(report.composition) in report._repr_html_()
+    hessian = db.explain(db.hessian, eam_dualbroadcast, x[:5])
+    assert hessian.composition.startswith("db.hessian: reverse over reverse")
+    np.testing.assert_allclose(hessian.value, db.gradient(eam_dualbroadcast, x[:5]), rtol=1e-14)
+    assert db.explain(eam_dualbroadcast, x).composition is None
+
+
+def test_explain_of_hvp_says_why_forward_mode_refused():
+    @db.primitive
+    def cube(x):
+        return x ** 3
+
+    db.defvjp(cube, lambda ans, x: lambda g: 3 * g * x ** 2)
+    db.defjvp(cube, lambda tangents, ans, x: 3 * np.asarray(x) ** 2 * tangents[0])  # not on tracked values
+    f = lambda x: np.sum(cube(x) * np.sin(x))
+    x, v = np.array([0.3, 1.2, -0.4]), np.array([1.0, -1.0, 0.5])
+    report = db.explain(db.hvp, f, x, v)
+    assert report.composition.startswith("db.hvp: reverse over reverse (the gradient of ⟨∇f, v⟩) (forward mode "
+                                         "refused: the tangent of ")
+    assert report.composition.endswith("cube cannot be computed on values a gradient tracks)")
+    assert report.value == pytest.approx(np.dot(db.gradient(f, x), v))
+    complex_report = db.explain(db.hvp, lambda z: np.sum(np.abs(z) ** 3), x + 1j, v + 0j)
+    assert complex_report.composition.startswith("db.hvp: reverse over reverse")
+    with pytest.raises(TypeError, match=r"only for db\.hvp"):
+        db.explain(f, x, vectors=v)

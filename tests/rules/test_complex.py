@@ -204,14 +204,51 @@ def test_gradient_of_a_complex_result_is_an_error_naming_pullback():
 
 @pytest.mark.parametrize("f", [
     lambda z: np.sum(np.abs(np.maximum(z, 0.5))),
-    lambda z: np.abs(np.max(z)),
     lambda z: np.sum(np.abs(np.clip(z, 0, 1))),
     lambda z: np.sum(np.real(np.sign(z))),
     lambda z: np.sum(np.linalg.slogdet(np.outer(z, z) + np.eye(3))[1]),
-], ids=["maximum", "max", "clip", "sign", "slogdet"])
+], ids=["maximum", "clip", "sign", "slogdet"])
 def test_a_function_without_a_complex_rule_is_an_error_on_complex_values(f):
     with pytest.raises(db.UnsupportedFunctionError, match="complex"):
         db.gradient(f, Z)
+
+
+Z3 = np.array([0.3 + 0.4j, -0.5 + 1j, 1.1 - 0.2j, 0.7 + 3j, -0.4 + 1.5j])
+
+
+def selections(np_):
+    return {
+        "max": lambda z: np_.abs(np_.max(z)) ** 2,
+        "amin": lambda z: np_.real(np_.amin(z) * np_.amax(z) ** 2),
+        "min axis": lambda z: np_.sum(np_.abs(np_.min(z.reshape(1, 5), axis=1, keepdims=True)) ** 3),
+        "ptp": lambda z: np_.abs(np_.ptp(z)) ** 2,
+        "nanmax": lambda z: np_.imag(np_.nanmax(z) ** 2),
+        "maximum.reduce": lambda z: np_.abs(np_.maximum.reduce(z) * z[0]),
+    }
+
+
+@pytest.mark.parametrize("name", list(selections(np)))
+def test_max_and_min_of_complex_values_select_by_numpy_order(name):
+    f = selections(np)[name]
+    g = db.gradient(f, Z3)
+    np.testing.assert_allclose(g, wirtinger_differences(f, Z3), rtol=1e-7, atol=1e-8)
+    v = np.array([1.0, -0.5 + 0.25j, 0.3 - 1j, 2j, 0.5])
+    assert db.jvp(f, (Z3,), (v,))[1] == pytest.approx(np.real(np.sum(g * v)), rel=1e-12)
+    jax, jnp = jax_numpy()
+    np.testing.assert_allclose(g, np.asarray(jax.grad(selections(jnp)[name])(jnp.asarray(Z3))), rtol=1e-12)
+
+
+def test_max_and_min_of_complex_values_with_equal_real_parts_select_by_the_imaginary_part():
+    """NumPy's order of complex numbers (JAX's too): the real part, then the imaginary part.  Equal real parts are a
+    kink (no finite differences): the gradient is the selected element's."""
+    z = np.array([1.1 - 0.2j, 1.1 + 0.5j, -0.5 + 1j, -0.5 + 1.5j])
+    assert np.max(z) == z[1] and np.min(z) == z[2]
+    f = lambda z: np.abs(np.max(z)) ** 2 + np.real(np.min(z) ** 3)
+    want = np.array([0, 2 * np.conjugate(z[1]), 3 * z[2] ** 2, 0])  # |w|²: 2 conj(w); Re h(w), h holomorphic: h'(w)
+    np.testing.assert_allclose(db.gradient(f, z), want, rtol=1e-13)
+    jax, jnp = jax_numpy()
+    theirs = jax.grad(lambda z: jnp.abs(jnp.max(z)) ** 2 + jnp.real(jnp.min(z) ** 3))(jnp.asarray(z))
+    np.testing.assert_allclose(db.gradient(f, z), np.asarray(theirs), rtol=1e-13)
 
 
 def test_a_wrong_complex_rule_is_caught_by_check_gradient():

@@ -111,8 +111,8 @@ def jax_replay(program):
     def value(ref, values):
         if type(ref) is int:
             return values[ref]
-        if type(ref) is Const:
-            return ref.value
+        if type(ref) is Const:  # a NumPy bool scalar (a mask a guard fixed) as Python's: JAX's indexer takes that
+            return bool(ref.value) if type(ref.value) is np.bool_ else ref.value
         return ref.kind(value(r, values) for r in ref.refs)  # a Pack
 
     def run(*leaves):
