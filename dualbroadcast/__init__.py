@@ -12,16 +12,13 @@ from . import rules  # noqa: F401  (registers every rule)
 from .api import (
     check_gradient,
     cut,
-    gradient,
     hessian,
     hvp,
     jacfwd,
     jacobian,
     jacrev,
     jvp,
-    pullback,
     uncut,
-    value_and_gradient,
 )
 from .broadcast import KernelCall, broadcast, clear_cache, elementwise, kernel_log, sum
 from .chunked import sum_blocks
@@ -50,6 +47,7 @@ from .registry import (
     defvjp_sequence,
     nondifferentiable,
 )
+from .reverse import gradient, pullback, value_and_gradient
 from .rules.elementwise import defderivative
 from .tape import primitive
 

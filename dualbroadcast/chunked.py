@@ -39,8 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from . import api, pytree
-from .api import _cotangent, _gradients, _one_or_tuple, _pullback_seeds
+from . import pytree, reverse
 from .broadcast import KernelCall, _is_array_input, _log
 from .broadcast import broadcast as broadcast_in_memory
 from .broadcast import sum as sum_in_memory
@@ -49,6 +48,7 @@ from .forward import Dual
 from .guards import RECORDER, NotReplayableError, untracked
 from .kernels import KERNEL_THREADS
 from .lazy import DASK_LAYER, Lazy, is_chunked
+from .reverse import _cotangent, _gradients, _one_or_tuple, _pullback_seeds
 from .tape import Tracked, _edges, backward, tape_of
 
 TASK_THREADS = 1  # a kernel's own threads inside a Dask task: Dask already runs a task per core
@@ -57,7 +57,7 @@ TASK_BACKEND = "blocked"  # in a task: memory for a few cache-sized blocks, not 
 FAN_IN = 8  # the partial results added by one task of the tree sum
 
 def leaf_value(x):
-    """The value a differentiated Dask array argument is tracked with (`api._float_value`)."""
+    """The value a differentiated Dask array argument is tracked with (`reverse._float_value`)."""
     return Lazy(x)
 
 
@@ -555,12 +555,12 @@ def _on_block(context, blocks, wrt, cotangent=None):
 
     program, leaves = _block_program(context, blocks, wrt)
     if cotangent is not None:
-        _, back = api.pullback(program, *[leaves[p] for p in wrt])
+        _, back = reverse.pullback(program, *[leaves[p] for p in wrt])
         cts = back(cotangent)
         return cts if len(wrt) > 1 else (cts,)
     if not wrt:
         return (program(),)
-    value, grads = api.value_and_gradient(program, *[leaves[p] for p in wrt])
+    value, grads = reverse.value_and_gradient(program, *[leaves[p] for p in wrt])
     return (value,) + (tuple(grads) if len(wrt) > 1 else (grads,))
 
 
@@ -573,7 +573,7 @@ def _on_block_taylor(context, blocks, wrt, order):
     program, leaves = _block_program(context, blocks, wrt)
     params = tuple(np.asarray(leaves[p], np.result_type(leaves[p])) for p in wrt)
     if order == 1:
-        value, grads = api.value_and_gradient(lambda xs: program(*xs), params)
+        value, grads = reverse.value_and_gradient(lambda xs: program(*xs), params)
         return value, flat(grads), None
     values = []
 
@@ -581,7 +581,7 @@ def _on_block_taylor(context, blocks, wrt, order):
         values.append(program(*xs))
         return values[-1]
 
-    grads, back = api.pullback(lambda xs: api.gradient(read, *xs), params)
+    grads, back = reverse.pullback(lambda xs: reverse.gradient(read, *xs), params)
     grads = grads if len(params) > 1 else (grads,)
     rows = []
     for i, x in enumerate(params):

@@ -13,10 +13,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .api import _scalar_seed, _trace
 from .broadcast import KernelCall
 from .numpy_facts import qualified_name
 from .pullbacks import IndexPullback
+from .reverse import _scalar_seed, _trace
 
 
 class Operation(NamedTuple):
@@ -98,7 +98,7 @@ def explain(f: Callable[..., Any], *args: Any) -> "Explanation | ProgramExplanat
     2  np.power             reverse  1       -      8 B
     2 operations (1 forward, 1 reverse); 32 B kept for the backward pass; argument 0: 1 active leaf(s), 0 cut
     """
-    from .prepared import PreparedGradient  # (prepared imports api, as this module does)
+    from .prepared import PreparedGradient  # (prepared imports reverse, as this module does)
 
     if isinstance(f, PreparedGradient):
         return _explain_program(f, args)

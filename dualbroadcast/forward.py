@@ -96,7 +96,7 @@ def end_level(level):
 def check_enclosing(values, level):
     """A prepared gradient recorded inside the `jvp` call of ``level`` meets its duals (a closure over them): its
     program would replay without their tangents, a silently wrong result: an error.  (`db.gradient` and the other
-    entry points carry them: forward over reverse, `api._dual_value_and_gradients`.)"""
+    entry points carry them: forward over reverse, `reverse._dual_value_and_gradients`.)"""
     enclosing = _enclosing.get(level, False)
     if enclosing is False:  # that jvp call has returned: a stale dual, refused where it is used
         return
@@ -532,8 +532,7 @@ def _transpose(func, back, out, t):
     part of ``Σ back(g)·t`` at ``g = 0``, taken on a tape of its own.  A pullback that is not NumPy code
     traceable in ``g`` (it scatters with np.bincount, calls SciPy) is transposed densely instead, one call per
     element of a small result (``J·t``'s element k is ``⟨back(e_k), t⟩``); a large one is a clear error."""
-    from .api import gradient  # the reverse mode this transposes (api does not import this module)
-
+    gradient, = REVERSE_MODE  # the reverse mode this transposes (from above: `reverse` sets it)
     g0 = np.zeros(np.shape(untracked(out)), np.result_type(untracked(out)))
 
     def pairing(g):
@@ -567,6 +566,7 @@ def _complex_entry(back, e, t):
 
 
 DENSE_TRANSPOSE_LIMIT = 256  # result elements: one pullback call each
+REVERSE_MODE = []  # [gradient]: `reverse.gradient`, which imports this module and plugs itself in here
 
 
 # --- the public entry point ----------------------------------------------------------------------------------

@@ -26,16 +26,7 @@ from typing import Any
 import numpy as np
 
 from . import loops, pytree
-from .api import (
-    _Argument,
-    _call_on_tape,
-    _gradients,
-    _prepare,
-    _scalar_seed,
-    directional_derivative,
-    hvp_arguments,
-    value_and_gradient,
-)
+from .api import directional_derivative, hvp_arguments
 from .errors import UnsupportedFunctionError
 from .guards import RECORDER, NotReplayableError
 from .numpy_facts import FLOAT_LEAVES, getitem, qualified_name
@@ -44,6 +35,7 @@ from .pytree import Cut
 from .regions import FUSE_REGIONS, forward_regions
 from .registry import BY_ARGNUM, OUTPUTS, complex_rule, first_output
 from .replay import MISS, _same, compile_plans, globals_check
+from .reverse import _Argument, _call_on_tape, _gradients, _prepare, _scalar_seed, value_and_gradient
 from .tape import (
     ACTIVE_TAPE,
     Tape,
