@@ -49,7 +49,7 @@ from .registry import (
 )
 from .reverse import gradient, pullback, value_and_gradient
 from .rules.elementwise import defderivative
-from .tape import primitive
+from .tracked import primitive
 
 __all__ = [
     "gradient", "value_and_gradient", "broadcast", "sum", "sum_blocks", "elementwise", "kernel_log", "KernelCall",

@@ -10,6 +10,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from . import pytree
+from .context import ACTIVE_TAPE, JVP_DEPTH
 from .errors import (
     ArgumentTypeError,
     GradientMismatchError,
@@ -22,6 +23,7 @@ from .errors import (
 from .expr import TRACING, Sym
 from .forward import Dual, check_tangent, end_level, new_level, primal
 from .guards import RECORDER, Guarded
+from .operands import _is_complex
 from .pullbacks import plain
 from .pytree import Cut, Uncut
 from .reverse import (
@@ -32,17 +34,8 @@ from .reverse import (
     gradient,
     pullback,
 )
-from .tape import (
-    ACTIVE_TAPE,
-    JVP_DEPTH,
-    RowsTooLarge,
-    Tracked,
-    _is_complex,
-    backward,
-    backward_rows,
-    rows_at_a_time,
-    value_of,
-)
+from .sweeps import RowsTooLarge, backward, backward_rows, rows_at_a_time
+from .tracked import Tracked, value_of
 
 
 # --- cut / uncut -------------------------------------------------------------
@@ -268,7 +261,7 @@ def hessian(f: Callable[..., Any], x: Any) -> Any:
     """Dense Hessian of the real scalar ``f`` at ``x``: shape ``x.shape + x.shape``; for a pytree ``x``, a
     pytree of pytrees (``H[i][j]`` of shape ``x_i.shape + x_j.shape``), as JAX's.  A pullback of the gradient
     (reverse over reverse): the gradient is recorded once, and its tape swept once for all the rows, each a
-    one-hot cotangent of the gradient (`tape.backward_rows`).
+    one-hot cotangent of the gradient (`sweeps.backward_rows`).
 
     >>> db.hessian(lambda x: x[0] ** 2 * x[1], np.array([1.0, 2.0]))
     array([[4., 2.],
@@ -329,7 +322,7 @@ def _seeds(g_leaves, sizes, start, stop):
 def _rows_at_once(tape, g_leaves, inputs, sizes):
     """Per leaf of x, the cotangents of every row of the Hessian (an array with a leading axis of rows), or None
     (a cut leaf, or one no row reaches): one sweep for all rows (`backward_rows`), or for as many as keep
-    each cotangent within `tape.ROW_ELEMENTS` elements; one row at a time where only one fits (large arrays:
+    each cotangent within `sweeps.ROW_ELEMENTS` elements; one row at a time where only one fits (large arrays:
     per element the same work, and no Python overhead to share)."""
     rows = sum(sizes)
     step = min(rows, rows_at_a_time(sum(g.size for g in g_leaves if type(g) is Tracked)))
@@ -357,7 +350,7 @@ def _rows_at_once(tape, g_leaves, inputs, sizes):
 
 def _rows_one_by_one(tape, g_leaves, inputs, sizes):
     """`_rows_at_once` by one sweep per row (`backward`): for a tape whose sweep records on an outer one
-    (``tape.level``), or cotangents of which one row fills `tape.ROW_ELEMENTS`."""
+    (``tape.level``), or cotangents of which one row fills `sweeps.ROW_ELEMENTS`."""
     columns = [[] for _ in inputs]
     for row in range(sum(sizes)):
         seeds = {index: seed[0] for index, seed in _seeds(g_leaves, sizes, row, row + 1).items()}

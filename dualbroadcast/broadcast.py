@@ -46,7 +46,8 @@ from .pullbacks import (
     unbroadcast,
 )
 from .registry import COMPLEX_RULES, SAME_RULE
-from .tape import LAZY_TOTAL, Pending, Total, Tracked, _edge, _edges, lazy_totals, tape_of, vector_elements
+from .sweeps import vector_elements
+from .tracked import LAZY_TOTAL, Pending, Total, Tracked, _edge, _edges, lazy_totals, tape_of
 
 CACHE_SIZE = 512
 _PLAIN = FLOAT_LEAVES | {Tracked, Dual}  # leaves of their own: the arguments need no tree walk
@@ -247,8 +248,8 @@ def _run(f, args, reduce, backend):
 
 def _pending_sum(kernel, values, parents, active_shapes, scales, backend):
     """A sum whose value a gradient may not read, recorded with its partials alone and its value left pending
-    (`tape.Pending`: computed by the sum's kernel when read), or None where the value is computed now
-    (`tape.lazy_totals`; `Kernel.value_unread`: not when the last ones were read)."""
+    (`tracked.Pending`: computed by the sum's kernel when read), or None where the value is computed now
+    (`tracked.lazy_totals`; `Kernel.value_unread`: not when the last ones were read)."""
     tape = parents[0].tape
     size = math.prod(np.broadcast_shapes(*[np.shape(v) for v in values]))
     if any(p.tape is not tape for p in parents) or not lazy_totals(tape, size) or not kernel.value_unread():
@@ -529,7 +530,7 @@ def _second_order_of_scalars(kernel, levels, active, inputs, values, kinds, back
     """`_second_order` where every argument either gradient tracks is a scalar and the outer tape tracks one
     at least (not recorded by a prepared program): the kernel's results as one vector (`Kernel.partial_sums`),
     the inner partials one vector of the outer tape (`_scalar_partials`).  Arguments that are the elements
-    ``c[0], c[1], ...`` of one vector (`tape.vector_elements`: coefficients) are reached along one edge into
+    ``c[0], c[1], ...`` of one vector (`sweeps.vector_elements`: coefficients) are reached along one edge into
     that vector, on either tape: a Hessian in k coefficients then sweeps two edges, not 2k."""
     inner, outer, inner_positions, outer_parents = levels
     value, results, used, size = kernel.partial_sums(values, backend, tuple(kinds))
@@ -930,7 +931,7 @@ def _record(parents, value, partials, shapes, call, tape=None, scales=None):
     out_shape = () if call.reduce else np.shape(value)
     backs = [kernel_pullback(p, s, out_shape, tape.single_sweep, c)
              for p, s, c in zip(partials, shapes, scales or [1] * len(partials))]
-    if np.iscomplexobj(value):  # a real parent's cotangent is the real part, as in `tape._record_complex`
+    if np.iscomplexobj(value):  # a real parent's cotangent is the real part, as in `tracked._record_complex`
         tape.complex = True
         backs = [b if np.iscomplexobj(p.value) else RealPart(b) for p, b in zip(parents, backs)]
     return tape.record(value, _edges(parents, backs), call)

@@ -49,7 +49,8 @@ from .guards import RECORDER, NotReplayableError, untracked
 from .kernels import KERNEL_THREADS
 from .lazy import DASK_LAYER, Lazy, is_chunked
 from .reverse import _cotangent, _gradients, _one_or_tuple, _pullback_seeds
-from .tape import Tracked, _edges, backward, tape_of
+from .sweeps import backward
+from .tracked import Tracked, _edges, tape_of
 
 TASK_THREADS = 1  # a kernel's own threads inside a Dask task: Dask already runs a task per core
 TASK_BACKEND = "blocked"  # in a task: memory for a few cache-sized blocks, not the chunk's temporaries (numpy

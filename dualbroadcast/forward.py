@@ -39,11 +39,21 @@ import warnings
 
 import numpy as np
 
-from . import pytree, tape
+from . import context, pytree
 from .derivatives import DERIVATIVES, chain_product
 from .errors import InPlaceMutationError, ShapeMismatchError, UnsupportedFunctionError, ValueConversionError
 from .guards import UFUNC_AT, Guarded, NotReplayableError, untracked
 from .numpy_facts import ARRAY_METHODS, FLOAT_SCALARS, as_dtype, astype, getitem, qualified_name
+from .operands import (
+    _NUMBERS,
+    _OUT,
+    _check_ufunc_keywords,
+    _complex_message,
+    _is_complex,
+    _sequence_by_position,
+    _unsupported_message,
+    constant_result,
+)
 from .pullbacks import IndexPullback, apply
 from .registry import (
     COMPLEX_RULES,
@@ -62,18 +72,7 @@ from .registry import (
     output_pullbacks,
     register_lazy_rules,
 )
-from .tape import (
-    _NUMBERS,
-    _OUT,
-    Tracked,
-    _binary,
-    _check_ufunc_keywords,
-    _complex_message,
-    _is_complex,
-    _sequence_by_position,
-    _unsupported_message,
-    constant_result,
-)
+from .tracked import Tracked, _binary
 
 _levels = itertools.count(1)
 
@@ -84,7 +83,7 @@ _enclosing = {}  # level -> the innermost gradient's tape running when that `jvp
 def new_level():
     """A level for the duals of one `jvp` call, above every earlier one."""
     level = next(_levels)
-    _enclosing[level] = tape.ACTIVE_TAPE.get()
+    _enclosing[level] = context.ACTIVE_TAPE.get()
     return level
 
 
@@ -592,4 +591,4 @@ def check_tangent(leaf, tangent, position, k):
 
 
 pytree.leaf_type(Dual)
-tape.FORWARD[:] = [Dual, apply_function]  # a `db.primitive` called on a dual value computes its tangent here
+context.FORWARD[:] = [Dual, apply_function]  # a `db.primitive` called on a dual value computes its tangent here

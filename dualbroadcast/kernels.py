@@ -106,7 +106,7 @@ class Kernel:
         self.read_wait = self.read_backoff = 0  # `value_unread`'s calls to wait, and how long it waits next
 
     def value_unread(self):
-        """Whether a sum's call in a gradient should leave its value pending (`tape.Pending`): computing the
+        """Whether a sum's call in a gradient should leave its value pending (`tracked.Pending`): computing the
         partials without it (`without_value`), and the value by this kernel if it is read after all (a pass
         more).  A read value makes the next 1, 2, 4, ... (at most ``READ_WAIT_CAP``) calls compute it with the
         partials, as when it is read every call (EAM's ``P² + P³``), where a call left pending costs the pass."""

@@ -27,6 +27,7 @@ import numpy as np
 
 from . import loops, pytree
 from .api import directional_derivative, hvp_arguments
+from .context import ACTIVE_TAPE
 from .errors import UnsupportedFunctionError
 from .guards import RECORDER, NotReplayableError
 from .numpy_facts import FLOAT_LEAVES, getitem, qualified_name
@@ -36,14 +37,9 @@ from .regions import FUSE_REGIONS, forward_regions
 from .registry import BY_ARGNUM, OUTPUTS, complex_rule, first_output
 from .replay import MISS, _same, compile_plans, globals_check
 from .reverse import _Argument, _call_on_tape, _gradients, _prepare, _scalar_seed, value_and_gradient
-from .tape import (
-    ACTIVE_TAPE,
-    Tape,
-    Tracked,
-    _check_tape,
-    backward,
-    keep_constants,
-)
+from .sweeps import backward
+from .tape import Tape
+from .tracked import Tracked, _check_tape, keep_constants
 
 MAX_VARIANTS = 8
 _thread = threading.get_ident
@@ -68,7 +64,7 @@ class Recorder:
         self.meta[t.index] = (np.shape(t.value), np.result_type(t.value))
 
     def references(self, func, sequence):
-        """How a step refers to each argument (a value index, a `Const` or a `Pack`), for `tape.record_operation`:
+        """How a step refers to each argument (a value index, a `Const` or a `Pack`), for `tracked.record_operation`:
         ``(values, refs, traced, active)``, ``traced`` whether any argument is traced, ``active`` the
         positions of those needing a gradient."""
         refs, values = [], []
@@ -87,7 +83,7 @@ class Recorder:
         return out
 
     def step(self, func, rule, refs, rest, kwargs, active, results, ans):
-        """The step `tape.record_operation` recorded: its outputs are ``results`` (tracked, or plain
+        """The step `tracked.record_operation` recorded: its outputs are ``results`` (tracked, or plain
         results, guarded by equality on replay)."""
         outs = []
         for r in results:
@@ -98,7 +94,7 @@ class Recorder:
                 outs.append(None)
         complex_step = rule is not None and self.tape.complex and self.holds_complex(refs, rest, kwargs, results)
         if complex_step:
-            rule = complex_rule(func)  # the rule `tape._record_complex` recorded it with
+            rule = complex_rule(func)  # the rule `tracked._record_complex` recorded it with
         kind = rule.kind if rule is not None else None
         makers = rule.makers if rule is not None else None
         if kind == OUTPUTS and not isinstance(ans, (tuple, list)):  # one array (svd without u, v): output 0
@@ -146,7 +142,7 @@ class Recorder:
 
     def holds_complex(self, refs, rest, kwargs, results):
         """Whether a complex value took part in a step (an argument, a result): on a tape holding complex
-        values, the tape then recorded it with the function's complex rule (`tape._record_result`)."""
+        values, the tape then recorded it with the function's complex rule (`tracked._record_result`)."""
         refs = list(unpacked(refs))
         if any(self.meta[r][1].kind == "c" for r in refs if type(r) is int):
             return True

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from . import pytree
+from .context import ACTIVE_TAPE, JVP_DEPTH
 from .errors import (
     ArgumentTypeError,
     InPlaceMutationError,
@@ -21,19 +22,9 @@ from .errors import (
 from .forward import REVERSE_MODE, Dual, primal
 from .lazy import DASK_LAYER, Lazy, is_chunked
 from .numpy_facts import FLOAT_LEAVES, FLOAT_SCALARS
-from .tape import (
-    ACTIVE_TAPE,
-    JVP_DEPTH,
-    Pending,
-    Tape,
-    Tracked,
-    backward,
-    drop_total,
-    settle,
-    settle_total,
-    thaw,
-    value_of,
-)
+from .sweeps import backward
+from .tape import Tape, thaw
+from .tracked import Pending, Tracked, drop_total, settle, settle_total, value_of
 
 _FLOAT_TYPES = tuple(FLOAT_LEAVES)  # for isinstance
 _PYTHON_FLOAT = {float}

@@ -77,7 +77,7 @@ from ..errors import UnsupportedFunctionError
 from ..guards import Guarded
 from ..pullbacks import as_array, plain, unbroadcast
 from ..registry import RULES, defcomposition, defjvp, deflinear, defvjp, defvjp_outputs
-from ..tape import TOTALS
+from ..tracked import TOTALS
 
 
 def expand(g, shape, axis, keepdims):

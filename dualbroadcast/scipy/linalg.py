@@ -24,7 +24,7 @@ import scipy.linalg
 
 from ..pullbacks import plain
 from ..registry import defvjp
-from ..tape import primitive
+from ..tracked import primitive
 
 __all__ = ["expm", "expm_frechet", "sqrtm", "logm", "solve_triangular", "solve_sylvester", "solve_continuous_lyapunov",
            "solve_banded", "cho_factor", "cho_solve", "lu_factor", "lu_solve"]
