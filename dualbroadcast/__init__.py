@@ -20,7 +20,7 @@ from .api import (
     jvp,
     uncut,
 )
-from .broadcast import KernelCall, broadcast, clear_cache, elementwise, kernel_log, sum
+from .broadcast import broadcast, clear_cache, elementwise, sum
 from .chunked import sum_blocks
 from .errors import (
     ArgumentTypeError,
@@ -35,6 +35,7 @@ from .errors import (
     ValueConversionError,
 )
 from .explain import explain
+from .kernel_cache import KernelCall, kernel_log
 from .kernels import set_backend
 from .prepared import PreparedGradient, PreparedHvp, prepare_gradient, prepare_hvp
 from .registry import (

@@ -40,12 +40,12 @@ from typing import Any
 import numpy as np
 
 from . import pytree, reverse
-from .broadcast import KernelCall, _is_array_input, _log
 from .broadcast import broadcast as broadcast_in_memory
 from .broadcast import sum as sum_in_memory
 from .errors import UnsupportedFunctionError
 from .forward import Dual
 from .guards import RECORDER, NotReplayableError, untracked
+from .kernel_cache import KernelCall, _is_array_input, _log
 from .kernels import KERNEL_THREADS
 from .lazy import DASK_LAYER, Lazy, is_chunked
 from .reverse import _cotangent, _gradients, _one_or_tuple, _pullback_seeds

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .broadcast import KernelCall
+from .kernel_cache import KernelCall
 from .numpy_facts import qualified_name
 from .pullbacks import IndexPullback
 from .reverse import _scalar_seed, _trace

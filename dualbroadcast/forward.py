@@ -22,7 +22,7 @@ The tangent of ``f(a₁, …, aₙ)`` is found by the first of these that applie
 A function with a vjp rule but none of these (a pullback that writes into a buffer) is a clear
 error naming it.  Complex values follow JAX: the tangent of a holomorphic ``f`` is ``f'(z) t``.
 Inside `db.sum`/`db.broadcast` a dual argument is an active input of the kernel, which computes the
-value and the tangent ``Σ ∂f/∂aᵢ · tᵢ`` in one fused pass (the tangents its extra inputs; `broadcast._build`).
+value and the tangent ``Σ ∂f/∂aᵢ · tᵢ`` in one fused pass (the tangents its extra inputs; `kernel_cache._build`).
 
 Each `jvp` call is one level: nested calls (a jvp of a function taking a jvp) give their duals
 increasing levels, and an operation propagates only the tangents of its highest level, treating

@@ -101,7 +101,7 @@ class Kernel:
         self.backends = {"numpy": _WholeArrays(self), "blocked": blocked, "numexpr": _Numexpr(self),
                          ONE_THREAD: _Blocked(self, threads=1, compiled=blocked.compiled)}
         self.choice = BackendChoice(self)
-        self.unscaled = None  # a sum's: (kernel, its partials' literal factors), `broadcast._unscaled`
+        self.unscaled = None  # a sum's: (kernel, its partials' literal factors), `broadcast_pullbacks._unscaled`
         self.split = None  # a sum's kernel without the value (`without_value`)
         self.read_wait = self.read_backoff = 0  # `value_unread`'s calls to wait, and how long it waits next
 

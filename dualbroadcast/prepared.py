@@ -35,7 +35,8 @@ from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpa
 from .pytree import Cut
 from .regions import FUSE_REGIONS, forward_regions
 from .registry import BY_ARGNUM, OUTPUTS, complex_rule, first_output
-from .replay import MISS, _same, compile_plans, globals_check
+from .replay import MISS, compile_plans, globals_check
+from .replay_forward import _same
 from .reverse import _Argument, _call_on_tape, _gradients, _prepare, _scalar_seed, value_and_gradient
 from .sweeps import backward
 from .tape import Tape
@@ -205,9 +206,10 @@ class Recorder:
         return inner, outer, inner_positions, {p: a for p, a in outer_parents.items() if a.index not in self.inactive}
 
     def second_order(self, kernel, inputs, values, backend, out, active, pairs, outer, partials, result_shapes):
-        """Record a second-order kernel (`broadcast._second_order`): ``out`` its value and ``partials`` (position
-        -> the partial of an inner argument) as this tape recorded them; ``active`` the positions whose partials
-        it computes, ``pairs`` those of its second partials, ``outer`` the positions of this tape's arguments."""
+        """Record a second-order kernel (`broadcast_pullbacks._second_order`): ``out`` its value and ``partials``
+        (position -> the partial of an inner argument) as this tape recorded them; ``active`` the positions whose
+        partials it computes, ``pairs`` those of its second partials, ``outer`` the positions of this tape's
+        arguments."""
         refs = []
         for x, v in zip(inputs, values):
             x = x.value if type(x) is Tracked and x.tape is not self.tape else x  # an inner input: its value
@@ -685,7 +687,7 @@ def _active_gradients(grads, n_args):
 def _signature(flat):
     """What a recording depends on: per argument its structure, and per leaf its shape and dtype
     (arrays and floats) or its value (anything else is baked into the program)."""
-    from .broadcast import _structure_key
+    from .kernel_keys import _structure_key
 
     return tuple((_structure_key(treedef), tuple(map(_leaf_key, leaves, pytree.leaf_activity(treedef))))
                  for leaves, treedef in flat)

@@ -183,7 +183,7 @@ class Strong:
 def kernel_pullback(partial, shape, out_shape, in_place, scale=1):
     """The pullback ``g -> g · ∂f/∂a`` of a kernel argument ``a`` of ``shape`` (``out_shape``: the kernel's
     result, ``()`` for a sum, whose partial is already reduced to ``shape``); ``∂f/∂a`` is ``scale · partial``
-    (a sum's partial kept without its literal factor, `broadcast._unscaled`).
+    (a sum's partial kept without its literal factor, `broadcast_pullbacks._unscaled`).
 
     ``in_place``: the partial is the kernel's own buffer and the tape is swept once, so it becomes
     the cotangent in place instead of allocating another array of its size.
@@ -227,7 +227,7 @@ def _kernel_partial_fits(partial_shape, shape, out_shape):
 
 class Contracted:
     """``g -> g @ column``: the pullback into a scalar of a vector whose partials in it are ``column`` (a
-    second-order kernel's partials of its scalar arguments, stacked, see `broadcast._scalar_partials`), or
+    second-order kernel's partials of its scalar arguments, stacked, see `broadcast_pullbacks._scalar_partials`), or
     into a vector, ``column`` then a matrix (column k: the partials in its element k).  A cotangent with a
     leading axis of rows (`sweeps.backward_rows`) contracts row by row as it is."""
 

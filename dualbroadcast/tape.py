@@ -56,7 +56,7 @@ class Tape:
 
     # --- the record format, read by explain and replay through these (the sweep reads it inline) ---
     def operation(self, i):
-        """What made value ``i``: None for an input, else the function (or `broadcast.KernelCall`) recorded."""
+        """What made value ``i``: None for an input, else the function (or `kernel_cache.KernelCall`) recorded."""
         record = self.records[i]
         return record[1] if type(record) is tuple else record
 

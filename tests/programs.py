@@ -1262,16 +1262,17 @@ def small_thresholds(prefer):
     """Prepared programs compiled as they are at 10^4..10^6 elements, at the random programs' few: every
     elementwise region fused (`regions.BROADCAST_MIN`), the blocked kernel in blocks of 8 elements on two
     threads (`kernels.BLOCK`), and where a region has two candidate runners (blocked, whole arrays) the one
-    ``prefer`` names taken, as a timing may take it (`replay._fastest`, not the per-call choice)."""
-    from dualbroadcast import kernels, regions, replay
+    ``prefer`` names taken, as a timing may take it (`region_runners._fastest`, not the per-call choice)."""
+    from dualbroadcast import kernels, region_runners, regions, replay
 
-    fastest = replay._fastest
+    fastest = region_runners._fastest
 
     def preferred(candidates, examples, rounds=5):
         return next((c for c in candidates if c[1] == prefer), candidates[0])
 
     saved = [(regions, "BROADCAST_MIN", 1), (kernels, "BLOCK", 8), (kernels, "THREADS", 2),
-             (replay, "CHOSEN_MIN", math.inf), (replay, "_fastest", preferred)]
+             (replay, "CHOSEN_MIN", math.inf), (region_runners, "CHOSEN_MIN", math.inf),
+             (region_runners, "_fastest", preferred)]
     old = [getattr(module, name) for module, name, _ in saved]
     try:
         for module, name, value in saved:
@@ -1282,7 +1283,7 @@ def small_thresholds(prefer):
         for (module, name, _), value in zip(saved, old):
             setattr(module, name, value)
         db.clear_cache()
-    assert replay._fastest is fastest
+    assert region_runners._fastest is fastest
 
 
 def check_prepared_paths(program):

@@ -1,6 +1,7 @@
 """The blocked kernels' speed-ups give the gradients they gave before: a sum's partial kept without its literal
-factor (`broadcast._unscaled`), constants as blocks for the loops that want two arrays (`kernel_source._splatted`),
-a buffer reused in place by a ufunc (`_assign_buffers`), and chunks handed to worker threads (`kernels._Worker`)."""
+factor (`broadcast_pullbacks._unscaled`), constants as blocks for the loops that want two arrays
+(`kernel_source._splatted`), a buffer reused in place by a ufunc (`_assign_buffers`), and chunks handed to worker
+threads (`kernels._Worker`)."""
 
 import importlib
 

@@ -1,6 +1,6 @@
 """A prepared program is checked against the steps its forward regions replace (`replay.compile_plans`).
 
-Where a region has `replay.CHOSEN_MIN` elements or more, the program is compiled fused, as recorded, and (two
+Where a region has `region_runners.CHOSEN_MIN` elements or more, the program is compiled fused, as recorded, and (two
 to `replay.PLAN_REGIONS` such regions) once without each region; a `kernels.BackendChoice` runs one plan a
 call and corrects a wrong choice.  Time is controlled, never measured: the choice reads `kernels.clock`, which
 these tests replace by a fake clock that each plan's run advances by a cost the test scripts.  The computations
