@@ -150,7 +150,7 @@ class ProgramExplanation:
         self.value = value
         self.recorded = recorded  # how many steps were recorded
         self.steps = steps
-        self.loop = loop  # the recorded steps' `loops.Loop`, or None
+        self.loop = loop  # the recorded steps' `loop_finding.Loop`, or None
         self.plan = plan  # the plan ``prog(*args)`` runs now, where one is chosen per call (`replay.compile_plans`)
 
     @property

@@ -7,16 +7,8 @@ import time
 
 import numpy as np
 
-from .kernels import (
-    FORCED_BACKEND,
-    ONE_THREAD,
-    BackendChoice,
-    _chunks,
-    _fresh_partials,
-    _kind,
-    axis_sum_rows,
-    axis_sum_whole,
-)
+from .axis_sums import axis_sum_rows, axis_sum_whole
+from .kernels import FORCED_BACKEND, ONE_THREAD, BackendChoice, _chunks, _fresh_partials, _kind
 
 
 def _region_runner(kernel, valueless, examples, shape, size, active_shapes, blockable):
@@ -81,10 +73,10 @@ def _blocked_runner(kernel, examples, shape, size, active_shapes):
 
 
 def _axis_region_runner(kernel, examples, reduction, active, size):
-    """A forward region summed along axes, or of inputs broadcast against each other (`kernels.AxisSum`), as a
+    """A forward region summed along axes, or of inputs broadcast against each other (`axis_sums.AxisSum`), as a
     function of its inputs returning ``(value, partials)`` (each partial of `AxisSum.partial_shape`), and the
-    backend's name: on blocks of rows on the cores (`kernels.axis_sum_rows`, "blocked") or on whole arrays
-    (`kernels.axis_sum_whole`, "numpy"), the faster under a `kernels.BackendChoice` (every call timed, a
+    backend's name: on blocks of rows on the cores (`axis_sums.axis_sum_rows`, "blocked") or on whole arrays
+    (`axis_sums.axis_sum_whole`, "numpy"), the faster under a `kernels.BackendChoice` (every call timed, a
     runner-up re-timed now and then) as `_region_runner` chooses; or the one `kernels.set_backend` forced when
     the program was compiled (numexpr: its whole arrays, where it has every operation)."""
     shape, forced = reduction.shape, FORCED_BACKEND.get()

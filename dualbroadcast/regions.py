@@ -13,7 +13,7 @@ another step (a matrix product, a guard, ...) becomes a ``db.broadcast`` kernel
 of its last step's value, if that has at least `BROADCAST_MIN` elements (on
 fewer, the inline steps cost less than a kernel call).  A group read only by a sum or mean along axes
 (``np.sum(np.exp(a - m), axis=1)``, ``np.mean(v, axis=0, keepdims=True)``) is fused with it into a broadcast kernel
-summed along those axes (`kernels.AxisSum`), and so is a broadcast group whose inputs broadcast against each
+summed along those axes (`axis_sums.AxisSum`), and so is a broadcast group whose inputs broadcast against each
 other (``np.tanh(X @ W + b)``): both run on blocks of rows, on the cores, or on whole arrays, whichever is faster
 (`region_runners._axis_region_runner`).
 
@@ -28,9 +28,9 @@ import math
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_tuple
 
+from .axis_sums import AxisSum
 from .expr import Sym, _has_forward_rule
 from .kernel_cache import _build
-from .kernels import AxisSum
 from .program import Const, Guard, KernelStep, Step, unpacked
 from .registry import PER_ARGUMENT
 
@@ -43,7 +43,7 @@ class Region:
     inputs (value indices and constants), the positions of the active ones among them, the value index of its
     result, and the backends its kernel runs on (``"value"``, and ``"gradient alone"`` for its variant without
     the value, set when the program is compiled); what `explain` shows of a prepared program.  ``axes``: the
-    `kernels.AxisSum` of a region summed along axes or of broadcast inputs, else None."""
+    `axis_sums.AxisSum` of a region summed along axes or of broadcast inputs, else None."""
 
     __slots__ = ("steps", "refs", "active", "out", "position", "backends", "choices", "axes")
 

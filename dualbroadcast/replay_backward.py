@@ -233,7 +233,7 @@ class _Backward(_Writer):
 
 
     def axis_sum_adjoints(self, step, reduction):
-        """The contributions of a region summed along axes (`kernels.AxisSum`): its cotangent broadcast back along
+        """The contributions of a region summed along axes (`axis_sums.AxisSum`): its cotangent broadcast back along
         the summed axes (divided by a mean's count) times each partial, summed back to its input's shape."""
         lines = []
         g = f"g{step.out}"

@@ -62,8 +62,8 @@ def pytest_runtest_call(item):
 @pytest.fixture
 def chunk_counts(monkeypatch):
     """The number of chunks each blocked kernel call runs in, on a machine taken to have two cores: the list
-    `kernels._in_threads` appends to."""
-    from dualbroadcast import kernels
+    `kernels._in_threads` appends to (the axis sums' calls of it too, `axis_sums`)."""
+    from dualbroadcast import axis_sums, kernels
 
     monkeypatch.setattr(kernels, "THREADS", 2)
     chunks = []
@@ -74,4 +74,5 @@ def chunk_counts(monkeypatch):
         return in_threads(run, bounds, block, args, scratch)
 
     monkeypatch.setattr(kernels, "_in_threads", counted)
+    monkeypatch.setattr(axis_sums, "_in_threads", counted)
     return chunks
