@@ -23,16 +23,16 @@ from .errors import (
 from .expr import TRACING, Sym
 from .forward import Dual, check_tangent, end_level, new_level, primal
 from .guards import RECORDER, Guarded
-from .operands import _is_complex
+from .operands import complex_valued
 from .pullbacks import plain
 from .pytree import Cut, Uncut
 from .reverse import (
-    _FLOAT_TYPES,
-    _check_keys,
-    _float_value,
-    _trace,
+    FLOAT_TYPES,
+    check_keys,
+    float_value,
     gradient,
     pullback,
+    trace_call,
 )
 from .sweeps import RowsTooLarge, backward, backward_rows, rows_at_a_time
 from .tracked import Tracked, value_of
@@ -72,7 +72,7 @@ def strip(x):
         return constant(x)
     if type(x) is Dual:
         return constant(primal(x))  # its value may be tracked by a gradient (reverse over forward)
-    if isinstance(x, _FLOAT_TYPES):
+    if isinstance(x, FLOAT_TYPES):
         return x
     if type(x) is Sym:  # inside a kernel: a constant of it
         return x.graph.cut(x)
@@ -137,14 +137,14 @@ def jvp(f: Callable[..., Any], primals: Any, tangents: Any) -> tuple[Any, Any]:
         if len(t_leaves) != len(leaves):
             raise ShapeMismatchError(f"the tangent of argument {position} has {len(t_leaves)} leaves, its primal "
                                      f"{len(leaves)}; give the tangents the primals' structure")
-        _check_keys(t_def, treedef, f"the tangent of argument {position}", "its primal's")
+        check_keys(t_def, treedef, f"the tangent of argument {position}", "its primal's")
         k_of = None if len(leaves) == 1 and treedef is pytree.LEAF else True
         new_leaves = []
         for k, (leaf, on, t) in enumerate(zip(leaves, flags, t_leaves)):
             if not on or leaf is None:
                 new_leaves.append(leaf)
                 continue
-            value = leaf if type(leaf) is Dual else _float_value(leaf, position, None if k_of is None else k)
+            value = leaf if type(leaf) is Dual else float_value(leaf, position, None if k_of is None else k)
             new_leaves.append(Dual(value, check_tangent(value, t, position, None if k_of is None else k), level))
         call_args.append(new_leaves[0] if treedef is pytree.LEAF else pytree.unflatten(treedef, new_leaves))
     token = JVP_DEPTH.set(JVP_DEPTH.get() + 1)  # db.cut inside f is a stop-gradient
@@ -267,7 +267,7 @@ def hessian(f: Callable[..., Any], x: Any) -> Any:
     array([[4., 2.],
            [2., 0.]])
     """
-    tape, g, arguments = _trace(lambda y: gradient(f, *_marked_like((x,), (y,))), (x,))
+    tape, g, arguments = trace_call(lambda y: gradient(f, *_marked_like((x,), (y,))), (x,))
     leaves, treedef = pytree.flatten(x)
     inputs = arguments[0].inputs  # per leaf: its tape input, None where cut
     g_leaves = pytree.flatten(g)[0] if treedef is not pytree.LEAF else [g]  # None at a cut leaf
@@ -420,7 +420,7 @@ def directional_derivative(f, originals, xs, vectors):
         for gl, vl in zip(pytree.flatten(g)[0] if g is not None else (), pytree.flatten(v)[0]):
             if gl is not None:
                 term = np.dot(gl, vl) if np.ndim(gl) == 1 and np.ndim(vl) == 1 else np.sum(gl * vl)
-                if _is_complex(term):  # a complex leaf: Re Σ g·v, JAX pairing (its dtype: a recorded value is not read)
+                if complex_valued(term):  # a complex leaf: Re Σ g·v, JAX pairing (its dtype: a recorded value unread)
                     term = np.real(term)
                 total = term if type(total) is float and total == 0.0 else total + term
     return total

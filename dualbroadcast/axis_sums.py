@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .expr import Sym
-from .kernels import BLOCK, _chunks, _in_threads
+from .kernels import BLOCK, chunk_bounds, run_in_threads
 
 
 # --- sums along axes: a broadcast kernel's value summed along some axes of its call ----------------------
@@ -123,7 +123,7 @@ def axis_sum_rows(compute, reduction, examples, active, sharing, dtype):
     # its blocks' sums
     shapes = [reduction.out_shape] + [reduction.partial_shape(np.shape(examples[i])) for i in active]
     views = [None if b is None else b.reshape(s) for b, s in zip(buffers, shapes)]
-    bounds = _chunks(rows * row, dtype.itemsize)
+    bounds = chunk_bounds(rows * row, dtype.itemsize)
     bounds = [rows * c // (len(bounds) - 1) for c in range(len(bounds))]
     per_block = max(1, BLOCK // max(row, 1))
 
@@ -146,7 +146,7 @@ def axis_sum_rows(compute, reduction, examples, active, sharing, dtype):
         return tuple(t for t in totals if t is not None)
 
     def run(*values):
-        totals = iter(_in_threads(chunk, bounds, per_block, values, [()] * (len(bounds) - 1)))
+        totals = iter(run_in_threads(chunk, bounds, per_block, values, [()] * (len(bounds) - 1)))
         for buffer, a in zip(buffers, across):
             if a:
                 np.copyto(buffer, next(totals))

@@ -24,14 +24,14 @@ from typing import Any
 import numpy as np
 
 from . import kernels, pytree
-from .broadcast_pullbacks import _deferred_kernels, _fitted_tangent, _second_order, _tangent_on_tape, _unscaled
+from .broadcast_pullbacks import DEFERRED_KERNELS, fitted_tangent, run_second_order, tangent_on_tape, unscaled_kernel
 from .errors import KernelError
 from .expr import Sym
 from .forward import Dual, check_enclosing
 from .guards import RECORDER, Guarded, untracked
-from .kernel_cache import CACHE_SIZE, KernelCall, _cache, _cache_lock, _is_array_input, _kernel, _log
-from .kernel_keys import _MISSING, _Reads, _structure_key, _walk
-from .kernels import FORCED_BACKEND, _kind
+from .kernel_cache import CACHE_LOCK, CACHE_SIZE, CALL_LOG, KERNEL_CACHE, KernelCall, cached_kernel, is_array_input
+from .kernel_keys import MISSING, Reads, structure_key, walk_of
+from .kernels import FORCED_BACKEND, value_kind
 from .lazy import DASK_LAYER, Lazy, is_chunked
 from .numpy_facts import FLOAT_LEAVES
 from .pullbacks import (
@@ -39,7 +39,7 @@ from .pullbacks import (
     fitting_kernel_pullback,
     kernel_pullback,
 )
-from .tracked import LAZY_TOTAL, Pending, Total, Tracked, _edge, _edges, lazy_totals, tape_of
+from .tracked import LAZY_TOTAL, Pending, Total, Tracked, edge_of, edges_of, lazy_totals, tape_of
 
 _PLAIN = FLOAT_LEAVES | {Tracked, Dual}  # leaves of their own: the arguments need no tree walk
 _plans = {}  # (id of the code, reduce) -> the `_Plan` of its latest call (hashing a code object is slow)
@@ -103,11 +103,11 @@ def _run(f, args, reduce, backend):
     recorder = RECORDER.get()
     inactive = recorder.inactive if recorder is not None else ()
     if treedef is None:  # no baked leaves: the walk of f is all it reads
-        reads = _walk(f)
+        reads = walk_of(f)
         structure = reads.result
     else:
-        reads = _Reads()
-        structure = _structure_key(treedef, reads)
+        reads = Reads()
+        structure = structure_key(treedef, reads)
     names = None  # every name the code reads: how a baked object's class is read
     inputs, values, active, kinds, input_kinds = [], [], [], [], []
     nested = on_tape = False
@@ -115,13 +115,13 @@ def _run(f, args, reduce, backend):
         if type(leaf) is Dual:
             leaf = _kernel_dual(leaf, on)
             on_tape = on_tape or (type(leaf) is Dual and Tracked in (type(leaf.value), type(leaf.tangent)))
-        if type(leaf) is Tracked or type(leaf) is Dual or _is_array_input(leaf):
+        if type(leaf) is Tracked or type(leaf) is Dual or is_array_input(leaf):
             value = leaf.value if type(leaf) is Tracked or type(leaf) is Dual else leaf
             if type(value) is Tracked:  # tracked by two nested gradients: the kernel computes on the plain value
                 nested, value = True, untracked(value)
             if type(value) is Lazy:  # a differentiated Dask array
                 return DASK_LAYER.run(f, args, reduce, backend)
-            kind = value.dtype if type(value) is np.ndarray else _kind(value)
+            kind = value.dtype if type(value) is np.ndarray else value_kind(value)
             if (type(leaf) is Tracked and on and leaf.index not in inactive) or type(leaf) is Dual:
                 active.append(len(values))
             inputs.append(leaf)
@@ -140,14 +140,14 @@ def _run(f, args, reduce, backend):
             if type(d) is Dual:
                 check_enclosing([*tracked, d.value], d.level)  # not a gradient inside the jvp
         result = None if recorder is not None else \
-            _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, active, reduce, backend)
+            tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, active, reduce, backend)
         return _evaluated(f, args, reduce) if result is None else result
     if nested or _nested(inputs):
         levels = _two_levels(inputs, values, activity if treedef is not None else None, leaves)
         if levels is not None and recorder is not None:  # a prepared program records it (`prepare_hvp`)
             levels = recorder.levels(levels)
-        result = None if levels is None or not reduce else \
-            _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, levels, backend, recorder)
+        result = None if levels is None or not reduce else run_second_order(
+            f, treedef, leaves, structure, kinds, input_kinds, inputs, values, levels, backend, recorder)
         return _evaluated(f, args, reduce) if result is None else result
     duals = [inputs[i] for i in active if type(inputs[i]) is Dual]
     if duals:  # forward mode (db.jvp): the value and its tangent Σ ∂f/∂aᵢ · tᵢ in one pass
@@ -155,17 +155,17 @@ def _run(f, args, reduce, backend):
         tangents = [d.tangent for d in duals]
         kinds += [np.result_type(t) for t in tangents]
         key = (structure, tuple(kinds), tuple(active), reduce, "tangent")
-        kernel = _kernel(key, f, treedef, leaves, len(values), active, reduce, input_kinds + kinds[-len(duals):],
+        kernel = cached_kernel(key, f, treedef, leaves, len(values), active, reduce, input_kinds + kinds[-len(duals):],
                          tangents=len(duals))
         values = values + tangents
     else:
         key = (structure, tuple(kinds), tuple(active), reduce)
-        kernel = _kernel(key, f, treedef, leaves, len(values), active, reduce, input_kinds)
+        kernel = cached_kernel(key, f, treedef, leaves, len(values), active, reduce, input_kinds)
     scales = None
     if reduce and recorder is None and len(kernel.outputs) > 1:  # (a jvp's tangent: Σ r · (-3t) as -3 · Σ r · t)
-        kernel, scales = _unscaled(kernel)
+        kernel, scales = unscaled_kernel(kernel)
     if active and len(kernel.outputs) == 1:
-        active = []  # its value is not a real number: a constant (`_build`)
+        active = []  # its value is not a real number: a constant (`build_kernel`)
     active_shapes = [getattr(values[i], "shape", ()) for i in active]  # arrays, NumPy scalars or floats
     if duals and active:  # one output beside the value: the tangent, summed whole by db.sum
         active_shapes = [() if reduce else np.broadcast_shapes(*(np.shape(v) for v in values))]
@@ -179,12 +179,12 @@ def _run(f, args, reduce, backend):
             return pending
     value, partials, used, size = kernel(values, active_shapes, backend)
     call = KernelCall(kernel.name, 1 if duals else len(active), used, size, reduce)
-    calls = _log.get()
+    calls = CALL_LOG.get()
     if calls is not None:
         calls.append(call)
     if duals:
         tangent = partials[0] if scales is None else partials[0] * scales[0]
-        return value if not active else Dual(value, _fitted_tangent(tangent, value), duals[0].level)
+        return value if not active else Dual(value, fitted_tangent(tangent, value), duals[0].level)
     parents = [inputs[i] for i in active]
     if treedef is None and recorder is None and used == "numpy" and backend is None and FORCED_BACKEND.get() is None \
             and kernel.choice.chosen(size) == "numpy":  # not a runner-up re-timed (`kernels.BackendChoice`)
@@ -207,7 +207,7 @@ def _pending_sum(kernel, values, parents, active_shapes, scales, backend):
         return None
     _, partials, used, size = kernel.without_value(values)(values, active_shapes, backend)
     call = KernelCall(kernel.name, len(parents), used, size, True)
-    calls = _log.get()
+    calls = CALL_LOG.get()
     if calls is not None:
         calls.append(call)
 
@@ -217,7 +217,7 @@ def _pending_sum(kernel, values, parents, active_shapes, scales, backend):
 
     backs = [kernel_pullback(p, s, (), tape.single_sweep, c)
              for p, s, c in zip(partials, active_shapes, scales or [1] * len(partials))]
-    return tape.record(Total(compute, kernel.value_dtype(values), tape), _edges(parents, backs), call, Pending)
+    return tape.record(Total(compute, kernel.value_dtype(values), tape), edges_of(parents, backs), call, Pending)
 
 
 class _Plan:
@@ -247,7 +247,7 @@ class _Plan:
         self.whole = kernel.typed_whole(tuple(v.dtype for v in values), same_shape=values[0].ndim > 0)
         self.reduce = reduce
         self.call = call
-        self.scales = scales or [1] * len(active)  # the partials' literal factors (`_unscaled`)
+        self.scales = scales or [1] * len(active)  # the partials' literal factors (`unscaled_kernel`)
         self.kernel = kernel
         self.valueless = None  # `_without_value`'s whole-array kernel (False: none fits), made on first use
 
@@ -272,8 +272,8 @@ class _Plan:
             if type(a) is not np.ndarray or a.dtype is not dtype or a.shape != shape:
                 return None
             values.append(a)
-        for namespace, name, value in self.bindings:  # `_Reads.unchanged` inline, f itself checked above
-            if namespace.get(name, _MISSING) is not value:
+        for namespace, name, value in self.bindings:  # `Reads.unchanged` inline, f itself checked above
+            if namespace.get(name, MISSING) is not value:
                 return None
         for helper, code, defaults in self.helpers:
             if helper.__code__ is not code or helper.__defaults__ is not defaults:
@@ -304,7 +304,7 @@ class _Plan:
             else:
                 return None  # a runner-up is due, or took over: the kernel's own call
             value = np.add.reduce(results[0], None) if self.reduce else results[0]
-        calls = _log.get()
+        calls = CALL_LOG.get()
         if calls is not None:
             calls.append(self.call)
         if not parents:
@@ -318,10 +318,10 @@ class _Plan:
             x = parents[0]
             back = fitting_kernel_pullback(results[1], tape.single_sweep, self.scales[0])  # partials of x's shape
             if x.slice_index is not None:
-                back = _edge(x, back)  # first: settling a view moves its index
+                back = edge_of(x, back)  # first: settling a view moves its index
             return tape.record(value, ((x.index, back),), self.call, kind)
         backs = [fitting_kernel_pullback(p, tape.single_sweep, c) for p, c in zip(results[1:], self.scales)]
-        return tape.record(value, _edges(parents, backs), self.call, kind)
+        return tape.record(value, edges_of(parents, backs), self.call, kind)
 
     def _without_value(self, values):
         """The whole-array results of the sum's kernel without its value (`Kernel.without_value`): a zero of the
@@ -360,7 +360,7 @@ def _plan(f, kernel, values, active, reduce, call, reads, scales=None):
     plan = _Plan(f, kernel, values, active, reduce, call, reads, scales)
     results = plan.whole(*values)
     if all(type(r) is np.ndarray and r.shape == shape and r.dtype == dtype for r in results):
-        with _cache_lock:
+        with CACHE_LOCK:
             _plans[(id(f.__code__), reduce)] = plan
             if len(_plans) > CACHE_SIZE:
                 del _plans[next(iter(_plans))]
@@ -411,7 +411,7 @@ def _evaluated(f, args, reduce):
     gradients (each records what it sees; a fused kernel computes on plain values and would lose them)."""
     args = [pytree.without_markers(a) for a in args]
     shape = np.broadcast_shapes(*[np.shape(untracked(leaf)) for leaf in pytree.flatten(args)[0]
-                                  if isinstance(leaf, Guarded) or _is_array_input(leaf)])
+                                  if isinstance(leaf, Guarded) or is_array_input(leaf)])
     out = f(*args)
     if np.shape(out) != shape:
         out = np.broadcast_to(out, shape)
@@ -419,7 +419,8 @@ def _evaluated(f, args, reduce):
 
 
 def _record(parents, value, partials, shapes, call, tape=None, scales=None):
-    """``value`` recorded with a pullback per parent from the kernel's ``partials`` (times ``scales``, `_unscaled`)."""
+    """``value`` recorded with a pullback per parent from the kernel's ``partials`` (times ``scales``,
+    `unscaled_kernel`)."""
     tape = tape_of(parents) if parents else tape
     out_shape = () if call.reduce else np.shape(value)
     backs = [kernel_pullback(p, s, out_shape, tape.single_sweep, c)
@@ -427,11 +428,11 @@ def _record(parents, value, partials, shapes, call, tape=None, scales=None):
     if np.iscomplexobj(value):  # a real parent's cotangent is the real part, as in `tracked._record_complex`
         tape.complex = True
         backs = [b if np.iscomplexobj(p.value) else RealPart(b) for p, b in zip(parents, backs)]
-    return tape.record(value, _edges(parents, backs), call)
+    return tape.record(value, edges_of(parents, backs), call)
 
 
 def _kernel_dual(leaf, on):
-    """A dual argument of a kernel: its value is an active input (its tangent another input, see `_build`);
+    """A dual argument of a kernel: its value is an active input (its tangent another input, see `build_kernel`);
     a cut one is a constant."""
     if not on:
         return leaf.value
@@ -459,7 +460,7 @@ def _inline(f, args, reduce):
 
 def clear_cache() -> None:
     """Forget every compiled kernel (they are rebuilt on demand)."""
-    with _cache_lock:
-        _cache.clear()
+    with CACHE_LOCK:
+        KERNEL_CACHE.clear()
         _plans.clear()
-        _deferred_kernels.clear()
+        DEFERRED_KERNELS.clear()

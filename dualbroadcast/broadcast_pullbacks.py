@@ -1,6 +1,6 @@
 """The tape node of a `db.broadcast`/`db.sum` call in reverse mode: its pullbacks from the kernel's partials
-(`_tangent_on_tape`), the cotangent kernels deferred to the sweep where a partial is cheaper recomputed than
-kept (`_deferred`), and the second-order kernels of a gradient of a gradient through a call (`_second_order`)."""
+(`tangent_on_tape`), the cotangent kernels deferred to the sweep where a partial is cheaper recomputed than
+kept (`_deferred`), and the second-order kernels of a gradient of a gradient through a call (`run_second_order`)."""
 
 import functools
 import math
@@ -12,9 +12,9 @@ import numpy as np
 from .expr import Graph, Sym, _is_boolean
 from .forward import Dual
 from .guards import Guarded, untracked
-from .kernel_cache import CACHE_SIZE, KernelCall, _cache_lock, _kernel, _log
-from .kernel_source import _infer_dtypes, _scalar_nodes, needed_nodes
-from .kernels import Kernel, _kind
+from .kernel_cache import CACHE_LOCK, CACHE_SIZE, CALL_LOG, KernelCall, cached_kernel
+from .kernel_source import infer_dtypes, needed_nodes, scalar_nodes
+from .kernels import Kernel, value_kind
 from .numpy_facts import FLOAT_SCALARS, REAL_FLOATS, getitem
 from .pullbacks import (
     FACTORS,
@@ -26,10 +26,10 @@ from .pullbacks import (
     unbroadcast,
 )
 from .sweeps import vector_elements
-from .tracked import Tracked, _edges
+from .tracked import Tracked, edges_of
 
 
-def _unscaled(kernel):
+def unscaled_kernel(kernel):
     """``(kernel, scales)``: a sum's kernel whose partials are computed without their literal factors
     (`_literal_factor`), and per partial that factor (``scales`` None: no partial has one, the kernel as it
     is).  EAM's ``∂/∂x Σ exp(-3(x + 1))`` is ``-3 · r``: the kernel stores ``r``, the exp it sums, where it
@@ -52,7 +52,7 @@ def _unscaled(kernel):
     return kernel.unscaled
 
 
-def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, levels, backend, recorder=None):
+def run_second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, levels, backend, recorder=None):
     """``sum(f, ...)`` whose inputs two nested gradients track (``levels``, see `_two_levels`), in one fused pass
     (None where complex values take part: the caller runs ``f`` operation by operation)
     of second-order dual numbers: the value, a partial per input either gradient tracks and their second
@@ -63,7 +63,7 @@ def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, val
     inner, outer, inner_positions, outer_parents = levels
     active = sorted(set(inner_positions) | set(outer_parents))
     key = (structure, tuple(kinds), ("second order", tuple(active)), True)
-    kernel = _kernel(key, f, treedef, leaves, len(values), active, True, input_kinds, order=2)
+    kernel = cached_kernel(key, f, treedef, leaves, len(values), active, True, input_kinds, order=2)
     if kernel.complex or (recorder is not None and not outer_parents):
         return None  # complex values take part (their rules, operation by operation: `_evaluated`), or a constant
     shapes = {p: np.shape(values[p]) for p in active}
@@ -77,11 +77,11 @@ def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, val
     value, results, used, size = kernel(values, [shapes[p] for p in active] + pair_shapes, backend)
     partial = dict(zip(active, results))
     call = KernelCall(kernel.name, len(active), used, size, True, len(pairs))
-    calls = _log.get()
+    calls = CALL_LOG.get()
     if calls is not None:
         calls.append(call)
     if outer_at:
-        value = outer.record(value, _edges([outer_parents[p] for p in outer_at],
+        value = outer.record(value, edges_of([outer_parents[p] for p in outer_at],
                                            [kernel_pullback(partial[p], shapes[p], (), False) for p in outer_at]), call)
     second = {}  # each partial its own value (a prepared program's recording replays them one by one)
     for (a, b), h in zip(pairs, results[len(active):]):
@@ -90,7 +90,7 @@ def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, val
     for p in inner_positions:
         d = partial[p]
         if outer_at:  # the partial as the outer tape's value: its pullbacks are the second partials
-            d = outer.record(d, _edges([outer_parents[q] for q in outer_at],
+            d = outer.record(d, edges_of([outer_parents[q] for q in outer_at],
                                        [_second_partial_pullback(second[p, q], shapes[q], shapes[p])
                                         for q in outer_at]), call)
         ds.append(d)
@@ -98,11 +98,11 @@ def _second_order(f, treedef, leaves, structure, kinds, input_kinds, inputs, val
         recorder.second_order(kernel, inputs, values, used, value, active, pairs, outer_at,
                               dict(zip(inner_positions, ds)), [shapes[p] for p in active] + pair_shapes)
     backs = [kernel_pullback(d, shapes[p], (), False) for p, d in zip(inner_positions, ds)]
-    return inner.record(value, _edges([inputs[p] for p in inner_positions], backs), call)
+    return inner.record(value, edges_of([inputs[p] for p in inner_positions], backs), call)
 
 
 def _second_order_of_scalars(kernel, levels, active, inputs, values, kinds, backend):
-    """`_second_order` where every argument either gradient tracks is a scalar and the outer tape tracks one
+    """`run_second_order` where every argument either gradient tracks is a scalar and the outer tape tracks one
     at least (not recorded by a prepared program): the kernel's results as one vector (`Kernel.partial_sums`),
     the inner partials one vector of the outer tape (`_scalar_partials`).  Arguments that are the elements
     ``c[0], c[1], ...`` of one vector (`sweeps.vector_elements`: coefficients) are reached along one edge into
@@ -111,7 +111,7 @@ def _second_order_of_scalars(kernel, levels, active, inputs, values, kinds, back
     value, results, used, size = kernel.partial_sums(values, backend, tuple(kinds))
     k = len(active)
     call = KernelCall(kernel.name, k, used, size, True, k * (k + 1) // 2)
-    calls = _log.get()
+    calls = CALL_LOG.get()
     if calls is not None:
         calls.append(call)
     dtype = results.dtype
@@ -119,7 +119,7 @@ def _second_order_of_scalars(kernel, levels, active, inputs, values, kinds, back
     columns = [active.index(q) for q in outer_parents]
     vector = _elements_of(parents, dtype)
     if vector is None:
-        edges = _edges(parents, [fitting_kernel_pullback(results[j], False) for j in columns])
+        edges = edges_of(parents, [fitting_kernel_pullback(results[j], False) for j in columns])
     else:  # ∂f/∂v: the partials at the elements' places
         p, ks, n = vector
         dv = np.zeros(n, dtype)
@@ -135,7 +135,7 @@ def _second_order_of_scalars(kernel, levels, active, inputs, values, kinds, back
     ds = [outer.record(d, ((stacked.index, IndexPullback(i, shape, dtype)),), getitem)
           for i, d in enumerate(stacked.value)]
     backs = [fitting_kernel_pullback(d, False) for d in ds]  # each d a scalar, as its argument
-    return inner.record(value, _edges(arguments, backs), call)
+    return inner.record(value, edges_of(arguments, backs), call)
 
 
 def _elements_of(values, dtype):
@@ -163,7 +163,7 @@ def _scalar_partials(outer, results, active, inner_positions, parents, columns, 
     partials = results[:k][rows]
     block = hessian[columns][:, rows]  # row j: the second partials of the outer input j (the Hessian is symmetric)
     if vector is None:
-        return outer.record(partials, _edges(parents, [Contracted(row) for row in block]), call)
+        return outer.record(partials, edges_of(parents, [Contracted(row) for row in block]), call)
     p, ks, n = vector
     into = np.zeros((len(rows), n), dtype)
     np.add.at(into.T, ks, block)  # (an element twice, c[0] and c[0]: both its columns)
@@ -176,7 +176,7 @@ def _upper_triangle(k):
     return np.triu_indices(k)
 
 
-def _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, active, reduce, backend):
+def tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, values, active, reduce, backend):
     """``sum``/``broadcast`` of duals of a `jvp` whose values or tangents a gradient tracks (reverse over forward,
     as `db.hvp`), in one fused pass: the value ``y``, the tangent ``ẏ = Σ ∂f/∂dᵢ · tᵢ`` over the dual arguments,
     and per argument ``a`` the tape tracks ``∂y/∂a`` and ``∂ẏ/∂a`` (the second partials contracted with the
@@ -197,10 +197,10 @@ def _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, 
         return None
     tangents = [untracked(inputs[p].tangent) for p in duals]
     differentiated = tracked + [p for p in moving if p not in tracked]  # the partials ∂y/∂a the tape needs
-    kinds = kinds + [_kind(t) if type(t) is not float else np.dtype(np.float64) for t in tangents]
+    kinds = kinds + [value_kind(t) if type(t) is not float else np.dtype(np.float64) for t in tangents]
     key = (structure, tuple(kinds), tuple(duals), reduce, "tangent on tape", tuple(differentiated), len(tracked))
     input_kinds = input_kinds + kinds[-len(duals):]
-    kernel = _kernel(key, f, treedef, leaves, len(values), duals, reduce, input_kinds,
+    kernel = cached_kernel(key, f, treedef, leaves, len(values), duals, reduce, input_kinds,
                      tangents=len(duals), tracked=(differentiated, tracked))
     if kernel.complex or len(kernel.outputs) == 1:  # complex values, or no real value: operation by operation
         return None
@@ -215,11 +215,11 @@ def _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, 
     else:
         value, results, used, size = kernel(values, partial_shapes, backend)
     call = KernelCall(kernel.name, len(differentiated), used, size, reduce, len(tracked))
-    calls = _log.get()
+    calls = CALL_LOG.get()
     if calls is not None:
         calls.append(call)
     out_shape = () if reduce else np.shape(value)
-    tangent = _fitted_tangent(results[0], value)
+    tangent = fitted_tangent(results[0], value)
     if deferred is not None:
         held = _HeldCotangent(_zero_cotangent(value))
         kept = results[1 + 2 * len(deferred.small):]
@@ -230,14 +230,14 @@ def _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, 
                  _deferred_pullback(held, deferred, p, values, kept, every_partial, tape.single_sweep, p == tracked[-1],
                                     backend)
                  for p in tracked]
-        value = tape.record(value, _edges(parents, backs), call)
+        value = tape.record(value, edges_of(parents, backs), call)
         return Dual(value, tape.record(tangent, ((value.index, held.hold),), call), inputs[duals[0]].level)
     partial = dict(zip(differentiated, results[1:]))
     tangent_partial = dict(zip(tracked, results[1 + len(differentiated):]))
-    edges = _edges(tangent_parents, [kernel_pullback(partial[p], shapes[p], out_shape, False) for p in moving])
+    edges = edges_of(tangent_parents, [kernel_pullback(partial[p], shapes[p], out_shape, False) for p in moving])
     if tracked:
         held = _HeldCotangent(_zero_cotangent(value))
-        value = tape.record(value, _edges(parents, [
+        value = tape.record(value, edges_of(parents, [
             _tangent_pullback(held, partial[p], tangent_partial[p], shapes[p], out_shape, tape.single_sweep,
                               p == tracked[-1]) for p in tracked]), call)
         edges = ((value.index, held.hold),) + edges
@@ -249,7 +249,7 @@ def _tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, 
 _RECOMPUTED = frozenset((np.add, np.subtract, np.multiply, np.negative, np.positive, np.square, np.absolute,
                          np.maximum, np.minimum, np.where, np.sign, np.copysign))
 MAX_KEPT = 2  # full-size nodes a forward pass keeps for its cotangent kernels: the two partials it used to keep
-_deferred_kernels = {}  # (kernel key, which inputs have the call's full size) -> its `_Deferred`, or None
+DEFERRED_KERNELS = {}  # (kernel key, which inputs have the call's full size) -> its `_Deferred`, or None
 
 
 class _Deferred(NamedTuple):
@@ -284,14 +284,14 @@ def _deferred(kernel, key, kinds, values, shapes, tracked):
     full = tuple(np.ndim(v) > 0 and np.size(v) == size for v in values)
     cache_key = (key, full, tuple(shapes[p] == shape for p in tracked))
     try:
-        return _deferred_kernels[cache_key]
+        return DEFERRED_KERNELS[cache_key]
     except KeyError:
         pass
     deferred = _build_deferred(kernel, tracked, [p for p in tracked if shapes[p] == shape], full, kinds)
-    with _cache_lock:
-        if len(_deferred_kernels) > CACHE_SIZE:
-            _deferred_kernels.clear()
-        _deferred_kernels[cache_key] = deferred
+    with CACHE_LOCK:
+        if len(DEFERRED_KERNELS) > CACHE_SIZE:
+            DEFERRED_KERNELS.clear()
+        DEFERRED_KERNELS[cache_key] = deferred
     return deferred
 
 
@@ -303,8 +303,8 @@ def _build_deferred(kernel, tracked, full_tracked, full, kinds):
     if any(type(o) is not Sym for o in [value, outputs[1]] + wanted):
         return None
     small = [p for p in tracked if p not in full_tracked]
-    dtypes = _infer_dtypes(kernel, kinds)
-    scalar = _scalar_nodes(kernel, full)
+    dtypes = infer_dtypes(kernel, kinds)
+    scalar = scalar_nodes(kernel, full)
     tangent, scale = _literal_factor(value.graph, outputs[1], scalar)
     first = [value, tangent] + [partials[p] for p in small] + [tangent_partials[p] for p in small]
     needed = {node.index for node in needed_nodes(value.graph, wanted)}
@@ -340,7 +340,7 @@ def _cotangent_kernel(inputs, full, kept, d, dt, name):
     for node in needed_nodes(d.graph, [d, dt]):
         if node.index not in new:
             new[node.index] = graph.node(node.op, tuple(new[a.index] if type(a) is Sym else a for a in node.args))
-    scalar = _scalar_nodes(_Nodes(graph.nodes[:len(inputs) + 2 + len(kept)], needed_nodes(graph, [new[d.index],
+    scalar = scalar_nodes(_Nodes(graph.nodes[:len(inputs) + 2 + len(kept)], needed_nodes(graph, [new[d.index],
                                                                                          new[dt.index]])),
                            list(full) + [False, False] + [True] * len(kept))
     total = _factored(graph, [(g, new[d.index]), (gt, new[dt.index])], scalar)
@@ -348,7 +348,7 @@ def _cotangent_kernel(inputs, full, kept, d, dt, name):
 
 
 class _Nodes(NamedTuple):
-    """What `_scalar_nodes` reads of a kernel: its inputs and operations."""
+    """What `scalar_nodes` reads of a kernel: its inputs and operations."""
 
     inputs: list
     order: list
@@ -487,7 +487,7 @@ def _second_partial_pullback(h, shape, partial_shape):
     return Unbroadcast(h, shape)
 
 
-def _fitted_tangent(tangent, value):
+def fitted_tangent(tangent, value):
     """The kernel's tangent output with the value's shape and dtype (a literal one broadcast)."""
     if type(tangent) is type(value) and (type(value) is not np.ndarray or tangent.shape == value.shape) \
             and tangent.dtype == value.dtype:

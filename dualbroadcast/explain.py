@@ -16,7 +16,7 @@ import numpy as np
 from .kernel_cache import KernelCall
 from .numpy_facts import qualified_name
 from .pullbacks import IndexPullback
-from .reverse import _scalar_seed, _trace
+from .reverse import scalar_seed, trace_call
 
 
 class Operation(NamedTuple):
@@ -102,8 +102,8 @@ def explain(f: Callable[..., Any], *args: Any) -> "Explanation | ProgramExplanat
 
     if isinstance(f, PreparedGradient):
         return _explain_program(f, args)
-    tape, out, arguments = _trace(f, args)
-    value, _ = _scalar_seed(out, tape)
+    tape, out, arguments = trace_call(f, args)
+    value, _ = scalar_seed(out, tape)
     operations, everything = [], {}
     view_partials = tape.view_product_partials()
     for index in range(len(tape.records)):

@@ -1,5 +1,5 @@
-"""The kernels of `db.broadcast`/`db.sum` calls: built from a call's trace (`_build`: its value and the
-partials of its active leaves, a dual's tangent among them) and cached under the call's key (`_kernel`), and the
+"""The kernels of `db.broadcast`/`db.sum` calls: built from a call's trace (`build_kernel`: its value and the
+partials of its active leaves, a dual's tangent among them) and cached under the call's key (`cached_kernel`), and the
 log of kernel calls (`KernelCall`, `kernel_log`)."""
 
 import collections
@@ -23,17 +23,17 @@ from .tracked import Tracked
 CACHE_SIZE = 512
 
 
-_cache = collections.OrderedDict()
+KERNEL_CACHE = collections.OrderedDict()
 
 
-_cache_lock = threading.Lock()
-_log = contextvars.ContextVar("dualbroadcast_kernel_log", default=None)
+CACHE_LOCK = threading.Lock()
+CALL_LOG = contextvars.ContextVar("dualbroadcast_kernel_log", default=None)
 
 
 class KernelCall(NamedTuple):
     """What one `broadcast`/`sum` call did: its dual width is the number of partials carried; ``second``, of a
     second-order kernel (a `sum` inside a gradient of a gradient), the number of second partials (of a
-    reverse-over-forward one, `_tangent_on_tape`: one per argument the gradient tracks, contracted with the
+    reverse-over-forward one, `tangent_on_tape`: one per argument the gradient tracks, contracted with the
     tangents)."""
 
     function: str
@@ -56,14 +56,14 @@ class kernel_log:
 
     def __enter__(self) -> list[KernelCall]:
         self.calls = []
-        self._token = _log.set(self.calls)
+        self._token = CALL_LOG.set(self.calls)
         return self.calls
 
     def __exit__(self, *exc: object) -> None:
-        _log.reset(self._token)
+        CALL_LOG.reset(self._token)
 
 
-def _is_array_input(leaf):
+def is_array_input(leaf):
     """Floats, arrays and NumPy scalars are kernel inputs; everything else is baked into the kernel (a
     Python complex too: a literal, weakly typed as NumPy types it)."""
     return type(leaf) is float or isinstance(leaf, np.ndarray) or (
@@ -71,21 +71,21 @@ def _is_array_input(leaf):
     )
 
 
-def _kernel(key, f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, tangents=0, tracked=()):
-    with _cache_lock:
-        kernel = _cache.get(key)
+def cached_kernel(key, f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, tangents=0, tracked=()):
+    with CACHE_LOCK:
+        kernel = KERNEL_CACHE.get(key)
         if kernel is not None:
-            _cache.move_to_end(key)
+            KERNEL_CACHE.move_to_end(key)
             return kernel
-    kernel = _build(f, treedef, leaves, n_inputs, active, reduce, kinds, order, tangents, tracked)
-    with _cache_lock:
-        _cache[key] = kernel
-        if len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
+    kernel = build_kernel(f, treedef, leaves, n_inputs, active, reduce, kinds, order, tangents, tracked)
+    with CACHE_LOCK:
+        KERNEL_CACHE[key] = kernel
+        if len(KERNEL_CACHE) > CACHE_SIZE:
+            KERNEL_CACHE.popitem(last=False)
     return kernel
 
 
-def _build(f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, tangents=0, tracked=()):
+def build_kernel(f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, tangents=0, tracked=()):
     """Trace ``f`` on symbols (array leaves) and literals (baked leaves) into a kernel: its outputs are the
     value and one partial per active input; ``order=2`` adds the second partials ∂²f/∂aᵢ∂aⱼ (i ≤ j, row by
     row: forward mode over the first partials); with ``tangents`` (forward mode: that many more inputs, one
@@ -95,7 +95,7 @@ def _build(f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, tangent
 
     def call(symbols):
         symbols = iter(symbols)
-        mixed = [next(symbols) if type(x) is Tracked or type(x) is Dual or _is_array_input(x) else x for x in leaves]
+        mixed = [next(symbols) if type(x) is Tracked or type(x) is Dual or is_array_input(x) else x for x in leaves]
         if treedef is None:
             return f(*mixed)
         g, args = pytree.unflatten(treedef, mixed)

@@ -1,6 +1,6 @@
 """The key a `db.broadcast`/`db.sum` call's kernel is cached under: the structure of its arguments and of the
-callable's state (`_structure_key`, `_walk`), and whatever the trace reads (globals, the items and attributes of
-what they hold, module attributes, default values) held by value (`_Reads`), so that a change is a new trace,
+callable's state (`structure_key`, `walk_of`), and whatever the trace reads (globals, the items and attributes of
+what they hold, module attributes, default values) held by value (`Reads`), so that a change is a new trace,
 never a stale kernel."""
 
 import collections
@@ -17,34 +17,34 @@ from .numpy_facts import REAL_FLOATS
 from .tracked import Tracked
 
 _names = {}  # id of a code object -> (the code, the names it reads: `_names_read`)
-_walks = {}  # id of a code object -> the pinned `_Reads` of a function of that code (`_walk`)
+_walks = {}  # id of a code object -> the pinned `Reads` of a function of that code (`walk_of`)
 
 
-def _structure_key(d, reads=None, names=()):
-    """A hashable description of a treedef: kinds, types, code objects and what they read (`_Reads`).
+def structure_key(d, reads=None, names=()):
+    """A hashable description of a treedef: kinds, types, code objects and what they read (`Reads`).
 
     ``names``: those the code reading this node names (a method's, for its ``self``).
     """
     if d is None:
         return None
-    reads = reads or _Reads()
+    reads = reads or Reads()
     kind, aux, children = d
     if kind in ("dataclass", "object"):
         aux = (reads.key(type(aux[0]), names + ("__call__",)), aux[1])
     elif kind in ("closure", "function"):
         names = _names_read(aux.__code__)
-        walk = _walk(aux)  # its cells are its children
+        walk = walk_of(aux)  # its cells are its children
         reads.include(walk)
         aux = walk.result
     elif kind == "method" and children[0] is not None and children[0][0] in ("closure", "function"):
         names = _names_of(children[0][1])
     elif kind == "static":
         aux = reads.key(aux, names)
-    return (kind, aux, tuple(_structure_key(c, reads, names) for c in children))
+    return (kind, aux, tuple(structure_key(c, reads, names) for c in children))
 
 
-def _walk(function):
-    """The `_Reads` of ``function`` without its closure cells (a kernel's cells are its flattened
+def walk_of(function):
+    """The `Reads` of ``function`` without its closure cells (a kernel's cells are its flattened
     state), its key in ``result``; not to be changed (it may be shared).
 
     The walk of a function whose code was walked before, with the same globals and defaults, is
@@ -55,7 +55,7 @@ def _walk(function):
     if known is not None and known.functions[0][1] is function.__code__ and known.same_function(function) \
             and known.unchanged():
         return known
-    walk = _Reads()
+    walk = Reads()
     walk.result = walk.function(function, cells=False)
     if walk.pinned:
         if len(_walks) > 4 * CACHE_SIZE:
@@ -64,7 +64,7 @@ def _walk(function):
     return walk
 
 
-_MISSING = object()  # a name not bound
+MISSING = object()  # a name not bound
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python, whose attributes may change
 _BY_VALUE = {str, bytes, bool, int, complex, type(None), range, type(Ellipsis)}
 _CODE = {np.ufunc, BuiltinFunctionType, type(np.sum)}  # written in C, they do not change: keyed by identity
@@ -85,7 +85,7 @@ class _Identity:
         return id(self.obj)
 
 
-class _Reads:
+class Reads:
     """What a trace reads besides the kernel's arguments, as an exact, hashable key: any change is a new
     trace, so a kernel never runs on stale state.
 
@@ -102,10 +102,10 @@ class _Reads:
     def __init__(self):
         self.seen = {}  # id (and names) -> order of the first visit: a shared or cyclic object is keyed once
         self.names = set()  # every name the functions walked read
-        self.bindings = []  # (namespace, name, value or _MISSING)
+        self.bindings = []  # (namespace, name, value or MISSING)
         self.functions = []  # (function, code, defaults)
         self.pinned = True
-        self.result = None  # the key of the function walked by `_walk`
+        self.result = None  # the key of the function walked by `walk_of`
 
     def include(self, walk):
         """Take in what another walk read."""
@@ -117,7 +117,7 @@ class _Reads:
     def unchanged(self):
         """Whether every binding and function read is as it was: all that can change when ``pinned``."""
         for namespace, name, value in self.bindings:
-            if namespace.get(name, _MISSING) is not value:
+            if namespace.get(name, MISSING) is not value:
                 return False
         for function, code, defaults in self.functions:
             if function.__code__ is not code or function.__defaults__ is not defaults:
@@ -224,9 +224,9 @@ class _Reads:
         """The values ``names`` have in ``namespace`` (a function's globals, a module's attributes)."""
         found = []
         for name in names:
-            value = namespace.get(name, _MISSING)
+            value = namespace.get(name, MISSING)
             self.bindings.append((namespace, name, value))
-            if value is not _MISSING:
+            if value is not MISSING:
                 found.append((name, self.key(value, names)))
         return tuple(found)
 
@@ -245,7 +245,7 @@ class _Reads:
                 if isinstance(function, FunctionType):
                     pending.extend(_names_read(function.__code__))
         names = tuple(sorted(found))
-        return (_Identity(cls), tuple((n, self.key(found[n], names)) for n in names if found[n] is not _MISSING))
+        return (_Identity(cls), tuple((n, self.key(found[n], names)) for n in names if found[n] is not MISSING))
 
     def attributes(self, obj, names):
         """An object's instance attributes: its ``__dict__`` and its slots."""
@@ -254,7 +254,7 @@ class _Reads:
             slots = vars(cls).get("__slots__", ())
             for slot in (slots,) if isinstance(slots, str) else slots:
                 if slot not in ("__dict__", "__weakref__"):
-                    state.append((slot, self.key(getattr(obj, slot, _MISSING), names)))
+                    state.append((slot, self.key(getattr(obj, slot, MISSING), names)))
         return tuple(state)
 
 
@@ -280,7 +280,7 @@ def _class_attribute(cls, name):
     for c in cls.__mro__:
         if name in vars(c):
             return vars(c)[name]
-    return _MISSING
+    return MISSING
 
 
 def _names_read(code):

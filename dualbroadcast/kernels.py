@@ -42,12 +42,12 @@ import numpy as np
 
 from .expr import Sym
 from .kernel_source import (
-    _infer_dtypes,
-    _out_dtypes,
     blocked_kernel,
+    infer_dtypes,
     kernel_names,
     needed_nodes,
     numexpr_sources,
+    output_dtypes,
     scratch_buffer,
     single_block_kernel,
     summed_whole_array_kernel,
@@ -94,13 +94,13 @@ class Kernel:
         self.order = needed_nodes(graph, outputs)  # the operations, and below the names generated code gives them
         self.names, self.constants, self.functions = kernel_names(inputs, self.order, outputs)
         self.input_names = [self.names[x.index] for x in inputs]
-        self.fresh = _fresh_partials(outputs, reduce)
+        self.fresh = fresh_partials(outputs, reduce)
         self.dtypes = {}  # input kinds -> dtype of the value
         blocked = _Blocked(self)
         self.backends = {"numpy": _WholeArrays(self), "blocked": blocked, "numexpr": _Numexpr(self),
                          ONE_THREAD: _Blocked(self, threads=1, compiled=blocked.compiled)}
         self.choice = BackendChoice(self)
-        self.unscaled = None  # a sum's: (kernel, its partials' literal factors), `broadcast_pullbacks._unscaled`
+        self.unscaled = None  # a sum's: (kernel, its partials' literal factors), `broadcast_pullbacks.unscaled_kernel`
         self.split = None  # a sum's kernel without the value (`without_value`)
         self.read_wait = self.read_backoff = 0  # `value_unread`'s calls to wait, and how long it waits next
 
@@ -156,7 +156,7 @@ class Kernel:
     def partial_sums(self, values, backend=None, kinds=None):
         """`__call__` for a `sum` whose partials are all summed whole (every active argument a scalar), the
         partials as one vector: on the numpy backend, a second-order kernel's products of factors are summed
-        as one matrix product (`summed_whole_array_kernel`).  ``kinds``: the values' (`_kind`), if known.
+        as one matrix product (`summed_whole_array_kernel`).  ``kinds``: the values' (`value_kind`), if known.
         Where the backend is chosen automatically among several, the call goes through the choice (timed,
         `BackendChoice`), whose numpy run sums so too."""
         shapes = [getattr(v, "shape", ()) for v in values]
@@ -202,13 +202,13 @@ class Kernel:
 
     def value_dtype(self, values):
         """The dtype NumPy gives the value for inputs like ``values`` (its partials share it)."""
-        return self.dtype_for(tuple(_kind(v) for v in values))
+        return self.dtype_for(tuple(value_kind(v) for v in values))
 
     def dtype_for(self, kinds):
         """The value's dtype for inputs of ``kinds`` (per input a dtype, or ``float`` for a Python float)."""
         dtype = self.dtypes.get(kinds)
         if dtype is None:
-            dtype = self.dtypes[kinds] = _out_dtypes(self, _infer_dtypes(self, kinds))[0]
+            dtype = self.dtypes[kinds] = output_dtypes(self, infer_dtypes(self, kinds))[0]
         return dtype
 
 
@@ -381,7 +381,7 @@ class _Blocked:
 
     def __init__(self, kernel, threads=None, compiled=None):
         self.kernel = kernel
-        self.threads = threads  # at most so many (None: `_chunks`' own limit)
+        self.threads = threads  # at most so many (None: `chunk_bounds`' own limit)
         self.compiled = {} if compiled is None else compiled  # (generator, input kinds, full-size inputs, stored
         # outputs) -> generated kernel: shared by the blocked backends of a kernel
         self.idle = {}  # (signature, shape, active shapes) -> bound kernels not running (`_owned_or_recycled`)
@@ -389,7 +389,7 @@ class _Blocked:
     def eligible(self, values, size):
         if size < BLOCK // 2 or not all(np.size(v) in (1, size) for v in values):
             return False
-        return self.threads is None or len(_chunks(size, np.dtype(self.kernel.value_dtype(values)).itemsize)) > 2
+        return self.threads is None or len(chunk_bounds(size, np.dtype(self.kernel.value_dtype(values)).itemsize)) > 2
 
     def run(self, values, shape, size, active_shapes):
         return self.runner(values, shape, size, active_shapes, owned=False)(*values)
@@ -401,12 +401,12 @@ class _Blocked:
         reduce = self.kernel.reduce
         full = tuple(np.ndim(v) > 0 and np.size(v) == size for v in values)
         stored = (not reduce,) + tuple(not reduce or (size > 1 and math.prod(s) == size) for s in active_shapes)
-        signature = (tuple(_kind(v) for v in values), full, stored)
+        signature = (tuple(value_kind(v) for v in values), full, stored)
         if size <= BLOCK and outs is None:  # (into ``outs``: the loop, over one block)
             return self._single_block_runner(signature, shape, active_shapes, owned)
         run, out_dtypes, scratch_dtypes = self._generated(blocked_kernel, signature)
         shapes = [()] + list(active_shapes) if reduce else [shape] * len(stored)
-        chunks = _chunks(size, max(np.dtype(d).itemsize for d in out_dtypes), self.threads)
+        chunks = chunk_bounds(size, max(np.dtype(d).itemsize for d in out_dtypes), self.threads)
         block = min(BLOCK, -(-size // (len(chunks) - 1)))  # a chunk's elements at most
 
         def bind():
@@ -418,7 +418,7 @@ class _Blocked:
             def execute(*values):
                 args = [np.ravel(v) if f else v if type(v) is float else np.reshape(v, ())
                         for v, f in zip(values, full)]
-                sums = iter(_in_threads(run, chunks, block, args + flat_outs, scratch))
+                sums = iter(run_in_threads(run, chunks, block, args + flat_outs, scratch))
                 stores = iter(buffers)
                 results = [next(stores) if keep else np.reshape(next(sums), s) for s, keep in zip(shapes, stored)]
                 return results[0][()] if reduce else results[0], results[1:]
@@ -569,7 +569,7 @@ def _finish(kernel, results, shape, active_shapes):
 READ_WAIT_CAP = 256  # calls: a sum whose value is always read pays a pass more in one call of 257
 
 
-def _kind(v):
+def value_kind(v):
     """A value's dtype, or ``float`` for a Python float (weakly typed, like a literal)."""
     if type(v) is float:
         return float
@@ -577,7 +577,7 @@ def _kind(v):
     return np.result_type(v) if dtype is None else dtype
 
 
-def _chunks(size, itemsize=8, threads=None):
+def chunk_bounds(size, itemsize=8, threads=None):
     """Bounds of the contiguous chunks a blocked kernel runs in parallel, one per core (at most ``threads``),
     each of at least ``CHUNK_BLOCKS`` float64 blocks' bytes (``itemsize``: the widest output's; a float32
     element costs about half a float64 one)."""
@@ -593,7 +593,7 @@ def _chunks(size, itemsize=8, threads=None):
 CHUNK_BLOCKS = 0.75
 
 
-def _in_threads(run, bounds, block, args, scratch):
+def run_in_threads(run, bounds, block, args, scratch):
     """Run a blocked kernel over its chunks, the first on the calling thread and each other on a `_Worker`
     (NumPy releases the GIL)."""
     if len(bounds) == 2:
@@ -735,7 +735,7 @@ def _reduce_to(p, shape, target, fresh):
     return np.array(unbroadcast(np.broadcast_to(p, shape), target))
 
 
-def _fresh_partials(outputs, reduce):
+def fresh_partials(outputs, reduce):
     """Per partial: whether the whole-array kernel computes it as an array of its own.
 
     Inputs, literals and nodes returned twice are shared; but a summed value is

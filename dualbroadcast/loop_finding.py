@@ -195,7 +195,7 @@ def _agrees(step, template, kinds, start, period, k, producer, rows, j):
     for slot, (r, t, kind) in enumerate(zip(refs, template_refs, kinds)):
         if kind[0] == "literal":
             if r.value is not t.value and (type(t.value) is np.ndarray or not _same_constant(r.value, t.value)):
-                if not (_scalar_step(template) and np.result_type(t.value).kind == "f"):
+                if not (scalar_step(template) and np.result_type(t.value).kind == "f"):
                     return False
                 rows.add((j, slot))  # (an array equal but not the same: read per iteration too, as replay does)
             continue
@@ -224,13 +224,13 @@ def _same_constant(a, b):
         return False
 
 
-def _scalar_step(step):
+def scalar_step(step):
     """An elementwise step written as scalar code: a ufunc of the derivative table, called without keywords."""
     return step.kind == PER_ARGUMENT and not step.kwargs and isinstance(step.func, np.ufunc) \
         and step.func.nout == 1 and step.func in DERIVATIVES and step.func is not np.clip
 
 
-def _renamed(lines, names):
+def renamed(lines, names):
     """``lines`` with each of ``names`` read or written as ``<name>_``: the backward loop's copy of the forward
     loop's values, so that no name is assigned in both loops (Numba's SSA pass is slow on those)."""
     return [_NAME.sub(lambda m: m.group(0) + "_" if m.group(0) in names else m.group(0), line) for line in lines]

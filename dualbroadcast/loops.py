@@ -24,7 +24,7 @@ import numpy as np
 
 from .derivatives import DERIVATIVES
 from .expr import Src
-from .loop_finding import _renamed, _scalar_step, find_loop
+from .loop_finding import find_loop, renamed, scalar_step
 from .numpy_facts import getitem
 from .program import Const, Pack, Step
 from .registry import SEQUENCE
@@ -107,7 +107,7 @@ class _Scalars:
             for index in np.ndindex(*shape):
                 result[index] = self.name("t", False)
                 ops.append((result[index], "cut", [args[0][index]]))
-        elif _scalar_step(step):
+        elif scalar_step(step):
             broadcast = np.broadcast_arrays(*args)
             result = self.names(shape, "t")
             for index in np.ndindex(*shape):
@@ -220,7 +220,7 @@ class ScalarProgram:
         inner = {n: f"c_{n}" for n in incoming}
         inner.update({n: f"s_{n}" for n in invariant})
         local = set(self.columns) | {name for _, names in self.rows for name in names.ravel()}
-        lines += _renamed(self._rows("        ") + self._load(list(self.columns), "k", "        ")
+        lines += renamed(self._rows("        ") + self._load(list(self.columns), "k", "        ")
                           + self._backward(self.body, "        ", inner), local)  # (names defined once: SSA)
         for n in incoming:
             terms = [inner[h] for h, source in sources if source == n and h in inner]

@@ -16,7 +16,7 @@ from .lazy import is_chunked
 from .numpy_facts import INFIX, REAL_FLOATS, qualified_name
 
 
-def _complex_message(func):
+def complex_message(func):
     name = qualified_name(func)
     return (
         f"{name} has no derivative rule for complex values (its rule is for real numbers: {name} is not "
@@ -26,13 +26,13 @@ def _complex_message(func):
     )
 
 
-def _sequence_by_position(func, kwargs):
+def sequence_by_position(func, kwargs):
     """``func(arrays=[...], ...)`` as ``func([...], ...)``: a sequence rule reads its sequence first."""
     kwargs = dict(kwargs)  # NumPy's dispatcher has checked that the sequence is among them
     return (kwargs.pop(next(iter(inspect.signature(func).parameters))),), kwargs
 
 
-def _is_float(ans):
+def float_valued(ans):
     """Whether ``ans`` is a real float array or NumPy scalar the tape carries (not a `db.jvp` dual: a tracked value
     met one, reverse over forward, and forward mode computes the result, see `_not_float`; not a Dask array:
     `_not_float` refuses it)."""
@@ -41,7 +41,7 @@ def _is_float(ans):
         type(ans) is not FORWARD[0] and not is_chunked(ans)))
 
 
-def _is_complex(ans):
+def complex_valued(ans):
     """Whether ``ans`` is complex: a NumPy complex array or scalar, or a Python complex (``1j * s`` of a
     NumPy float scalar ``s`` is one: Python's complex multiplies it)."""
     if type(ans) is complex:
@@ -87,7 +87,7 @@ def _holds_float(a):
     return isinstance(a, (float, complex)) or getattr(getattr(a, "dtype", None), "kind", None) in ("f", "c")
 
 
-def _unsupported_message(func):
+def unsupported_message(func):
     name = qualified_name(func)
     if isinstance(func, np.ufunc) and all("O" in types for types in func.types):
         return (
@@ -102,7 +102,7 @@ def _unsupported_message(func):
     )
 
 
-_OUT = (
+OUT_MESSAGE = (
     "{name} with out= or an in-place operator (+=, *=, ...) involving a tracked value would mutate "
     "an array and drop its gradient; write y = {example} instead of an in-place update."
 )
@@ -111,12 +111,12 @@ _OUT = (
 _UFUNC_KEYWORDS = frozenset(("casting", "order", "subok"))  # they do not change a float result's values
 
 
-def _check_ufunc_keywords(ufunc, kwargs):
+def check_ufunc_keywords(ufunc, kwargs):
     """A clear error for the keywords of a ufunc call whose effect a rule cannot honour."""
     name = f"np.{ufunc.__name__}"
     if kwargs.get("out") is not None:
         example = f"x {INFIX[ufunc]} y" if ufunc in INFIX else f"{name}(...)"
-        raise InPlaceMutationError(_OUT.format(name=name, example=example))
+        raise InPlaceMutationError(OUT_MESSAGE.format(name=name, example=example))
     unsupported = sorted(kwargs.keys() - _UFUNC_KEYWORDS - {"out"})
     if "where" in unsupported:
         raise UnsupportedFunctionError(
@@ -130,5 +130,6 @@ def _check_ufunc_keywords(ufunc, kwargs):
         )
 
 
-_NUMBERS = REAL_FLOATS | {int}  # a plain number beside a tracked value: `Tracked.__array_ufunc__`
-_CONSTANTS = _NUMBERS | {np.ndarray}  # what `_binary` takes beside a tracked value (``array * x`` as ``x * array``)
+PLAIN_NUMBERS = REAL_FLOATS | {int}  # a plain number beside a tracked value: `Tracked.__array_ufunc__`
+# what `tracked.record_binary` takes beside a tracked value (``array * x`` as ``x * array``)
+CONSTANT_OPERANDS = PLAIN_NUMBERS | {np.ndarray}

@@ -183,7 +183,7 @@ class Strong:
 def kernel_pullback(partial, shape, out_shape, in_place, scale=1):
     """The pullback ``g -> g · ∂f/∂a`` of a kernel argument ``a`` of ``shape`` (``out_shape``: the kernel's
     result, ``()`` for a sum, whose partial is already reduced to ``shape``); ``∂f/∂a`` is ``scale · partial``
-    (a sum's partial kept without its literal factor, `broadcast_pullbacks._unscaled`).
+    (a sum's partial kept without its literal factor, `broadcast_pullbacks.unscaled_kernel`).
 
     ``in_place``: the partial is the kernel's own buffer and the tape is swept once, so it becomes
     the cotangent in place instead of allocating another array of its size.

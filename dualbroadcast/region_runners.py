@@ -1,6 +1,6 @@
 """How a prepared program runs a forward region (a run of elementwise steps fused into one kernel,
-`regions.py`): the runners of its kernel on each backend (`_region_runner`, `_blocked_runner`,
-`_axis_region_runner`), timed on the first calls and the fastest kept (`_chosen`, `_Runners`)."""
+`regions.py`): the runners of its kernel on each backend (`region_runner`, `blocked_runner`,
+`axis_region_runner`), timed on the first calls and the fastest kept (`_chosen`, `Runners`)."""
 
 import math
 import time
@@ -8,10 +8,10 @@ import time
 import numpy as np
 
 from .axis_sums import axis_sum_rows, axis_sum_whole
-from .kernels import FORCED_BACKEND, ONE_THREAD, BackendChoice, _chunks, _fresh_partials, _kind
+from .kernels import FORCED_BACKEND, ONE_THREAD, BackendChoice, chunk_bounds, fresh_partials, value_kind
 
 
-def _region_runner(kernel, valueless, examples, shape, size, active_shapes, blockable):
+def region_runner(kernel, valueless, examples, shape, size, active_shapes, blockable):
     """A forward region's kernel (``valueless``: its variant without the value) as a function of its inputs
     returning ``(value, partials)``, the backend's name, and whether its partials are new arrays on every call.
     On the backend `kernels.set_backend` forced when the program was compiled; else blocked where it runs on
@@ -26,7 +26,7 @@ def _region_runner(kernel, valueless, examples, shape, size, active_shapes, bloc
         kernel = kernel.without_value(examples)
     forced = FORCED_BACKEND.get()
     candidates = []
-    one_chunk = len(_chunks(size, np.dtype(kernel.value_dtype(examples)).itemsize)) == 2
+    one_chunk = len(chunk_bounds(size, np.dtype(kernel.value_dtype(examples)).itemsize)) == 2
     if blockable and forced in (None, "blocked"):
         candidates.append((kernel.blocked_runner(examples, shape, size, active_shapes), "blocked"))
         if forced is None and not one_chunk:  # (several chunks: more than ``CHOSEN_MIN`` elements)
@@ -62,28 +62,28 @@ def _region_runner(kernel, valueless, examples, shape, size, active_shapes, bloc
     return run_full, name, False
 
 
-def _blocked_runner(kernel, examples, shape, size, active_shapes):
+def blocked_runner(kernel, examples, shape, size, active_shapes):
     """A recorded kernel's blocked runner, with buffers of its own; where it runs on several threads (and no backend
     is forced), on them or on one, whichever a `kernels.BackendChoice` finds faster, recycling buffers (`_chosen`)."""
-    if FORCED_BACKEND.get() is None and len(_chunks(size, np.dtype(kernel.value_dtype(examples)).itemsize)) > 2:
+    if FORCED_BACKEND.get() is None and len(chunk_bounds(size, np.dtype(kernel.value_dtype(examples)).itemsize)) > 2:
         candidates = [(kernel.blocked_runner(examples, shape, size, active_shapes, False, name), name)
                       for name in ("blocked", ONE_THREAD)]
         return _chosen(candidates, examples, shape, size, active_shapes)
     return kernel.blocked_runner(examples, shape, size, active_shapes)
 
 
-def _axis_region_runner(kernel, examples, reduction, active, size):
+def axis_region_runner(kernel, examples, reduction, active, size):
     """A forward region summed along axes, or of inputs broadcast against each other (`axis_sums.AxisSum`), as a
     function of its inputs returning ``(value, partials)`` (each partial of `AxisSum.partial_shape`), and the
     backend's name: on blocks of rows on the cores (`axis_sums.axis_sum_rows`, "blocked") or on whole arrays
     (`axis_sums.axis_sum_whole`, "numpy"), the faster under a `kernels.BackendChoice` (every call timed, a
-    runner-up re-timed now and then) as `_region_runner` chooses; or the one `kernels.set_backend` forced when
+    runner-up re-timed now and then) as `region_runner` chooses; or the one `kernels.set_backend` forced when
     the program was compiled (numexpr: its whole arrays, where it has every operation)."""
     shape, forced = reduction.shape, FORCED_BACKEND.get()
     dtype = np.dtype(kernel.value_dtype(examples))
     active_shapes = [np.shape(examples[i]) for i in active]
-    whole = kernel.typed_whole(tuple(map(_kind, examples)))
-    fresh = _fresh_partials(kernel.outputs, True) if reduction.axes else kernel.fresh
+    whole = kernel.typed_whole(tuple(map(value_kind, examples)))
+    fresh = fresh_partials(kernel.outputs, True) if reduction.axes else kernel.fresh
     numbers = reduction.numbers(kernel.outputs[1:], active_shapes)
     sharing = [-1 if n is not None else first
                for first, n in zip(reduction.sharing(kernel.outputs[1:], active_shapes), numbers)]
@@ -108,7 +108,7 @@ def _axis_region_runner(kernel, examples, reduction, active, size):
 CHOSEN_MIN = 16384  # elements from which a region's backend is chosen per call (below, once when compiled: `_fastest`)
 
 
-class _Runners:
+class Runners:
     """A forward region's candidate runners as `kernels.BackendChoice` sees a kernel's backends: by name, each
     eligible for every call (they were made for the call's shapes)."""
 
@@ -129,7 +129,7 @@ def _chosen(candidates, examples, shape, size, active_shapes):
     """A runner of the candidates ``(runner, name)`` under a `kernels.BackendChoice` (each call of the chosen
     one timed, a runner-up re-timed now and then: a wrong first timing is corrected), its first choice made on
     ``examples`` (halves: no special values) when the program is compiled; ``runner.choice`` the choice."""
-    choice = BackendChoice(_Runners(candidates))
+    choice = BackendChoice(Runners(candidates))
     values = [np.full(np.shape(v), 0.5, v.dtype) if np.result_type(v).kind == "f" and type(v) is np.ndarray else v
               for v in examples]
     with np.errstate(all="ignore"):
@@ -168,7 +168,7 @@ def _whole_runner(kernel, valueless, examples, shape, active_shapes):
     if not all(kernel.fresh) or any(s != shape for s in active_shapes) \
             or any(type(v) is not np.ndarray or v.shape != shape for v in examples):
         return None
-    whole = kernel.typed_whole(tuple(map(_kind, examples)))
+    whole = kernel.typed_whole(tuple(map(value_kind, examples)))
     dtype = np.dtype(kernel.value_dtype(examples))
     with np.errstate(all="ignore"):  # zeros for the example values: only the results' shapes and dtypes are read
         results = whole(*examples)

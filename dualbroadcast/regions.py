@@ -5,7 +5,7 @@ a chain of elementwise steps, each a pass over memory forward and another
 backward.  `forward_regions` finds each maximal connected group of elementwise
 steps (ufuncs and ``np.where`` the kernels can differentiate, called without
 keywords) whose only reader is a whole sum, and replaces group and sum by one
-`KernelStep`: the kernel `kernel_cache._build` makes for ``db.sum`` of the same
+`KernelStep`: the kernel `kernel_cache.build_kernel` makes for ``db.sum`` of the same
 function, traced from the steps themselves, so the replay runs it as a
 ``db.sum`` step — value and one partial per active input in one pass, the
 backward pass its partials times the sum's cotangent.  Then each group read by
@@ -15,7 +15,7 @@ fewer, the inline steps cost less than a kernel call).  A group read only by a s
 (``np.sum(np.exp(a - m), axis=1)``, ``np.mean(v, axis=0, keepdims=True)``) is fused with it into a broadcast kernel
 summed along those axes (`axis_sums.AxisSum`), and so is a broadcast group whose inputs broadcast against each
 other (``np.tanh(X @ W + b)``): both run on blocks of rows, on the cores, or on whole arrays, whichever is faster
-(`region_runners._axis_region_runner`).
+(`region_runners.axis_region_runner`).
 
 A step joins the region only if every reader of its value is in the region: a
 value also read elsewhere (a later step, a guard, the result) is an input of
@@ -30,7 +30,7 @@ from numpy.lib.array_utils import normalize_axis_tuple
 
 from .axis_sums import AxisSum
 from .expr import Sym, _has_forward_rule
-from .kernel_cache import _build
+from .kernel_cache import build_kernel
 from .program import Const, Guard, KernelStep, Step, unpacked
 from .registry import PER_ARGUMENT
 
@@ -227,7 +227,7 @@ def _fused(order, steps, meta, reduce):
     if any(k.kind == "f" and k != meta[steps[last].outs[0]][1] for k in kinds):
         return None, None  # a kernel sums a partial that is an input in the input's precision, the tape in the value's
     try:
-        kernel = _build(f, None, examples, len(refs), active, reduce is True, kinds)
+        kernel = build_kernel(f, None, examples, len(refs), active, reduce is True, kinds)
     except Exception:  # noqa: BLE001 - a region the kernels cannot run stays as recorded
         return None, None
     if active and len(kernel.outputs) == 1:

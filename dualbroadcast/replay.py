@@ -5,7 +5,7 @@ no ufunc dispatch) and their adjoints are rendered from the `DERIVATIVES`
 table through `Src`, an algebra that writes code instead of computing.  Other
 steps call their implementation, and their vjp maker in the backward part.
 
-Three units write it: `_Forward` the forward steps and guards (`replay_forward`); `_Backward`
+Three units write it: `ForwardWriter` the forward steps and guards (`replay_forward`); `BackwardWriter`
 walks the steps last first and writes each argument's cotangent term; and
 `_Cotangents` (both `replay_backward`) decides, once, from the recorded order, how each term lands
 (assigned, added, added in place, added now to a number known while writing,
@@ -34,9 +34,9 @@ from .pullbacks import (
     IndexPullback,
     unbroadcast,
 )
-from .region_runners import CHOSEN_MIN, _Runners
-from .replay_backward import _Backward
-from .replay_forward import _Forward
+from .region_runners import CHOSEN_MIN, Runners
+from .replay_backward import BackwardWriter
+from .replay_forward import ForwardWriter
 
 
 class Namespace:
@@ -72,7 +72,7 @@ def compile_program(program, guard_failed):
     """
     space = Namespace()
     space.names["GuardFailed"] = guard_failed
-    forward = _Forward(program, space)
+    forward = ForwardWriter(program, space)
     blocks = forward.blocks()
     if program.out is None:
         value = space.bind(program.constant)
@@ -86,7 +86,7 @@ def compile_program(program, guard_failed):
     functions, removed = [], {}
     large = _large_names(program)
     for name, returned in (("run", value), ("gradient", "None")):
-        writer = _Backward(program, space, forward.fresh_partials(()), forward.floats)
+        writer = BackwardWriter(program, space, forward.fresh_partials(()), forward.floats)
         backward = _tidied(writer.lines(returned))
         needed = set(_LOCAL.findall("\n".join(backward)))
         dropped = []
@@ -95,7 +95,7 @@ def compile_program(program, guard_failed):
         if dead:  # their kernels again, without the value
             dropped = []
             lines = _live(forward.without_values(blocks, dead), needed, dropped)
-            writer = _Backward(program, space, forward.fresh_partials(dead), forward.floats)
+            writer = BackwardWriter(program, space, forward.fresh_partials(dead), forward.floats)
             backward = _tidied(writer.lines(returned))
         removed[name] = dropped
         body = _without_needless_conversions(lines + backward, space.names)
@@ -159,7 +159,7 @@ def compile_plans(program, guard_failed):
     then, one taking over when faster by ``PLAN_MARGIN``: `_plan_choice`), ``one`` is None, and the last item
     maps "value" and "gradient alone" to those choices (else it is None).  Every plan computes the same gradient:
     the fused kernels differentiate the steps they replace (up to rounding).  ``source`` and ``removed`` are the
-    fused plan's; the plans share each region's runner (`_Forward.kernel_runner`)."""
+    fused plan's; the plans share each region's runner (`ForwardWriter.kernel_runner`)."""
     fused = compile_program(program, guard_failed)
     large = [s for s in program.steps if type(s) is KernelStep and s.region is not None
              and math.prod(np.broadcast_shapes(*map(program.shape_of, s.refs))) >= CHOSEN_MIN]
@@ -193,7 +193,7 @@ def _plan_choice(functions):
     first) under a `kernels.BackendChoice` whose first choice is "fused" (timing every plan on the first call
     would run the whole program several times) and whose margin is ``PLAN_MARGIN``; ``.choice`` the choice."""
     names = list(functions)
-    choice = BackendChoice(_Runners([(f, name) for name, f in functions.items()]), PLAN_MARGIN)
+    choice = BackendChoice(Runners([(f, name) for name, f in functions.items()]), PLAN_MARGIN)
     choice.buckets[1] = Bucket(names[0], names[1:])  # one size: the bucket of size 1
     run = choice.run
 
@@ -209,7 +209,7 @@ def _one(program, space, forward, writer):
     one array or a flat tuple or list of Python floats (no lines for other programs).  It returns `MISS` unless
     ``x`` is such an argument of the recorded kind (an array's shape, its dtype by identity; a sequence's type and
     length, floats only) and the globals f read are bound as when it was recorded (a KeyError if one was deleted);
-    then the ``forward`` lines and ``writer``'s backward ones (`_Backward.single` or ``every``), the gradient
+    then the ``forward`` lines and ``writer``'s backward ones (`BackwardWriter.single` or ``every``), the gradient
     returned as `db.gradient` gives it (a Python float; an array of x's dtype; Python floats in x's type).
     `prepared.PreparedGradient.__call__` keeps the thread's last ``one`` and calls it first: ~300 ns less than
     finding the program and checking each."""

@@ -1,4 +1,4 @@
-"""The backward part of a replayed program's source: `_Backward` walks the steps last first and writes each
+"""The backward part of a replayed program's source: `BackwardWriter` walks the steps last first and writes each
 argument's cotangent term (from the `DERIVATIVES` table through `Src` for inline steps, else the vjp maker), and
 `_Cotangents` decides, once, from the recorded order, how each term lands (assigned, added, added in place, added
 now to a number known while writing, or a leaf's one kernel product written last, straight into ``out=``)."""
@@ -6,7 +6,7 @@ now to a number known while writing, or a leaf's one kernel product written last
 
 import numpy as np
 
-from .broadcast_pullbacks import _unscaled
+from .broadcast_pullbacks import unscaled_kernel
 from .derivatives import DERIVATIVES, SELECTIONS, SMOOTH, chain_product
 from .expr import Src
 from .numpy_facts import as_dtype, getitem
@@ -20,7 +20,7 @@ from .pullbacks import (
     table_pullback_source,
 )
 from .registry import COMPLEX_RULES, OUTPUTS, PER_ARGUMENT, SAME_RULE, output_pullback
-from .replay_forward import _inline, _Writer
+from .replay_forward import SourceWriter, inline_step
 from .rules.linalg import DOT_PULLBACKS
 
 
@@ -31,7 +31,7 @@ def _gives_view(index):
     return slice in map(type, items) and all(type(i) in (slice, int) for i in items)
 
 
-class _Backward(_Writer):
+class BackwardWriter(SourceWriter):
     """The backward code: per step, last first, the terms of its arguments' cotangents, each handed to
     `_Cotangents` (which decides how it is added); then the gradients returned or written into ``out``."""
 
@@ -40,9 +40,9 @@ class _Backward(_Writer):
         self.cotangents = _Cotangents(program, space, fresh)
         self.single = None  # after `lines`: the lines of `_one` for a program of one leaf (None: several)
         self.every = None  # ... and of a program of several, ending in ``return (<gradients>)``
-        self.floats = floats  # the values that are Python floats in the backward code (`_Forward.floats`)
+        self.floats = floats  # the values that are Python floats in the backward code (`ForwardWriter.floats`)
         self.scalars = {s.outs[0] for s in program.steps  # ... and NumPy scalars (an expression's 0-d result)
-                        if type(s) is Step and _inline(s) and s.outs[0] is not None  # (None: a result not kept)
+                        if type(s) is Step and inline_step(s) and s.outs[0] is not None  # (None: a result not kept)
                         and program.meta[s.outs[0]][0] == ()}
 
     def lines(self, value):
@@ -75,7 +75,7 @@ class _Backward(_Writer):
         for slot, i in enumerate(step.active):
             parent, recorded = step.refs[i], backs[slot]
             real = step.complex and self.p.meta[parent][1].kind != "c"  # its cotangent is the real part
-            if _inline(step) and (not step.complex or COMPLEX_RULES.get(step.func) is SAME_RULE):
+            if inline_step(step) and (not step.complex or COMPLEX_RULES.get(step.func) is SAME_RULE):
                 lines += self.cotangents.accumulate(parent, _real_part(self.inline_adjoint(step, i, o), real))
             elif dot is not None:
                 other = Src(self.ref(step.refs[1 - i]), self.space)
@@ -196,7 +196,8 @@ class _Backward(_Writer):
 
     def second_order_adjoints(self, step):
         """The contributions of a second-order kernel to the recorded tape's arguments: the value's cotangent
-        times their partials, each inner partial's times their second partials (`broadcast_pullbacks._second_order`)."""
+        times their partials, each inner partial's times their second partials
+        (`broadcast_pullbacks.run_second_order`)."""
         lines, results = [], f"p{step.out}"
         terms = [(step.out, step.slots)] + [(d, {q: step.pairs[p, q] for q in step.outer})
                                              for p, d in step.partials.items()]
@@ -218,7 +219,7 @@ class _Backward(_Writer):
         lines = []
         out_shape = () if step.reduce else self.p.meta[step.out][0]
         complex_value = self.p.meta[step.out][1].kind == "c"
-        scales = (_unscaled(step.kernel)[1] if step.reduce else None) or [1] * len(step.active)
+        scales = (unscaled_kernel(step.kernel)[1] if step.reduce else None) or [1] * len(step.active)
         for slot, i in enumerate(step.active):
             parent = step.refs[i]
             shape = self.p.shape_of(parent)

@@ -1,20 +1,20 @@
-"""The forward part of a replayed program's source: `_Forward` writes each recorded step as a `_Block` of lines
+"""The forward part of a replayed program's source: `ForwardWriter` writes each recorded step as a `_Block` of lines
 (values recomputed as recorded, guards checked where they were taken, elementwise steps as inline expressions);
-`_Writer` names the program's values, constants and step calls for the forward and the backward writer."""
+`SourceWriter` names the program's values, constants and step calls for the forward and the backward writer."""
 
 
 import numpy as np
 
-from .broadcast_pullbacks import _unscaled
+from .broadcast_pullbacks import unscaled_kernel
 from .derivatives import DERIVATIVES
 from .expr import Src
-from .kernel_source import _infer_dtypes, _out_dtypes
+from .kernel_source import infer_dtypes, output_dtypes
 from .kernels import (
-    _kind,
+    value_kind,
 )
 from .numpy_facts import getitem
 from .program import Guard, KernelStep, Pack, SecondOrderStep, unpacked
-from .region_runners import _axis_region_runner, _blocked_runner, _region_runner
+from .region_runners import axis_region_runner, blocked_runner, region_runner
 from .registry import OUTPUTS, PER_ARGUMENT, SEQUENCE
 
 
@@ -38,7 +38,7 @@ class _Block:
 _FLOAT_SAFE = {np.add, np.subtract, np.multiply, np.negative}  # same on Python floats as on float64
 
 
-class _Writer:
+class SourceWriter:
     """How generated code names a program's values, constants and step calls: what the forward and
     the backward writer share."""
 
@@ -66,7 +66,7 @@ class _Writer:
         return f"{self.space.bind(step.impl, 's')}({', '.join(args)}{kwargs})"
 
 
-class _Forward(_Writer):
+class ForwardWriter(SourceWriter):
     """The forward code, a `_Block` per step: values recomputed as recorded, guards checked where they were
     taken.  ``floats``: the values still Python floats at the point written (the float-safe operators keep them)."""
 
@@ -142,7 +142,8 @@ class _Forward(_Writer):
         examples = [np.zeros(*self.p.meta[r]) if type(r) is int else r.value for r in step.refs]
         shape = np.broadcast_shapes(*[np.shape(v) for v in examples])
         kernel, backend, size, result_shapes = step.kernel, step.backend, int(np.prod(shape)), step.result_shapes
-        whole = kernel.typed_whole(tuple(map(_kind, examples))) if backend == "numpy" and all(kernel.fresh) else None
+        whole = kernel.typed_whole(tuple(map(value_kind, examples))) \
+            if backend == "numpy" and all(kernel.fresh) else None
         with np.errstate(all="ignore"):  # zeros for the example values: only the results' shapes are read
             fits = whole is not None and all(np.shape(r) == shape for r in whole(*examples))
         if fits and all(s == shape for s in result_shapes):  # as `Kernel.run` would, less its checks (~10 us)
@@ -165,7 +166,7 @@ class _Forward(_Writer):
         its plain results (a shape, a count) are guards."""
         uses = _uses(step)
         if step.kind == OUTPUTS:
-            same = self.space.bind(_same)
+            same = self.space.bind(same_result)
             lines = [f"    r{k} = {self.call(step, self.args(step))}"]
             lines += [f"    v{o} = r{k}[{j}]" for j, o in enumerate(step.outs) if o is not None]
             for j, a in step.expected.items():
@@ -173,11 +174,11 @@ class _Forward(_Writer):
             return _Block(lines, [f"r{k}"] + [f"v{o}" for o in step.outs if o is not None], uses,
                           bool(step.expected) or _may_raise(step.func))
         if step.outs == [None]:
-            same = self.space.bind(_same)
+            same = self.space.bind(same_result)
             result, expected = self.call(step, self.args(step)), self.space.bind(step.expected)
             line = f"    if not {same}({result}, {expected}): raise GuardFailed"
             return _Block([line], [], uses, True)
-        if _inline(step):
+        if inline_step(step):
             expression = Src("", self.space)._apply(step.func, [Src(self.ref(r), self.space) for r in step.refs])
             return _Block([f"    v{step.outs[0]} = {expression.text}"], [f"v{step.outs[0]}"], uses)
         if step.func is getitem and not step.kwargs:  # x[index] as written, no call of `getitem`
@@ -188,7 +189,7 @@ class _Forward(_Writer):
 
     def stays_float(self, step):
         """Whether an inline step on Python floats (and Python number literals) may run on them."""
-        if not (step.func in _FLOAT_SAFE and _inline(step)):
+        if not (step.func in _FLOAT_SAFE and inline_step(step)):
             return False
         return all(r in self.floats if type(r) is int else _python_number(r.value) for r in step.refs)
 
@@ -207,8 +208,9 @@ class _Forward(_Writer):
         `kernels.BackendChoice` finds faster, recycling buffers), else the recorded backend.  A forward region's
         (``backend`` None) runs blocked, or on the backend `kernels.set_backend` forced when it was compiled, or as
         ``db.sum`` chooses; ``valueless``: its variant without the value (`Kernel.without_value`).  A sum's partials
-        without their literal factors (`broadcast_pullbacks._unscaled`; `kernel_adjoints` multiplies the cotangent)."""
-        kernel, backend = _unscaled(step.kernel)[0] if step.reduce else step.kernel, step.backend
+        without their literal factors (`broadcast_pullbacks.unscaled_kernel`; `kernel_adjoints` multiplies the
+        cotangent)."""
+        kernel, backend = unscaled_kernel(step.kernel)[0] if step.reduce else step.kernel, step.backend
         examples = [np.zeros(*self.p.meta[r]) if type(r) is int else r.value for r in step.refs]
         shape = np.broadcast_shapes(*[np.shape(v) for v in examples])
         size = int(np.prod(shape))
@@ -216,7 +218,7 @@ class _Forward(_Writer):
         blockable = size and all(np.size(v) in (1, size) for v in examples) \
             and _partials_typed_as_value(kernel, examples)
         if step.region is not None and step.region.axes is not None:
-            runner, used = _axis_region_runner(kernel, examples, step.region.axes, step.active, size)
+            runner, used = axis_region_runner(kernel, examples, step.region.axes, step.active, size)
             step.region.backends["value"] = used
             if hasattr(runner, "choice"):
                 step.region.choices["value"] = runner.choice
@@ -224,7 +226,7 @@ class _Forward(_Writer):
         if step.region is not None:
             made = self.p.runners.get((step, valueless))  # made for another plan (`compile_plans`)
             if made is None:
-                made = self.p.runners[step, valueless] = _region_runner(kernel, valueless, examples, shape, size,
+                made = self.p.runners[step, valueless] = region_runner(kernel, valueless, examples, shape, size,
                                                                         active_shapes, blockable)
             runner, used, fresh = made
             variant = "gradient alone" if valueless else "value"
@@ -237,7 +239,7 @@ class _Forward(_Writer):
         if blockable:
             runner = self.p.runners.get((step, valueless))  # made for another plan (`compile_plans`): its buffers
             if runner is None:
-                runner = self.p.runners[step, valueless] = _blocked_runner(kernel, examples, shape, size, active_shapes)
+                runner = self.p.runners[step, valueless] = blocked_runner(kernel, examples, shape, size, active_shapes)
             return self.space.bind(runner, "k")
 
         def run(*values):
@@ -253,7 +255,7 @@ class _Forward(_Writer):
 def _partials_typed_as_value(kernel, examples):
     """Whether the blocked kernel computes every partial in the value's dtype: a selection's partial
     (a comparison) is computed as a boolean or integer, which `Kernel.run` casts and it does not."""
-    dtypes = _out_dtypes(kernel, _infer_dtypes(kernel, tuple(map(_kind, examples))))
+    dtypes = output_dtypes(kernel, infer_dtypes(kernel, tuple(map(value_kind, examples))))
     return all(np.dtype(d) == np.dtype(dtypes[0]) for d in dtypes[1:])
 
 
@@ -267,17 +269,17 @@ def _uses(step):
     return [f"v{r}" for r in _indices(step.refs)]
 
 
-def _inline(step):
+def inline_step(step):
     """Whether a step is written as an expression and differentiated by its partials in the derivative
     table: an elementwise function called without keywords (np.clip's rule fills in bounds None or left out)."""
     return step.kind == PER_ARGUMENT and not step.kwargs and step.func in DERIVATIVES and step.func is not np.clip
 
 
-def _same(a, b):
+def same_result(a, b):
     """Whether a replayed plain result equals the recorded one: arrays by value, tuples and lists
     (``np.nonzero``'s arrays) element by element."""
     if isinstance(a, (tuple, list)):
-        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+        return type(a) is type(b) and len(a) == len(b) and all(map(same_result, a, b))
     try:
         return bool(np.array_equal(a, b)) if isinstance(a, np.ndarray) else bool(a == b)
     except Exception:  # noqa: BLE001 - incomparable results are different results

@@ -26,12 +26,12 @@ from .sweeps import backward
 from .tape import Tape, thaw
 from .tracked import Pending, Tracked, drop_total, settle, settle_total, value_of
 
-_FLOAT_TYPES = tuple(FLOAT_LEAVES)  # for isinstance
+FLOAT_TYPES = tuple(FLOAT_LEAVES)  # for isinstance
 _PYTHON_FLOAT = {float}
 
 
 # --- tracing ----------------------------------------------------------------
-class _Argument:
+class TrackedArgument:
     """One argument of a differentiated call: its tree and the tape input of each leaf."""
 
     __slots__ = ("treedef", "originals", "inputs", "every_input", "floats")
@@ -44,7 +44,7 @@ class _Argument:
         self.floats = floats  # every leaf a differentiated Python float (a tuple of floats, ...)
 
 
-def _prepare(tape, args, constants_traced=False):
+def track_arguments(tape, args, constants_traced=False):
     """Wrap every differentiated leaf of ``args`` as a tape input.
 
     ``constants_traced``: array and float constants become tape inputs too (with no
@@ -55,25 +55,25 @@ def _prepare(tape, args, constants_traced=False):
         if type(arg) is np.ndarray and arg.dtype.kind == "f":  # the common case first
             t = tape.leaf(arg)
             call_args.append(t)
-            arguments.append(_Argument(None, [arg], [t]))
+            arguments.append(TrackedArgument(None, [arg], [t]))
             continue
-        if isinstance(arg, _FLOAT_TYPES) or (type(arg) is Tracked and arg.tape.level < tape.level):
-            t = tape.leaf(_float_value(arg, position, tape=tape))  # (a gradient's argument in a gradient of it)
+        if isinstance(arg, FLOAT_TYPES) or (type(arg) is Tracked and arg.tape.level < tape.level):
+            t = tape.leaf(float_value(arg, position, tape=tape))  # (a gradient's argument in a gradient of it)
             call_args.append(t)
-            arguments.append(_Argument(None, [arg], [t]))
+            arguments.append(TrackedArgument(None, [arg], [t]))
             continue
         leaves, treedef = pytree.flatten(arg)
         flags = pytree.leaf_activity(treedef)
         if leaves and False not in flags and _PYTHON_FLOAT.issuperset(map(type, leaves)):  # a tuple of floats
             inputs = tape.leaves(list(map(np.float64, leaves)))
             call_args.append(pytree.unflatten(treedef, inputs))
-            arguments.append(_Argument(treedef, leaves, inputs, floats=True))
+            arguments.append(TrackedArgument(treedef, leaves, inputs, floats=True))
             continue
         duals = Dual in map(type, leaves)
         if duals:  # forward over reverse: the tape tracks a dual's primal, its tangents ride on (`_with_primal`)
             originals, leaves = leaves, [primal(leaf) for leaf in leaves]
         inputs = tape.leaves([
-            (np.float64(leaf) if type(leaf) is float else _float_value(leaf, position, k, tape))
+            (np.float64(leaf) if type(leaf) is float else float_value(leaf, position, k, tape))
             if on and leaf is not None else None
             for k, (leaf, on) in enumerate(zip(leaves, flags))
         ])
@@ -89,7 +89,7 @@ def _prepare(tape, args, constants_traced=False):
         if duals:
             new_leaves = [new if t is None else _with_primal(o, t) for new, t, o in zip(new_leaves, inputs, originals)]
         call_args.append(pytree.unflatten(treedef, new_leaves))
-        arguments.append(_Argument(treedef, leaves, inputs, every))
+        arguments.append(TrackedArgument(treedef, leaves, inputs, every))
     return call_args, arguments
 
 
@@ -106,7 +106,7 @@ def _outer_value(leaf, tape):
     return type(leaf) is Tracked and leaf.tape.level < tape.level and not leaf.tape.closed
 
 
-def _float_value(x, position, leaf=None, tape=None):
+def float_value(x, position, leaf=None, tape=None):
     """The value a differentiated leaf is tracked with (a complex one marks ``tape`` as holding complex
     values, see `Tape`); a clear error if it is not a real or complex float."""
     if type(x) is float:
@@ -152,17 +152,17 @@ def new_tape(single_sweep=False):
     return Tape(level=outer.level + 1)
 
 
-def _trace(f, args):
+def trace_call(f, args):
     """Run ``f`` on tracked arguments; return the tape, the output and the arguments.
 
     The constants the tape keeps stay read-only as long as the tape (its pullbacks) lives."""
     tape = new_tape()
     weakref.finalize(tape, thaw, tape.kept)
-    call_args, arguments = _prepare(tape, args)
-    return tape, _call_on_tape(tape, f, call_args), arguments
+    call_args, arguments = track_arguments(tape, args)
+    return tape, call_on_tape(tape, f, call_args), arguments
 
 
-def _call_on_tape(tape, f, call_args, keep_collector_paused=False):
+def call_on_tape(tape, f, call_args, keep_collector_paused=False):
     """``f(*call_args)`` recorded on ``tape``, which is closed afterwards (see `Tape.close`)."""
     token = ACTIVE_TAPE.set(tape)
     try:
@@ -212,14 +212,14 @@ def _settled(out):
         return settle(out)
     if type(out) is Pending:  # a total: never a view, and its value is left to `_wanted`
         return out
-    if not isinstance(out, _FLOAT_TYPES):
+    if not isinstance(out, FLOAT_TYPES):
         for leaf in pytree.flatten(out)[0]:
             if type(leaf) is Tracked:
                 settle(leaf)
     return out
 
 
-def _scalar_seed(out, tape):
+def scalar_seed(out, tape):
     """The seed cotangent 1 for a scalar result; a clear error for anything else."""
     if type(out) is Tracked and out.tape is tape and type(out.value) in FLOAT_SCALARS:  # the usual case
         return out.value, type(out.value)(1)
@@ -240,7 +240,7 @@ def _scalar_seed(out, tape):
             raise StaleValueError("the function returned a tracked value from another gradient evaluation")
         out, value = None, out  # tracked by an outer gradient only: a constant of this one
     if type(value) is Tracked:  # a gradient inside a gradient: its value is tracked by the outer one
-        _scalar_seed(value, value.tape)
+        scalar_seed(value, value.tape)
         return value, (None if out is None else out.dtype.type(1))
     if not isinstance(value, (int, float, np.generic, np.ndarray)):
         raise NonScalarOutputError(
@@ -262,7 +262,7 @@ def _scalar_seed(out, tape):
     return value, (out.dtype.type(1) if type(out) is Tracked else None)
 
 
-def _gradients(arguments, grads):
+def argument_gradients(arguments, grads):
     """The gradient of each argument, with the argument's structure, shapes and dtypes."""
     seen = set()
     result = []
@@ -340,7 +340,7 @@ def _tracked_gradient(g, original):
     return g if g.shape == np.shape(original) else np.reshape(g, np.shape(original))
 
 
-def _one_or_tuple(items):
+def one_or_tuple(items):
     return items[0] if len(items) == 1 else tuple(items)
 
 
@@ -372,25 +372,25 @@ def _value_and_gradient(f, args, wanted):
 
 
 def _tree_value_and_gradient(tape, f, args, wanted):
-    call_args, arguments = _prepare(tape, args)
-    out = _call_on_tape(tape, f, call_args, keep_collector_paused=True)
+    call_args, arguments = track_arguments(tape, args)
+    out = call_on_tape(tape, f, call_args, keep_collector_paused=True)
     if type(out) is Dual:
         value, grads = _dual_value_and_gradients(tape, out, arguments)
-        return value, _one_or_tuple(grads)
-    value, seed = _scalar_seed(out, tape)
+        return value, one_or_tuple(grads)
+    value, seed = scalar_seed(out, tape)
     value = _wanted(value, wanted)
     grads = backward(tape, {out.index: seed}) if seed is not None else None
-    return value, _one_or_tuple(_gradients(arguments, grads))
+    return value, one_or_tuple(argument_gradients(arguments, grads))
 
 
 def _array_value_and_gradient(tape, f, x, wanted):
     """`value_and_gradient` of the most common call, one float array: no argument trees."""
     t = tape.leaf(x)
-    out = _call_on_tape(tape, f, (t,), keep_collector_paused=True)
+    out = call_on_tape(tape, f, (t,), keep_collector_paused=True)
     if type(out) is Dual:  # a closure over a `jvp`'s dual (forward over reverse)
-        value, grads = _dual_value_and_gradients(tape, out, [_Argument(None, [x], [t])])
+        value, grads = _dual_value_and_gradients(tape, out, [TrackedArgument(None, [x], [t])])
         return value, grads[0]
-    value, seed = _scalar_seed(out, tape)
+    value, seed = scalar_seed(out, tape)
     value = _wanted(value, wanted)
     g = None if seed is None else backward(tape, {out.index: seed})[0]
     return value, _leaf_gradient(g, x, set())
@@ -400,11 +400,12 @@ def _floats_value_and_gradient(tape, f, xs, wanted):
     """`value_and_gradient` of one tuple or list of Python floats (a small scalar model): its
     leaves are the tape's first inputs, its gradient the same kind of sequence of floats."""
     inputs = tape.leaves(list(map(np.float64, xs)))
-    out = _call_on_tape(tape, f, (tuple(inputs) if type(xs) is tuple else inputs,), keep_collector_paused=True)
+    out = call_on_tape(tape, f, (tuple(inputs) if type(xs) is tuple else inputs,), keep_collector_paused=True)
     if type(out) is Dual:  # a closure over a `jvp`'s dual (forward over reverse)
-        value, grads = _dual_value_and_gradients(tape, out, [_Argument(pytree.flatten(xs)[1], xs, inputs, floats=True)])
+        argument = TrackedArgument(pytree.flatten(xs)[1], xs, inputs, floats=True)
+        value, grads = _dual_value_and_gradients(tape, out, [argument])
         return value, grads[0]
-    value, seed = _scalar_seed(out, tape)
+    value, seed = scalar_seed(out, tape)
     value = _wanted(value, wanted)
     if seed is None:  # a constant result
         return value, type(xs)([0.0] * len(xs))
@@ -418,8 +419,8 @@ def _dual_value_and_gradients(tape, out, arguments):
     both, `forward.py`).  Levels of duals nest: each part is a dual again, or a tracked or constant value."""
     if type(out) is not Dual:
         out = _settled(out)
-        value, seed = _scalar_seed(out, tape)
-        return value, _gradients(arguments, backward(tape, {out.index: seed}) if seed is not None else None)
+        value, seed = scalar_seed(out, tape)
+        return value, argument_gradients(arguments, backward(tape, {out.index: seed}) if seed is not None else None)
     value, grads = _dual_value_and_gradients(tape, out.value, arguments)
     tangent, tangent_grads = _dual_value_and_gradients(tape, out.tangent, arguments)
     return Dual(value, tangent, out.level), [_dual_tree(g, t, out.level) for g, t in zip(grads, tangent_grads)]
@@ -463,7 +464,7 @@ def pullback(f: Callable[..., Any], *args: Any) -> tuple[Any, Callable[[Any], An
     >>> back(np.array([1.0, 3.0]))
     array([2., 6.])
     """
-    tape, out, arguments = _trace(f, args)
+    tape, out, arguments = trace_call(f, args)
     out_leaves, out_def = pytree.flatten(out)
     if any(type(o) is Tracked and type(o.value) is Lazy for o in out_leaves):
         return DASK_LAYER.pullback(tape, out_leaves, out_def, arguments)  # a Dask-array result (db.broadcast)
@@ -472,12 +473,12 @@ def pullback(f: Callable[..., Any], *args: Any) -> tuple[Any, Callable[[Any], An
         shape, dtype = out.shape, out.dtype
 
         def back_one(ybar):
-            yb = _cotangent(ybar, dtype)
+            yb = cotangent_array(ybar, dtype)
             if yb.shape != shape:
                 raise ShapeMismatchError(
                     f"cotangent of shape {yb.shape} for an output of shape {shape}; pass one of the output's shape")
             seed = yb[()] if shape == () else yb  # a scalar result's seed as a scalar: cheaper to multiply
-            return _one_or_tuple(_gradients(arguments, backward(tape, {out.index: seed})))
+            return one_or_tuple(argument_gradients(arguments, backward(tape, {out.index: seed})))
 
         return out.value, back_one
 
@@ -487,10 +488,10 @@ def pullback(f: Callable[..., Any], *args: Any) -> tuple[Any, Callable[[Any], An
 
     def back(ybar):
         ybar_leaves, ybar_def = pytree.flatten(ybar)
-        _check_keys(ybar_def, out_def, "the cotangent", "the output's")
-        seeds = _pullback_seeds(out_leaves, ybar_leaves)
+        check_keys(ybar_def, out_def, "the cotangent", "the output's")
+        seeds = pullback_seeds(out_leaves, ybar_leaves)
         grads = backward(tape, seeds) if seeds else None
-        return _one_or_tuple(_gradients(arguments, grads))
+        return one_or_tuple(argument_gradients(arguments, grads))
 
     return pytree.unflatten(out_def, [value_of(o) for o in out_leaves]), back
 
@@ -505,21 +506,21 @@ def _dual_back(tape, out_leaves, out_def, arguments, ybar):
     result ``(y, ẏ)`` the dual ``(back_y(ȳ), back_ẏ(ȳ) + back_y(ȳ̇))``, ȳ̇ the tangent of a dual ȳ of its level;
     summed over the results."""
     ybar_leaves, ybar_def = pytree.flatten(ybar)
-    _check_keys(ybar_def, out_def, "the cotangent", "the output's")
+    check_keys(ybar_def, out_def, "the cotangent", "the output's")
     if len(ybar_leaves) != len(out_leaves):
         raise ShapeMismatchError(f"back expects a cotangent with the output's structure ({len(out_leaves)} arrays)")
     total = None
     for o, yb in zip(out_leaves, ybar_leaves):
         grads = _pulled(tape, o, yb, arguments)
         total = grads if total is None else [_added(a, b) for a, b in zip(total, grads)]
-    return _one_or_tuple(total)
+    return one_or_tuple(total)
 
 
 def _pulled(tape, o, yb, arguments):
     """The cotangents of the arguments from one result ``o`` (a dual of any depth) and its cotangent ``yb``."""
     if type(o) is not Dual:
-        seeds = _pullback_seeds([o], [yb])
-        return _gradients(arguments, backward(tape, seeds) if seeds else None)
+        seeds = pullback_seeds([o], [yb])
+        return argument_gradients(arguments, backward(tape, seeds) if seeds else None)
     yb, yb_tangent = (yb.value, yb.tangent) if type(yb) is Dual and yb.level == o.level else (yb, None)
     value, tangent = _pulled(tape, o.value, yb, arguments), _pulled(tape, o.tangent, yb, arguments)
     if yb_tangent is not None:
@@ -534,7 +535,7 @@ def _added(a, b):
     return summed[0] if treedef is pytree.LEAF else pytree.unflatten(treedef, summed)
 
 
-def _check_keys(given, expected, what, whose):
+def check_keys(given, expected, what, whose):
     """A tree paired leaf by leaf with another (tangents, cotangents) whose dicts have other keys: its leaves
     would go to other entries, silently."""
     keys = pytree.dict_keys(given)
@@ -543,16 +544,16 @@ def _check_keys(given, expected, what, whose):
                                  "it the same structure")
 
 
-def _pullback_seeds(out_leaves, ybar_leaves, cast=None):
+def pullback_seeds(out_leaves, ybar_leaves, cast=None):
     """A pullback's seeds of the backward sweep, output index -> cotangent: each leaf of ȳ cast to its output's
-    dtype (`_cotangent`, or ``cast(ybar, output)``) and checked against its shape, summed where outputs repeat."""
+    dtype (`cotangent_array`, or ``cast(ybar, output)``) and checked against its shape, summed where outputs repeat."""
     if len(ybar_leaves) != len(out_leaves):
         raise ShapeMismatchError(f"back expects a cotangent with the output's structure ({len(out_leaves)} arrays)")
     seeds = {}
     for o, yb in zip(out_leaves, ybar_leaves):
         if type(o) is not Tracked:
             continue
-        yb = _cotangent(yb, o.dtype) if cast is None else cast(yb, o)
+        yb = cotangent_array(yb, o.dtype) if cast is None else cast(yb, o)
         if yb.shape != o.shape:
             raise ShapeMismatchError(
                 f"cotangent of shape {yb.shape} for an output of shape {o.shape}; pass one of the output's shape")
@@ -560,7 +561,7 @@ def _pullback_seeds(out_leaves, ybar_leaves, cast=None):
     return seeds
 
 
-def _cotangent(ybar, dtype):
+def cotangent_array(ybar, dtype):
     """A cotangent given to a pullback, as an array of the output's dtype: a copy (the gradient may be this very
     array), or, tracked by an outer gradient (a pullback inside a gradient), recorded there as it is cast."""
     if type(ybar) is Tracked:

@@ -22,7 +22,7 @@ from .pullbacks import (
     scatter,
 )
 from .tape import GarbageCollectionPaused
-from .tracked import _BASIC_INDEX, LONG_TAPE, Tracked, not_twice_differentiable
+from .tracked import BASIC_INDEX, LONG_TAPE, Tracked, not_twice_differentiable
 
 
 def backward(tape, seeds):
@@ -329,7 +329,7 @@ def _one_advanced(index):
     in each row what ``index`` selects (advanced parts apart put the axes they make before the rows)."""
     if type(index) is not tuple:
         return True
-    advanced = [k for k, part in enumerate(index) if type(part) not in _BASIC_INDEX]
+    advanced = [k for k, part in enumerate(index) if type(part) not in BASIC_INDEX]
     return not advanced or advanced[-1] - advanced[0] == len(advanced) - 1
 
 

@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 
-from .tracked import _VALUE, LONG_TAPE, Tracked, _new_tracked
+from .tracked import LONG_TAPE, VALUE_SLOT, Tracked, new_tracked
 
 
 class Tape:
@@ -20,7 +20,7 @@ class Tape:
     ``single_sweep``: the tape will be swept once (``gradient``), so a pullback may
     reuse a buffer it owns for its cotangent instead of allocating a new one.
     ``recorder``: the prepared-gradient recorder this tape is recorded by, if any
-    (`_binary` and `Tracked.__getitem__` then leave its operations to `record_operation`, which asks it).
+    (`record_binary` and `Tracked.__getitem__` then leave its operations to `record_operation`, which asks it).
     ``inputs``: how many records at the start are inputs (the sweep stops there).
     ``complex``: a complex value is on the tape (an input or a result): from then on every operation takes
     `record_operation`'s general path, which records complex steps with their complex rules (`_record_complex`).
@@ -33,7 +33,7 @@ class Tape:
     ``unread``: the result's value will not be returned (`gradient`): totals may be left `Pending`.
     ``view_products``: ``{index: [view index, record, partial, ...]}`` for the same values, flat
     (a tuple per product made slices B 3.5% slower in benchmarks.ab):
-    the cotangents ``grads[record] * partial`` of scalar products of views (`_binary`),
+    the cotangents ``grads[record] * partial`` of scalar products of views (`record_binary`),
     added into the base's buffer when the sweep reaches it (`add_view_products`).
     """
 
@@ -140,7 +140,7 @@ class Tape:
             if value is None:
                 tracked.append(None)
                 continue
-            t = _new_tracked(Tracked)  # as in `record`: no __init__ frame per float of a tuple
+            t = new_tracked(Tracked)  # as in `record`: no __init__ frame per float of a tuple
             t.value = value
             t.tape = self
             t.index = index
@@ -159,14 +159,14 @@ class Tape:
         records.append((edges, operation))
         if len(records) == LONG_TAPE:
             self.grew_long()
-        # Tracked(ans, self, index) without its __init__ frame, once per operation (here, in `leaves`, `_binary`
+        # Tracked(ans, self, index) without its __init__ frame, once per operation (here, in `leaves`, `record_binary`
         # and `Tracked.__getitem__`): benchmarks.ab measured foldminus 7% and slices B 3% faster so.
         if kind is None:
-            t = _new_tracked(Tracked)
+            t = new_tracked(Tracked)
             t.value = ans
         else:  # (a `Pending`'s value slot is hidden by its property)
-            t = _new_tracked(kind)
-            _VALUE.__set__(t, ans)
+            t = new_tracked(kind)
+            VALUE_SLOT.__set__(t, ans)
         t.tape = self
         t.index = len(records) - 1
         t.slice_index = None

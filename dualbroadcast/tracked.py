@@ -4,7 +4,7 @@ A `Tracked` wraps the value of something derived from a differentiated input.
 NumPy hands every operation on it to ``__array_ufunc__``/``__array_function__``;
 the operation runs on plain values and, if its rule exists, appends one record
 ``(parent indices, pullbacks)`` to the tape (a Wengert list, `tape.Tape`) by `record_operation`,
-or, for the arithmetic operators, by its fast path `_binary`.  Plain arrays are constants: they are
+or, for the arithmetic operators, by its fast path `record_binary`.  Plain arrays are constants: they are
 never recorded and cost nothing in the backward pass.  A total whose value may go unread is a `Pending`,
 computed when first read; `primitive` makes a user function one operation with its own rule.
 """
@@ -30,15 +30,15 @@ from .guards import RECORDER, UFUNC_AT, Guarded, NotReplayableError
 from .lazy import is_chunked, not_chunkwise
 from .numpy_facts import ARRAY_METHODS, FLOAT_SCALARS, astype, getitem, qualified_name
 from .operands import (
-    _CONSTANTS,
-    _OUT,
-    _check_ufunc_keywords,
-    _complex_message,
-    _is_complex,
-    _is_float,
-    _sequence_by_position,
-    _unsupported_message,
+    CONSTANT_OPERANDS,
+    OUT_MESSAGE,
+    check_ufunc_keywords,
+    complex_message,
+    complex_valued,
     constant_result,
+    float_valued,
+    sequence_by_position,
+    unsupported_message,
 )
 from .pullbacks import (
     IndexPullback,
@@ -80,7 +80,7 @@ def value_of(x):
 def record_operation(func, args, kwargs):
     """Run ``func`` on plain values and, if an argument is tracked, record it: the one recording path.
 
-    Every NumPy call, method and operator on a tracked value comes here, but for `_binary`, the
+    Every NumPy call, method and operator on a tracked value comes here, but for `record_binary`, the
     arithmetic operators' declared specialisation, which hands on every case it does not specialise.
     While a prepared gradient is recorded, its recorder (`prepared.Recorder`) is asked at three
     points: how each argument is referred to, which constants to hold, and the step each result makes.
@@ -96,24 +96,24 @@ def record_operation(func, args, kwargs):
         # Specialised: only the first argument tracked, no keywords (np.exp(x), x[i], np.sum(x, 0)).
         # np.sin of a scalar records in 3.5 us here, 5.2 us on the general path below.
         if tape.closed:
-            _check_tape(None, tape)
+            tape_checked(None, tape)
         rest = args[1:]
         if not rest and TOTALS.get(func) is rule and type(v := x.value) is np.ndarray and v.dtype.kind == "f" \
                 and lazy_totals(tape, v.size):  # its pullback reads no value: computed when read (`Pending`)
-            back = _edge(x, rule.makers[0](None, v))
+            back = edge_of(x, rule.makers[0](None, v))
             return tape.record(Total(functools.partial(rule.plain, v), v.dtype, tape), ((x.index, back),), func,
                                Pending)
         ans = rule.plain(x.value, *rest)
-        if type(ans) not in FLOAT_SCALARS and not _is_float(ans):
+        if type(ans) not in FLOAT_SCALARS and not float_valued(ans):
             return _not_float(tape, func, args, ans)
         if rest and rule.keeps_arguments:
             keep_constants(tape, rest)
-        back = _edge(x, rule.makers[0](ans, x.value, *rest))  # first: settling a view moves its index
+        back = edge_of(x, rule.makers[0](ans, x.value, *rest))  # first: settling a view moves its index
         return tape.record(ans, ((x.index, back),), func)
     if kind == COMPOSITION:  # its NumPy calls are recorded one by one
         return rule.makers(*args, **kwargs)
     if kind == SEQUENCE and not args:
-        args, kwargs = _sequence_by_position(func, kwargs)
+        args, kwargs = sequence_by_position(func, kwargs)
     sequence, rest = (args[0], args[1:]) if kind == SEQUENCE else (args, ())
     recorder = nested = RECORDER.get()
     if recorder is not None and _nested_in_recording(recorder.tape, sequence):
@@ -137,7 +137,7 @@ def record_operation(func, args, kwargs):
         values, refs, traced, active = recorder.references(func, sequence)
         tape = recorder.tape if traced else None
     if rule is None and func not in NONDIFFERENTIABLE and (active or tape is None):  # else a plain step
-        raise UnsupportedFunctionError(_unsupported_message(func))  # on traced values that carry no gradient
+        raise UnsupportedFunctionError(unsupported_message(func))  # on traced values that carry no gradient
     call_values = [values, *rest] if kind == SEQUENCE else values
     if rule is None:
         ans = func(*call_values, **kwargs) if nested is not None \
@@ -153,7 +153,7 @@ def record_operation(func, args, kwargs):
     if tape is None:
         return ans
     if rule is None:
-        if func is np.sign and _is_complex(ans):
+        if func is np.sign and complex_valued(ans):
             raise UnsupportedFunctionError(
                 "np.sign of a complex value is z / |z|, which is not piecewise constant: write z / np.abs(z) "
                 "(0 at z = 0: np.where(z == 0, 0, z / np.abs(z))) to differentiate it")
@@ -200,7 +200,7 @@ def _record_result(tape, func, rule, j, a, ans, values, kwargs, parents, recorde
     traced (a replay recomputes it)."""
     floating = getattr(a, "dtype", None) is not None and a.dtype.kind == "f"
     if parents and (tape.complex or not floating) \
-            and (_is_complex(a) or (tape.complex and _any_complex(values, kwargs))):
+            and (complex_valued(a) or (tape.complex and _any_complex(values, kwargs))):
         return _record_complex(tape, func, rule, j, a, ans, values, kwargs, parents, recorder, active)
     if parents and not floating:
         a = constant_result(func, a)
@@ -211,7 +211,7 @@ def _record_result(tape, func, rule, j, a, ans, values, kwargs, parents, recorde
     backs = _pullbacks(tape, func, rule, j, ans, values, active, kwargs)
     if backs is None:  # the rule declares this output a constant
         return a if recorder is None else recorder.traced(a, func)
-    return tape.record(a, _edges(parents, backs), func)
+    return tape.record(a, edges_of(parents, backs), func)
 
 
 def _pullbacks(tape, func, rule, j, ans, values, active, kwargs):
@@ -235,7 +235,7 @@ def _record_complex(tape, func, rule, j, a, ans, values, kwargs, parents, record
     the real part of what the rule gives (`RealPart`), so a real value's cotangent stays real."""
     rule = complex_rule(func)
     if rule is None:
-        raise UnsupportedFunctionError(_complex_message(func))
+        raise UnsupportedFunctionError(complex_message(func))
     tape.complex = True
     if type(a) is complex:  # the tape holds NumPy values
         a = np.complex128(a)
@@ -243,9 +243,9 @@ def _record_complex(tape, func, rule, j, a, ans, values, kwargs, parents, record
     backs = _pullbacks(tape, func, rule, j, ans, values, active, kwargs)
     if backs is None:  # the rule declares this output a constant
         return a if recorder is None else recorder.traced(a, func)
-    backs = [back if _is_complex(p.value) or type(back) is IndexPullback else RealPart(back)
+    backs = [back if complex_valued(p.value) or type(back) is IndexPullback else RealPart(back)
              for p, back in zip(parents, backs)]
-    return tape.record(a, _edges(parents, backs), func)
+    return tape.record(a, edges_of(parents, backs), func)
 
 
 def _any_complex(values, kwargs):
@@ -274,7 +274,7 @@ def _unwrap(sequence):
             if a.tape is not tape or tape.closed:
                 if tape is not None and a.tape.level != tape.level:
                     return _unwrap_nested(sequence)
-                tape = _check_tape(tape, a.tape)
+                tape = tape_checked(tape, a.tape)
             positions.append(i)
             values[i] = a.value
     return values, positions, tape
@@ -296,9 +296,9 @@ def innermost(tapes):
     by_level = {}
     for tape in tapes:
         if tape.closed:
-            _check_tape(None, tape)
+            tape_checked(None, tape)
         if by_level.setdefault(tape.level, tape) is not tape:
-            _check_tape(tape, by_level[tape.level])
+            tape_checked(tape, by_level[tape.level])
     return by_level[max(by_level)]
 
 
@@ -313,13 +313,13 @@ def keep_constants(tape, args):
 
 
 def _dispatch(func, args, kwargs):
-    """A NumPy call on tracked values: `_binary` for two tracked arguments, else `record_operation`."""
+    """A NumPy call on tracked values: `record_binary` for two tracked arguments, else `record_operation`."""
     if not kwargs and len(args) == 2 and type(args[0]) is Tracked and type(args[1]) is Tracked:
-        return _binary(args[0], args[1], func)
+        return record_binary(args[0], args[1], func)
     return record_operation(func, args, kwargs)
 
 
-def _binary(x, y, func):
+def record_binary(x, y, func):
     """``func(x, y)``, and ``x op y`` for Tracked's arithmetic operators: `record_operation` specialised
     for a rule with one maker per argument (``rule.binary``), no keywords and no recorder, since a scalar
     model's gradient pays this once per operator.  A scalar result takes the pullbacks its rule declares
@@ -331,12 +331,12 @@ def _binary(x, y, func):
     if rule is None or not rule.binary or tape.recorder is not None or tape.complex or tape.level:
         return record_operation(func, (x, y), {})
     if tape.closed:
-        _check_tape(None, tape)
+        tape_checked(None, tape)
     if type(x) is Tracked and type(y) is Tracked:
         if y.tape is not tape:
             if y.tape.level != tape.level:  # nested gradients: the outer value is a constant of the inner
                 return record_operation(func, (x, y), {})
-            _check_tape(tape, y.tape)
+            tape_checked(tape, y.tape)
         xv, yv = x.value, y.value
         ans = rule.plain(xv, yv)
         scalar = type(ans) in FLOAT_SCALARS
@@ -360,13 +360,13 @@ def _binary(x, y, func):
                 dx, dy = rule.scalar_partials
                 back = rule.scalar_back
                 backs = (back(dx(ans, xv, yv)), back(dy(ans, xv, yv)))
-            elif scalar or _is_float(ans):
+            elif scalar or float_valued(ans):
                 backs = (rule.makers[0](ans, xv, yv), rule.makers[1](ans, xv, yv))
             else:
                 return _not_float(tape, func, (x, y), ans)
             bx, by = backs
             if x.slice_index is not None or y.slice_index is not None:
-                bx, by = _edge(x, bx), _edge(y, by)  # first: settling a view moves its index
+                bx, by = edge_of(x, bx), edge_of(y, by)  # first: settling a view moves its index
             record = ((x.index, bx), (y.index, by)), func
     else:  # one tracked argument, at position k
         t, k, values, constant = (x, 0, (x.value, y), y) if type(x) is Tracked else (y, 1, (x, y.value), x)
@@ -380,7 +380,7 @@ def _binary(x, y, func):
             back = rule.scalar_backs[k]
         elif scalar and rule.scalar_partials is not None:
             back = rule.scalar_back(rule.scalar_partials[k](ans, *values))
-        elif scalar or _is_float(ans):
+        elif scalar or float_valued(ans):
             back = rule.makers[k](ans, *values)
         else:
             return _not_float(tape, func, (x, y), ans)
@@ -392,14 +392,14 @@ def _binary(x, y, func):
             record = func
         else:
             if t.slice_index is not None:
-                back = _edge(t, back)  # first: settling a view moves its index
+                back = edge_of(t, back)  # first: settling a view moves its index
             record = ((t.index, back),), func
     records = tape.records  # tape.record(ans, edges, func) inline: a frame less per operator
     index = len(records)
     records.append(record)
     if index == LONG_TAPE - 1:
         tape.grew_long()
-    out = _new_tracked(Tracked)
+    out = new_tracked(Tracked)
     out.value = ans
     out.tape = tape
     out.index = index
@@ -407,16 +407,16 @@ def _binary(x, y, func):
     return out
 
 
-def _edges(tracked, backs):
-    """The edges ``(parent index, pullback)`` (see `_edge`) of the ``tracked`` arguments of one record."""
+def edges_of(tracked, backs):
+    """The edges ``(parent index, pullback)`` (see `edge_of`) of the ``tracked`` arguments of one record."""
     edges = []
     for t, back in zip(tracked, backs):
-        back = _edge(t, back)  # first: settling a view moves its index
+        back = edge_of(t, back)  # first: settling a view moves its index
         edges.append((t.index, back))
     return tuple(edges)
 
 
-def _edge(t, back):
+def edge_of(t, back):
     """The pullback a record keeps for its argument ``t``: ``back`` itself, or for a view (an
     unrecorded slice), whose cotangent goes into its base, the pair ``(index, back)``, which
     the sweep applies in turn.  A consumer's own `IndexPullback` (a slice of a slice) is not
@@ -439,10 +439,10 @@ def settle(t):
     return t
 
 
-_BASIC_INDEX = {int, slice, type(None), type(Ellipsis)}  # basic indexing: a view of an array
+BASIC_INDEX = {int, slice, type(None), type(Ellipsis)}  # basic indexing: a view of an array
 
 
-def _check_tape(current, tape):
+def tape_checked(current, tape):
     """``tape`` if it may join ``current`` (None: no tape yet); a clear error for stale or mixed values."""
     if tape.closed:
         raise StaleValueError(
@@ -463,7 +463,7 @@ def tape_of(parents):
     tape = None
     for p in parents:
         if p.tape is not tape:
-            tape = _check_tape(tape, p.tape)
+            tape = tape_checked(tape, p.tape)
     return tape
 
 
@@ -476,7 +476,7 @@ def _not_float(tape, func, args, ans):
         return FORWARD[1](func, args, {})
     if is_chunked(ans):
         raise not_chunkwise(func)
-    if _is_complex(ans):
+    if complex_valued(ans):
         tape.complex = True
         return record_operation(func, args, {})
     return constant_result(func, ans)
@@ -498,7 +498,7 @@ def _ufunc_method(ufunc, method, inputs, kwargs):
     the bound method (``np.add.reduce``: np.sum's, see rules/reductions.py), else a clear error."""
     name = f"np.{ufunc.__name__}.{method}"
     if kwargs.get("out") is not None:
-        raise InPlaceMutationError(_OUT.format(name=name, example=f"{name}(...)"))
+        raise InPlaceMutationError(OUT_MESSAGE.format(name=name, example=f"{name}(...)"))
     if method == "at":
         raise InPlaceMutationError(UFUNC_AT.format(name=name))
     if method == "outer" and ufunc.signature is None:
@@ -522,7 +522,7 @@ class Tracked(Guarded):
     shape and dtype are the tape's ``view_bases[base index]``); it carries the base's tape
     ``index``.  Such a slice is not recorded: each operation on it adds its cotangent at
     ``index`` of the base's gradient buffer, so a slice in a loop costs one record less
-    (see `_edges`; a scalar product of slices holds its partials for the base, see `_binary`).
+    (see `edges_of`; a scalar product of slices holds its partials for the base, see `record_binary`).
     """
 
     __slots__ = ("value", "tape", "index", "slice_index")
@@ -538,27 +538,28 @@ class Tracked(Guarded):
         if method != "__call__":
             return _ufunc_method(ufunc, method, inputs, kwargs)
         if kwargs:
-            _check_ufunc_keywords(ufunc, kwargs)
+            check_ufunc_keywords(ufunc, kwargs)
         elif len(inputs) == 2:
             x, y = inputs
-            if type(x) in _CONSTANTS or type(y) in _CONSTANTS:  # np.multiply(c, x), np.float64(2) * x, array * x:
-                return _binary(x, y, ufunc)  # as `c * x` is
+            if type(x) in CONSTANT_OPERANDS or type(y) in CONSTANT_OPERANDS:
+                # np.multiply(c, x), np.float64(2) * x, array * x: as `c * x` is
+                return record_binary(x, y, ufunc)
         return _dispatch(ufunc, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
         if kwargs:
             if kwargs.get("out") is not None:
                 name = qualified_name(func)
-                raise InPlaceMutationError(_OUT.format(name=name, example=f"{name}(...)"))
+                raise InPlaceMutationError(OUT_MESSAGE.format(name=name, example=f"{name}(...)"))
         elif len(args) == 2:
             x, y = args
             if type(x) is Tracked and type(y) is Tracked:
-                return _binary(x, y, func)  # np.dot of two slices in a loop: one frame less
+                return record_binary(x, y, func)  # np.dot of two slices in a loop: one frame less
         return _dispatch(func, args, kwargs)
 
     # --- array attributes and views -------------------------------------
     T = property(lambda self: record_operation(np.transpose, (self,), {}))
-    real = property(lambda self: record_operation(np.real, (self,), {}) if _is_complex(self.value) else self)
+    real = property(lambda self: record_operation(np.real, (self,), {}) if complex_valued(self.value) else self)
     imag = property(lambda self: record_operation(np.imag, (self,), {}))
 
     def __getitem__(self, index):
@@ -566,9 +567,9 @@ class Tracked(Guarded):
         kind = type(index)
         if kind is tuple:  # X[:, j] (a loop's column) checked first, in 0.4 us less
             basic = (len(index) == 2 and type(index[0]) is slice and type(index[1]) is int) \
-                or _BASIC_INDEX.issuperset(map(type, index))
+                or BASIC_INDEX.issuperset(map(type, index))
         else:
-            basic = kind in _BASIC_INDEX
+            basic = kind in BASIC_INDEX
             if index is None:
                 index = (None,)  # the same, and never mistaken for "not a view"
         if basic and self.slice_index is None and tape.recorder is None and not tape.closed:
@@ -579,7 +580,7 @@ class Tracked(Guarded):
                 if self.index not in bases:
                     bases[self.index] = (base.shape, base.dtype)
                     tape.view_products[self.index] = []
-                view = _new_tracked(Tracked)  # as in Tape.record: no __init__ frame for a slice in a loop
+                view = new_tracked(Tracked)  # as in Tape.record: no __init__ frame for a slice in a loop
                 view.value = value
                 view.tape = tape
                 view.index = self.index
@@ -629,19 +630,19 @@ def _given(**keywords):
     return {name: value for name, (value, default) in keywords.items() if value != default}
 
 
-_new_tracked = object.__new__
+new_tracked = object.__new__
 
 
 def _arithmetic(func, reflected):
     """The operator method ``x op y`` (``y op x`` if ``reflected``) for ``func``.
 
-    ``x op y`` is `_binary` itself with ``func`` as its default third argument: a copy
+    ``x op y`` is `record_binary` itself with ``func`` as its default third argument: a copy
     of the function object sharing its code, so an operator costs no frame of its own
-    (benchmarks.ab: foldminus 2% faster than a lambda calling `_binary`).
+    (benchmarks.ab: foldminus 2% faster than a lambda calling `record_binary`).
     """
     if reflected:
-        return lambda self, other: _binary(other, self, func)
-    return types.FunctionType(_binary.__code__, _binary.__globals__, f"_binary_{func.__name__}", (func,))
+        return lambda self, other: record_binary(other, self, func)
+    return types.FunctionType(record_binary.__code__, record_binary.__globals__, f"_binary_{func.__name__}", (func,))
 
 
 for _name, _func in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("truediv", np.divide),
@@ -685,7 +686,7 @@ def _method(func):
 for _name, _func in ARRAY_METHODS:
     setattr(Tracked, _name, _method(_func))
 Tracked.conj = Tracked.conjugate = lambda self: record_operation(np.conjugate, (self,), {}) \
-    if _is_complex(self.value) else self
+    if complex_valued(self.value) else self
 
 
 # --- totals whose value may go unread: computed when first read ----------------------------------
@@ -715,21 +716,21 @@ class Total:
         self.compute, self.dtype, self.tape = compute, dtype, tape
 
 
-_VALUE = Tracked.value  # the slot Pending's property hides: Tracked.value.__get__(t) reads it as stored
+VALUE_SLOT = Tracked.value  # the slot Pending's property hides: Tracked.value.__get__(t) reads it as stored
 
 
 def settle_total(t, after_close=False):
     """``t`` with its value computed: a `Pending` becomes a plain `Tracked` in place (anything else is returned
     as it is).  ``after_close``: the gradient's own result, read by `value_and_gradient` once ``f`` returned."""
     if type(t) is Pending:
-        total = _VALUE.__get__(t)
+        total = VALUE_SLOT.__get__(t)
         if total.tape.closed and not after_close:
             raise StaleValueError(
                 "the value of a sum computed inside a differentiated function was read after the gradient "
                 "returned; db.gradient leaves a sum it does not need uncomputed. Return it with "
                 "db.value_and_gradient, or store db.cut(s) inside the function"
             )
-        _VALUE.__set__(t, total.compute())
+        VALUE_SLOT.__set__(t, total.compute())
         t.__class__ = Tracked
     return t
 
@@ -738,7 +739,7 @@ def drop_total(t):
     """Release what the `Pending` ``t`` would be computed from (`gradient`'s result, once ``f`` returned: no read
     may compute it any more): a sum of squares frees its squares before the sweep allocates the gradient, which
     then reuses their memory, still in cache (benchmarks: sum(x**2) of 1e5 float32, ~5 us less)."""
-    _VALUE.__get__(t).compute = None
+    VALUE_SLOT.__get__(t).compute = None
 
 
 def lazy_totals(tape, size):
@@ -789,7 +790,7 @@ for _name in {name for cls in (Tracked, Guarded) for name, a in vars(cls).items(
                                                                           "__subclasshook__", "__new__")}:
     setattr(Pending, _name, _settling(_name))
 # A total is one number: its dtype and sizes are known before its value.
-Pending.dtype = property(lambda self: _VALUE.__get__(self).dtype)
+Pending.dtype = property(lambda self: VALUE_SLOT.__get__(self).dtype)
 Pending.shape, Pending.ndim, Pending.size = (), 0, 1
 TRACKED = frozenset((Tracked, Pending))  # the types of tracked values: a `Pending` is one until it is computed
 Pending.__repr__ = lambda self: "Tracked(<a sum the gradient did not compute>)" if self.tape.closed \

@@ -62,17 +62,17 @@ def pytest_runtest_call(item):
 @pytest.fixture
 def chunk_counts(monkeypatch):
     """The number of chunks each blocked kernel call runs in, on a machine taken to have two cores: the list
-    `kernels._in_threads` appends to (the axis sums' calls of it too, `axis_sums`)."""
+    `kernels.run_in_threads` appends to (the axis sums' calls of it too, `axis_sums`)."""
     from dualbroadcast import axis_sums, kernels
 
     monkeypatch.setattr(kernels, "THREADS", 2)
     chunks = []
-    in_threads = kernels._in_threads
+    in_threads = kernels.run_in_threads
 
     def counted(run, bounds, block, args, scratch):
         chunks.append(len(bounds) - 1)
         return in_threads(run, bounds, block, args, scratch)
 
-    monkeypatch.setattr(kernels, "_in_threads", counted)
-    monkeypatch.setattr(axis_sums, "_in_threads", counted)
+    monkeypatch.setattr(kernels, "run_in_threads", counted)
+    monkeypatch.setattr(axis_sums, "run_in_threads", counted)
     return chunks

@@ -31,14 +31,14 @@ def whole_arrays_win(monkeypatch):
     monkeypatch.setattr(replay, "PLAN_MARGIN", math.inf)
     fake = FakeClock({"numpy": 1e-9, "blocked": 4e-9, kernels.ONE_THREAD: 4e-9})
     monkeypatch.setattr(kernels, "clock", fake)
-    original = replay._Runners.run
+    original = replay.Runners.run
 
     def run(self, backend, values, shape, size, active_shapes):
         result = original(self, backend, values, shape, size, active_shapes)
         fake.now += fake.cost.get(backend, 0.0) * size  # (a plan's run: the regions it runs cost)
         return result
 
-    monkeypatch.setattr(replay._Runners, "run", run)
+    monkeypatch.setattr(replay.Runners, "run", run)
     monkeypatch.setattr(kernels, "THREADS", 2)
 
 

@@ -3,7 +3,7 @@
 `db.hvp` differentiates ``x ↦ jvp(f, x, v)``'s tangent ``⟨∇f(x), v⟩``: a `db.jvp` inside a gradient, whose duals
 carry values the gradient's tape tracks, so each operation's tangent is recorded there (`forward.py`), and a
 `db.sum`/`db.broadcast` is one fused pass computing the value, the tangent and both partials for the tape
-(`broadcast_pullbacks._tangent_on_tape`).  Checked here against the reverse-over-reverse hvp (the gradient of
+(`broadcast_pullbacks.tangent_on_tape`).  Checked here against the reverse-over-reverse hvp (the gradient of
 ``⟨∇f, v⟩`` written out), hand-written Hessians, central differences of the gradient and ``jax.jvp(jax.grad)``;
 on every kernel backend; with `cut`/`uncut`, pytrees, float32; and for perturbation confusion (closures over the
 gradient's variable inside the jvp)."""
@@ -351,10 +351,10 @@ def test_cotangent_kernel_keeps_the_exp_and_writes_over_it():
     v = np.random.default_rng(10).standard_normal(BIG)
     broadcast.clear_cache()
     db.hvp(lambda x: eam_fused(x, "blocked"), x, v)
-    (eam,) = broadcast_pullbacks._deferred_kernels.values()
+    (eam,) = broadcast_pullbacks.DEFERRED_KERNELS.values()
     assert [node.op for node in eam.forward.outputs[2:]] == [np.exp] and eam.scale == -3  # r kept; Σ r·v
     (combine,) = eam.combines.values()
-    once = broadcast_pullbacks._scalar_nodes(combine, [True, True, False, False, True])  # x, v, ȳ, ẏ̄, r
+    once = broadcast_pullbacks.scalar_nodes(combine, [True, True, False, False, True])  # x, v, ȳ, ẏ̄, r
     assert len([node for node in combine.order if node.index not in once]) == 3  # r · (-3ȳ + 9ẏ̄ · v)
     out = np.empty(BIG)
     assert combine.into(out, [x, v, 1.0, 1.0, out], "blocked") is out
@@ -381,7 +381,7 @@ def test_kernel_into_an_input_gives_the_kernels_value(backend):
     x = np.random.default_rng(13).random(BIG)
     v = np.random.default_rng(14).standard_normal(BIG)
     db.hvp(lambda x: eam_fused(x, backend), x, v)
-    deferred = next(d for d in broadcast_pullbacks._deferred_kernels.values() if d is not None)
+    deferred = next(d for d in broadcast_pullbacks.DEFERRED_KERNELS.values() if d is not None)
     combine = next(iter(deferred.combines.values()))
     kept = np.exp(x)
     args = [x, v, np.float64(0.5), np.float64(-2.0), kept]
@@ -413,7 +413,7 @@ def test_a_summed_product_is_a_dot_product_per_block(shape):
                                    rtol=1e-12 if dtype is np.float64 else 1e-5)
         prog = db.prepare_gradient(lambda c: f(c, None), dtype(0.3))
         np.testing.assert_allclose(prog(dtype(0.3)), want, rtol=1e-12 if dtype is np.float64 else 1e-5)
-    kernel = next(k for k in kernel_cache._cache.values() if len(k.inputs) == 2 and k.reduce)
+    kernel = next(k for k in kernel_cache.KERNEL_CACHE.values() if len(k.inputs) == 2 and k.reduce)
     code = broadcast_code(kernel, shape)
     assert "block_dot" in code and code.count("add_reduce") == 1
 

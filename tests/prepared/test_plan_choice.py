@@ -57,7 +57,7 @@ def clock(monkeypatch):
     assert replay.CHOSEN_MIN <= ROWS * 128
     fake = FakeClock()
     monkeypatch.setattr(kernels, "clock", fake)
-    original = replay._Runners.run
+    original = replay.Runners.run
 
     def run(self, backend, values, shape, size, active_shapes):
         result = original(self, backend, values, shape, size, active_shapes)
@@ -66,7 +66,7 @@ def clock(monkeypatch):
             fake.now += fake.cost(backend)
         return result
 
-    monkeypatch.setattr(replay._Runners, "run", run)
+    monkeypatch.setattr(replay.Runners, "run", run)
     return fake
 
 

@@ -198,7 +198,7 @@ def test_a_sum_whose_value_is_read_is_computed_with_its_partials_next_time():
     expected = 2 * np.sum(np.exp(-3 * x)) * -3 * np.exp(-3 * x)
     for _ in range(7):
         np.testing.assert_allclose(db.gradient(read, x), expected)
-    cached = list(broadcast_module._cache.values())
+    cached = list(broadcast_module.KERNEL_CACHE.values())
     (kernel,) = [k for k in cached + [k.unscaled[0] for k in cached if k.unscaled] if k.split]
     assert kernel.read_backoff == 4 and kernel.read_wait == 3  # pending and read at calls 1, 3 and 6
     for _ in range(5):  # 3 computed with the partials, then pending, unread
