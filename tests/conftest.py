@@ -25,6 +25,14 @@ from .cases import Case
 SWEEP_SHARE = 5
 
 
+MAX_WORKERS = 4  # ``-n auto``'s worker processes at most: each holds the package, JAX and its caches (~0.5 GB)
+
+
+def pytest_xdist_auto_num_workers(config):
+    """How many worker processes ``python -m pytest -n auto`` starts: one per core, at most `MAX_WORKERS`."""
+    return min(os.cpu_count() or 1, MAX_WORKERS)
+
+
 def pytest_addoption(parser):
     parser.addoption("--full-sweeps", action="store_true",
                      help="run every rule case of the sweeps (CI does; a default run takes a fifth of them)")
