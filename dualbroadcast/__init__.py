@@ -12,18 +12,15 @@ from . import rules  # noqa: F401  (registers every rule)
 from .api import (
     check_gradient,
     cut,
-    gradient,
     hessian,
     hvp,
     jacfwd,
     jacobian,
     jacrev,
     jvp,
-    pullback,
     uncut,
-    value_and_gradient,
 )
-from .broadcast import KernelCall, broadcast, clear_cache, elementwise, kernel_log, sum
+from .broadcast import broadcast, clear_cache, elementwise, sum
 from .chunked import sum_blocks
 from .errors import (
     ArgumentTypeError,
@@ -38,6 +35,7 @@ from .errors import (
     ValueConversionError,
 )
 from .explain import explain
+from .kernel_cache import KernelCall, kernel_log
 from .kernels import set_backend
 from .numeric_warnings import install as _attribute_numeric_warnings
 from .prepared import PreparedGradient, PreparedHvp, prepare_gradient, prepare_hvp
@@ -51,8 +49,9 @@ from .registry import (
     defvjp_sequence,
     nondifferentiable,
 )
+from .reverse import gradient, pullback, value_and_gradient
 from .rules.elementwise import defderivative
-from .tape import primitive
+from .tracked import primitive
 
 _attribute_numeric_warnings()  # NumPy's warnings in this package's code shown at the user's line
 

@@ -39,17 +39,18 @@ from typing import Any
 
 import numpy as np
 
-from . import api, pytree
-from .api import _cotangent, _gradients, _one_or_tuple, _pullback_seeds
-from .broadcast import KernelCall, _is_array_input, _log
+from . import pytree, reverse
 from .broadcast import broadcast as broadcast_in_memory
 from .broadcast import sum as sum_in_memory
 from .errors import UnsupportedFunctionError
 from .forward import Dual
 from .guards import RECORDER, NotReplayableError, untracked
+from .kernel_cache import CALL_LOG, KernelCall, is_array_input
 from .kernels import KERNEL_THREADS
 from .lazy import DASK_LAYER, Lazy, is_chunked
-from .tape import Tracked, _edges, backward, tape_of
+from .reverse import argument_gradients, cotangent_array, one_or_tuple, pullback_seeds
+from .sweeps import backward
+from .tracked import Tracked, edges_of, tape_of
 
 TASK_THREADS = 1  # a kernel's own threads inside a Dask task: Dask already runs a task per core
 TASK_BACKEND = "blocked"  # in a task: memory for a few cache-sized blocks, not the chunk's temporaries (numpy
@@ -57,7 +58,7 @@ TASK_BACKEND = "blocked"  # in a task: memory for a few cache-sized blocks, not 
 FAN_IN = 8  # the partial results added by one task of the tree sum
 
 def leaf_value(x):
-    """The value a differentiated Dask array argument is tracked with (`api._float_value`)."""
+    """The value a differentiated Dask array argument is tracked with (`reverse.float_value`)."""
     return Lazy(x)
 
 
@@ -113,7 +114,7 @@ class _Plan:
 
         self.kind, self.treedef, self.backend, self.leaves = kind, treedef, backend, leaves
         values, big, active, self.tape = _sorted(leaves, activity)
-        arrays = [p for p, v in enumerate(values) if p not in big and _is_array_input(v) and np.ndim(v)]
+        arrays = [p for p, v in enumerate(values) if p not in big and is_array_input(v) and np.ndim(v)]
         self.active = active
         self.shape = np.broadcast_shapes(*[np.shape(values[p]) for p in big + arrays])
         grid = list(da.broadcast_arrays(*[values[p] for p in big]))
@@ -313,14 +314,14 @@ def pullback(tape, out_leaves, out_def, arguments):
     def cast(yb, o):
         """ȳ of a Dask-array output as a Dask array of its dtype; of another output, as `db.pullback` takes it."""
         if type(o.value) is not Lazy:
-            return _cotangent(yb, o.dtype)
+            return cotangent_array(yb, o.dtype)
         yb = da.asarray(yb)
         return yb.astype(o.dtype) if yb.dtype != o.dtype else yb
 
     def back(ybar):
-        seeds = _pullback_seeds(out_leaves, [ybar] if out_def is pytree.LEAF else pytree.flatten(ybar)[0], cast)
+        seeds = pullback_seeds(out_leaves, [ybar] if out_def is pytree.LEAF else pytree.flatten(ybar)[0], cast)
         if not seeds:
-            return _one_or_tuple(_gradients(arguments, None))
+            return one_or_tuple(argument_gradients(arguments, None))
         collected = {}
         token = _DEFERRED.set(("collect", collected))
         try:
@@ -333,7 +334,7 @@ def pullback(tape, out_leaves, out_def, arguments):
                 grads = backward(tape, seeds)
             finally:
                 _DEFERRED.reset(token)
-        return _one_or_tuple(_gradients(arguments, grads))
+        return one_or_tuple(argument_gradients(arguments, grads))
 
     values = [o.value.array if type(o) is Tracked and type(o.value) is Lazy else o.value if type(o) is Tracked
               else o for o in out_leaves]
@@ -369,14 +370,14 @@ def _sorted(leaves, activity):
 def _record(tape, parents, value, backs, call):
     """``value`` recorded on ``tape`` with a pullback per parent (a tracked leaf), as ``call`` (a `KernelCall`)."""
 
-    return tape.record(value, _edges(parents, backs), call)
+    return tape.record(value, edges_of(parents, backs), call)
 
 
 def _logged(f, width, size, reduce):
     """The `KernelCall` of a call over Dask arrays (backend "dask"), in `db.kernel_log` if one collects."""
 
     call = KernelCall(getattr(f, "__name__", type(f).__name__), width, "dask", size, reduce)
-    calls = _log.get()
+    calls = CALL_LOG.get()
     if calls is not None:
         calls.append(call)
     return call
@@ -555,12 +556,12 @@ def _on_block(context, blocks, wrt, cotangent=None):
 
     program, leaves = _block_program(context, blocks, wrt)
     if cotangent is not None:
-        _, back = api.pullback(program, *[leaves[p] for p in wrt])
+        _, back = reverse.pullback(program, *[leaves[p] for p in wrt])
         cts = back(cotangent)
         return cts if len(wrt) > 1 else (cts,)
     if not wrt:
         return (program(),)
-    value, grads = api.value_and_gradient(program, *[leaves[p] for p in wrt])
+    value, grads = reverse.value_and_gradient(program, *[leaves[p] for p in wrt])
     return (value,) + (tuple(grads) if len(wrt) > 1 else (grads,))
 
 
@@ -573,7 +574,7 @@ def _on_block_taylor(context, blocks, wrt, order):
     program, leaves = _block_program(context, blocks, wrt)
     params = tuple(np.asarray(leaves[p], np.result_type(leaves[p])) for p in wrt)
     if order == 1:
-        value, grads = api.value_and_gradient(lambda xs: program(*xs), params)
+        value, grads = reverse.value_and_gradient(lambda xs: program(*xs), params)
         return value, flat(grads), None
     values = []
 
@@ -581,7 +582,7 @@ def _on_block_taylor(context, blocks, wrt, order):
         values.append(program(*xs))
         return values[-1]
 
-    grads, back = api.pullback(lambda xs: api.gradient(read, *xs), params)
+    grads, back = reverse.pullback(lambda xs: reverse.gradient(read, *xs), params)
     grads = grads if len(params) > 1 else (grads,)
     rows = []
     for i, x in enumerate(params):

@@ -15,10 +15,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import pytree
-from .api import _scalar_seed, _trace, hessian, hessian_recording, hvp, hvp_arguments, hvp_compositions
-from .broadcast import KernelCall
+from .api import hessian, hessian_recording, hvp, hvp_arguments, hvp_compositions
+from .kernel_cache import KernelCall
 from .numpy_facts import qualified_name
 from .pullbacks import IndexPullback, plain
+from .reverse import scalar_seed, trace_call
 
 
 class Operation(NamedTuple):
@@ -104,7 +105,7 @@ def explain(f: Callable[..., Any], *args: Any, **kwargs: Any) -> "Explanation | 
     2  np.power             reverse  1       -      8 B
     2 operations (1 forward, 1 reverse); 32 B kept for the backward pass; argument 0: 1 active leaf(s), 0 cut
     """
-    from .prepared import PreparedGradient  # (prepared imports api, as this module does)
+    from .prepared import PreparedGradient  # (prepared imports reverse, as this module does)
 
     if isinstance(f, PreparedGradient):
         return _explain_program(f, args)
@@ -133,9 +134,9 @@ def _explain_hvp(f, *args, vectors=None):
 def _explanation(f, args, composition=None, scalar=True):
     """The `Explanation` of one recording of ``f(*args)``, of a real scalar result unless not ``scalar`` (`db.hessian`'s
     recording: the gradient)."""
-    tape, out, arguments = _trace(f, args)
+    tape, out, arguments = trace_call(f, args)
     if scalar:
-        value, _ = _scalar_seed(out, tape)
+        value, _ = scalar_seed(out, tape)
     else:
         leaves, treedef = pytree.flatten(out)
         value = pytree.unflatten(treedef, [plain(leaf) for leaf in leaves])
@@ -185,7 +186,7 @@ class ProgramExplanation:
         self.value = value
         self.recorded = recorded  # how many steps were recorded
         self.steps = steps
-        self.loop = loop  # the recorded steps' `loops.Loop`, or None
+        self.loop = loop  # the recorded steps' `loop_finding.Loop`, or None
         self.plan = plan  # the plan ``prog(*args)`` runs now, where one is chosen per call (`replay.compile_plans`)
 
     @property

@@ -22,7 +22,7 @@ The tangent of ``f(a₁, …, aₙ)`` is found by the first of these that applie
 A function with a vjp rule but none of these (a pullback that writes into a buffer) is a clear
 error naming it.  Complex values follow JAX: the tangent of a holomorphic ``f`` is ``f'(z) t``.
 Inside `db.sum`/`db.broadcast` a dual argument is an active input of the kernel, which computes the
-value and the tangent ``Σ ∂f/∂aᵢ · tᵢ`` in one fused pass (the tangents its extra inputs; `broadcast._build`).
+value and the tangent ``Σ ∂f/∂aᵢ · tᵢ`` in one fused pass (the tangents its extra inputs; `kernel_cache.build_kernel`).
 
 Each `jvp` call is one level: nested calls (a jvp of a function taking a jvp) give their duals
 increasing levels, and an operation propagates only the tangents of its highest level, treating
@@ -39,11 +39,21 @@ import warnings
 
 import numpy as np
 
-from . import pytree, tape
+from . import context, pytree
 from .derivatives import DERIVATIVES, chain_product
 from .errors import InPlaceMutationError, ShapeMismatchError, UnsupportedFunctionError, ValueConversionError
 from .guards import UFUNC_AT, Guarded, NotReplayableError, holds_view, note_views, untracked
 from .numpy_facts import ARRAY_METHODS, FLOAT_SCALARS, as_dtype, astype, getitem, qualified_name
+from .operands import (
+    OUT_MESSAGE,
+    PLAIN_NUMBERS,
+    check_ufunc_keywords,
+    complex_message,
+    complex_valued,
+    constant_result,
+    sequence_by_position,
+    unsupported_message,
+)
 from .pullbacks import IndexPullback, apply
 from .registry import (
     COMPLEX_RULES,
@@ -63,18 +73,7 @@ from .registry import (
     output_pullbacks,
     register_lazy_rules,
 )
-from .tape import (
-    _NUMBERS,
-    _OUT,
-    Tracked,
-    _binary,
-    _check_ufunc_keywords,
-    _complex_message,
-    _is_complex,
-    _sequence_by_position,
-    _unsupported_message,
-    constant_result,
-)
+from .tracked import Tracked, record_binary
 
 _levels = itertools.count(1)
 
@@ -85,7 +84,7 @@ _enclosing = {}  # level -> the innermost gradient's tape running when that `jvp
 def new_level():
     """A level for the duals of one `jvp` call, above every earlier one."""
     level = next(_levels)
-    _enclosing[level] = tape.ACTIVE_TAPE.get()
+    _enclosing[level] = context.ACTIVE_TAPE.get()
     return level
 
 
@@ -97,7 +96,7 @@ def end_level(level):
 def check_enclosing(values, level):
     """A prepared gradient recorded inside the `jvp` call of ``level`` meets its duals (a closure over them): its
     program would replay without their tangents, a silently wrong result: an error.  (`db.gradient` and the other
-    entry points carry them: forward over reverse, `api._dual_value_and_gradients`.)"""
+    entry points carry them: forward over reverse, `reverse._dual_value_and_gradients`.)"""
     enclosing = _enclosing.get(level, False)
     if enclosing is False:  # that jvp call has returned: a stale dual, refused where it is used
         return
@@ -128,17 +127,17 @@ class Dual(Guarded):
         if method != "__call__":
             return _ufunc_method(ufunc, method, inputs, kwargs)
         if kwargs:
-            _check_ufunc_keywords(ufunc, kwargs)
+            check_ufunc_keywords(ufunc, kwargs)
         return apply_function(ufunc, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
         if kwargs.get("out") is not None:
             name = qualified_name(func)
-            raise InPlaceMutationError(_OUT.format(name=name, example=f"{name}(...)"))
+            raise InPlaceMutationError(OUT_MESSAGE.format(name=name, example=f"{name}(...)"))
         return apply_function(func, args, kwargs)
 
     T = property(lambda self: apply_function(np.transpose, (self,), {}))
-    real = property(lambda self: apply_function(np.real, (self,), {}) if _is_complex(self.value) else self)
+    real = property(lambda self: apply_function(np.real, (self,), {}) if complex_valued(self.value) else self)
     imag = property(lambda self: apply_function(np.imag, (self,), {}))
 
     def __getitem__(self, index):
@@ -165,7 +164,7 @@ class Dual(Guarded):
         return apply_function(np.ravel, (self,), {"order": order} if order != "C" else {}).copy()
 
     def conj(self):
-        return apply_function(np.conjugate, (self,), {}) if _is_complex(self.value) else self
+        return apply_function(np.conjugate, (self,), {}) if complex_valued(self.value) else self
 
     conjugate = conj
 
@@ -218,7 +217,7 @@ def _ufunc_method(ufunc, method, inputs, kwargs):
     if method == "at":  # np.add.at: the message says what to write; y = np.add.at(...) would be wrong
         raise InPlaceMutationError(UFUNC_AT.format(name=name))
     if kwargs.get("out") is not None:
-        raise InPlaceMutationError(_OUT.format(name=name, example=f"{name}(...)"))
+        raise InPlaceMutationError(OUT_MESSAGE.format(name=name, example=f"{name}(...)"))
     if method == "outer" and ufunc.signature is None:
         a, b = inputs
         return ufunc(np.reshape(a, np.shape(a) + (1,) * np.ndim(b)), b, **kwargs)
@@ -242,7 +241,7 @@ def apply_function(func, args, kwargs):
     if kind == COMPOSITION:  # its NumPy calls each find their own tangent
         return rule.makers(*args, **kwargs)
     if kind == SEQUENCE and not args:
-        args, kwargs = _sequence_by_position(func, kwargs)
+        args, kwargs = sequence_by_position(func, kwargs)
     sequence, rest = (args[0], args[1:]) if kind == SEQUENCE else (args, ())
     level = _top_level(sequence)
     if _top_level([*rest, *kwargs.values()]) >= max(level, 1):
@@ -257,9 +256,9 @@ def apply_function(func, args, kwargs):
     call_values = [values, *rest] if kind == SEQUENCE else values
     if rule is None:
         if func not in NONDIFFERENTIABLE:
-            raise UnsupportedFunctionError(_unsupported_message(func))
+            raise UnsupportedFunctionError(unsupported_message(func))
         ans = func(*[type(a)(map(value_of, a)) if type(a) in (list, tuple) else a for a in call_values], **kwargs)
-        if func is np.sign and _is_complex(ans):
+        if func is np.sign and complex_valued(ans):
             raise UnsupportedFunctionError("np.sign of a complex value is z / |z|, which is not piecewise constant: "
                                            "write z / np.abs(z) to differentiate it")
         return ans
@@ -270,7 +269,7 @@ def apply_function(func, args, kwargs):
         ans = rule.impl(*call_values, **kwargs)
     elif type(func) is np.ufunc and not kwargs and len(values) == 2 and type(values[0]) in _TAPE_OPERANDS \
             and type(values[1]) in _TAPE_OPERANDS:
-        ans = _binary(values[0], values[1], func)  # what NumPy would hand the tape (`Tracked.__array_ufunc__`)
+        ans = record_binary(values[0], values[1], func)  # what NumPy would hand the tape (`Tracked.__array_ufunc__`)
     else:
         ans = func(*call_values, **kwargs)
     if not positions:  # only duals of outer levels: they carried their tangents through the call
@@ -297,7 +296,7 @@ def _noting_views(func, arguments, result):
     return result
 
 
-_TAPE_OPERANDS = _NUMBERS | {Tracked}  # a binary ufunc's arguments the tape's `_binary` takes
+_TAPE_OPERANDS = PLAIN_NUMBERS | {Tracked}  # a binary ufunc's arguments the tape's `record_binary` takes
 
 
 def _with_tangent(func, rule, kind, ans, values, call_values, positions, sequence, kwargs, level):
@@ -386,10 +385,10 @@ def tangent_of(func, rule, ans, values, positions, tangents, kwargs):
     if jvp is MULTILINEAR:
         return _multilinear(func, rule, values, positions, tangents, kwargs)
     if COMPLEX_RULES.get(func) is not SAME_RULE \
-            and (_is_complex(ans) or any(map(_is_complex, tangents)) or _any_complex(values)):  # complex values
+            and (complex_valued(ans) or any(map(complex_valued, tangents)) or _any_complex(values)):  # complex values
         rule = complex_rule(func)
         if rule is None:
-            raise UnsupportedFunctionError(_complex_message(func))
+            raise UnsupportedFunctionError(complex_message(func))
         # not holomorphic: its own jvp and its table partials are for real values
         return transposed(func, rule, ans, values, positions, tangents, kwargs)
     if jvp is not None:
@@ -509,14 +508,14 @@ def _output_tangent(func, rule, ans, j, values, positions, tangents, kwargs):
     if not _is_inexact(out):
         return None
     jvp = JVP_RULES.get(func)
-    complex_ = _is_complex(out) or _any_complex([values[i] for i in positions])
+    complex_ = complex_valued(out) or _any_complex([values[i] for i in positions])
     if type(jvp) is Linear:
         out_tangents = _linear(func, rule, jvp, values, positions, tangents, kwargs)
         return out_tangents[j] if isinstance(ans, (tuple, list)) else out_tangents
     if complex_ and COMPLEX_RULES.get(func) is not SAME_RULE:
         rule = complex_rule(func)
         if rule is None:
-            raise UnsupportedFunctionError(_complex_message(func))
+            raise UnsupportedFunctionError(complex_message(func))
     elif jvp is not None and positions == [0]:
         return jvp(j, tangents[0], ans, *values, **kwargs)
     backs = output_pullbacks(func, rule.makers, j, ans, values, positions, kwargs)
@@ -544,13 +543,12 @@ def _transpose(func, back, out, t):
     part of ``Σ back(g)·t`` at ``g = 0``, taken on a tape of its own.  A pullback that is not NumPy code
     traceable in ``g`` (it scatters with np.bincount, calls SciPy) is transposed densely instead, one call per
     element of a small result (``J·t``'s element k is ``⟨back(e_k), t⟩``); a large one is a clear error."""
-    from .api import gradient  # the reverse mode this transposes (api does not import this module)
-
+    gradient, = REVERSE_MODE  # the reverse mode this transposes (from above: `reverse` sets it)
     g0 = np.zeros(np.shape(untracked(out)), np.result_type(untracked(out)))
 
     def pairing(g):
         product = np.sum(apply(back, g) * t)
-        return np.real(product) if _is_complex(product) else product
+        return np.real(product) if complex_valued(product) else product
 
     try:
         if type(back) is IndexPullback:
@@ -568,7 +566,7 @@ def _transpose(func, back, out, t):
     for k in range(g0.size):
         e = np.zeros_like(g0)
         e.reshape(-1)[k] = 1
-        flat[k] = np.real(np.sum(apply(back, e) * t)) if not _is_complex(tangent) else _complex_entry(back, e, t)
+        flat[k] = np.real(np.sum(apply(back, e) * t)) if not complex_valued(tangent) else _complex_entry(back, e, t)
     return tangent
 
 
@@ -579,6 +577,7 @@ def _complex_entry(back, e, t):
 
 
 DENSE_TRANSPOSE_LIMIT = 256  # result elements: one pullback call each
+REVERSE_MODE = []  # [gradient]: `reverse.gradient`, which imports this module and plugs itself in here
 
 
 # --- the public entry point ----------------------------------------------------------------------------------
@@ -594,7 +593,7 @@ def check_tangent(leaf, tangent, position, k):
         raise ShapeMismatchError(
             f"the tangent of argument {position}{where} has shape {np.shape(tangent)}, its primal {shape}; "
             "give each primal a tangent of its own shape")
-    if not _is_complex(bare) and np.iscomplexobj(untracked(tangent)):
+    if not complex_valued(bare) and np.iscomplexobj(untracked(tangent)):
         raise ShapeMismatchError(
             f"the tangent of argument {position} is complex, its primal real; give a real tangent")
     if isinstance(tangent, Guarded):  # of an outer jvp, or tracked by a gradient: cast where it is recorded
@@ -604,4 +603,4 @@ def check_tangent(leaf, tangent, position, k):
 
 
 pytree.leaf_type(Dual)
-tape.FORWARD[:] = [Dual, apply_function]  # a `db.primitive` called on a dual value computes its tangent here
+context.FORWARD[:] = [Dual, apply_function]  # a `db.primitive` called on a dual value computes its tangent here

@@ -58,7 +58,7 @@ def _recorder_of(x):
 
 
 class Guarded:
-    """The conversions of `tape.Tracked` (its ``value`` and tape ``index``): errors, or a recorder's guards."""
+    """The conversions of `tracked.Tracked` (its ``value`` and tape ``index``): errors, or a recorder's guards."""
 
     __slots__ = ()
 
@@ -401,7 +401,7 @@ def _views_another(x):
     """Whether ``x``'s memory is another array's too (a slice, ``x.T``, ``x.reshape``): not asked of an
     argument of f, whose caller's array f's result does not see."""
     while isinstance(x, Guarded):
-        if getattr(x, "slice_index", None) is not None:  # a slice of a tracked value (`tape.Tracked`)
+        if getattr(x, "slice_index", None) is not None:  # a slice of a tracked value (`tracked.Tracked`)
             return True
         index = getattr(x, "index", None)
         if index is not None and x.tape.records[index] is None:  # an input of its tape

@@ -21,7 +21,7 @@ write them (`numpy_facts.source_of`).
   no numexpr form (numexpr is then not a candidate backend).
 
 The dtype of every node is the one NumPy computes, found by running the graph on one
-element of each input kind (`_infer_dtypes`).
+element of each input kind (`infer_dtypes`).
 """
 
 import re
@@ -180,7 +180,7 @@ def whole_array_kernel(kernel, kinds=None):
     namespace = _namespace(kernel)
     dtype_of = None
     if kinds is not None:
-        node_dtypes = _infer_dtypes(kernel, kinds)
+        node_dtypes = infer_dtypes(kernel, kinds)
 
         def dtype_of(a):
             return np.dtype(node_dtypes[a.index])
@@ -204,7 +204,7 @@ def whole_in_place_kernel(kernel, kinds):
     page-faulted in anew: a float32 arctan2 kernel of 1e5 elements took 5x its operations' time so.)"""
     names = kernel.names
     namespace = _namespace(kernel)
-    node_dtypes = _infer_dtypes(kernel, kinds)
+    node_dtypes = infer_dtypes(kernel, kinds)
 
     def dtype_of(a):
         return np.dtype(node_dtypes[a.index])
@@ -255,7 +255,7 @@ def summed_whole_array_kernel(kernel, full):
     names = kernel.names
     namespace = _namespace(kernel)
     namespace.update(sum_of_product=sum_of_product, summed=summed, gram=gram, gram_fits=gram_fits)
-    scalar = _scalar_nodes(kernel, full)
+    scalar = scalar_nodes(kernel, full)
     full_inputs = {x.index for x, f in zip(kernel.inputs, full) if f}
 
     def full_size(a):
@@ -375,9 +375,9 @@ def _block_code(kernel, kinds, full, stored):
     output writes it into ``o<k>`` itself: no copy (EAM N=1e6 on the blocked backend ~2% faster).
     """
     names = kernel.names
-    node_dtypes = _infer_dtypes(kernel, kinds)
-    out_dtypes = _out_dtypes(kernel, node_dtypes)
-    hoisted = _scalar_nodes(kernel, full)
+    node_dtypes = infer_dtypes(kernel, kinds)
+    out_dtypes = output_dtypes(kernel, node_dtypes)
+    hoisted = scalar_nodes(kernel, full)
     owners = {}
     for k, (o, keep) in enumerate(zip(kernel.outputs, stored)):
         if keep and type(o) is Sym and o.op is not None and o.index not in hoisted and o.index not in owners:
@@ -517,7 +517,7 @@ def _in_place_source(kernel, op, refs, buf):
     return f"np.copyto({buf}, {function}({args}))"
 
 
-def _scalar_nodes(kernel, full):
+def scalar_nodes(kernel, full):
     """Nodes that depend on no full-size input (one value for the whole call), and the ones ``x ** 0``."""
     full_inputs = {x.index for x, f in zip(kernel.inputs, full) if f}
     scalar = set()
@@ -616,7 +616,7 @@ def _assign_buffers(kernel, node_dtypes, hoisted, owners):
 
 
 # --- dtypes ------------------------------------------------------------------------
-def _infer_dtypes(kernel, kinds):
+def infer_dtypes(kernel, kinds):
     """The dtype of every node, by running the graph on one element of each input kind."""
     values = {x.index: (1.0 if k is float else np.ones(1, k)) for x, k in zip(kernel.inputs, kinds)}
     with np.errstate(all="ignore"):
@@ -626,7 +626,7 @@ def _infer_dtypes(kernel, kinds):
     return {k: np.result_type(v) for k, v in values.items()}
 
 
-def _out_dtypes(kernel, node_dtypes):
+def output_dtypes(kernel, node_dtypes):
     """Per output (value, then partials), its dtype: a literal partial takes the value's dtype."""
     first = kernel.outputs[0]
     value_dtype = node_dtypes[first.index] if type(first) is Sym else np.result_type(first)

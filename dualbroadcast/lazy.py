@@ -1,6 +1,6 @@
 """A Dask array as the layers below the Dask layer see it, and the hook through which they reach that layer.
 
-`tape`, `broadcast` and `api` must recognise a Dask array (`is_chunked`, without importing Dask) and carry a
+`tape`, `broadcast` and `reverse` must recognise a Dask array (`is_chunked`, without importing Dask) and carry a
 differentiated one on the tape (`Lazy`, whose NumPy protocols raise `not_chunkwise`); what is done with it
 belongs to the Dask layer, `chunked`, which sits above the API and plugs its entry points into `DASK_LAYER`
 when it is imported (`import dualbroadcast` imports it).

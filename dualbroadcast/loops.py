@@ -1,24 +1,23 @@
 """Loops of small steps in a prepared program: the repeated block found, compiled as a loop (Numba), chosen by
 measurement against the straight-line replay.
 
-A time loop written in plain NumPy (RK4 on 2-element arrays) records the same block of steps once per
-iteration: 80 steps of Lotka-Volterra are 6,000 steps, each a NumPy call on 2 elements that costs a microsecond
-of dispatch for a nanosecond of arithmetic.  `find_loop` finds the longest run of iterations of one block in
+A time loop written in plain NumPy (RK4 on 2-element arrays) records the same block of steps once per iteration:
+80 steps of Lotka-Volterra are 6,000 steps, each a NumPy call on 2 elements that costs a microsecond of dispatch
+for a nanosecond of arithmetic. `find_loop` (`loop_finding`) finds the longest run of iterations of one block in
 the recorded steps: the same functions on the same shapes and constants, each value read either from the same
 iteration, from the one before (a carry), or from before the loop (an invariant); a constant that differs
-between iterations (``data[k]``) is read from an array of them, one row per iteration.  `scalar_source` writes
+between iterations (``data[k]``) is read from an array of them, one row per iteration. `scalar_source` writes
 the whole program, forward and backward, as scalar code (each small array a few scalars, a selection or a
-stacking only a renaming of them) with the loop a loop: its forward values kept one row per iteration for
-the backward loop, which runs the iterations last first, carrying the carries' cotangents back.  It runs as
-Python from the first call, and Numba compiles it in a background thread once the calls have taken long enough;
-the straight-line replay is compiled only where it is needed or might be faster (`LoopTier`).  Without Numba
+stacking only a renaming of them) with the loop a loop: its forward values kept one row per iteration for the
+backward loop, which runs the iterations last first, carrying the carries' cotangents back. It runs as Python
+from the first call, and Numba compiles it in a background thread once the calls have taken long enough; the
+straight-line replay is compiled only where it is needed or might be faster (`LoopTier`). Without Numba
 (``pip install 'dualbroadcast[fast]'``) nothing changes but the speed.
 """
 
 import contextvars
 import importlib.util
 import math
-import re
 import threading
 import time
 
@@ -26,240 +25,15 @@ import numpy as np
 
 from .derivatives import DERIVATIVES
 from .expr import Src
-from .numpy_facts import getitem, qualified_name
-from .program import Const, Guard, Pack, Step, unpacked
-from .registry import PER_ARGUMENT, SEQUENCE
+from .loop_finding import find_loop, renamed, scalar_step
+from .numpy_facts import getitem
+from .program import Const, Pack, Step
+from .registry import SEQUENCE
 from .replay import MISS, Namespace, globals_check
 
 COMPILE = contextvars.ContextVar("dualbroadcast_loop_compile", default="background")  # "now" (tests), "off"
 SCALAR_MAX = 64  # elements from which a value is not written as scalars (its NumPy steps cost less per element)
 OPS_MAX = 20000  # scalar operations outside the loop body from which a program is not compiled (compile time)
-PERIOD_MAX = 2048  # the longest block looked for
-
-
-class Loop:
-    """The repeated block: recorded steps ``start + k * period + j`` for ``k < trips``, ``j < period``; how the
-    template's (iteration 0's) references read (``kinds``: per step, per reference, ``("inner", j, slot)``,
-    ``("carry", j, slot, init index)``, ``("invariant", index)``, ``("literal",)`` or ``("row", values)``, a
-    constant per iteration), and the status of its compiled code (`LoopTier`)."""
-
-    __slots__ = ("start", "period", "trips", "kinds", "names", "tier")
-
-    def __init__(self, start, period, trips, kinds, names):
-        self.start, self.period, self.trips, self.kinds = start, period, trips, kinds
-        self.names = names  # the block's steps, as a user writes their functions
-        self.tier = None
-
-    @property
-    def carried(self):
-        return len({k[1:] for kinds in self.kinds for k in kinds if k[0] == "carry"})
-
-    @property
-    def rows(self):
-        return sum(k[0] == "row" for kinds in self.kinds for k in kinds)
-
-    def describe(self):
-        """One line for `db.explain`: the loop and what runs it."""
-        first, last = self.start + 1, self.start + self.period * self.trips
-        status = self.tier.status() if self.tier is not None else "straight-line replay (not compiled)"
-        return (f"loop: {self.trips} iterations of {self.period} steps (recorded steps {first}-{last}), "
-                f"{self.carried} value(s) carried, {self.rows} constant(s) per iteration; runs: {status}")
-
-
-def find_loop(steps, meta, out):
-    """The longest run of at least two iterations of one block among ``steps`` (`Loop`), or None."""
-    signatures = _signatures(steps, meta)
-    best = None
-    for period in _periods(signatures):
-        same = signatures[:-period] == signatures[period:]
-        start, length = _longest_run(same)
-        trips = (length + period) // period
-        if trips >= 2 and (best is None or trips * period > best[2] * best[1]):
-            best = (start, period, trips)
-    if best is None:
-        return None
-    return _checked(steps, meta, out, *best)
-
-
-def _periods(signatures, rarest=4):
-    """The periods a block may have: the distances from each step to the next ``rarest`` steps of its signature (a
-    block holding some step at most that many times has one of them), at most `PERIOD_MAX` and half the steps."""
-    order = np.argsort(signatures, kind="stable")
-    ordered = signatures[order]
-    periods = set()
-    for j in range(1, rarest + 1):
-        same = ordered[j:] == ordered[:-j]
-        periods.update((order[j:][same] - order[:-j][same]).tolist())
-    return sorted(p for p in periods if 0 < p <= min(len(signatures) // 2, PERIOD_MAX))
-
-
-def _signatures(steps, meta):
-    """Per step an integer, equal for steps that may be the same step of two iterations: the same function,
-    keywords, kinds and shapes of references, number of results."""
-    ids, signatures = {}, []
-    for k, step in enumerate(steps):
-        if type(step) is Step:
-            key = (id(step.func), step.kind, repr(step.kwargs), tuple(_ref_key(r, meta) for r in step.refs),
-                   tuple(_ref_key(Const(r), meta) for r in step.rest),
-                   tuple(None if o is None else meta[o] for o in step.outs))
-        else:
-            key = ("step", k)  # guards, kernels: never repeated
-        signatures.append(ids.setdefault(_hashable(key), len(ids)))
-    return np.array(signatures)
-
-
-def _ref_key(r, meta):
-    if type(r) is int:
-        return ("value", meta[r])
-    if type(r) is Pack:
-        return ("pack", id(r))
-    value = r.value
-    if isinstance(value, (np.ndarray, np.generic)):
-        return ("array", value.shape, value.dtype.str)
-    if type(value) in (int, float):
-        return ("number", type(value).__name__)
-    return ("other", type(value).__name__, repr(value))
-
-
-def _hashable(key):
-    try:
-        hash(key)
-        return key
-    except TypeError:
-        return repr(key)
-
-
-def _longest_run(same):
-    """``(start, length)`` of the longest run of True in ``same``."""
-    padded = np.concatenate(([False], same, [False]))
-    edges = np.flatnonzero(padded[1:] != padded[:-1])
-    if not len(edges):
-        return 0, 0
-    starts, ends = edges[::2], edges[1::2]
-    k = int(np.argmax(ends - starts))
-    return int(starts[k]), int(ends[k] - starts[k])
-
-
-def _checked(steps, meta, out, start, period, trips):
-    """The `Loop` of ``trips`` iterations from ``start`` (fewer where an iteration reads its values otherwise than
-    the template), or None: no two iterations agree, or a value of an iteration but the last is read after it."""
-    producer = {}
-    for k, step in enumerate(steps):
-        if type(step) is Step:
-            for slot, o in enumerate(step.outs):
-                if o is not None:
-                    producer[o] = (k, slot)
-    template = steps[start:start + period]
-    kinds = [[_kind(r, start, period, 0, producer) for r in unpacked(step.refs)] for step in template]
-    second = [[_kind(r, start, period, 1, producer) for r in unpacked(step.refs)] for step in steps[start + period:]
-              [:period]]
-    for first, other in zip(kinds, second):  # a value before the loop in iteration 0: which?
-        for slot, (a, b) in enumerate(zip(first, other)):
-            if a[0] == "before" and b[0] == "previous":
-                first[slot] = ("carry", b[1], b[2], a[1])
-            elif a[0] == "before" and b == a:
-                first[slot] = ("invariant", a[1])
-            elif a[0] == "before":
-                return _shorter(steps, meta, out, start, period, 1)
-    rows = set()
-    for k in range(1, trips):
-        for j, step in enumerate(steps[start + k * period:start + (k + 1) * period]):
-            if not _agrees(step, template[j], kinds[j], start, period, k, producer, rows, j):
-                return _shorter(steps, meta, out, start, period, k)
-    end = start + period * trips
-    last = start + period * (trips - 1)
-    reads_after = [r for step in steps[end:] for r in _read(step)] + ([out] if out is not None else [])
-    if any(r in producer and start <= producer[r][0] < last for r in reads_after):
-        return None
-    for j, slot in rows:
-        kinds[j][slot] = ("row", [list(unpacked(steps[start + k * period + j].refs))[slot] for k in range(trips)])
-    return Loop(start, period, trips, kinds, [_name(s.func) for s in template])
-
-
-def _name(func):
-    return func if type(func) is str else qualified_name(func)
-
-
-def _shorter(steps, meta, out, start, period, trips):
-    return _checked(steps, meta, out, start, period, trips) if trips >= 2 else None
-
-
-def _read(step):
-    if type(step) is Guard:
-        return [step.index]
-    return [r for r in unpacked(step.refs) if type(r) is int]
-
-
-def _kind(r, start, period, k, producer):
-    """How reference ``r`` of a step of iteration ``k`` reads: from this iteration (``inner``), from the one before
-    (``previous``), from before the loop (``before``, its index), or a constant (``literal``)."""
-    if type(r) is not int:
-        return ("literal",)
-    if r not in producer or producer[r][0] < start:
-        return ("before", r)
-    position, slot = producer[r]
-    iteration, j = divmod(position - start, period)
-    if iteration == k:
-        return ("inner", j, slot)
-    if iteration == k - 1:
-        return ("previous", j, slot)
-    return ("other",)
-
-
-def _agrees(step, template, kinds, start, period, k, producer, rows, j):
-    """Whether ``step`` of iteration ``k`` reads as ``template`` does (``kinds``); a constant that differs from the
-    template's (or an array not the template's) is added to ``rows`` (read one row per iteration), where it is a
-    float an elementwise step reads.  (The signatures agree: the same function, keywords and shapes.)"""
-    if len(step.rest) != len(template.rest) or not all(map(_same_constant, step.rest, template.rest)):
-        return False
-    refs, template_refs = list(unpacked(step.refs)), list(unpacked(template.refs))
-    for slot, (r, t, kind) in enumerate(zip(refs, template_refs, kinds)):
-        if kind[0] == "literal":
-            if r.value is not t.value and (type(t.value) is np.ndarray or not _same_constant(r.value, t.value)):
-                if not (_scalar_step(template) and np.result_type(t.value).kind == "f"):
-                    return False
-                rows.add((j, slot))  # (an array equal but not the same: read per iteration too, as replay does)
-            continue
-        actual = _kind(r, start, period, k, producer)
-        if kind[0] == "inner" and actual != kind:
-            return False
-        if kind[0] == "carry" and actual != ("previous", kind[1], kind[2]):
-            return False
-        if kind[0] == "invariant" and actual != ("before", kind[1]):
-            return False
-        if kind[0] not in ("inner", "carry", "invariant"):
-            return False
-    return True
-
-
-def _same_constant(a, b):
-    if a is b:
-        return True
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, (np.ndarray, np.generic)):
-        return a.shape == b.shape and a.dtype == b.dtype and bool(np.array_equal(a, b, equal_nan=True))
-    try:
-        return bool(a == b)
-    except Exception:  # noqa: BLE001 - incomparable constants are different constants
-        return False
-
-
-def _scalar_step(step):
-    """An elementwise step written as scalar code: a ufunc of the derivative table, called without keywords."""
-    return step.kind == PER_ARGUMENT and not step.kwargs and isinstance(step.func, np.ufunc) \
-        and step.func.nout == 1 and step.func in DERIVATIVES and step.func is not np.clip
-
-
-def _renamed(lines, names):
-    """``lines`` with each of ``names`` read or written as ``<name>_``: the backward loop's copy of the forward
-    loop's values, so that no name is assigned in both loops (Numba's SSA pass is slow on those)."""
-    return [_NAME.sub(lambda m: m.group(0) + "_" if m.group(0) in names else m.group(0), line) for line in lines]
-
-
-_NAME = re.compile(r"\b[thq]\d+\b")
-
-
 def _integral(x):
     """Whether ``x`` is a literal integer: a power of it is real in Python for every real base."""
     return type(x) is not str and float(x).is_integer()
@@ -334,7 +108,7 @@ class _Scalars:
             for index in np.ndindex(*shape):
                 result[index] = self.name("t", False)
                 ops.append((result[index], "cut", [args[0][index]]))
-        elif _scalar_step(step):
+        elif scalar_step(step):
             broadcast = np.broadcast_arrays(*args)
             result = self.names(shape, "t")
             for index in np.ndindex(*shape):
@@ -447,7 +221,7 @@ class ScalarProgram:
         inner = {n: f"c_{n}" for n in incoming}
         inner.update({n: f"s_{n}" for n in invariant})
         local = set(self.columns) | {name for _, names in self.rows for name in names.ravel()}
-        lines += _renamed(self._rows("        ") + self._load(list(self.columns), "k", "        ")
+        lines += renamed(self._rows("        ") + self._load(list(self.columns), "k", "        ")
                           + self._backward(self.body, "        ", inner), local)  # (names defined once: SSA)
         for n in incoming:
             terms = [inner[h] for h, source in sources if source == n and h in inner]

@@ -26,16 +26,8 @@ from typing import Any
 import numpy as np
 
 from . import loops, pytree
-from .api import (
-    _Argument,
-    _call_on_tape,
-    _gradients,
-    _prepare,
-    _scalar_seed,
-    directional_derivative,
-    hvp_arguments,
-    value_and_gradient,
-)
+from .api import directional_derivative, hvp_arguments
+from .context import ACTIVE_TAPE
 from .errors import UnsupportedFunctionError
 from .guards import RECORDER, NotReplayableError
 from .numpy_facts import FLOAT_LEAVES, getitem, qualified_name
@@ -43,15 +35,12 @@ from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpa
 from .pytree import Cut
 from .regions import FUSE_REGIONS, forward_regions
 from .registry import BY_ARGNUM, OUTPUTS, complex_rule, first_output
-from .replay import MISS, _same, compile_plans, globals_check
-from .tape import (
-    ACTIVE_TAPE,
-    Tape,
-    Tracked,
-    _check_tape,
-    backward,
-    keep_constants,
-)
+from .replay import MISS, compile_plans, globals_check
+from .replay_forward import same_result
+from .reverse import TrackedArgument, argument_gradients, call_on_tape, scalar_seed, track_arguments, value_and_gradient
+from .sweeps import backward
+from .tape import Tape
+from .tracked import Tracked, keep_constants, tape_checked
 
 MAX_VARIANTS = 8
 _thread = threading.get_ident
@@ -76,7 +65,7 @@ class Recorder:
         self.meta[t.index] = (np.shape(t.value), np.result_type(t.value))
 
     def references(self, func, sequence):
-        """How a step refers to each argument (a value index, a `Const` or a `Pack`), for `tape.record_operation`:
+        """How a step refers to each argument (a value index, a `Const` or a `Pack`), for `tracked.record_operation`:
         ``(values, refs, traced, active)``, ``traced`` whether any argument is traced, ``active`` the
         positions of those needing a gradient."""
         refs, values = [], []
@@ -95,7 +84,7 @@ class Recorder:
         return out
 
     def step(self, func, rule, refs, rest, kwargs, active, results, ans):
-        """The step `tape.record_operation` recorded: its outputs are ``results`` (tracked, or plain
+        """The step `tracked.record_operation` recorded: its outputs are ``results`` (tracked, or plain
         results, guarded by equality on replay)."""
         outs = []
         for r in results:
@@ -106,7 +95,7 @@ class Recorder:
                 outs.append(None)
         complex_step = rule is not None and self.tape.complex and self.holds_complex(refs, rest, kwargs, results)
         if complex_step:
-            rule = complex_rule(func)  # the rule `tape._record_complex` recorded it with
+            rule = complex_rule(func)  # the rule `tracked._record_complex` recorded it with
         kind = rule.kind if rule is not None else None
         makers = rule.makers if rule is not None else None
         if kind == OUTPUTS and not isinstance(ans, (tuple, list)):  # one array (svd without u, v): output 0
@@ -154,7 +143,7 @@ class Recorder:
 
     def holds_complex(self, refs, rest, kwargs, results):
         """Whether a complex value took part in a step (an argument, a result): on a tape holding complex
-        values, the tape then recorded it with the function's complex rule (`tape._record_result`)."""
+        values, the tape then recorded it with the function's complex rule (`tracked._record_result`)."""
         refs = list(unpacked(refs))
         if any(self.meta[r][1].kind == "c" for r in refs if type(r) is int):
             return True
@@ -189,7 +178,7 @@ class Recorder:
         """The value index of ``t``, traced on this tape; the tape's clear error for a tracked value of
         another evaluation (kept from an earlier call, or of a gradient this one runs inside)."""
         if t.tape is not self.tape:
-            _check_tape(self.tape, t.tape)
+            tape_checked(self.tape, t.tape)
         return t.index
 
     def kernel(self, kernel, inputs, values, active, backend, reduce, record):
@@ -217,9 +206,10 @@ class Recorder:
         return inner, outer, inner_positions, {p: a for p, a in outer_parents.items() if a.index not in self.inactive}
 
     def second_order(self, kernel, inputs, values, backend, out, active, pairs, outer, partials, result_shapes):
-        """Record a second-order kernel (`broadcast._second_order`): ``out`` its value and ``partials`` (position
-        -> the partial of an inner argument) as this tape recorded them; ``active`` the positions whose partials
-        it computes, ``pairs`` those of its second partials, ``outer`` the positions of this tape's arguments."""
+        """Record a second-order kernel (`broadcast_pullbacks.run_second_order`): ``out`` its value and ``partials``
+        (position -> the partial of an inner argument) as this tape recorded them; ``active`` the positions whose
+        partials it computes, ``pairs`` those of its second partials, ``outer`` the positions of this tape's
+        arguments."""
         refs = []
         for x, v in zip(inputs, values):
             x = x.value if type(x) is Tracked and x.tape is not self.tape else x  # an inner input: its value
@@ -249,7 +239,7 @@ class Recorder:
     def settle(self):
         """After f: each constant changed since its use is replayed as it was then."""
         for constant, copy in self.copies:
-            if not _same(constant.value, copy):
+            if not same_result(constant.value, copy):
                 constant.value = copy
         self.copies = []
 
@@ -543,7 +533,7 @@ class PreparedGradient:
     def _record(self, args, signature):
         """Record ``f`` on ``args``: a new program for this signature; return its value and gradient."""
         tape = Tape(single_sweep=True)
-        call_args, arguments = _prepare(tape, args, constants_traced=True)
+        call_args, arguments = track_arguments(tape, args, constants_traced=True)
         recorder = tape.recorder = Recorder(tape)
         for a in arguments:
             for t, i in zip(a.every_input, a.inputs):
@@ -554,7 +544,7 @@ class PreparedGradient:
                         recorder.inactive.add(t.index)
         token = RECORDER.set(recorder)
         try:
-            out = _call_on_tape(tape, self.f, call_args)
+            out = call_on_tape(tape, self.f, call_args)
         except NotReplayableError:  # f runs code on a cut argument's values that a replay cannot repeat
             self.unreplayable.add(signature)
         finally:
@@ -562,7 +552,7 @@ class PreparedGradient:
         if signature in self.unreplayable:
             return value_and_gradient(self.f, *args)
         try:
-            value, seed = _scalar_seed(out, tape)
+            value, seed = scalar_seed(out, tape)
             differentiated = seed is not None and out.index not in recorder.inactive
             grads = backward(tape, {out.index: seed}) if differentiated else None
         finally:
@@ -580,7 +570,7 @@ class PreparedGradient:
         del programs[MAX_VARIANTS:]
         if len(self.variants) > MAX_VARIANTS:
             self.variants.popitem(last=False)
-        return value, _one_or_tuple(_gradients(arguments, grads))
+        return value, one_or_tuple(argument_gradients(arguments, grads))
 
 
 def _globals_read(f):
@@ -619,13 +609,13 @@ def _run(run, program, flat, out):
         return run(values, _targets(out, program.gradient_shapes))[0], out
     value, grads = run(values)
     by_index = {i: np.array(g) for i, g in zip(program.active_leaves, grads)}  # buffers are reused
-    return value, _one_or_tuple(_gradients(_called_with(program.arguments, flat), by_index))
+    return value, one_or_tuple(argument_gradients(_called_with(program.arguments, flat), by_index))
 
 
 def _called_with(arguments, flat):
     """The recorded ``arguments`` with this call's trees and leaves: each gradient takes the type of
     the leaf it is for now (an ``np.float64`` where the recording had a 0-d array: same signature)."""
-    return [_Argument(treedef, leaves, arg.inputs, floats=arg.floats)
+    return [TrackedArgument(treedef, leaves, arg.inputs, floats=arg.floats)
             for arg, (leaves, treedef) in zip(arguments, flat)]
 
 
@@ -714,9 +704,9 @@ def _active_gradients(grads, n_args):
 def _signature(flat):
     """What a recording depends on: per argument its structure, and per leaf its shape and dtype
     (arrays and floats) or its value (anything else is baked into the program)."""
-    from .broadcast import _structure_key
+    from .kernel_keys import structure_key
 
-    return tuple((_structure_key(treedef), tuple(map(_leaf_key, leaves, pytree.leaf_activity(treedef))))
+    return tuple((structure_key(treedef), tuple(map(_leaf_key, leaves, pytree.leaf_activity(treedef))))
                  for leaves, treedef in flat)
 
 
@@ -730,7 +720,7 @@ def _leaf_key(leaf, active=True):
     return (type(leaf), leaf if pytree.hashable(leaf) else id(leaf))
 
 
-def _one_or_tuple(items):
+def one_or_tuple(items):
     return items[0] if len(items) == 1 else tuple(items)
 
 

@@ -50,7 +50,7 @@ class Step:
 class KernelStep:
     """A broadcast/sum kernel: rerun with the same backend, pullbacks rebuilt from its partials.  ``region``:
     the `regions.Region` it replaces (elementwise steps, and their sum if ``reduce``, fused when the program was
-    compiled; ``backend`` None: chosen when compiled, `replay._region_runner`), None for a recorded ``db.sum`` /
+    compiled; ``backend`` None: chosen when compiled, `region_runners.region_runner`), None for a recorded ``db.sum`` /
     ``db.broadcast``."""
 
     __slots__ = ("kernel", "refs", "active", "backend", "out", "reduce", "region")
@@ -66,8 +66,8 @@ class KernelStep:
 
 
 class SecondOrderStep:
-    """A second-order kernel (a `sum` inside a gradient of a gradient, `broadcast._second_order`), rerun with the
-    same backend: its results are the value, then a partial per argument in ``slots`` and a second partial per
+    """A second-order kernel (a `sum` inside a gradient of a gradient, `broadcast_pullbacks.run_second_order`), rerun
+    with the same backend: its results are the value, then a partial per argument in ``slots`` and a second partial per
     pair in ``pairs``.  The recorded tape's values are the sum ``out`` (pullbacks: the partials of the
     arguments in ``outer``) and the inner arguments' partials ``partials`` (position -> value index; pullbacks:
     the second partials)."""

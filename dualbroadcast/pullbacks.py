@@ -1,16 +1,16 @@
 """Pullbacks as the backward sweep applies them, and the two builders of forward-mode partials' pullbacks.
 
 A tape record keeps one pullback per tracked argument, in one of these kinds,
-which the sweep (`tape.backward`) applies without asking any rule:
+which the sweep (`sweeps.backward`) applies without asking any rule:
 
 - ``None``: the identity, the cotangent passes as it is (``x + y`` of scalars);
 - a *factor* (a type in `FACTORS`: a number or an array ``d``): ``g * d``, no Python call per edge;
 - an `IndexPullback`: ``g`` added at an index of the argument's one gradient buffer (slices in loops);
-- a pair ``(index, pullback)``: the argument is a view (an unrecorded slice, see `tape.Tracked`),
+- a pair ``(index, pullback)``: the argument is a view (an unrecorded slice, see `tracked.Tracked`),
   the pullback's cotangent goes at ``index`` of its base's buffer;
 - any other callable: ``g -> cotangent`` (a rule's closure, a bound C method, `Unbroadcast`, `RealPart`).
 
-The sweep of a Hessian's rows at once (`tape.backward_rows`), whose cotangents have a leading axis of rows,
+The sweep of a Hessian's rows at once (`sweeps.backward_rows`), whose cotangents have a leading axis of rows,
 takes the kinds above and the callables `multiply_by`, `Unbroadcast`, `Contracted` and `Gather` in one
 NumPy call each; it calls any other pullback on each row.
 
@@ -183,7 +183,7 @@ class Strong:
 def kernel_pullback(partial, shape, out_shape, in_place, scale=1):
     """The pullback ``g -> g · ∂f/∂a`` of a kernel argument ``a`` of ``shape`` (``out_shape``: the kernel's
     result, ``()`` for a sum, whose partial is already reduced to ``shape``); ``∂f/∂a`` is ``scale · partial``
-    (a sum's partial kept without its literal factor, `broadcast._unscaled`).
+    (a sum's partial kept without its literal factor, `broadcast_pullbacks.unscaled_kernel`).
 
     ``in_place``: the partial is the kernel's own buffer and the tape is swept once, so it becomes
     the cotangent in place instead of allocating another array of its size.
@@ -227,9 +227,9 @@ def _kernel_partial_fits(partial_shape, shape, out_shape):
 
 class Contracted:
     """``g -> g @ column``: the pullback into a scalar of a vector whose partials in it are ``column`` (a
-    second-order kernel's partials of its scalar arguments, stacked, see `broadcast._scalar_partials`), or
+    second-order kernel's partials of its scalar arguments, stacked, see `broadcast_pullbacks._scalar_partials`), or
     into a vector, ``column`` then a matrix (column k: the partials in its element k).  A cotangent with a
-    leading axis of rows (`tape.backward_rows`) contracts row by row as it is."""
+    leading axis of rows (`sweeps.backward_rows`) contracts row by row as it is."""
 
     __slots__ = ("column",)
 
@@ -295,7 +295,7 @@ def scatter(g, index, shape, dtype, repeats=False):
 
 class Gather:
     """``h -> h[index]``: the pullback of `scatter` (a gradient of a gradient's step), the gather of what it
-    scattered; a class, so that a sweep of several cotangents at once (`tape.backward_rows`) gathers them in
+    scattered; a class, so that a sweep of several cotangents at once (`sweeps.backward_rows`) gathers them in
     one call."""
 
     __slots__ = ("index",)

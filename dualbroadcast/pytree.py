@@ -80,7 +80,7 @@ class Uncut(Cut):
 # A treedef is (kind, aux, children_treedefs); a leaf is LEAF.
 LEAF = None
 _PLAIN_LEAVES = {float, int, bool, complex, str, type(None), np.ndarray, np.float64, np.float32, np.int64}
-SETTLE = {}  # leaf type -> what a leaf of it is flattened as: `tape.Pending`'s value computed (`tape.settle_total`)
+SETTLE = {}  # leaf type -> what a leaf of it is flattened as: `tracked.Pending`'s value computed (`settle_total`)
 
 
 def _is_namedtuple(x):

@@ -5,7 +5,7 @@ a chain of elementwise steps, each a pass over memory forward and another
 backward.  `forward_regions` finds each maximal connected group of elementwise
 steps (ufuncs and ``np.where`` the kernels can differentiate, called without
 keywords) whose only reader is a whole sum, and replaces group and sum by one
-`KernelStep`: the kernel `broadcast._build` makes for ``db.sum`` of the same
+`KernelStep`: the kernel `kernel_cache.build_kernel` makes for ``db.sum`` of the same
 function, traced from the steps themselves, so the replay runs it as a
 ``db.sum`` step — value and one partial per active input in one pass, the
 backward pass its partials times the sum's cotangent.  Then each group read by
@@ -13,9 +13,9 @@ another step (a matrix product, a guard, ...) becomes a ``db.broadcast`` kernel
 of its last step's value, if that has at least `BROADCAST_MIN` elements (on
 fewer, the inline steps cost less than a kernel call).  A group read only by a sum or mean along axes
 (``np.sum(np.exp(a - m), axis=1)``, ``np.mean(v, axis=0, keepdims=True)``) is fused with it into a broadcast kernel
-summed along those axes (`kernels.AxisSum`), and so is a broadcast group whose inputs broadcast against each
+summed along those axes (`axis_sums.AxisSum`), and so is a broadcast group whose inputs broadcast against each
 other (``np.tanh(X @ W + b)``): both run on blocks of rows, on the cores, or on whole arrays, whichever is faster
-(`replay._axis_region_runner`).
+(`region_runners.axis_region_runner`).
 
 A step joins the region only if every reader of its value is in the region: a
 value also read elsewhere (a later step, a guard, the result) is an input of
@@ -28,9 +28,9 @@ import math
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_tuple
 
-from .broadcast import _build
+from .axis_sums import AxisSum
 from .expr import Sym, _has_forward_rule
-from .kernels import AxisSum
+from .kernel_cache import build_kernel
 from .program import Const, Guard, KernelStep, Step, unpacked
 from .registry import PER_ARGUMENT
 
@@ -43,7 +43,7 @@ class Region:
     inputs (value indices and constants), the positions of the active ones among them, the value index of its
     result, and the backends its kernel runs on (``"value"``, and ``"gradient alone"`` for its variant without
     the value, set when the program is compiled); what `explain` shows of a prepared program.  ``axes``: the
-    `kernels.AxisSum` of a region summed along axes or of broadcast inputs, else None."""
+    `axis_sums.AxisSum` of a region summed along axes or of broadcast inputs, else None."""
 
     __slots__ = ("steps", "refs", "active", "out", "position", "backends", "choices", "axes")
 
@@ -227,7 +227,7 @@ def _fused(order, steps, meta, reduce):
     if any(k.kind == "f" and k != meta[steps[last].outs[0]][1] for k in kinds):
         return None, None  # a kernel sums a partial that is an input in the input's precision, the tape in the value's
     try:
-        kernel = _build(f, None, examples, len(refs), active, reduce is True, kinds)
+        kernel = build_kernel(f, None, examples, len(refs), active, reduce is True, kinds)
     except Exception:  # noqa: BLE001 - a region the kernels cannot run stays as recorded
         return None, None
     if active and len(kernel.outputs) == 1:

@@ -25,6 +25,14 @@ from .cases import Case
 SWEEP_SHARE = 5
 
 
+MAX_WORKERS = 4  # ``-n auto``'s worker processes at most: each holds the package, JAX and its caches (~0.5 GB)
+
+
+def pytest_xdist_auto_num_workers(config):
+    """How many worker processes ``python -m pytest -n auto`` starts: one per core, at most `MAX_WORKERS`."""
+    return min(os.cpu_count() or 1, MAX_WORKERS)
+
+
 def pytest_addoption(parser):
     parser.addoption("--full-sweeps", action="store_true",
                      help="run every rule case of the sweeps (CI does; a default run takes a fifth of them)")
@@ -62,16 +70,17 @@ def pytest_runtest_call(item):
 @pytest.fixture
 def chunk_counts(monkeypatch):
     """The number of chunks each blocked kernel call runs in, on a machine taken to have two cores: the list
-    `kernels._in_threads` appends to."""
-    from dualbroadcast import kernels
+    `kernels.run_in_threads` appends to (the axis sums' calls of it too, `axis_sums`)."""
+    from dualbroadcast import axis_sums, kernels
 
     monkeypatch.setattr(kernels, "THREADS", 2)
     chunks = []
-    in_threads = kernels._in_threads
+    in_threads = kernels.run_in_threads
 
     def counted(run, bounds, block, args, scratch):
         chunks.append(len(bounds) - 1)
         return in_threads(run, bounds, block, args, scratch)
 
-    monkeypatch.setattr(kernels, "_in_threads", counted)
+    monkeypatch.setattr(kernels, "run_in_threads", counted)
+    monkeypatch.setattr(axis_sums, "run_in_threads", counted)
     return chunks

@@ -471,7 +471,7 @@ SMOOTH_BINARY = [t for t, kink in BINARY if kink is None and "db.cut" not in t]
 def reduced_chain_step(draw, pool, name):
     """A smooth elementwise function of two values that broadcast together, another of its result, summed or
     averaged along axes (``np.sum(np.exp(a - b), axis=1)``, maybe keepdims, negative axes, as a method): what a
-    prepared program fuses into one region summed along axes (`kernels.AxisSum`)."""
+    prepared program fuses into one region summed along axes (`axis_sums.AxisSum`)."""
     first = pick(draw, pool)
     other = pick(draw, pool, lambda v: fits(broadcast(first.shape, v.shape)))
     shape = broadcast(first.shape, other.shape)
@@ -1264,16 +1264,17 @@ def small_thresholds(prefer):
     """Prepared programs compiled as they are at 10^4..10^6 elements, at the random programs' few: every
     elementwise region fused (`regions.BROADCAST_MIN`), the blocked kernel in blocks of 8 elements on two
     threads (`kernels.BLOCK`), and where a region has two candidate runners (blocked, whole arrays) the one
-    ``prefer`` names taken, as a timing may take it (`replay._fastest`, not the per-call choice)."""
-    from dualbroadcast import kernels, regions, replay
+    ``prefer`` names taken, as a timing may take it (`region_runners._fastest`, not the per-call choice)."""
+    from dualbroadcast import axis_sums, kernels, region_runners, regions, replay
 
-    fastest = replay._fastest
+    fastest = region_runners._fastest
 
     def preferred(candidates, examples, rounds=5):
         return next((c for c in candidates if c[1] == prefer), candidates[0])
 
-    saved = [(regions, "BROADCAST_MIN", 1), (kernels, "BLOCK", 8), (kernels, "THREADS", 2),
-             (replay, "CHOSEN_MIN", math.inf), (replay, "_fastest", preferred)]
+    saved = [(regions, "BROADCAST_MIN", 1), (kernels, "BLOCK", 8), (axis_sums, "BLOCK", 8), (kernels, "THREADS", 2),
+             (replay, "CHOSEN_MIN", math.inf), (region_runners, "CHOSEN_MIN", math.inf),
+             (region_runners, "_fastest", preferred)]
     old = [getattr(module, name) for module, name, _ in saved]
     try:
         for module, name, value in saved:
@@ -1284,7 +1285,7 @@ def small_thresholds(prefer):
         for (module, name, _), value in zip(saved, old):
             setattr(module, name, value)
         db.clear_cache()
-    assert replay._fastest is fastest
+    assert region_runners._fastest is fastest
 
 
 def check_prepared_paths(program):

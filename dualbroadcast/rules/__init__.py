@@ -9,6 +9,7 @@ from . import (  # noqa: F401  (each module registers its family's rules on impo
     fft,
     linalg,
     nondifferentiable,
+    order_statistics,
     polynomial,
     reductions,
     scipy_special,

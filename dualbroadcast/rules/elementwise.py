@@ -3,7 +3,7 @@
 The pullback of argument i is ``unbroadcast(g * ∂f/∂argᵢ, shape of argᵢ)``
 (`pullbacks.table_pullback`).  The partial is evaluated when the operation is
 recorded, so the record keeps only that one array (for ``x * c`` that is ``c``
-itself), not the arguments.  What the operators' fast path (`tape._binary`)
+itself), not the arguments.  What the operators' fast path (`tracked.record_binary`)
 needs is derived from the same table: constant partials give fixed pullbacks
 (``scalar_backs``), partials that are the other argument make a rule bilinear.
 """
@@ -152,7 +152,7 @@ def defderivative(func: Callable[..., Any], *partials: Callable[..., Any] | floa
 
 
 def _register(func, partials):
-    """The reverse rule of ``func`` from its table entry, with what `tape._binary` reads derived from it."""
+    """The reverse rule of ``func`` from its table entry, with what `tracked.record_binary` reads derived from it."""
     named = NAMED_ARGUMENTS.get(func)
     makers = [named(func, i) if named and d is not None else vjp_maker(func, d, i) for i, d in enumerate(partials)]
     rule = RULES[func] = Rule(_implementation(func), PER_ARGUMENT, tuple(makers))

@@ -66,7 +66,7 @@ from ..registry import (
     nondifferentiable,
     register_lazily,
 )
-from ..tape import primitive
+from ..tracked import primitive
 from .elementwise import NAMED_ARGUMENTS, _register, one_output_vjp, x_vjp
 
 sc = _ufuncs = None  # scipy.special and its private module of ufuncs, once `register` has imported them

@@ -51,7 +51,7 @@ from ..registry import (
     defvjp_sequence,
     holds_for_complex,
 )
-from ..tape import primitive
+from ..tracked import primitive
 
 
 # --- helpers ------------------------------------------------------------------

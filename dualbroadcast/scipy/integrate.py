@@ -45,11 +45,12 @@ import scipy.integrate
 import scipy.sparse
 
 from .. import pytree
+from ..context import FORWARD
 from ..errors import UnsupportedFunctionError
 from ..guards import Guarded, untracked
 from ..prepared import prepare_gradient
 from ..registry import defvjp_argnum
-from ..tape import FORWARD, Tracked, primitive
+from ..tracked import Tracked, primitive
 
 __all__ = ["odeint", "solve_ivp"]
 

@@ -29,7 +29,7 @@ from ..errors import UnsupportedFunctionError
 from ..pullbacks import plain
 from ..registry import defvjp, defvjp_outputs
 from ..rules.decompositions import inverse_gaps, one_triangle
-from ..tape import primitive
+from ..tracked import primitive
 
 __all__ = ["expm", "expm_frechet", "sqrtm", "logm", "solve_triangular", "solve_sylvester", "solve_continuous_lyapunov",
            "solve_banded", "cho_factor", "cho_solve", "lu_factor", "lu_solve", "eigh"]

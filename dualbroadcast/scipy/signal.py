@@ -20,7 +20,7 @@ import scipy.signal
 
 from ..pullbacks import as_array
 from ..registry import defmultilinear, defvjp
-from ..tape import primitive
+from ..tracked import primitive
 from ._common import cotangent
 
 

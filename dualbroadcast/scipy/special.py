@@ -39,7 +39,7 @@ from ..errors import UnsupportedFunctionError
 from ..pullbacks import as_array, plain
 from ..registry import defvjp, holds_for_complex, nondifferentiable
 from ..rules.reductions import expand
-from ..tape import primitive
+from ..tracked import primitive
 from ._common import cotangent, times
 
 
@@ -100,7 +100,7 @@ def integer_valued(func, names, keywords, *args, **kwargs):
 
 def without_gradient(func, names, keywords, results, instead, *args, **kwargs):
     """SciPy's ``func`` where its result has no gradient: on plain arrays SciPy's value, on tracked ones an error."""
-    from ..tape import Tracked  # a tracked argument here would be converted by SciPy and its gradient dropped
+    from ..tracked import Tracked
 
     if any(type(a) is Tracked for a in args):
         raise UnsupportedFunctionError(

@@ -71,7 +71,7 @@ from ..pullbacks import as_array
 from ..pullbacks import plain as untracked
 from ..registry import defvjp, nondifferentiable
 from ..rules.scipy_special import gammainc_da
-from ..tape import primitive
+from ..tracked import primitive
 from ._common import cotangent, times
 
 digamma = scipy.special.digamma
@@ -529,7 +529,7 @@ def given(**keywords):
 
 def plain(method, *args):
     """``args``, or a clear error if one is tracked (its gradient would be dropped)."""
-    from ..tape import Tracked
+    from ..tracked import Tracked
 
     if any(type(a) is Tracked for a in args):
         raise UnsupportedFunctionError(

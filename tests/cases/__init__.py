@@ -11,6 +11,7 @@ import importlib
 import inspect
 import itertools
 import pkgutil
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +19,11 @@ from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, mutually_broadcastable_shapes
 
+
+def stable_id(value):
+    """A parametrized value's test id as ``str`` writes it, without the memory address of a function: the
+    worker processes of pytest-xdist must collect the same ids."""
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", str(value))
 
 @dataclass
 class Case:

@@ -11,10 +11,7 @@ PACKAGE = ROOT / "dualbroadcast"
 DESIGN = ROOT / "docs" / "design.md"
 
 # Imports that still run up a layer, each with its reason; this table may only shrink.
-UP_IMPORTS = {
-    ("forward", "api"): "forward mode's fallback transposes a pullback with api.gradient (issue 29: a reverse-mode "
-                        "driver module below forward removes it)",
-}
+UP_IMPORTS = {}
 
 
 def declared_layers():

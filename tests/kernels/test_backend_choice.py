@@ -95,9 +95,9 @@ def chosen(x):
 
 
 def _kernels():
-    """The cached kernels, and the variants a gradient runs: a sum's without literal factors (`_unscaled`), and
+    """The cached kernels, and the variants a gradient runs: a sum's without literal factors (`unscaled_kernel`), and
     without its value where it leaves that pending (`Kernel.without_value`)."""
-    cached = list(broadcast_module._cache.values())
+    cached = list(broadcast_module.KERNEL_CACHE.values())
     cached += [k.unscaled[0] for k in cached if k.unscaled and k.unscaled[0] is not k]
     return cached + [k.split for k in cached if k.split]
 
@@ -227,7 +227,7 @@ def test_prepared_region_corrects_a_bad_first_choice(monkeypatch):
     fake.runs = []
     fake.cost = {"numpy": 4e-9, "blocked": 1e-9}.get  # the bad first measurement
     monkeypatch.setattr(kernels, "clock", fake)
-    original = replay._Runners.run
+    original = replay.Runners.run
 
     def run(self, backend, values, shape, size, active_shapes):
         result = original(self, backend, values, shape, size, active_shapes)
@@ -235,7 +235,7 @@ def test_prepared_region_corrects_a_bad_first_choice(monkeypatch):
         fake.now += fake.cost(backend, 0) * size  # (a plan's run: the regions it runs cost)
         return result
 
-    monkeypatch.setattr(replay._Runners, "run", run)
+    monkeypatch.setattr(replay.Runners, "run", run)
     n = replay.CHOSEN_MIN + 1000  # one chunk: whole arrays are a candidate
     x = np.random.default_rng(0).uniform(-1, 1, n)
 

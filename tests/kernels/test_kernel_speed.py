@@ -1,6 +1,7 @@
 """The blocked kernels' speed-ups give the gradients they gave before: a sum's partial kept without its literal
-factor (`broadcast._unscaled`), constants as blocks for the loops that want two arrays (`kernel_source._splatted`),
-a buffer reused in place by a ufunc (`_assign_buffers`), and chunks handed to worker threads (`kernels._Worker`)."""
+factor (`broadcast_pullbacks.unscaled_kernel`), constants as blocks for the loops that want two arrays
+(`kernel_source._splatted`), a buffer reused in place by a ufunc (`_assign_buffers`), and chunks handed to worker
+threads (`kernels._Worker`)."""
 
 import importlib
 
@@ -50,8 +51,8 @@ def test_unscaled_partials_give_the_gradient_of_the_tape(n, backend):
         for got, want in zip(db.gradient(lambda x, a: -0.5 * db.sum(wave, x, a, backend=backend), x, a),
                              tape_gradient(wave, x, a, outer=lambda s: -0.5 * s)):
             close(got, want)
-    kernel = next(k for k in BROADCAST._cache.values() if k.name == "rho" and k.reduce and len(k.outputs) == 2)
-    assert BROADCAST._unscaled(kernel)[1] == [-3]  # the partial the kernel computes is exp(..) alone
+    kernel = next(k for k in BROADCAST.KERNEL_CACHE.values() if k.name == "rho" and k.reduce and len(k.outputs) == 2)
+    assert BROADCAST.unscaled_kernel(kernel)[1] == [-3]  # the partial the kernel computes is exp(..) alone
 
 
 def test_unscaled_partials_in_a_scalar_argument_and_in_float32():
@@ -129,7 +130,7 @@ def test_constants_as_blocks_compute_what_numpy_computes(f, dtype):
 
 def test_a_worker_thread_raises_in_the_caller_and_is_used_again(monkeypatch):
     monkeypatch.setattr(kernels, "THREADS", 2)
-    bounds = kernels._chunks(4 * kernels.BLOCK)
+    bounds = kernels.chunk_bounds(4 * kernels.BLOCK)
     assert len(bounds) == 3
 
     def run(start, stop, block):
@@ -138,10 +139,10 @@ def test_a_worker_thread_raises_in_the_caller_and_is_used_again(monkeypatch):
         return (stop - start,)
 
     with pytest.raises(ValueError, match="worker's chunk"):
-        kernels._in_threads(run, bounds, kernels.BLOCK, [], [[], []])
+        kernels.run_in_threads(run, bounds, kernels.BLOCK, [], [[], []])
     workers = list(kernels._idle_workers)
     assert workers  # given back after the error
-    total = kernels._in_threads(lambda start, stop, block: (stop - start,), bounds, kernels.BLOCK, [], [[], []])
+    total = kernels.run_in_threads(lambda start, stop, block: (stop - start,), bounds, kernels.BLOCK, [], [[], []])
     assert total == (4 * kernels.BLOCK,)
     assert kernels._idle_workers == workers  # the same thread again, none started
 
@@ -153,7 +154,7 @@ def test_a_kernel_into_its_output_from_half_a_block(n):
     x = np.random.default_rng(0).random(n)
     v = np.random.default_rng(1).random(n)
     db.broadcast(rho, x)
-    kernel = next(k for k in BROADCAST._cache.values() if k.name == "rho" and not k.reduce)
+    kernel = next(k for k in BROADCAST.KERNEL_CACHE.values() if k.name == "rho" and not k.reduce)
     out = np.empty(n)
     assert kernel.into(out, [x]) is out
     np.testing.assert_array_equal(out, rho(x))

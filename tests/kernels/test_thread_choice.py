@@ -58,14 +58,14 @@ def clock(monkeypatch):
             return result
 
         monkeypatch.setattr(cls, "run", run)
-    original = replay._Runners.run
+    original = replay.Runners.run
 
     def runners(self, backend, values, shape, size, active_shapes):
         result = original(self, backend, values, shape, size, active_shapes)
         fake.advance(backend, size)
         return result
 
-    monkeypatch.setattr(replay._Runners, "run", runners)
+    monkeypatch.setattr(replay.Runners, "run", runners)
     yield fake
     db.clear_cache()
 
@@ -92,7 +92,7 @@ def test_one_thread_is_a_candidate_only_where_blocked_runs_on_several(monkeypatc
     db.clear_cache()
     x = np.random.default_rng(0).random(N)
     db.gradient(lambda x: db.sum(energy, x), x)
-    (kernel,) = importlib.import_module("dualbroadcast.broadcast")._cache.values()
+    (kernel,) = importlib.import_module("dualbroadcast.kernel_cache").KERNEL_CACHE.values()
     assert kernels.ONE_THREAD in kernel._candidates([x], N)
     assert kernels.ONE_THREAD not in kernel._candidates([x[:90_000]], 90_000)  # one chunk
     token = kernels.KERNEL_THREADS.set(1)  # a Dask task's

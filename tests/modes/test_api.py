@@ -19,7 +19,7 @@ from hypothesis.extra import numpy as hnp
 
 import dualbroadcast as db
 from dualbroadcast.registry import RULES
-from dualbroadcast.tape import Tracked
+from dualbroadcast.tracked import Tracked
 
 SETTINGS = settings(max_examples=25, deadline=None)
 RTOL = {np.float64: 1e-12, np.float32: 1e-5}
@@ -764,7 +764,7 @@ def test_long_tape_pauses_the_collector_while_recording_and_restores_it():
 
     def f(x):
         y = x
-        for _ in range(db.tape.LONG_TAPE + 10):
+        for _ in range(db.tracked.LONG_TAPE + 10):
             y = y * 1.0
         seen["during"] = gc.isenabled()
         return y
@@ -779,7 +779,7 @@ def test_long_tape_pauses_the_collector_while_recording_and_restores_it():
 def _long_chain(x, seen):
     """``x`` through 2 LONG_TAPE recorded multiplications by 1: a tape that pauses the collector halfway,
     then records more than a collection's threshold of objects."""
-    for _ in range(2 * db.tape.LONG_TAPE):
+    for _ in range(2 * db.tracked.LONG_TAPE):
         x = x * 1.0
     seen["long"] = True
     return x

@@ -5,7 +5,7 @@ summed whole: on the numpy backend the products of two full-size factors are sum
 product (`kernel_source.summed_whole_array_kernel`, `gram`), elsewhere one by one (`sum_of_product`:
 float32, factors of other shapes, literal factors).  The inner gradient's cotangents of ``c[0], ..., c[k-1]``
 are c's own vector (`tape._whole_vector`), and the kernel's partials reach c along one edge
-(`tape.vector_elements`).  Each variation of those conditions is compared here with a Hessian computed
+(`sweeps.vector_elements`).  Each variation of those conditions is compared here with a Hessian computed
 without them: by hand, or by `db.hessian` of the same function written in plain NumPy (no kernel).
 """
 

@@ -1,6 +1,6 @@
 """`db.hessian`'s paths against the one it replaced, against central differences and against JAX.
 
-`hessian` records the gradient once and sweeps its tape once for all the rows (`tape.backward_rows`: every
+`hessian` records the gradient once and sweeps its tape once for all the rows (`sweeps.backward_rows`: every
 cotangent with a leading axis of rows, the pullbacks the sweep knows in one NumPy call each, any other row by
 row); inside another gradient it sweeps once per row (`_rows_one_by_one`), recorded there.  The path it
 replaced, one pullback of the gradient per row, is kept here as `old_hessian`, the reference: hypothesis
@@ -250,12 +250,12 @@ def test_sum_kernels_of_scalars_and_arrays_match_the_old_path(k, n, seed, with_a
 @settings(max_examples=10, deadline=None)
 @given(trees(), st.integers(0, 1000))
 def test_rows_swept_in_chunks_where_cotangents_grow_large(budget, tree, seed):
-    """With a small `tape.ROW_ELEMENTS`, the rows are swept a few at a time (and one at a time where a single
+    """With a small `sweeps.ROW_ELEMENTS`, the rows are swept a few at a time (and one at a time where a single
     row fills it): the same Hessian."""
     f = program(seed)
     want = old_hessian(f, tree)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(db.tape, "ROW_ELEMENTS", budget)
+        patch.setattr(db.sweeps, "ROW_ELEMENTS", budget)
         got = db.hessian(f, tree)
     assert_same_hessian(got, want)
 
@@ -269,7 +269,7 @@ def test_rows_in_chunks_through_an_outer_product(budget):
     p = {"a": np.linspace(0, 1, 6), "b": np.linspace(1, 2, 4)}
     want = old_hessian(f, p)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(db.tape, "ROW_ELEMENTS", budget)
+        patch.setattr(db.sweeps, "ROW_ELEMENTS", budget)
         assert_same_hessian(db.hessian(f, p), want)
 
 

@@ -3,9 +3,9 @@
 `db.hvp` differentiates ``x ↦ jvp(f, x, v)``'s tangent ``⟨∇f(x), v⟩``: a `db.jvp` inside a gradient, whose duals
 carry values the gradient's tape tracks, so each operation's tangent is recorded there (`forward.py`), and a
 `db.sum`/`db.broadcast` is one fused pass computing the value, the tangent and both partials for the tape
-(`broadcast._tangent_on_tape`).  Checked here against the reverse-over-reverse hvp (the gradient of ``⟨∇f, v⟩``
-written out), hand-written Hessians, central differences of the gradient and ``jax.jvp(jax.grad)``; on every
-kernel backend; with `cut`/`uncut`, pytrees, float32; and for perturbation confusion (closures over the
+(`broadcast_pullbacks.tangent_on_tape`).  Checked here against the reverse-over-reverse hvp (the gradient of
+``⟨∇f, v⟩`` written out), hand-written Hessians, central differences of the gradient and ``jax.jvp(jax.grad)``;
+on every kernel backend; with `cut`/`uncut`, pytrees, float32; and for perturbation confusion (closures over the
 gradient's variable inside the jvp)."""
 
 import math
@@ -278,15 +278,17 @@ def test_reverse_over_forward_names_hvp_where_a_rule_cannot_run_on_tracked_value
     np.testing.assert_allclose(reverse_over_reverse(f, (x,), (v,)), hand, rtol=1e-12)
 
 
-# --- a db.sum over full-size tracked arguments: kept nodes and a cotangent kernel (`broadcast._Deferred`) ------
+# --- a db.sum over full-size tracked arguments: kept nodes and a cotangent kernel (`broadcast_pullbacks._Deferred`) ---
 broadcast = sys.modules["dualbroadcast.broadcast"]  # the module, not db.broadcast
+broadcast_pullbacks = sys.modules["dualbroadcast.broadcast_pullbacks"]
+kernel_cache = sys.modules["dualbroadcast.kernel_cache"]
 BIG = 40_000  # more than two blocks: the blocked backend is eligible, and its cotangent runs over the kept array
 
 
 def general_path(monkeypatch, f, args, vectors):
     """The same hvp with the kernel writing both per-element partials (the path before `_Deferred`)."""
     with monkeypatch.context() as patch:
-        patch.setattr(broadcast, "_deferred", lambda *_: None)
+        patch.setattr(broadcast_pullbacks, "_deferred", lambda *_: None)
         return reverse_over_forward(f, args, vectors)
 
 
@@ -349,12 +351,12 @@ def test_cotangent_kernel_keeps_the_exp_and_writes_over_it():
     v = np.random.default_rng(10).standard_normal(BIG)
     broadcast.clear_cache()
     db.hvp(lambda x: eam_fused(x, "blocked"), x, v)
-    (eam,) = broadcast._deferred_kernels.values()
+    (eam,) = broadcast_pullbacks.DEFERRED_KERNELS.values()
     assert [node.op for node in eam.forward.outputs[2:]] == [np.exp] and eam.scale == -3  # r kept; Σ r·v
     ((combine, tangent_only),) = eam.combines.values()  # db.hvp's ȳ is no cotangent: the second
     full = [True, True, False, False, True]  # x, v, ȳ, ẏ̄, r
     for kernel, passes in ((combine, 3), (tangent_only, 2)):  # r · (-3ȳ + 9ẏ̄ · v); r · (9ẏ̄ · v)
-        once = broadcast._scalar_nodes(kernel, full)
+        once = broadcast_pullbacks.scalar_nodes(kernel, full)
         assert len([node for node in kernel.order if node.index not in once]) == passes
         out = np.empty(BIG)
         assert kernel.into(out, [x, v, 1.0, 1.0, out], "blocked") is out
@@ -381,7 +383,8 @@ def test_kernel_into_an_input_gives_the_kernels_value(backend):
     x = np.random.default_rng(13).random(BIG)
     v = np.random.default_rng(14).standard_normal(BIG)
     db.hvp(lambda x: eam_fused(x, backend), x, v)
-    kernels = next(iter(next(d for d in broadcast._deferred_kernels.values() if d is not None).combines.values()))
+    deferred = next(d for d in broadcast_pullbacks.DEFERRED_KERNELS.values() if d is not None)
+    kernels = next(iter(deferred.combines.values()))
     for combine in kernels:  # ȳ · ∂y/∂x + ẏ̄ · ∂ẏ/∂x, and ẏ̄ · ∂ẏ/∂x alone
         kept = np.exp(x)
         args = [x, v, np.float64(0.5), np.float64(-2.0), kept]
@@ -413,7 +416,7 @@ def test_a_summed_product_is_a_dot_product_per_block(shape):
                                    rtol=1e-12 if dtype is np.float64 else 1e-5)
         prog = db.prepare_gradient(lambda c: f(c, None), dtype(0.3))
         np.testing.assert_allclose(prog(dtype(0.3)), want, rtol=1e-12 if dtype is np.float64 else 1e-5)
-    kernel = next(k for k in broadcast._cache.values() if len(k.inputs) == 2 and k.reduce)
+    kernel = next(k for k in kernel_cache.KERNEL_CACHE.values() if len(k.inputs) == 2 and k.reduce)
     code = broadcast_code(kernel, shape)
     assert "block_dot" in code and code.count("add_reduce") == 1
 

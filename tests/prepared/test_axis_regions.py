@@ -1,4 +1,4 @@
-"""Forward regions summed along axes, and regions whose inputs broadcast against each other (`kernels.AxisSum`):
+"""Forward regions summed along axes, and regions whose inputs broadcast against each other (`axis_sums.AxisSum`):
 ``np.sum(v, axis=k)`` (keepdims, negative and several axes), ``np.mean`` after elementwise chains between arrays of
 different shapes, matmul epilogues, and ``np.max`` along an axis with ties after a fused chain.  Each model is
 replayed fused and unfused (`FUSE_REGIONS` off) on every backend, in float64 and float32, against central

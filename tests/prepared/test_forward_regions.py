@@ -10,7 +10,7 @@ import pytest
 
 import dualbroadcast as db
 from dualbroadcast import kernels
-from dualbroadcast.broadcast import _unscaled
+from dualbroadcast.broadcast_pullbacks import unscaled_kernel
 from dualbroadcast.kernels import BACKENDS
 from dualbroadcast.program import KernelStep
 from dualbroadcast.regions import FUSE_REGIONS
@@ -366,14 +366,15 @@ def program_regions(f, x):
 
 def literal_factors(program):
     """The literal factors the summing kernels of ``program`` leave to their cotangents, per partial
-    (`broadcast._unscaled`: 1 for a partial without one)."""
+    (`broadcast_pullbacks.unscaled_kernel`: 1 for a partial without one)."""
     return [c for step in program.steps if type(step) is KernelStep and step.reduce
-            for c in (_unscaled(step.kernel)[1] or [1] * len(step.active))]
+            for c in (unscaled_kernel(step.kernel)[1] or [1] * len(step.active))]
 
 
 def test_a_literal_factor_of_an_input_stays_in_the_kernel():
     """``sum(-3·(x·y))``: the partials ``-3·y`` and ``-3·x`` keep their factor, since without it each would be an
-    input the kernel copies (no pass saved, `broadcast._unscaled`); the gradients are right either way."""
+    input the kernel copies (no pass saved, `broadcast_pullbacks.unscaled_kernel`); the gradients are right either
+    way."""
     def f(x, y):
         return np.sum(-3.0 * (x * y) + 0) ** 2
 
@@ -382,7 +383,7 @@ def test_a_literal_factor_of_an_input_stays_in_the_kernel():
 
 
 def test_a_region_chosen_per_call_gives_fresh_gradients_on_each_backend():
-    """From `replay.CHOSEN_MIN` elements a region runs on the backend its `kernels.BackendChoice` picks: the
+    """From `region_runners.CHOSEN_MIN` elements a region runs on the backend its `kernels.BackendChoice` picks: the
     same gradients on either, and a returned gradient is the caller's (the next call, on the other, keeps it)."""
     replay = importlib.import_module("dualbroadcast.replay")
     x = _x(replay.CHOSEN_MIN + 100)

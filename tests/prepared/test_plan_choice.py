@@ -1,6 +1,6 @@
 """A prepared program is checked against the steps its forward regions replace (`replay.compile_plans`).
 
-Where a region has `replay.CHOSEN_MIN` elements or more, the program is compiled fused, as recorded, and (two
+Where a region has `region_runners.CHOSEN_MIN` elements or more, the program is compiled fused, as recorded, and (two
 to `replay.PLAN_REGIONS` such regions) once without each region; a `kernels.BackendChoice` runs one plan a
 call and corrects a wrong choice.  Time is controlled, never measured: the choice reads `kernels.clock`, which
 these tests replace by a fake clock that each plan's run advances by a cost the test scripts.  The computations
@@ -17,6 +17,7 @@ import dualbroadcast as db
 from dualbroadcast import kernels
 
 replay = importlib.import_module("dualbroadcast.replay")
+replay_forward = importlib.import_module("dualbroadcast.replay_forward")
 ROWS = 128  # 128 x 128 = 16384 elements: a region of `CHOSEN_MIN` elements
 PLANS = ("fused", "as recorded", "region 1 as recorded", "region 2 as recorded")
 
@@ -57,7 +58,7 @@ def clock(monkeypatch):
     assert replay.CHOSEN_MIN <= ROWS * 128
     fake = FakeClock()
     monkeypatch.setattr(kernels, "clock", fake)
-    original = replay._Runners.run
+    original = replay.Runners.run
 
     def run(self, backend, values, shape, size, active_shapes):
         result = original(self, backend, values, shape, size, active_shapes)
@@ -66,7 +67,7 @@ def clock(monkeypatch):
             fake.now += fake.cost(backend)
         return result
 
-    monkeypatch.setattr(replay._Runners, "run", run)
+    monkeypatch.setattr(replay.Runners, "run", run)
     return fake
 
 
@@ -166,7 +167,7 @@ def test_a_region_whose_runner_is_slower_than_its_steps_is_left_as_recorded(cloc
     """The second region's runner is made slow (each call 5 s of the fake clock); the first region's fused runner
     saves half a second against its steps: the plan with the second region alone as recorded is chosen, for
     ``value_and_gradient`` and for the gradient alone, and every gradient is right."""
-    original = replay._region_runner
+    original = replay_forward.region_runner
 
     def runner(kernel, valueless, examples, shape, size, active_shapes, blockable):
         run, name, fresh = original(kernel, valueless, examples, shape, size, active_shapes, blockable)
@@ -179,7 +180,7 @@ def test_a_region_whose_runner_is_slower_than_its_steps_is_left_as_recorded(cloc
 
         return slow, name, fresh
 
-    monkeypatch.setattr(replay, "_region_runner", runner)
+    monkeypatch.setattr(replay_forward, "region_runner", runner)
     clock.cost = lambda plan: 1.5 if plan in ("as recorded", "region 1 as recorded") else 1.0
     prog = db.prepare_gradient(mlp, PARAMS)
     program = _program(prog)

@@ -5,7 +5,7 @@ the general paths.
   `PreparedGradient.__call__` calls it for one array or one float, finding the thread's programs through the
   last ones it used (``array``, ``floats``) and checking the globals through `replay.globals_check`.
 - a term ``1 · d`` of a scalar whose cotangent is a known one is written ``d`` where that keeps its type
-  (`replay._Backward.unit_cotangent`).
+  (`replay_backward.BackwardWriter.unit_cotangent`).
 - a fold of Python floats returns its known gradient as one constant tuple.
 
 Each must give what `db.gradient` gives: numbers (bit for bit where the operations are the same), types

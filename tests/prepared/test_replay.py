@@ -1,4 +1,4 @@
-"""Replay's cotangent bookkeeping (`replay._Cotangents`) on its own, against plain sums.
+"""Replay's cotangent bookkeeping (`replay_backward._Cotangents`) on its own, against plain sums.
 
 The backward writer hands it terms in the recorded order and it decides how each is written:
 assigned, added into a new array, added in place, added now to a number, or a leaf's kernel
@@ -13,7 +13,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dualbroadcast.replay import Folded, Namespace, _Cotangents
+from dualbroadcast.replay import Namespace
+from dualbroadcast.replay_backward import Folded, _Cotangents
 
 SHAPES = [(), (3,)]
 

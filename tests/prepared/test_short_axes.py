@@ -1,7 +1,7 @@
-"""Regions summed along axes whose call ends in short axes (`kernels.short_axes_first`): ``pos[:, None] - pos[None]``
+"""Regions summed along axes whose call ends in short axes (`axis_sums.short_axes_first`): ``pos[:, None] - pos[None]``
 of atoms in 3-d, a mixture's ``X[:, None, :] - means[None]``.  Their runners compete under a
 `kernels.BackendChoice`; each candidate (rows, whole arrays, and both with the short axes moved,
-`kernels.axis_sum_moved`) is forced in turn here and its gradient checked against the unfused program, JAX, and
+`axis_sums.axis_sum_moved`) is forced in turn here and its gradient checked against the unfused program, JAX, and
 for drawn shapes (broadcasting along every axis, a summed axis of one) against the unfused program."""
 
 import importlib
@@ -12,12 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dualbroadcast as db
-from dualbroadcast import kernels, regions
-from dualbroadcast.kernels import Bucket, short_axes_first
+from dualbroadcast import axis_sums, regions
+from dualbroadcast.axis_sums import short_axes_first
+from dualbroadcast.kernels import Bucket
 
 from .test_forward_regions import _program, _unfused
 
 replay = importlib.import_module("dualbroadcast.replay")
+region_runners = importlib.import_module("dualbroadcast.region_runners")
+replay_forward = importlib.import_module("dualbroadcast.replay_forward")
+replay_backward = importlib.import_module("dualbroadcast.replay_backward")
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
 jax.config.update("jax_enable_x64", True)
@@ -61,9 +65,15 @@ MODELS = [
 
 
 def _axis_runners(program):
-    """The runners `replay._axis_region_runner` made for the program's regions summed along axes."""
+    """The runners `region_runners.axis_region_runner` made for the program's regions summed along axes."""
     return [runner for (step, _), (runner, *_) in program.runners.items()
             if step.region is not None and step.region.axes is not None]
+
+
+def _lower_chosen_min(patch):
+    """Per-call backend choices from one element, in every module that reads `region_runners.CHOSEN_MIN`."""
+    for module in (replay, region_runners, replay_forward):
+        patch.setattr(module, "CHOSEN_MIN", 1)
 
 
 def _force(choice, name):
@@ -103,7 +113,7 @@ def _cut_but(f, positions):
 def small_regions(monkeypatch):
     """Regions and per-call choices from one element (the models are small), buffers on one thread."""
     monkeypatch.setattr(regions, "BROADCAST_MIN", 1)
-    monkeypatch.setattr(replay, "CHOSEN_MIN", 1)
+    _lower_chosen_min(monkeypatch)
 
 
 @pytest.mark.parametrize(("model", "args", "positions"), MODELS, ids=[m[0].__name__ for m in MODELS])
@@ -112,7 +122,7 @@ def test_every_candidate_gives_the_unfused_gradient_and_jax(small_regions, model
     prog = db.prepare_gradient(f, *args)
     program = _program(prog)
     names = {name for runner in _axis_runners(program) for name in runner.choice.kernel.runners}
-    assert {replay.SHORT_AXES_FIRST, replay.SHORT_AXES_FIRST_BLOCKED} <= names
+    assert {region_runners.SHORT_AXES_FIRST, region_runners.SHORT_AXES_FIRST_BLOCKED} <= names
     _, (_, expected) = _unfused(f, *args)
     expected = expected if isinstance(expected, tuple) else (expected,)
     _compare(_each_candidate(prog, args), expected, positions)
@@ -140,11 +150,12 @@ def test_negates_by_form():
     graph = Graph()
     x, y = graph.input(), graph.input()
     d = x - y
-    assert kernels.negates(-d, d) and kernels.negates(d, -d)
-    assert kernels.negates((-d) + (-d), d + d) and kernels.negates(x * (-d), x * d) and kernels.negates(-d / x, d / x)
-    assert kernels.negates(-2.0, 2.0) and not kernels.negates(2.0, 2.0)
-    assert not kernels.negates(d + d, d + d) and not kernels.negates(y - x, x - y)  # (equal, but not by form)
-    assert not kernels.negates((-d) * (-d), d * d)
+    assert axis_sums.negates(-d, d) and axis_sums.negates(d, -d)
+    assert axis_sums.negates((-d) + (-d), d + d) and axis_sums.negates(x * (-d), x * d)
+    assert axis_sums.negates(-d / x, d / x)
+    assert axis_sums.negates(-2.0, 2.0) and not axis_sums.negates(2.0, 2.0)
+    assert not axis_sums.negates(d + d, d + d) and not axis_sums.negates(y - x, x - y)  # (equal, but not by form)
+    assert not axis_sums.negates((-d) * (-d), d * d)
 
 
 @st.composite
@@ -181,7 +192,7 @@ def test_drawn_broadcasts_summed_along_axes(case, term, seed):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(regions, "BROADCAST_MIN", 1)
-        patch.setattr(replay, "CHOSEN_MIN", 1)
+        _lower_chosen_min(patch)
         prog = db.prepare_gradient(f, a, b)
         _, expected = _unfused(f, a, b)[1]
         _compare(_each_candidate(prog, (a, b)), expected, (0, 1))
@@ -193,7 +204,7 @@ EXTREMES = [(np.max, -1, True), (np.min, 1, False), (np.amax, (1,), False)]
 @settings(max_examples=20, deadline=None)
 @given(st.integers(1, 60), st.integers(2, 15), st.sampled_from(EXTREMES), st.integers(0, 2**32 - 1))
 def test_an_extreme_along_a_short_last_axis_by_columns(rows, columns, extreme, seed):
-    """np.max / np.min along a short last axis run by columns (`replay._extreme_by_columns` and its pullback): the
+    """np.max / np.min along a short last axis run by columns (`replay_forward._extreme_by_columns`, its pullback): the
     gradient as the tape's (ties share the cotangent equally: many ties here, and NaN; bit for bit but for a sum over
     rows), and as JAX's."""
     func, axis, keepdims = extreme
@@ -209,16 +220,16 @@ def test_an_extreme_along_a_short_last_axis_by_columns(rows, columns, extreme, s
 
     calls = []
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(replay, "CHOSEN_MIN", 1)
-        for name in ("_extreme_by_columns", "_extreme_pullback_by_columns"):
-            original = getattr(replay, name)
-            patch.setattr(replay, name,
+        _lower_chosen_min(patch)
+        for module, name in ((replay_forward, "_extreme_by_columns"), (replay_backward, "extreme_pullback_by_columns")):
+            original = getattr(module, name)
+            patch.setattr(module, name,
                           lambda *args, original=original, name=name: calls.append(name) or original(*args))
         f = model(np, func)
         prog = db.prepare_gradient(f, a, b)
         value, grads = prog.value_and_gradient(a, b)
         again = prog(a, b)
-    assert {"_extreme_by_columns", "_extreme_pullback_by_columns"} <= set(calls)
+    assert {"_extreme_by_columns", "extreme_pullback_by_columns"} <= set(calls)
     expected_value, expected = db.value_and_gradient(f, a, b)
     np.testing.assert_allclose(value, expected_value, rtol=1e-12, atol=1e-12)  # (its sum: a kernel of the program)
     for got in (grads, again):
@@ -232,7 +243,8 @@ def test_an_extreme_along_a_short_last_axis_by_columns(rows, columns, extreme, s
 
 
 def _as_the_tape(got, expected):
-    """``a``'s gradient bit for bit the tape's; ``b``'s, summed over the rows (by columns: `replay._unbroadcast`),
+    """``a``'s gradient bit for bit the tape's; ``b``'s, summed over the rows (by columns:
+    `replay_forward.unbroadcast_short_axes`),
     up to rounding."""
     np.testing.assert_array_equal(got[0], expected[0])
     np.testing.assert_allclose(got[1], expected[1], rtol=1e-14, atol=1e-14 * np.max(np.abs(expected[1])))
@@ -242,7 +254,8 @@ def _as_the_tape(got, expected):
 @given(st.lists(st.integers(1, 6), min_size=1, max_size=3), st.integers(1, 300), st.integers(0, 3),
        st.sampled_from([np.float64, np.float32, np.complex128]), st.integers(0, 2**32 - 1))
 def test_unbroadcast_by_columns_is_unbroadcast(trailing, rows, ones, dtype, seed):
-    """`replay._unbroadcast` (what generated code calls) sums back to a shape as `pullbacks.unbroadcast` does, by
+    """`replay_forward.unbroadcast_short_axes` (what generated code calls) sums back to a shape as
+    `pullbacks.unbroadcast` does, by
     columns where the kept trailing axes are short: the same up to rounding, for leading axes dropped or kept as
     ones and trailing axes summed too."""
     from dualbroadcast.pullbacks import unbroadcast
@@ -255,7 +268,7 @@ def test_unbroadcast_by_columns_is_unbroadcast(trailing, rows, ones, dtype, seed
     for shape in (target, (1, *target)):
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(replay, "CHOSEN_MIN", 1)
-            got = replay._unbroadcast(g, shape)
+            got = replay_forward.unbroadcast_short_axes(g, shape)
         expected = unbroadcast(g, shape)
         assert got.shape == expected.shape == shape and got.dtype == expected.dtype
         np.testing.assert_allclose(got, expected, rtol=1e-5 if dtype == np.float32 else 1e-12,

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 
 import dualbroadcast as db
 
+from ..cases import stable_id
+
 BROADCAST = importlib.import_module("dualbroadcast.broadcast")  # the module, not db.broadcast
 BACKENDS = ["numpy", "blocked", "numexpr"]
 N = 40_000  # every backend is eligible from here (blocked from two blocks of 16384 elements)
@@ -525,7 +527,7 @@ def away_from_kinks(shape, seed):
 
 
 @pytest.mark.parametrize("ord, layout", [(o, v) for o in VECTOR_ORDS for v in VECTOR_LAYOUTS]
-                         + [(o, m) for o in MATRIX_ORDS for m in MATRIX_LAYOUTS], ids=str)
+                         + [(o, m) for o in MATRIX_ORDS for m in MATRIX_LAYOUTS], ids=stable_id)
 def test_norm_matches_finite_differences(ord, layout):
     shape, axis, keepdims = layout
     x = away_from_kinks(shape, 0)
@@ -566,7 +568,7 @@ def test_norm_matches_finite_differences(ord, layout):
     ([[1.0, -2.0], [-2.0, 1.0]], -np.inf, None, [[1 / 2, -1 / 2], [-1 / 2, 1 / 2]]),
     ([[0.0, 1.0], [3.0, 1.0]], 1, None, [[0, 0], [1, 0]]),
     ([[0.0, 1.0], [2.0, 3.0]], -np.inf, (1, 0), [[0, 0], [1, 0]]),  # axes swapped: the rows are x's columns
-], ids=str)
+], ids=stable_id)
 def test_norm_conventions_at_kinks(x, ord, axis, expected, mode):
     x = np.array(x)
     g = reduction_gradient(mode, lambda v: np.sum(np.linalg.norm(v, ord, axis)), x)
@@ -634,7 +636,7 @@ QUARTILE_TIES = [5.0, 1.0, 1.0, 3.0, 1.0]  # sorts to [1, 1, 1, 3, 5]
     # past a NaN the running max is NaN: no gradient; fmax leaves the NaN out
     (np.maximum.accumulate, [1.0, NAN, 2.0], [1, 0, 0]),
     (np.fmax.accumulate, [NAN, 1.0, 2.0], [0, 1, 1]),
-], ids=str)
+], ids=stable_id)
 def test_order_statistic_and_nan_conventions(f, x, expected, mode):
     g = reduction_gradient(mode, lambda v: np.sum(f(v)), np.array(x))
     np.testing.assert_allclose(g, expected, rtol=1e-15, atol=1e-15)

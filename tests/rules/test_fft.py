@@ -21,6 +21,8 @@ import dualbroadcast as db
 from dualbroadcast.registry import RULES
 from dualbroadcast.rules import fft  # noqa: F401  (registers the rules)
 
+from ..cases import stable_id
+
 ONE_D = [np.fft.fft, np.fft.ifft, np.fft.rfft, np.fft.irfft, np.fft.hfft, np.fft.ihfft]
 N_D = [np.fft.fftn, np.fft.ifftn, np.fft.rfftn, np.fft.irfftn]
 TWO_D = [np.fft.fft2, np.fft.ifft2, np.fft.rfft2, np.fft.irfft2]
@@ -134,7 +136,7 @@ def test_nd_pullback_is_the_transpose(func, data):
     (np.fft.rfftn, (4, 6), (1, 1)),
     (np.fft.irfftn, (5, 4), (0, 0)),
     (np.fft.irfftn, (3, 7), (1, 1)),
-], ids=str)
+], ids=stable_id)
 def test_repeated_axes_are_repeated_steps(func, s, axes):
     """NumPy transforms along a repeated axis twice (with each its own length): so does the pullback."""
     rng = np.random.default_rng(1)
@@ -153,7 +155,7 @@ def test_deprecated_s_without_axes_and_none_in_s():
 
 
 @pytest.mark.parametrize("func", [np.fft.fftshift, np.fft.ifftshift], ids=name)
-@pytest.mark.parametrize("axes", [None, 0, -1, (0, 1), (1,)], ids=str)
+@pytest.mark.parametrize("axes", [None, 0, -1, (0, 1), (1,)], ids=stable_id)
 @pytest.mark.parametrize("complex_", [False, True], ids=["real", "complex"])
 def test_shift_pullback_is_the_inverse_shift(func, axes, complex_):
     rng = np.random.default_rng(3)
@@ -162,7 +164,7 @@ def test_shift_pullback_is_the_inverse_shift(func, axes, complex_):
 
 
 @pytest.mark.parametrize("func, dtype", [(f, d) for f in ONE_D for d in (np.float32, np.complex64)
-                                         if not (f in REAL_ONLY and d is np.complex64)], ids=str)
+                                         if not (f in REAL_ONLY and d is np.complex64)], ids=stable_id)
 @pytest.mark.parametrize("n", [None, 3, 8])
 def test_single_precision_in_single_precision_cotangent_out(func, dtype, n):
     x = random(np.random.default_rng(4), (2, 5), dtype is np.complex64).astype(dtype)
@@ -214,7 +216,7 @@ def test_pullback_equals_jax_vjp(func, kwargs, complex_):
 
 
 # --- fftfreq and rfftfreq: arithmetic on d, which the tape records ------------------------------------
-@pytest.mark.parametrize("freq, n", [(np.fft.fftfreq, 5), (np.fft.fftfreq, 6), (np.fft.rfftfreq, 7)], ids=str)
+@pytest.mark.parametrize("freq, n", [(np.fft.fftfreq, 5), (np.fft.fftfreq, 6), (np.fft.rfftfreq, 7)], ids=stable_id)
 def test_fftfreq_differentiates_in_d_and_is_a_constant_otherwise(freq, n):
     """freq(n, d) = k / (n d): ∂/∂d Σ w freq(n, d) = -Σ w freq(n, 1) / d²; a constant of x when d is not tracked."""
     w = np.random.default_rng(7).standard_normal(freq(n).shape)
@@ -252,7 +254,7 @@ def loss_arguments(shapes, kinds):
     return [random(rng, shape, complex_) for shape, complex_ in zip(shapes, kinds)]
 
 
-@pytest.mark.parametrize("loss", LOSSES, ids=str)
+@pytest.mark.parametrize("loss", LOSSES, ids=stable_id)
 def test_gradient_of_a_real_loss_matches_finite_differences(loss):
     f, shapes, kinds = LOSSES[loss]
     args = loss_arguments(shapes, kinds)
@@ -262,7 +264,7 @@ def test_gradient_of_a_real_loss_matches_finite_differences(loss):
     db.check_gradient(lambda *a: f(np, *a), *args)
 
 
-@pytest.mark.parametrize("loss", LOSSES, ids=str)
+@pytest.mark.parametrize("loss", LOSSES, ids=stable_id)
 def test_gradient_of_a_real_loss_matches_jax_grad(loss):
     jax = pytest.importorskip("jax")
     jax.config.update("jax_enable_x64", True)
@@ -280,7 +282,7 @@ def test_gradient_of_a_real_loss_matches_jax_grad(loss):
     (np.fft.hfft, {}, True), (np.fft.ihfft, {"axis": 0, "norm": "ortho"}, False),
     (np.fft.fft2, {"s": (3, 6)}, True), (np.fft.rfftn, {"axes": (0,)}, False),
     (np.fft.irfftn, {"s": (2, 5), "axes": (1, 0)}, True), (np.fft.fftshift, {"axes": 1}, True),
-], ids=str)
+], ids=stable_id)
 def test_db_pullback_through_the_tape_equals_jax_vjp(func, kwargs, complex_):
     """The tape hands a complex cotangent to the rule, and a real argument gets the real part."""
     rng = np.random.default_rng(10)

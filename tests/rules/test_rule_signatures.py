@@ -17,7 +17,7 @@ import dualbroadcast as db
 from dualbroadcast.numpy_facts import qualified_name
 from dualbroadcast.registry import COMPLEX_RULES, COMPOSITION, OUTPUTS, PER_ARGUMENT, RULES, SAME_RULE
 from dualbroadcast.rules import BUILTIN_RULES
-from dualbroadcast.tape import Tracked
+from dualbroadcast.tracked import Tracked
 
 from ..cases.elementwise import DOMAINS
 

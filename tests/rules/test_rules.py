@@ -20,7 +20,7 @@ def projection(out, seed):
     outs = out if isinstance(out, (list, tuple)) else [out]
     total = 0.0
     for k, o in enumerate(outs):
-        value = o.value if isinstance(o, db.tape.Tracked) else o
+        value = o.value if isinstance(o, db.tracked.Tracked) else o
         shape, dtype = np.shape(value), value.dtype
         if dtype.kind not in "fc":
             continue

@@ -425,7 +425,7 @@ def test_numpy_on_a_differentiated_dask_array_is_a_clear_error(program):
 # --- scheduling: kernels' threads, the core import, memory, a cluster -------------------------------------
 def test_a_task_limits_the_kernels_threads():
     assert chunked._in_task(kernels.KERNEL_THREADS.get) == chunked.TASK_THREADS
-    assert chunked._in_task(lambda: len(kernels._chunks(10**8)) - 1) == chunked.TASK_THREADS
+    assert chunked._in_task(lambda: len(kernels.chunk_bounds(10**8)) - 1) == chunked.TASK_THREADS
     assert kernels.KERNEL_THREADS.get() is None  # the caller's context is untouched
 
 

@@ -164,7 +164,7 @@ def test_backward_of_k_slice_products_allocates_o_of_the_array():
     """Three rows per column (two from its pair products, one from the constant's), stacked, sorted by
     position and summed: under ten copies of the array in total, flat in k, and at any moment the
     buffer plus one batch: without batches the peak was 7 copies."""
-    m = db.tape.BATCH_ELEMENTS // 4  # four products' rows to a batch
+    m = db.sweeps.BATCH_ELEMENTS // 4  # four products' rows to a batch
     figures = {}
     for k in SLICES:
         rng = np.random.default_rng(k)

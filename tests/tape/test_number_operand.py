@@ -1,5 +1,5 @@
 """A NumPy ufunc called on a tracked value and a plain number (``np.multiply(c, x)``, ``np.float64(2) * x``,
-``np.power(x, 3)``) takes the tape's binary fast path, as the operators do (`tape.Tracked.__array_ufunc__`):
+``np.power(x, 3)``) takes the tape's binary fast path, as the operators do (`tracked.Tracked.__array_ufunc__`):
 the same values and dtypes as the general recording path, and its gradients up to a few ulps (a scalar result's
 partials are the rule's scalar formulas), first and second order."""
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import dualbroadcast as db
-from dualbroadcast import tape
+from dualbroadcast import operands
 
 UFUNCS = [np.add, np.subtract, np.multiply, np.divide, np.power, np.arctan2, np.maximum, np.minimum, np.hypot,
           np.logaddexp, np.copysign, np.fmax]
@@ -25,7 +25,7 @@ def _f(ufunc, number, left):
 
 def _general(monkeypatch):
     """The general recording path (`record_operation`) for every ufunc call."""
-    monkeypatch.setattr(tape, "_NUMBERS", frozenset())
+    monkeypatch.setattr(operands, "PLAIN_NUMBERS", frozenset())
 
 
 @pytest.mark.parametrize("ufunc", UFUNCS, ids=lambda u: u.__name__)
@@ -80,7 +80,7 @@ def test_a_python_number_stays_weak_for_float32():
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_reverse_over_forward_hands_binary_ufuncs_to_the_tape_as_numpy_does(dtype, monkeypatch):
     """Under `db.hvp` (a jvp inside a gradient) a binary ufunc of tracked values and numbers goes to the tape's
-    `_binary` directly (`forward.apply_function`), not through NumPy's dispatch: the same numbers."""
+    `record_binary` directly (`forward.apply_function`), not through NumPy's dispatch: the same numbers."""
     from dualbroadcast import forward
 
     def energy(x):
@@ -94,7 +94,7 @@ def test_reverse_over_forward_hands_binary_ufuncs_to_the_tape_as_numpy_does(dtyp
     monkeypatch.setattr(forward, "_TAPE_OPERANDS", frozenset())
     np.testing.assert_array_equal(db.hvp(energy, x, v), fast)
     assert fast.dtype == dtype
-    monkeypatch.setattr(tape, "_NUMBERS", frozenset())
+    monkeypatch.setattr(operands, "PLAIN_NUMBERS", frozenset())
     np.testing.assert_allclose(db.hvp(energy, x, v), fast, rtol=16 * np.finfo(dtype).eps)
     reverse = db.gradient(lambda x: np.dot(db.gradient(energy, x), v), x)  # reverse over reverse
     np.testing.assert_allclose(fast, reverse, rtol=1e-4 if dtype == np.float32 else 1e-12)

@@ -1,4 +1,4 @@
-"""Totals left pending by `db.gradient` (`tape.Pending`): a whole `np.sum` or a `db.sum` whose value the gradient
+"""Totals left pending by `db.gradient` (`tracked.Pending`): a whole `np.sum` or a `db.sum` whose value the gradient
 does not read is never computed; any read computes it, and the gradient is the one computed with the value.
 
 Every test runs with the size threshold lowered to one element (`small_totals`), so that 0-d and tiny arrays
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import dualbroadcast as db
-from dualbroadcast import tape as tape_module
+from dualbroadcast import tracked as tracked_module
 from dualbroadcast.errors import StaleValueError, ValueConversionError
 from dualbroadcast.registry import RULES
 
@@ -23,7 +23,7 @@ broadcast_module = importlib.import_module("dualbroadcast.broadcast")
 
 @pytest.fixture(autouse=True)
 def small_totals(monkeypatch):
-    monkeypatch.setattr(tape_module, "LAZY_TOTAL", 1)
+    monkeypatch.setattr(tracked_module, "LAZY_TOTAL", 1)
     monkeypatch.setattr(broadcast_module, "LAZY_TOTAL", 1)
     db.clear_cache()
     yield
@@ -198,7 +198,7 @@ def test_a_sum_whose_value_is_read_is_computed_with_its_partials_next_time():
     expected = 2 * np.sum(np.exp(-3 * x)) * -3 * np.exp(-3 * x)
     for _ in range(7):
         np.testing.assert_allclose(db.gradient(read, x), expected)
-    cached = list(broadcast_module._cache.values())
+    cached = list(broadcast_module.KERNEL_CACHE.values())
     (kernel,) = [k for k in cached + [k.unscaled[0] for k in cached if k.unscaled] if k.split]
     assert kernel.read_backoff == 4 and kernel.read_wait == 3  # pending and read at calls 1, 3 and 6
     for _ in range(5):  # 3 computed with the partials, then pending, unread

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dualbroadcast as db
-from dualbroadcast.tape import ACTIVE_TAPE, Tape
+from dualbroadcast.context import ACTIVE_TAPE
+from dualbroadcast.tape import Tape
 
 X = np.random.default_rng(0).uniform(0.5, 1.5, (4, 5))
 WEIGHTS = np.random.default_rng(1).standard_normal((4, 5))
@@ -252,7 +253,7 @@ def test_a_product_of_views_as_the_result_and_as_an_explained_operation():
 def test_scatter_add_sums_repeated_positions():
     """The batched add of view products: rows at repeated positions (a loop visiting a column twice) are all
     added, as np.add.at would."""
-    from dualbroadcast.tape import scatter_add
+    from dualbroadcast.sweeps import scatter_add
 
     rows = np.arange(10.0).reshape(5, 2)
     for positions in ([2, 0, 2, 2, 1], [3, 3, 0, 0, 3], [1, -3, 0, 1, 1]):

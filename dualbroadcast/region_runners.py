@@ -1,0 +1,214 @@
+"""How a prepared program runs a forward region (a run of elementwise steps fused into one kernel,
+`regions.py`): the runners of its kernel on each backend (`region_runner`, `blocked_runner`,
+`axis_region_runner`), timed on the first calls and the fastest kept (`_chosen`, `Runners`)."""
+
+import math
+import time
+
+import numpy as np
+
+from .axis_sums import axis_sum_moved, axis_sum_rows, axis_sum_whole, moved, moved_value, short_axes_first
+from .kernels import FORCED_BACKEND, ONE_THREAD, BackendChoice, chunk_bounds, fresh_partials, value_kind
+
+
+def region_runner(kernel, valueless, examples, shape, size, active_shapes, blockable):
+    """A forward region's kernel (``valueless``: its variant without the value) as a function of its inputs
+    returning ``(value, partials)``, the backend's name, and whether its partials are new arrays on every call.
+    On the backend `kernels.set_backend` forced when the program was compiled; else blocked where it runs on
+    several threads, or on one (`kernels.ONE_THREAD`) if that is faster (a loaded machine); where it would run on
+    one, whole arrays if they time faster here (NumPy's passes over
+    arrays that stay in cache can beat the blocked loop's calls per block: ``sum(x**2)`` of 1e5 float32 took
+    0.29x the primal so, 2.4x blocked; EAM's four operations on 1e5 float64 took 6x blocked's time): from
+    ``CHOSEN_MIN`` elements under a `kernels.BackendChoice` that corrects a bad first timing (`_chosen`), on
+    fewer timed once here (`_fastest`: a choice's ~1 us a call would cost more than a wrong pick); else as
+    ``db.sum`` chooses."""
+    if valueless:  # what the gradient alone needs when nothing else reads the sum (`Kernel.without_value`)
+        kernel = kernel.without_value(examples)
+    forced = FORCED_BACKEND.get()
+    candidates = []
+    one_chunk = len(chunk_bounds(size, np.dtype(kernel.value_dtype(examples)).itemsize)) == 2
+    if blockable and forced in (None, "blocked"):
+        candidates.append((kernel.blocked_runner(examples, shape, size, active_shapes), "blocked"))
+        if forced is None and not one_chunk:  # (several chunks: more than ``CHOSEN_MIN`` elements)
+            candidates.append((None, ONE_THREAD))
+    if forced is None and one_chunk:
+        whole = _whole_runner(kernel, valueless, examples, shape, active_shapes)
+        if whole is not None:
+            candidates.append((whole, "numpy"))
+    if len(candidates) == 2 and size >= CHOSEN_MIN:
+        candidates = [(kernel.blocked_runner(examples, shape, size, active_shapes, False, name), name)
+                      if name != "numpy" else (runner, name) for runner, name in candidates]
+        return _chosen(candidates, examples, shape, size, active_shapes), "chosen per call", True  # partials:
+        # arrays of their own on each backend (a recycled blocked kernel's once nothing holds them)
+    if candidates:
+        runner, name = _fastest(candidates, examples)
+        return runner, name, name == "numpy"
+    if forced is None:
+        def run(*values):
+            return kernel(values, active_shapes)[:2]
+        name = "chosen per call"
+    else:
+        backend = name = forced if forced in kernel._candidates(examples, size) else "numpy"
+
+        def run(*values):
+            return kernel.run(backend, values, shape, size, active_shapes)
+    if kernel.reduce:
+        return run, name, False
+
+    def run_full(*values):  # a broadcast's adjoints take each partial at the value's shape (see kernel_adjoints)
+        value, partials = run(*values)
+        return value, [p if p.shape == shape else np.array(np.broadcast_to(p, shape)) for p in partials]
+
+    return run_full, name, False
+
+
+def blocked_runner(kernel, examples, shape, size, active_shapes):
+    """A recorded kernel's blocked runner, with buffers of its own; where it runs on several threads (and no backend
+    is forced), on them or on one, whichever a `kernels.BackendChoice` finds faster, recycling buffers (`_chosen`)."""
+    if FORCED_BACKEND.get() is None and len(chunk_bounds(size, np.dtype(kernel.value_dtype(examples)).itemsize)) > 2:
+        candidates = [(kernel.blocked_runner(examples, shape, size, active_shapes, False, name), name)
+                      for name in ("blocked", ONE_THREAD)]
+        return _chosen(candidates, examples, shape, size, active_shapes)
+    return kernel.blocked_runner(examples, shape, size, active_shapes)
+
+
+def axis_region_runner(kernel, examples, reduction, active, size):
+    """A forward region summed along axes, or of inputs broadcast against each other (`axis_sums.AxisSum`), as a
+    function of its inputs returning ``(value, partials)`` (each partial of `AxisSum.partial_shape`), and the
+    backend's name: on blocks of rows on the cores (`axis_sums.axis_sum_rows`, "blocked"), or on the calling thread
+    alone (`ONE_THREAD`, where blocked splits the call), or on whole arrays (`axis_sums.axis_sum_whole`, "numpy"), or
+    on whole arrays with the call's short trailing axes moved first (`axis_sums.axis_sum_moved`,
+    ``SHORT_AXES_FIRST``), the fastest under a `kernels.BackendChoice` (every call timed, a runner-up re-timed now
+    and then) as `region_runner` chooses; or the one `kernels.set_backend` forced when the program was compiled
+    (numexpr: its whole arrays, where it has every operation).  Every plan of a program runs the same runner
+    (`ForwardWriter.kernel_runner`)."""
+    shape, forced = reduction.shape, FORCED_BACKEND.get()
+    dtype = np.dtype(kernel.value_dtype(examples))
+    active_shapes = [np.shape(examples[i]) for i in active]
+    whole = kernel.typed_whole(tuple(map(value_kind, examples)))
+    fresh = fresh_partials(kernel.outputs, True) if reduction.axes else kernel.fresh
+    numbers = reduction.numbers(kernel.outputs[1:], active_shapes)
+    sharing = [-1 if n is not None or sign < 0 else first  # (a negated twin's partial: not computed)
+               for (first, sign), n in zip(reduction.sharing(kernel.outputs[1:], active_shapes), numbers)]
+    candidates = []
+    if forced in (None, "blocked") and shape:
+        candidates.append((axis_sum_rows(whole, reduction, examples, active, sharing, dtype), "blocked"))
+        if forced is None and len(chunk_bounds(size, dtype.itemsize)) > 2:
+            candidates.append((axis_sum_rows(whole, reduction, examples, active, sharing, dtype, 1), ONE_THREAD))
+    if forced == "numexpr" and kernel.backends["numexpr"].eligible(examples, size):
+
+        def numexpr(*values):
+            value, partials = kernel.run("numexpr", values, shape, size, [shape] * len(active))
+            return (value, *partials)  # arrays of their own
+
+        candidates.append((axis_sum_whole(numexpr, reduction, active_shapes, [True] * len(active), sharing, dtype),
+                           "numexpr"))
+    elif forced in (None, "numpy") or not candidates:
+        candidates.append((axis_sum_whole(whole, reduction, active_shapes, fresh, sharing, dtype), "numpy"))
+    order = short_axes_first(shape) if forced is None else None
+    if order is not None:
+        candidates += _moved_candidates(whole, reduction, examples, active, fresh, sharing, dtype, order)
+    if len(candidates) == 1 or size < CHOSEN_MIN:  # (fewer than `regions.BROADCAST_MIN`: where a test lowers it)
+        return _fastest(candidates, examples)
+    return _chosen(candidates, examples, shape, size, active_shapes), "chosen per call"
+
+
+def _moved_candidates(whole, reduction, examples, active, fresh, sharing, dtype, order):
+    """`axis_region_runner`'s candidates on whole arrays and on blocks of rows with the call's axes in ``order``
+    (`kernels.axis_sum_moved`)."""
+    inputs = [moved_value(v, len(reduction.shape), order) for v in examples]
+    on_moved = moved(reduction, order)
+    active_shapes = [np.shape(examples[i]) for i in active]
+    runners = [(axis_sum_whole(whole, on_moved, [np.shape(inputs[i]) for i in active], fresh, sharing, dtype),
+                SHORT_AXES_FIRST)]
+    if on_moved.shape[0] > 1:
+        runners.append((axis_sum_rows(whole, on_moved, inputs, active, sharing, dtype), SHORT_AXES_FIRST_BLOCKED))
+    return [(axis_sum_moved(run, reduction, active_shapes, order), name) for run, name in runners]
+
+
+SHORT_AXES_FIRST = "numpy, short axes first"  # `kernels.axis_sum_moved`: candidates where the call ends in short axes
+SHORT_AXES_FIRST_BLOCKED = "blocked, short axes first"
+CHOSEN_MIN = 16384  # elements from which a region's backend is chosen per call (below, once when compiled: `_fastest`)
+
+
+class Runners:
+    """A forward region's candidate runners as `kernels.BackendChoice` sees a kernel's backends: by name, each
+    eligible for every call (they were made for the call's shapes)."""
+
+    eligible = staticmethod(lambda values, size: True)
+
+    def __init__(self, candidates):
+        self.runners = {name: runner for runner, name in candidates}
+        self.backends = dict.fromkeys(self.runners, self)
+
+    def _candidates(self, values, size):
+        return list(self.runners)
+
+    def run(self, backend, values, shape, size, active_shapes):
+        return self.runners[backend](*values)  # a tuple (value, partials), as the kernels return it
+
+
+def _chosen(candidates, examples, shape, size, active_shapes):
+    """A runner of the candidates ``(runner, name)`` under a `kernels.BackendChoice` (each call of the chosen
+    one timed, a runner-up re-timed now and then: a wrong first timing is corrected), its first choice made on
+    ``examples`` (halves: no special values) when the program is compiled; ``runner.choice`` the choice."""
+    choice = BackendChoice(Runners(candidates))
+    values = [np.full(np.shape(v), 0.5, v.dtype) if np.result_type(v).kind == "f" and type(v) is np.ndarray else v
+              for v in examples]
+    with np.errstate(all="ignore"):
+        choice.run(values, shape, size, active_shapes)
+    run = choice.run
+
+    def chosen(*values):
+        value, partials, _, _ = run(values, shape, size, active_shapes)
+        return value, partials
+
+    chosen.choice = choice
+    return chosen
+
+
+def _fastest(candidates, examples, rounds=5):
+    """The candidate ``(runner, name)`` that runs fastest on ``examples`` (a half in each element: no special
+    values), best of ``rounds`` timed in turns so that a moment of load hits each alike."""
+    if len(candidates) == 1:
+        return candidates[0]
+    values = [np.full(np.shape(v), 0.5, v.dtype) if np.result_type(v).kind == "f" and type(v) is np.ndarray else v
+              for v in examples]
+    best = [math.inf] * len(candidates)
+    with np.errstate(all="ignore"):
+        for _ in range(rounds):
+            for k, (runner, _) in enumerate(candidates):
+                start = time.perf_counter()
+                runner(*values)
+                best[k] = min(best[k], time.perf_counter() - start)
+    return candidates[best.index(min(best))]
+
+
+def _whole_runner(kernel, valueless, examples, shape, active_shapes):
+    """The whole-array kernel of a region whose inputs and partials all have the call's shape, each partial
+    an array of its own of the value's dtype (a partial that is an input would be multiplied in place), with
+    its value summed; None if these do not hold."""
+    if not all(kernel.fresh) or any(s != shape for s in active_shapes) \
+            or any(type(v) is not np.ndarray or v.shape != shape for v in examples):
+        return None
+    whole = kernel.typed_whole(tuple(map(value_kind, examples)))
+    dtype = np.dtype(kernel.value_dtype(examples))
+    with np.errstate(all="ignore"):  # zeros for the example values: only the results' shapes and dtypes are read
+        results = whole(*examples)
+    if any(type(r) is not np.ndarray or r.shape != shape or r.dtype != dtype for r in results[valueless:]):
+        return None
+    if not kernel.reduce:
+        def split(*values):  # ``(value, partials)`` as every runner returns it, not the flat tuple of results
+            results = whole(*values)
+            return results[0], results[1:]
+
+        return split
+    if valueless:
+        zero = dtype.type(0)
+        return lambda *values: (zero, whole(*values)[1:])
+
+    def run(*values):
+        results = whole(*values)
+        return np.add.reduce(results[0], None), results[1:]
+
+    return run
