@@ -23,7 +23,6 @@ import math
 import os
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -423,14 +422,7 @@ def workloads(quick, peers):
         slices_workload(quick, peers),
         qux_workload(quick, peers),
         foldminus_workload(quick, peers),
-        *realistic_workloads(quick, peers),
     ]
-
-
-def realistic_workloads(quick, peers):
-    from . import realistic  # (it builds its rows from this module's)
-
-    return realistic.workloads(quick, peers)
 
 
 GROUPS = {"realistic": ("logistic", "gmm", "mlp", "pairs", "rk4", "rosenbrock", "adam", "trust_ncg")}
@@ -468,7 +460,7 @@ def max_relative_error(got, expected):
 
 # --- running ----------------------------------------------------------------------------------
 def run(quick=True, only=None, peers=("jax", "torch", "autograd"), budget=None, progress=True, stream=None,
-        cap=None, pin_allocator=True):
+        cap=None, pin_allocator=True, more=None):
     """Run the suite and return the results (a JSON-ready dict; see `format_table`).
 
     ``only``: workload keys to run (default all, `WORKLOAD_KEYS`; a key of `GROUPS`
@@ -477,7 +469,9 @@ def run(quick=True, only=None, peers=("jax", "torch", "autograd"), budget=None, 
     calls per cell (default 0.06 quick, 1.0 full); ``cap``: a first call slower
     than this many seconds is the only call of its cell (default 2 quick, 30 full;
     its cell is marked ``~``); ``pin_allocator``: hold glibc's allocator in one state
-    for the run (`allocator.pin`: freed temporaries stay mapped, no page faults per call).
+    for the run (`allocator.pin`: freed temporaries stay mapped, no page faults per call); ``more``:
+    ``more(quick, peers)`` lists workloads built on this module's rows (`benchmarks.realistic`'s, which
+    ``python -m benchmarks`` passes: that module imports this one, so this one does not import it).
     """
     allocator_state = ("pinned" if allocator.pin() else "defaults (not glibc)") if pin_allocator else "defaults"
     only = None if only is None else [key for k in only for key in GROUPS.get(k, (k,))]
@@ -490,7 +484,8 @@ def run(quick=True, only=None, peers=("jax", "torch", "autograd"), budget=None, 
         raise ValueError(f"unknown workload(s) {sorted(unknown)}; choose from {', '.join(WORKLOAD_KEYS)} "
                          f"or a group ({', '.join(GROUPS)})")
     found, missing = pm.available(tuple(peers or ()))
-    chosen = [w for w in workloads(quick, found) if only is None or w.key in only]
+    listed = workloads(quick, found) + (more(quick, found) if more else [])
+    chosen = [w for w in listed if only is None or w.key in only]
     results = {
         "meta": {**_meta(quick, budget, cap, found, missing), "allocator": allocator_state},
         "columns": list(COLUMNS),
@@ -791,7 +786,7 @@ def _json_default(value):
     return str(value)
 
 
-def main(argv=None):
+def main(argv=None, more=None):
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes and short time budgets (< 3 minutes)")
     parser.add_argument("--json", default=str(DEFAULT_JSON),
@@ -811,12 +806,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     only = [k.strip() for k in args.only.split(",") if k.strip()] if args.only else None
     results = run(quick=args.quick, only=only, peers=() if args.no_peers else ("jax", "torch", "autograd"),
-                  budget=args.budget, progress=not args.no_progress, pin_allocator=not args.unpinned)
+                  budget=args.budget, progress=not args.no_progress, pin_allocator=not args.unpinned, more=more)
     print(format_table(results))
     path = write_json(results, args.json)
     print(f"results written to {path}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -115,7 +115,7 @@ def axis_region_runner(kernel, examples, reduction, active, size):
 
 def _moved_candidates(whole, reduction, examples, active, fresh, sharing, dtype, order):
     """`axis_region_runner`'s candidates on whole arrays and on blocks of rows with the call's axes in ``order``
-    (`kernels.axis_sum_moved`)."""
+    (`axis_sums.axis_sum_moved`)."""
     inputs = [moved_value(v, len(reduction.shape), order) for v in examples]
     on_moved = moved(reduction, order)
     active_shapes = [np.shape(examples[i]) for i in active]
@@ -126,7 +126,7 @@ def _moved_candidates(whole, reduction, examples, active, fresh, sharing, dtype,
     return [(axis_sum_moved(run, reduction, active_shapes, order), name) for run, name in runners]
 
 
-SHORT_AXES_FIRST = "numpy, short axes first"  # `kernels.axis_sum_moved`: candidates where the call ends in short axes
+SHORT_AXES_FIRST = "numpy, short axes first"  # `axis_sums.axis_sum_moved`: candidates where the call ends in short axes
 SHORT_AXES_FIRST_BLOCKED = "blocked, short axes first"
 CHOSEN_MIN = 16384  # elements from which a region's backend is chosen per call (below, once when compiled: `_fastest`)
 
