@@ -7,8 +7,9 @@ arrays and the tangent at once, eagerly: there is no tape, nothing is kept.
 The tangent of ``f(a₁, …, aₙ)`` is found by the first of these that applies
 (`tangent_of`), each fact written once:
 
-1. a jvp rule of its own (`registry.defjvp`), written like its formula, where cost matters
-   (``solve``, ``inv``, ``det``, ``cholesky``, ``eigh``);
+1. a jvp rule of its own (`registry.defjvp`), written like its formula, where the transposed pullback
+   would cost more or not do (``inv``, ``solve``, ``np.pad``, ``var``/``std``, the order statistics,
+   ``roots``, ``polyfit``, ``polyval``, ``gradient``, ``unwrap``);
 2. a linear function (`registry.deflinear`: reshapes, sums, indexing, FFTs, ...): ``f`` of the
    tangents, a constant array argument given as zeros, with the same keywords;
 3. a multilinear one (`registry.defmultilinear`: ``matmul``, ``einsum``, ...): the product

@@ -1,4 +1,4 @@
-"""Layer 4: prepared gradients — record once, replay many times.
+"""Prepared gradients — record once, replay many times.
 
 ``prepare_gradient(f, *example_args)`` records ``f`` once as a list of steps:
 every operation on a value derived from *any* argument (cut arguments
