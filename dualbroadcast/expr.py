@@ -215,8 +215,10 @@ class Sym(UfuncOperators):
         return self
 
 
-def _clip(graph, x, *bounds, **keywords):
-    """``np.clip(x, ...)`` as ``minimum(maximum(x, lo), hi)``: the selections carry its derivative."""
+def _clip(graph, *args, **keywords):
+    """``np.clip(x, ...)`` (``x`` by position or as ``a=``) as ``minimum(maximum(x, lo), hi)``: the selections carry
+    its derivative."""
+    x, bounds = (args[0], args[1:]) if args else (keywords.pop("a", None), ())
     try:
         lo, hi = _clip_bounds(*bounds, **keywords)
     except TypeError as error:

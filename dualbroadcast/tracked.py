@@ -124,13 +124,13 @@ def record_operation(func, args, kwargs):
         recorder = None  # an operation of a gradient taken inside the recorded function: its own tape records it
     if (kwargs or rest) and (rule is not None or recorder is not None) \
             and not TRACKED.isdisjoint(map(type, [*kwargs.values(), *rest])):
-        if rule is not None and not TRACKED.isdisjoint(map(type, kwargs.values())):
-            return call_with_tracked_keywords(rule, func, args, kwargs,
-                                              [k for k, v in kwargs.items() if type(v) in TRACKED], record_operation)
         if nested is not None and all(v.tape is not nested.tape or v.index in nested.inactive
                                       for v in [*kwargs.values(), *rest] if type(v) is Tracked):
             raise NotReplayableError(f"{qualified_name(func)} got a value a prepared program traces (no gradient) "
                                      "as a keyword argument")  # its recording left to the plain path
+        if rule is not None and not TRACKED.isdisjoint(map(type, kwargs.values())):
+            return call_with_tracked_keywords(rule, func, args, kwargs,
+                                              [k for k, v in kwargs.items() if type(v) in TRACKED], record_operation)
         raise UnsupportedFunctionError(
             f"{qualified_name(func)} got a tracked value after its sequence of arrays (or as a keyword argument "
             "of a function without a rule), where it has no derivative rule; pass a constant (db.cut)"
