@@ -1397,6 +1397,7 @@ def check_composition(program, composition):
     composition may refuse with a clear error (a `db.DifferentiationError`), never give a wrong derivative."""
     if program.trace.kink <= KINK_MARGIN or program.refusable():
         return "not checked"
+    import jax
     import jax.numpy as jnp
 
     values = build_inputs(program)
@@ -1429,7 +1430,8 @@ def check_composition(program, composition):
         fail(f"{composition} raised {type(error).__name__}: {error}", script)
     jnp_module, jax_db = jax_modules()
     f_jax = compile_program(program, jnp_module, jax_db, jnp.float64)
-    jax_values = [jnp.asarray(v) if isinstance(v, np.ndarray) else v for v in values]
+    with jax.enable_x64(True):  # the constants in float64 too (outside it, jnp.asarray rounds them to float32)
+        jax_values = [jnp.asarray(v) if isinstance(v, np.ndarray) else v for v in values]
     with np.errstate(all="ignore"):
         want = compositions.jax_derivative(on(f_jax, jax_values), [values[k] for k in active], directions,
                               len(composition.split("_")))
