@@ -267,9 +267,14 @@ def _is_data(value):
         or (kind.__flags__ & _HEAP_TYPE and any("__slots__" in vars(c) for c in kind.__mro__))
 
 
+_PACKAGE = __name__.partition(".")[0]
+
+
 def _is_ours(function):
-    """`elementwise`'s wrapper: its globals are this module, which does not change."""
-    return function.__globals__ is globals()
+    """A function of this package (`elementwise`'s wrapper, a mirror): its globals hold the library's rules and
+    caches, not the user's state, so they are not keyed (walking them would walk every cached plan)."""
+    module = function.__globals__.get("__name__", "")
+    return module == _PACKAGE or module.startswith(_PACKAGE + ".")
 
 
 def _names_of(function):

@@ -758,6 +758,17 @@ def test_elementwise_inlined_in_other_kernels():
     db.check_gradient(lambda a, b: np.sum(swish_energy(a, b)), x, beta)
 
 
+def test_the_key_of_a_kernel_calling_an_elementwise_function_reads_no_library_state():
+    """Its key walks the user's code (the wrapped function and the globals it reads), not the library
+    module the wrapper lives in: that walk reached every cached plan and grew with each kernel run."""
+    from dualbroadcast.kernel_keys import walk_of
+
+    walk = walk_of(lambda t: softplus(t) * t)
+    modules = {namespace.get("__name__") for namespace, _, _ in walk.bindings}
+    assert __name__ in modules and not any(m.startswith("dualbroadcast") for m in modules)
+    assert len(walk.seen) < 20
+
+
 @db.elementwise
 def gaussian(x):
     return np.exp(-x * x)
