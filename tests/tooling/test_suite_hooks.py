@@ -1,6 +1,7 @@
 """The suite's own hooks (tests/conftest.py): a parametrized Hypothesis test keeps a settings chain of one
 link however many parameters it has (without the hook, each parameter adds a link, and the 1370-parameter
-sweeps die of a RecursionError under CI=true); a default run samples the rule-case sweeps, CI runs them whole."""
+sweeps die of a RecursionError under CI=true); a default run (CI's too) samples the rule-case sweeps,
+``--full-sweeps`` runs them whole."""
 
 from types import SimpleNamespace
 
@@ -48,8 +49,8 @@ def test_a_default_run_takes_a_share_of_the_rule_case_sweeps_and_every_other_tes
     assert not conftest._left_to_the_full_sweep(SimpleNamespace(nodeid="tests/x.py::test_plain"))
 
 
-@pytest.mark.parametrize("ci, option, kept", [(None, False, "sample"), ("true", False, "all"), (None, True, "all")])
-def test_ci_or_full_sweeps_runs_every_item(monkeypatch, ci, option, kept):
+@pytest.mark.parametrize("ci, option, kept", [(None, False, "sample"), ("true", False, "sample"), (None, True, "all")])
+def test_full_sweeps_runs_every_item_and_ci_the_default_sample(monkeypatch, ci, option, kept):
     if ci is None:
         monkeypatch.delenv("CI", raising=False)
     else:
