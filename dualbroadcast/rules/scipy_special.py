@@ -42,8 +42,10 @@ table: a `db.sum` kernel sums real values); they and the holomorphic ufuncs of `
 complex arguments: the Bessel functions ``jv``, ``yv``, ``iv``, ``kv``, ``kve`` of complex ``z`` (the same
 recurrences), ``erf``/``erfc``/``erfcx``/``erfi``/``dawsn``, ``ndtr``/``log_ndtr``, ``gamma``/``rgamma``/
 ``loggamma`` (ψ has a complex loop), ``exp1``, ``expi``, ``expm1``, ``log1p``, ``spence``, ``hyp1f1``,
-``hyp2f1`` in ``z``.  ``jve``, ``yve``, ``ive`` (scaled by ``exp(-|Im z|)``, ``exp(-|Re z|)``), ``i0e``,
-``digamma`` (ζ has no complex loop) and the others are an error on complex values.
+``hyp2f1`` in ``z``; ``digamma``, whose derivatives ψ⁽ⁿ⁾ SciPy has for real values only (ζ has no complex
+loop), by `complex_polygamma` (the Hurwitz ζ summed and expanded, to any order), so gamma, rgamma and
+loggamma of complex values have derivatives of every order.  ``jve``, ``yve``, ``ive`` (scaled by
+``exp(-|Im z|)``, ``exp(-|Re z|)``), ``i0e`` and the others are an error on complex values.
 
 ``softplus`` and ``logsumexp`` are Python functions over NumPy's: they need no entry.
 """
@@ -61,6 +63,7 @@ from ..registry import (
     ARGUMENT_REASONS,
     NONDIFFERENTIABLE,
     RULES,
+    defvjp_complex,
     defvjp_outputs,
     holds_for_complex,
     nondifferentiable,
@@ -344,6 +347,46 @@ def gammainc_derivative(order):
 def gammainc_da(a, x):
     """∂P(a, x)/∂a (`gammainc_da_series`), differentiable again."""
     return gammainc_derivative(1)(a, x)
+
+
+COMPLEX_SHIFT = 16.0  # Re(z + N) and |z + N| at least this before the asymptotic expansion
+
+
+def complex_polygamma_series(z, order):
+    """ψ⁽ⁿ⁾(z) (n = ``order`` >= 1) of complex ``z``, which SciPy computes for real z only (its ζ(x, q) has no
+    complex loop): ``(-1)ⁿ⁺¹ n! ζ(n+1, z)`` with the Hurwitz ζ summed up to ``w = z + N`` and expanded
+    there (Euler-Maclaurin, the terms of `hurwitz_zeta_dx_series` with s = n + 1)::
+
+        ζ(s, z) = Σ_{k<N} (z+k)^-s + w^(1-s)/(s-1) + w^-s/2 + Σ_{j=1..16} B_2j/(2j)! · s(s+1)…(s+2j-2) w^(1-s-2j).
+
+    Infinite at the poles 0, -1, -2, ...; holomorphic elsewhere, its derivative ψ⁽ⁿ⁺¹⁾."""
+    z = np.asarray(z, dtype=np.complex128)
+    s = order + 1
+    shifts = np.ceil(np.maximum(COMPLEX_SHIFT - z.real, 0.0))
+    head = np.zeros_like(z)
+    for k in range(int(np.max(shifts, initial=0.0))):
+        head = head + np.where(k < shifts, (z + k) ** -s, 0.0)
+    w = z + shifts
+    tail = w ** (1 - s) / (s - 1) + 0.5 * w ** -s
+    rising = float(s)  # s(s+1)…(s+2j-2)
+    for j, coefficient in enumerate(BERNOULLI_OVER_FACTORIAL, start=1):
+        tail = tail + coefficient * rising * w ** (1 - s - 2 * j)
+        rising *= (s + 2 * j - 1) * (s + 2 * j)
+    return (-1.0) ** s * math.factorial(order) * (head + tail)
+
+
+def complex_polygamma(order):
+    """ψ⁽ⁿ⁾ of complex values (`complex_polygamma_series`), holomorphic to any order: ψ's derivative on complex
+    values (`sc.digamma`'s complex rule), so gamma, rgamma and loggamma of complex z have second derivatives."""
+    partial = derivative_of_order(complex_polygamma_series, "complex_polygamma", order, lambda n: (
+        lambda ans, z: complex_polygamma(n + 1)(z),))
+    holds_for_complex(partial)
+    return partial
+
+
+def digamma_of_complex(ans, z):
+    """ψ's vjp on complex values (holomorphic: ``g ψ'(z)``)."""
+    return lambda g: g * complex_polygamma(1)(z)
 
 
 BETA_SERIES_TERMS = 100_000  # at most: near the switch between I and 1 - I, with a and b in the thousands
@@ -661,6 +704,8 @@ def register():
             _register(func, entry)
             REGISTERED.add(func)
     holds_for_complex(*[f for f in [*complex_valued_partials(), *holomorphic()] if f in REGISTERED])
+    if sc.digamma in REGISTERED:
+        defvjp_complex(sc.digamma, digamma_of_complex)
     for func, entry in special_outputs().items():
         if func not in RULES:
             defvjp_outputs(func, one_output_vjp(entry))

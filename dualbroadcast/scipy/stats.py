@@ -52,9 +52,10 @@ integration) are not differentiable; its entropy ``½ log det(2πe Σ)`` has ``�
 given K-1 components, the last is ``1 - Σx``; its entropy: ``∂αᵢ = (α₀ - K) ψ'(α₀) - (αᵢ - 1) ψ'(αᵢ)``.
 
 Every partial is written with recorded calls (the methods' own primitives, ``logpdf`` in a cdf's partial,
-and scipy.special's ufuncs), so it is differentiable again: Hessians work.  Outside the support (a
-density of 0) every gradient is 0.  Calling a distribution freezes it, as in
-SciPy: ``stats.norm(mu, sigma).logpdf(x)``.
+and scipy.special's ufuncs), so it is differentiable again: Hessians work (but for the second derivatives of
+the incomplete beta function in its parameters, an error naming them: t's cdf in df, beta's in a and b).
+Outside the support (a density of 0) every gradient is 0.  Calling a distribution freezes it, as in SciPy:
+``stats.norm(mu, sigma).logpdf(x)``.
 """
 
 # The mirrors (the API reference documents these); the rest of the module is their rules.
