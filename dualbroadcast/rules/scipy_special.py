@@ -400,7 +400,8 @@ def incomplete_beta_series(a, b, x):
         ∂ log I/∂a = log x - 1/a - ψ(a) + ψ(a+b) + Σₖ tₖ Aₖ / Σₖ tₖ,   Aₖ = Σ_{j<k} 1/(a+b+j) - 1/(a+1+j),
         ∂ log I/∂b = log(1-x) - ψ(b) + ψ(a+b) + Σₖ tₖ Bₖ / Σₖ tₖ,      Bₖ = Σ_{j<k} 1/(a+b+j).
 
-    An element stops once its terms no longer change the sums' last bits."""
+    An element stops once its terms no longer change the sums' last bits; one that has not after
+    `BETA_SERIES_TERMS` terms is NaN."""
     term, total = np.ones_like(x), np.ones_like(x)
     shift_a, shift_b = np.zeros_like(x), np.zeros_like(x)  # Aₖ, Bₖ
     weighted_a, weighted_b = np.zeros_like(x), np.zeros_like(x)  # Σ tₖ Aₖ, Σ tₖ Bₖ
@@ -413,6 +414,7 @@ def incomplete_beta_series(a, b, x):
         running &= term * (1 + shift_b + np.abs(shift_a)) > EPS / 4 * total
         if not running.any():
             break
+    total = np.where(running, np.nan, total)  # not converged (a and b in the millions near the switch): NaN
     value = sc.betainc(a, b, x)
     digamma_sum = sc.digamma(a + b)
     return (value, value * (np.log(x) - 1 / a - sc.digamma(a) + digamma_sum + weighted_a / total),

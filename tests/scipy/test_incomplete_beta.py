@@ -39,6 +39,27 @@ def test_betainc_in_a_and_b_against_mpmath(log_a, log_b, x):
     np.testing.assert_allclose(got_complement, -np.array(want), rtol=1e-8, atol=1e-14)
 
 
+@settings(max_examples=20, deadline=None)
+@given(shapes=st.lists(st.sampled_from([(), (1,), (3,), (2, 1), (2, 3)]), min_size=3, max_size=3),
+       seed=st.integers(0, 2**16))
+def test_broadcast_arguments_take_their_elements_partials(shapes, seed):
+    """a, b and x of broadcasting shapes: each gradient is the sum, over the elements it broadcasts to, of the
+    scalar partials (mpmath's)."""
+    rng = np.random.default_rng(seed)
+    a, b, x = (rng.uniform(low, high, shape) for (low, high), shape in zip([(0.3, 6), (0.3, 6), (0.05, 0.95)],
+                                                                            shapes))
+    weights = rng.uniform(-1, 1, np.broadcast_shapes(*shapes))
+    ga, gb = db.gradient(lambda a, b: np.sum(weights * sc.betainc(a, b, x)), a, b)
+    A, B, Z = np.broadcast_arrays(a, b, x)
+    partials = np.array([mpmath_partials(*map(float, v)) for v in zip(A.ravel(), B.ravel(), Z.ravel())])
+    for got, column, arg in ((ga, 0, a), (gb, 1, b)):
+        full = (weights.ravel() * partials[:, column]).reshape(weights.shape)
+        axes = tuple(range(full.ndim - np.ndim(arg)))
+        reduced = np.sum(full, axis=axes)
+        reduced = np.sum(reduced, axis=tuple(i for i, n in enumerate(np.shape(arg)) if n == 1), keepdims=True)
+        np.testing.assert_allclose(got, reduced.reshape(np.shape(arg)), rtol=1e-8, atol=1e-13)
+
+
 @pytest.mark.parametrize("inverse", [sc.betaincinv, sc.betainccinv])
 def test_the_inverses_in_a_and_b_against_differences(inverse):
     a, b, y = np.array([0.6, 2.5, 40.0]), np.array([3.0, 0.8, 35.0]), np.array([0.2, 0.55, 0.9])
