@@ -8,7 +8,10 @@
    (over three times the steps, the same peak).
 3. Robertson's stiff problem with BDF: the gradient against central differences.
 
-Times are medians sampled in turns (`timing.interleaved_medians`) on a shared machine.
+Times are medians sampled in turns (`timing.interleaved_medians`) on a shared machine.  Each target's
+gradient is also broken down (`breakdown`, CPU time of one call): the prepared programs' recordings, their
+replays (the right-hand side's vector-Jacobian products, counted), and the rest (SciPy's stepping of the
+gradient's solve, dense output, the primal solve).
 Run: python -m benchmarks.ode_targets
 """
 
@@ -19,9 +22,46 @@ import numpy as np
 import scipy.integrate
 
 import dualbroadcast as db
+from dualbroadcast import prepared
 from dualbroadcast.scipy import integrate
 
 from .timing import interleaved_medians
+
+
+def breakdown(gradient, forward):
+    """Where one gradient call's CPU time goes, against one forward solve's: a line of text."""
+    spent = {"record": 0.0, "replay": 0.0, "replays": 0}
+    record, replay = prepared.prepare_gradient, prepared.PreparedGradient.__call__
+
+    def timed_record(*args):
+        start = time.process_time()
+        try:
+            return record(*args)
+        finally:
+            spent["record"] += time.process_time() - start
+
+    def timed_replay(self, *args, **kwargs):
+        start = time.process_time()
+        try:
+            return replay(self, *args, **kwargs)
+        finally:
+            spent["replay"] += time.process_time() - start
+            spent["replays"] += 1
+
+    integrate.prepare_gradient, prepared.PreparedGradient.__call__ = timed_record, timed_replay
+    try:
+        start = time.process_time()
+        gradient()
+        total = time.process_time() - start
+    finally:
+        integrate.prepare_gradient, prepared.PreparedGradient.__call__ = record, replay
+    start = time.process_time()
+    evaluations = forward().nfev
+    plain = time.process_time() - start
+    rest = total - spent["record"] - spent["replay"]
+    return (f"CPU: forward {plain * 1e3:.1f} ms ({evaluations} evaluations); gradient {total * 1e3:.1f} ms: "
+            f"recording {spent['record'] * 1e3:.1f} ms, {spent['replays']} vjp replays {spent['replay'] * 1e3:.1f} ms "
+            f"({spent['replay'] / max(spent['replays'], 1) * 1e6:.0f} us each), the rest {rest * 1e3:.1f} ms")
 
 
 def lotka_volterra(t, y, p):
@@ -62,6 +102,8 @@ def lotka_volterra_target(method="DOP853"):
                                  lambda: db.gradient(lambda p: loss(p, "adjoint"), p)], budget=3.0, max_runs=10)
     print(f"  forward solve {times[0] * 1e3:.0f} ms; gradient with sensitivity='auto' {times[1] * 1e3:.0f} ms "
           f"({times[1] / times[0]:.1f}x), by the adjoint {times[2] * 1e3:.0f} ms ({times[2] / times[0]:.1f}x)")
+    print("  auto:", breakdown(lambda: db.gradient(loss, p), forward))
+    print("  adjoint:", breakdown(lambda: db.gradient(lambda p: loss(p, "adjoint"), p), forward))
 
 
 def _jax_lotka_volterra_gradient(y0, p, t, data):
@@ -119,6 +161,7 @@ def linear_target(n=100, outputs=20, horizon=5.0):
           f"peak memory forward {peaks[0] / 1e6:.2f} MB, gradient {peaks[1] / 1e6:.2f} MB (the gradient itself "
           f"{A.nbytes / 1e6:.2f} MB, the checkpoints {checkpoints / 1e6:.3f} MB); "
           f"dA[3,7] {g[i, j]:.8f} vs central difference {difference:.8f}")
+    print("  " + breakdown(lambda: db.gradient(loss, A), forward))
 
 
 def robertson_target():

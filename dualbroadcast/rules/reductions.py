@@ -174,7 +174,8 @@ def extreme_vjp(ans, a, axis=None, out=None, keepdims=False, initial=None, where
 def deviation_over_dof(x, axis, ddof, where, mean=None):
     """(x - mean) / (n - ddof), the half-gradient of the variance (masked-out elements: 0).
 
-    A ``mean`` given (``np.var(x, mean=m)``) is used as NumPy uses it: a constant.
+    A ``mean`` given (``np.var(x, mean=m)``) is used as NumPy uses it: a constant (a tracked one takes
+    `spread_with_tracked_mean`).
     """
     if mean is None:
         mean = np.mean(x, axis=axis, keepdims=True, where=where)
@@ -206,6 +207,24 @@ def spread_vjp(partial_of):
 
 
 var_vjp, std_vjp = spread_vjp(var_partial), spread_vjp(std_partial)
+
+
+def spread_with_tracked_mean(root):
+    """np.var (np.std with ``root``) given a tracked ``mean=`` (NumPy 2's keyword-only argument): NumPy's own
+    formula ``Σ |x - mean|² / max(n - ddof, 0)`` over each slice, written with NumPy calls so that the mean's
+    derivative (and x's, the mean held fixed) comes from theirs."""
+    def composition(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=None,
+                    correction=None):
+        deviation = a - mean
+        squares = np.real(deviation * np.conj(deviation)) if np.iscomplexobj(deviation) else deviation * deviation
+        total = np.sum(squares, axis=axis, dtype=dtype, keepdims=keepdims, where=where)
+        n = count(a, axis, where)
+        if where is not True and not keepdims:
+            n = np.squeeze(n, axis=reduced_axes(axis, np.ndim(a)))
+        var = np.divide(total, np.maximum(n - (ddof if correction is None else correction), 0), out=out)
+        return np.sqrt(var, out=out) if root else var
+
+    return composition
 
 
 def spread_jvp(partial_of):
@@ -629,6 +648,8 @@ defvjp(np.var, var_vjp)
 defvjp(np.std, std_vjp)
 defjvp(np.var, spread_jvp(var_partial))
 defjvp(np.std, spread_jvp(std_partial))
+RULES[np.var].tracked_keywords = spread_with_tracked_mean(root=False)
+RULES[np.std].tracked_keywords = spread_with_tracked_mean(root=True)
 defvjp(np.cumsum, cumsum_vjp)
 defvjp(np.cumprod, cumprod_vjp)
 defvjp(np.linalg.norm, norm_vjp)

@@ -6,12 +6,14 @@ ufunc protocol, so ``from scipy.special import erf`` works on tracked values, in
 all three, as NumPy's own (``derivatives.py``).  Formulas are written with
 scipy.special ufuncs and NumPy operators only, so kernels trace them.  An argument
 whose partial is ``None`` is not differentiable: a tracked value there is an error
-naming it.  Orders of Bessel functions, degrees of polynomials and the parameters of
-the incomplete beta function (``a``, ``b``) have derivatives SciPy has no function for; they take
-constants.  Where JAX differentiates such a parameter (ζ(x, q) in x, P(a, x) in a) a `computed_partial`
-computes the series JAX uses, on whole arrays, carried as truncated Taylor series so that the n-th
-derivative is a computed partial too (`derivative_of_order`): each order's partials are the next order's
-(and closed forms in the other argument), so these are differentiable to any order.  ``np.i0``'s
+naming it.  Orders of Bessel functions and degrees of polynomials have derivatives SciPy has no
+function for; they take constants.  Where JAX differentiates such a parameter (ζ(x, q) in x, P(a, x) in a)
+a `computed_partial` computes the series JAX uses, on whole arrays, carried as truncated Taylor series so
+that the n-th derivative is a computed partial too (`derivative_of_order`): each order's partials are the
+next order's (and closed forms in the other argument), so these are differentiable to any order.  The
+incomplete beta function I_x(a, b) in ``a`` and ``b``, which JAX refuses, is a `computed_partial` of
+first order (`betainc_parameter_partial`: its series of positive terms differentiated term by term),
+differentiable again in x only.  ``np.i0``'s
 derivative is ``scipy.special.i1`` (NumPy has no I1), so it has a rule only with SciPy.
 
 Deliberately not differentiable, and why:
@@ -22,9 +24,7 @@ Deliberately not differentiable, and why:
   neither); ``zeta(x, q)`` (Hurwitz's) is differentiable in both: in ``q``, ``-x ζ(x + 1, q)``; in ``x``
   there is no closed form, and `hurwitz_zeta_dx` differentiates the Euler-Maclaurin expansion as JAX does;
 - ``gammaincinv``/``gammainccinv`` w.r.t. ``a`` (``gammainc``/``gammaincc`` are differentiable in ``a``:
-  `gammainc_da`, JAX's algorithm), ``betainc``/``betaincc``/``betaincinv``/``betainccinv`` w.r.t. ``a``
-  and ``b`` (JAX refuses them too: "Betainc gradient with respect to a and b not supported"),
-  ``hyp0f1``/``hyp1f1``/``hyp2f1``/``hyperu``
+  `gammainc_da`, JAX's algorithm), ``hyp0f1``/``hyp1f1``/``hyp2f1``/``hyperu``
   and the orthogonal polynomials w.r.t. their parameters, Bessel, Struve and Kelvin functions
   w.r.t. their order, ``eval_gegenbauer``/``eval_jacobi``/``eval_genlaguerre`` w.r.t. ``alpha``/``beta``:
   derivatives in a parameter are series scipy.special does not provide;
@@ -42,8 +42,10 @@ table: a `db.sum` kernel sums real values); they and the holomorphic ufuncs of `
 complex arguments: the Bessel functions ``jv``, ``yv``, ``iv``, ``kv``, ``kve`` of complex ``z`` (the same
 recurrences), ``erf``/``erfc``/``erfcx``/``erfi``/``dawsn``, ``ndtr``/``log_ndtr``, ``gamma``/``rgamma``/
 ``loggamma`` (ψ has a complex loop), ``exp1``, ``expi``, ``expm1``, ``log1p``, ``spence``, ``hyp1f1``,
-``hyp2f1`` in ``z``.  ``jve``, ``yve``, ``ive`` (scaled by ``exp(-|Im z|)``, ``exp(-|Re z|)``), ``i0e``,
-``digamma`` (ζ has no complex loop) and the others are an error on complex values.
+``hyp2f1`` in ``z``; ``digamma``, whose derivatives ψ⁽ⁿ⁾ SciPy has for real values only (ζ has no complex
+loop), by `complex_polygamma` (the Hurwitz ζ summed and expanded, to any order), so gamma, rgamma and
+loggamma of complex values have derivatives of every order.  ``jve``, ``yve``, ``ive`` (scaled by
+``exp(-|Im z|)``, ``exp(-|Re z|)``), ``i0e`` and the others are an error on complex values.
 
 ``softplus`` and ``logsumexp`` are Python functions over NumPy's: they need no entry.
 """
@@ -61,6 +63,7 @@ from ..registry import (
     ARGUMENT_REASONS,
     NONDIFFERENTIABLE,
     RULES,
+    defvjp_complex,
     defvjp_outputs,
     holds_for_complex,
     nondifferentiable,
@@ -346,6 +349,135 @@ def gammainc_da(a, x):
     return gammainc_derivative(1)(a, x)
 
 
+COMPLEX_SHIFT = 16.0  # Re(z + N) and |z + N| at least this before the asymptotic expansion
+
+
+def complex_polygamma_series(z, order):
+    """ψ⁽ⁿ⁾(z) (n = ``order`` >= 1) of complex ``z``, which SciPy computes for real z only (its ζ(x, q) has no
+    complex loop): ``(-1)ⁿ⁺¹ n! ζ(n+1, z)`` with the Hurwitz ζ summed up to ``w = z + N`` and expanded
+    there (Euler-Maclaurin, the terms of `hurwitz_zeta_dx_series` with s = n + 1)::
+
+        ζ(s, z) = Σ_{k<N} (z+k)^-s + w^(1-s)/(s-1) + w^-s/2 + Σ_{j=1..16} B_2j/(2j)! · s(s+1)…(s+2j-2) w^(1-s-2j).
+
+    Infinite at the poles 0, -1, -2, ...; holomorphic elsewhere, its derivative ψ⁽ⁿ⁺¹⁾."""
+    z = np.asarray(z, dtype=np.complex128)
+    s = order + 1
+    shifts = np.ceil(np.maximum(COMPLEX_SHIFT - z.real, 0.0))
+    head = np.zeros_like(z)
+    for k in range(int(np.max(shifts, initial=0.0))):
+        head = head + np.where(k < shifts, (z + k) ** -s, 0.0)
+    w = z + shifts
+    tail = w ** (1 - s) / (s - 1) + 0.5 * w ** -s
+    rising = float(s)  # s(s+1)…(s+2j-2)
+    for j, coefficient in enumerate(BERNOULLI_OVER_FACTORIAL, start=1):
+        tail = tail + coefficient * rising * w ** (1 - s - 2 * j)
+        rising *= (s + 2 * j - 1) * (s + 2 * j)
+    return (-1.0) ** s * math.factorial(order) * (head + tail)
+
+
+def complex_polygamma(order):
+    """ψ⁽ⁿ⁾ of complex values (`complex_polygamma_series`), holomorphic to any order: ψ's derivative on complex
+    values (`sc.digamma`'s complex rule), so gamma, rgamma and loggamma of complex z have second derivatives."""
+    partial = derivative_of_order(complex_polygamma_series, "complex_polygamma", order, lambda n: (
+        lambda ans, z: complex_polygamma(n + 1)(z),))
+    holds_for_complex(partial)
+    return partial
+
+
+def digamma_of_complex(ans, z):
+    """ψ's vjp on complex values (holomorphic: ``g ψ'(z)``)."""
+    return lambda g: g * complex_polygamma(1)(z)
+
+
+BETA_SERIES_TERMS = 100_000  # at most: near the switch between I and 1 - I, with a and b in the thousands
+
+
+def incomplete_beta_series(a, b, x):
+    """``(I, ∂I/∂a, ∂I/∂b)`` of the regularised incomplete beta function ``I = I_x(a, b)`` (1-d arrays with
+    0 < x < 1, a, b > 0), from its series of positive terms (no cancellation) differentiated term by term::
+
+        I = x^a (1-x)^b / (a B(a, b)) · Σₖ tₖ,   t₀ = 1,  tₖ₊₁ = tₖ · x (a+b+k) / (a+1+k),
+        ∂ log I/∂a = log x - 1/a - ψ(a) + ψ(a+b) + Σₖ tₖ Aₖ / Σₖ tₖ,   Aₖ = Σ_{j<k} 1/(a+b+j) - 1/(a+1+j),
+        ∂ log I/∂b = log(1-x) - ψ(b) + ψ(a+b) + Σₖ tₖ Bₖ / Σₖ tₖ,      Bₖ = Σ_{j<k} 1/(a+b+j).
+
+    An element stops once its terms no longer change the sums' last bits; one that has not after
+    `BETA_SERIES_TERMS` terms is NaN."""
+    term, total = np.ones_like(x), np.ones_like(x)
+    shift_a, shift_b = np.zeros_like(x), np.zeros_like(x)  # Aₖ, Bₖ
+    weighted_a, weighted_b = np.zeros_like(x), np.zeros_like(x)  # Σ tₖ Aₖ, Σ tₖ Bₖ
+    running = np.ones(x.shape, dtype=bool)
+    for k in range(BETA_SERIES_TERMS):
+        term = np.where(running, term * x * (a + b + k) / (a + 1 + k), 0.0)
+        shift_b = shift_b + 1 / (a + b + k)
+        shift_a = shift_a + 1 / (a + b + k) - 1 / (a + 1 + k)
+        total, weighted_a, weighted_b = total + term, weighted_a + term * shift_a, weighted_b + term * shift_b
+        running &= term * (1 + shift_b + np.abs(shift_a)) > EPS / 4 * total
+        if not running.any():
+            break
+    total = np.where(running, np.nan, total)  # not converged (a and b in the millions near the switch): NaN
+    value = sc.betainc(a, b, x)
+    digamma_sum = sc.digamma(a + b)
+    return (value, value * (np.log(x) - 1 / a - sc.digamma(a) + digamma_sum + weighted_a / total),
+            value * (np.log1p(-x) - sc.digamma(b) + digamma_sum + weighted_b / total))
+
+
+def series_length(a, b, x):
+    """About how many terms `incomplete_beta_series` takes: the terms grow until x (a+b+k) = a+1+k, then
+    fall by about x per term."""
+    return np.maximum((x * (a + b) - a - 1) / (1 - x), 0) + 40 / -np.log(x)
+
+
+def betainc_parameter_partial(a, b, x, wrt):
+    """∂I_x(a, b)/∂a (``wrt`` 0) or ∂b (1): `incomplete_beta_series` of I, or of ``I = 1 - I_{1-x}(b, a)`` where
+    that takes fewer terms.  0 at x = 0 and x = 1 (I is 0 and 1 for every a, b); NaN outside the domain."""
+    dtype = np.result_type(np.asarray(a), np.asarray(b), np.asarray(x), np.float32)
+    a, b, x = (np.asarray(v, dtype=np.float64) for v in np.broadcast_arrays(a, b, x))
+    inside = (x > 0) & (x < 1) & (a > 0) & (b > 0) & (a < np.inf) & (b < np.inf)
+    d = np.where((a > 0) & (b > 0) & ((x == 0) | (x == 1)), 0.0, np.nan)
+    ai, bi, xi = a[inside], b[inside], x[inside]
+    flip = series_length(bi, ai, 1 - xi) < series_length(ai, bi, xi)
+    direct = incomplete_beta_series(ai[~flip], bi[~flip], xi[~flip])[1 + wrt]
+    flipped = -incomplete_beta_series(bi[flip], ai[flip], 1 - xi[flip])[2 - wrt]
+    inner = np.empty(xi.shape)
+    inner[~flip], inner[flip] = direct, flipped
+    d[inside] = inner
+    return d.astype(dtype)[()]
+
+
+def beta_density(a, b, x):
+    """∂I_x(a, b)/∂x = x^(a-1) (1-x)^(b-1) / B(a, b)."""
+    return np.exp((a - 1) * np.log(x) + (b - 1) * np.log1p(-x) - sc.betaln(a, b))
+
+
+def betainc_partials_of(wrt):
+    """∂I_x(a, b)/∂a (``wrt`` 0) or ∂b (1) as a `computed_partial`, with its partial in x (the density's
+    derivative in the parameter: density times ``log x - ψ(a) + ψ(a+b)``, or ``log(1-x) - ψ(b) + ψ(a+b)``);
+    its second derivatives in a and b are not computed (an error naming them)."""
+    key = betainc_parameter_partial, wrt
+    partial = ORDERS.get(key)
+    if partial is None:
+        name = "betainc_d" + "ab"[wrt]
+        partial = ORDERS[key] = computed_partial(functools.partial(betainc_parameter_partial, wrt=wrt), name)
+        log_of = (lambda x: np.log(x)) if wrt == 0 else (lambda x: np.log1p(-x))
+        DERIVATIVES[partial] = (None, None, lambda ans, a, b, x: beta_density(a, b, x) * (
+            log_of(x) - sc.digamma((a, b)[wrt]) + sc.digamma(a + b)))
+        _register(partial, DERIVATIVES[partial])
+        for i, parameter in enumerate("ab"):
+            ARGUMENT_REASONS[partial, i] = (
+                f"{parameter}: second derivatives of the incomplete beta function in its parameters are not computed")
+    return partial
+
+
+def betainc_da(a, b, x):
+    """∂I_x(a, b)/∂a (`betainc_parameter_partial`), differentiable in x."""
+    return betainc_partials_of(0)(a, b, x)
+
+
+def betainc_db(a, b, x):
+    """∂I_x(a, b)/∂b (`betainc_parameter_partial`), differentiable in x."""
+    return betainc_partials_of(1)(a, b, x)
+
+
 def hurwitz_zeta_dx(x, q):
     """∂ζ(x, q)/∂x (`hurwitz_zeta_dx_series`), differentiable again."""
     return hurwitz_zeta_derivative(1)(x, q)
@@ -401,14 +533,17 @@ def special_partials():
         sc.gammaincc: (lambda ans, a, x: -gammainc_da(a, x), lambda ans, a, x: -gamma_density(a, x)),
         sc.gammaincinv: (None, lambda ans, a, y: np.exp(ans - (a - 1) * np.log(ans) + sc.gammaln(a))),
         sc.gammainccinv: (None, lambda ans, a, y: -np.exp(ans - (a - 1) * np.log(ans) + sc.gammaln(a))),
-        sc.betainc: (None, None, lambda ans, a, b, x: np.exp(
-            (a - 1) * np.log(x) + (b - 1) * np.log1p(-x) - sc.betaln(a, b))),
-        sc.betaincc: (None, None, lambda ans, a, b, x: -np.exp(
-            (a - 1) * np.log(x) + (b - 1) * np.log1p(-x) - sc.betaln(a, b))),
-        sc.betaincinv: (None, None, lambda ans, a, b, y: np.exp(
-            sc.betaln(a, b) - (a - 1) * np.log(ans) - (b - 1) * np.log1p(-ans))),
-        sc.betainccinv: (None, None, lambda ans, a, b, y: -np.exp(
-            sc.betaln(a, b) - (a - 1) * np.log(ans) - (b - 1) * np.log1p(-ans))),
+        sc.betainc: (lambda ans, a, b, x: betainc_da(a, b, x), lambda ans, a, b, x: betainc_db(a, b, x),
+                     lambda ans, a, b, x: beta_density(a, b, x)),
+        sc.betaincc: (lambda ans, a, b, x: -betainc_da(a, b, x), lambda ans, a, b, x: -betainc_db(a, b, x),
+                      lambda ans, a, b, x: -beta_density(a, b, x)),
+        # the inverses x(a, b, y) from I_x(a, b) = y (or 1 - y): ∂x/∂a = -∂I/∂a / ∂I/∂x at x, ∂x/∂y = ±1 / ∂I/∂x
+        sc.betaincinv: (lambda ans, a, b, y: -betainc_da(a, b, ans) / beta_density(a, b, ans),
+                        lambda ans, a, b, y: -betainc_db(a, b, ans) / beta_density(a, b, ans),
+                        lambda ans, a, b, y: 1 / beta_density(a, b, ans)),
+        sc.betainccinv: (lambda ans, a, b, y: -betainc_da(a, b, ans) / beta_density(a, b, ans),
+                         lambda ans, a, b, y: -betainc_db(a, b, ans) / beta_density(a, b, ans),
+                         lambda ans, a, b, y: -1 / beta_density(a, b, ans)),
         # exponential integrals, Spence's function, elliptic integrals
         sc.exp1: (lambda ans, x: -np.exp(-x) / x,),
         sc.expi: (lambda ans, x: np.exp(x) / x,),
@@ -571,6 +706,8 @@ def register():
             _register(func, entry)
             REGISTERED.add(func)
     holds_for_complex(*[f for f in [*complex_valued_partials(), *holomorphic()] if f in REGISTERED])
+    if sc.digamma in REGISTERED:
+        defvjp_complex(sc.digamma, digamma_of_complex)
     for func, entry in special_outputs().items():
         if func not in RULES:
             defvjp_outputs(func, one_output_vjp(entry))
@@ -581,11 +718,6 @@ def register():
     if sc.bernoulli in constants:
         nondifferentiable(sc.bernoulli, reason="constants: the Bernoulli numbers B₀…Bₙ of an integer n")
     REGISTERED.update(constants)
-    for func in (sc.betainc, sc.betaincc, sc.betaincinv, sc.betainccinv):
-        for i, name in enumerate("ab"):
-            ARGUMENT_REASONS[func, i] = (
-                f"{name}: the incomplete beta function's derivative in its parameters is a series neither SciPy nor "
-                "JAX computes (jax.grad refuses it too)")
     for func in (sc.gammaincinv, sc.gammainccinv):
         ARGUMENT_REASONS[func, 0] = "a: the inverse's derivative in a needs ∂P/∂a at the result; not done yet"
 

@@ -10,9 +10,10 @@ score ``s = ∂ log f₀ / ∂z``:
 * cdf: ``∂x = pdf``, ``∂loc = -pdf``, ``∂scale = -pdf · z``; logcdf: the same divided by the cdf
   (``exp(logpdf - logcdf)``).  In a shape parameter: gamma's cdf ``P(a, z)`` has ``∂a`` the derivative of
   the regularised incomplete gamma function in ``a`` (`rules.scipy_special.gammainc_da`, JAX's
-  series and continued fraction; its logcdf that over the cdf).  The cdfs of ``t`` (in ``df``) and
-  ``beta`` (in ``a``, ``b``), derivatives of the incomplete beta function in its parameters, which
-  neither SciPy nor JAX computes, are a clear error.
+  series and continued fraction; its logcdf that over the cdf); beta's ``I_z(a, b)`` and t's (below)
+  the incomplete beta function's in ``a`` and ``b`` (`rules.scipy_special.betainc_da`/``betainc_db``, its
+  series of positive terms differentiated term by term, which neither SciPy nor JAX computes).  Outside
+  the support the cdf is 0 or 1 and these partials 0.
 * sf = 1 - cdf and logsf: the cdf's partials negated (over the sf for logsf: ``-exp(logpdf - logsf)``, in
   log space, so far tails neither underflow nor divide 0 by 0);
 * ppf, from ``cdf₀(z; θ) = q`` at ``x = loc + scale·z``: ``∂q = 1/pdf(x)``, ``∂θ = -∂cdf₀/∂θ(z) / pdf(x)``,
@@ -34,8 +35,9 @@ laplace     -sign z
 lognorm(s)  -(1 + log z / s²)/z     ((log z)²/s² - 1)/s                              1/s
 ==========  ======================  ===============================================  =================================
 
-In a shape parameter the cdf is differentiable for gamma (above), chi2 (``P(df/2, z/2)``: ½ ∂P/∂a) and lognorm
-(``Φ(log z / s)``: ``-φ(log z / s) log z / s²``).
+In a shape parameter the cdf is differentiable for gamma and beta (above), chi2 (``P(df/2, z/2)``: ½ ∂P/∂a),
+lognorm (``Φ(log z / s)``: ``-φ(log z / s) log z / s²``) and t (``½ I_w(df/2, ½)`` for z < 0, one minus that for
+z > 0, ``w = df / (df + z²)``: ``-sign(z)/4 · ∂I/∂a - z w^(df/2-1) (df + z²)^(-3/2) / (2 B(df/2, ½))``).
 
 ``poisson`` is differentiable in ``mu``: ``∂ logpmf = n/mu - 1`` (``n = k - loc``), and
 ``∂ cdf = -pmf(⌊n⌋)``; ``k`` and ``loc`` are counts (an error if tracked).
@@ -50,9 +52,10 @@ integration) are not differentiable; its entropy ``½ log det(2πe Σ)`` has ``�
 given K-1 components, the last is ``1 - Σx``; its entropy: ``∂αᵢ = (α₀ - K) ψ'(α₀) - (αᵢ - 1) ψ'(αᵢ)``.
 
 Every partial is written with recorded calls (the methods' own primitives, ``logpdf`` in a cdf's partial,
-and scipy.special's ufuncs), so it is differentiable again: Hessians work.  Outside the support (a
-density of 0) every gradient is 0.  Calling a distribution freezes it, as in
-SciPy: ``stats.norm(mu, sigma).logpdf(x)``.
+and scipy.special's ufuncs), so it is differentiable again: Hessians work (but for the second derivatives of
+the incomplete beta function in its parameters, an error naming them: t's cdf in df, beta's in a and b).
+Outside the support (a density of 0) every gradient is 0.  Calling a distribution freezes it, as in SciPy:
+``stats.norm(mu, sigma).logpdf(x)``.
 """
 
 # The mirrors (the API reference documents these); the rest of the module is their rules.
@@ -70,7 +73,7 @@ from ..errors import UnsupportedFunctionError
 from ..pullbacks import as_array
 from ..pullbacks import plain as untracked
 from ..registry import defvjp, nondifferentiable
-from ..rules.scipy_special import gammainc_da
+from ..rules.scipy_special import betainc_da, betainc_db, gammainc_da
 from ..tracked import primitive
 from ._common import cotangent, times
 
@@ -148,15 +151,16 @@ METHODS = (*DENSITIES, *PROBABILITIES, "ppf", "entropy")
 
 
 class LocationScale(Freezable):
-    """``dist`` with shape parameters named ``shapes``: score ``s(z, *θ)``, ``∂ log f₀/∂θ``, the derivative of the
-    standard entropy in each shape parameter and, where known, of the standard cdf (else ``cdf_function`` names
-    what is missing).  Its methods (`METHODS`) take SciPy's arguments, ``(x, *shapes, loc=0, scale=1)``."""
+    """``dist`` with shape parameters named ``shapes``: score ``s(z, *θ)``, ``∂ log f₀/∂θ``, the derivatives of the
+    standard entropy and of the standard cdf in each shape parameter, and the standard support ``(lo, hi)``
+    (outside it the cdf is constant).  Its methods (`METHODS`) take SciPy's arguments,
+    ``(x, *shapes, loc=0, scale=1)``."""
 
-    def __init__(self, dist, shapes, score, shape_scores, entropy_partials, cdf_function=None,
-                 cdf_shape_partials=None):
+    def __init__(self, dist, shapes, score, shape_scores, entropy_partials, cdf_shape_partials=(),
+                 support=(0.0, np.inf)):
         self._dist = dist
-        self._cdf_function = cdf_function
-        self._cdf_shape_partials = cdf_shape_partials  # ∂cdf/∂θ(z, *θ) of each shape parameter, where known
+        self._cdf_shape_partials = cdf_shape_partials  # ∂cdf/∂θ(z, *θ) of each shape parameter
+        self._support = support
         self._score = score
         self._shape_scores = shape_scores
         self._entropy_partials = entropy_partials  # ∂h₀/∂θ(*θ) of the standard entropy h₀
@@ -180,10 +184,9 @@ class LocationScale(Freezable):
         return bound(*shapes, loc=loc, scale=scale)
 
     def differentiable_in(self, method):
-        """The arguments ``method`` is differentiable in: all but shape parameters whose cdf derivative is not known."""
+        """The arguments ``method`` is differentiable in: all of them."""
         first = () if method == "entropy" else ("q",) if method == "ppf" else ("x",)
-        shapes = self._shapes if method in (*DENSITIES, "entropy") or self._cdf_shape_partials else ()
-        return (*first, *shapes, "loc", "scale")
+        return (*first, *self._shapes, "loc", "scale")
 
     def _maker(self, method, i):
         def make(ans, x, *params):
@@ -204,12 +207,13 @@ class LocationScale(Freezable):
 
         return make
 
-    def _shape_error(self, method, i):
-        return UnsupportedFunctionError(
-            f"scipy.stats.{self._dist.name}.{method} is differentiable in {', '.join(self.differentiable_in(method))}"
-            f", not in its shape parameter {self._names[i]!r}: it needs the derivative of the {self._cdf_function} "
-            f"in its parameters, which SciPy does not provide; pass {self._names[i]} as a constant (db.cut)"
-        )
+    def _inside(self, z):
+        """``(where z is inside the support, z there and a point inside elsewhere)``: the cdf's shape partials are
+        evaluated inside only (outside, the cdf is 0 or 1)."""
+        lo, hi = self._support
+        inside = (untracked(z) > lo) & (untracked(z) < hi)
+        point = 0.0 if lo == -np.inf else lo + 1.0 if hi == np.inf else (lo + hi) / 2
+        return inside, np.where(inside, z, point)
 
     def _partial(self, method, i, ans, x, params):
         """∂ method / ∂ argument ``i`` (x, the shape parameters, loc, scale)."""
@@ -224,11 +228,10 @@ class LocationScale(Freezable):
                 d = s / scale if i == 0 else -s / scale if self._names[i] == "loc" else -(s * z + 1) / scale
             return in_support(d * ans if method == "pdf" else d, support)
         sign = 1.0 if method in ("cdf", "logcdf") else -1.0  # sf = 1 - cdf
-        if 0 < i <= len(shapes) and self._cdf_shape_partials:
-            d = sign * self._cdf_shape_partials[i - 1](np.where(z > 0, z, 1.0), *shapes)  # 0 below the support
-            return in_support(d if method in ("cdf", "sf") else d / np.exp(ans), untracked(z) > 0)
         if 0 < i <= len(shapes):
-            raise self._shape_error(method, i)
+            inside, z = self._inside(z)
+            d = sign * self._cdf_shape_partials[i - 1](z, *shapes)
+            return in_support(d if method in ("cdf", "sf") else d / np.exp(ans), inside)
         logpdf = self._logpdf(x, *shapes, loc, scale)  # recorded: the partial is differentiable again
         density = sign * (np.exp(logpdf) if method in ("cdf", "sf") else np.exp(logpdf - ans))
         dz = 1.0 if i == 0 else -1.0 if self._names[i] == "loc" else -z
@@ -244,8 +247,6 @@ class LocationScale(Freezable):
             return in_support(1.0 + 0.0 * ans, inside)
         if self._names[i] == "scale":
             return in_support((ans - loc) / scale, inside)
-        if i > 0 and not self._cdf_shape_partials:
-            raise self._shape_error("ppf", i)
         x = np.where(inside, ans, loc + scale)  # a point of the support where q is 0 or 1 (masked)
         over_density = np.exp(-self._logpdf(x, *shapes, loc, scale))  # recorded: differentiable again
         if i == 0:
@@ -313,12 +314,18 @@ def lognorm_cdf_s(z, s):
     return -np.exp(-0.5 * w * w) / SQRT_2PI * w / s
 
 
-INCOMPLETE_BETA = "regularized incomplete beta function (scipy.special.betainc)"
+def t_cdf_df(z, df):
+    """∂cdf/∂df of Student's t (the module docstring's formula; 0 at z = 0, where the cdf is ½ for every df)."""
+    w = df / (df + z * z)
+    return -0.25 * np.sign(z) * betainc_da(df / 2, 0.5, w) \
+        - 0.5 * z * np.exp((df / 2 - 1) * np.log(w) - 1.5 * np.log(df + z * z) - scipy.special.betaln(df / 2, 0.5))
+
+
 norm = location_scale_family("norm", (), score=lambda z: -z, shape_scores=(), entropy_partials=())
 t = location_scale_family(
     "t", ("df",), score=lambda z, df: -(df + 1) * z / (df + z * z), shape_scores=(t_df_score,),
     entropy_partials=(lambda df: (df + 1) / 4 * (trigamma((df + 1) / 2) - trigamma(df / 2)) + 1 / (2 * df),),
-    cdf_function=INCOMPLETE_BETA)
+    cdf_shape_partials=(t_cdf_df,), support=(-np.inf, np.inf))
 gamma = location_scale_family(
     "gamma", ("a",), score=lambda z, a: (a - 1) / z - 1, shape_scores=(lambda z, a: np.log(z) - digamma(a),),
     entropy_partials=(lambda a: 1 + (1 - a) * trigamma(a),),
@@ -328,7 +335,7 @@ beta = location_scale_family(
     shape_scores=(beta_a_score, beta_b_score),
     entropy_partials=(lambda a, b: (a + b - 2) * trigamma(a + b) - (a - 1) * trigamma(a),
                       lambda a, b: (a + b - 2) * trigamma(a + b) - (b - 1) * trigamma(b)),
-    cdf_function=INCOMPLETE_BETA)
+    cdf_shape_partials=(lambda z, a, b: betainc_da(a, b, z), lambda z, a, b: betainc_db(a, b, z)), support=(0.0, 1.0))
 chi2 = location_scale_family(
     "chi2", ("df",), score=lambda z, df: (df / 2 - 1) / z - 0.5,
     shape_scores=(lambda z, df: 0.5 * (np.log(z / 2) - digamma(df / 2)),),

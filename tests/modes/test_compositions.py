@@ -41,12 +41,7 @@ COMPLEX = complex_cases(REAL)
 COMPOSITIONS = ("fwd", "rev", "fwd_fwd", "fwd_rev", "rev_fwd", "rev_rev", "fwd_rev_rev")
 
 # (composition, case name, dtype) -> why it refuses; checked to raise a `db.DifferentiationError`.
-SECOND_AND_THIRD = ("fwd_fwd", "fwd_rev", "rev_fwd", "rev_rev", "fwd_rev_rev")
-STILL_REFUSED: dict[tuple[str, str, str], str] = {
-    **{(c, name, "complex128"): "its derivative calls psi, which has no complex rule (SciPy has no complex "
-       "polygamma)" for c in SECOND_AND_THIRD
-       for name in ("scipy.special.loggamma", "scipy.special.gamma", "scipy.special.rgamma")},
-}
+STILL_REFUSED: dict[tuple[str, str, str], str] = {}
 
 # (composition, case name, dtype) -> why the value is wrong: strict expected failures, so a fix shows (and the
 # entry must go).  Reported, not hidden: each is a bug to fix.
