@@ -3,7 +3,8 @@
 The convention: for a real-valued ``f`` of ``z = x + iy`` the gradient is ``∂f/∂x - i ∂f/∂y``, and the
 pullback of a holomorphic ``w = h(z)`` is ``z̄ = w̄ · h'(z)``, with no conjugation.  So every rule written
 as ``g`` times a derivative, with plain transposes (``G Bᵀ``, einsum, sums, reshapes, indexing), holds
-for complex values as it is: `holds_for_complex` lists them below.  A real argument of a complex
+for complex values as it is: `holds_for_complex` lists them below (an elementwise function says so in its row
+of the derivative table, `derivatives.Facts.holomorphic`).  A real argument of a complex
 result gets the real part of its cotangent (`pullbacks.RealPart`, applied by the tape).
 
 A function that is not holomorphic needs a rule of its own (`defvjp_complex`, in `registry.COMPLEX_RULES`):
@@ -117,12 +118,9 @@ defvjp_complex(np.absolute, absolute_vjp)
 for _func in (np.var, np.std, np.linalg.norm):
     defvjp_complex(_func, *map(conjugated, RULES[_func].makers))
 
-# Holomorphic functions, and linear ones written with plain transposes: their rules hold as they are.
+# Holomorphic functions, and linear ones written with plain transposes: their rules hold as they are.  (The
+# elementwise ones say so in their row of the derivative table: `derivatives.Facts.holomorphic`.)
 holds_for_complex(
-    np.add, np.subtract, np.multiply, np.divide, np.power, np.negative, np.positive, np.reciprocal, np.square,
-    np.sqrt, np.exp, np.exp2, np.expm1, np.log, np.log2, np.log10, np.log1p,
-    np.sin, np.cos, np.tan, np.arcsin, np.arccos, np.arctan, np.sinh, np.cosh, np.tanh,
-    np.arcsinh, np.arccosh, np.arctanh, np.where,
     np.sum, np.mean, np.prod, np.cumsum, np.cumprod,
     np.dot, np.inner, np.outer, np.tensordot, np.einsum, np.matmul, np.trace,
     np.linalg.inv, np.linalg.solve, np.linalg.det,

@@ -15,11 +15,20 @@ from typing import Any
 import numpy as np
 
 from ..broadcast import clear_cache
-from ..derivatives import DERIVATIVES, SELECTIONS, SMOOTH, is_finite
+from ..derivatives import DERIVATIVES, HOLOMORPHIC, SELECTIONS, SMOOTH, is_finite
 from ..errors import UnsupportedFunctionError
 from ..numpy_facts import OPERATOR_FUNCTIONS, as_dtype, qualified_name
 from ..pullbacks import Strong, one_number, scalar_pullback, strong_scalar_pullback, table_pullback
-from ..registry import PER_ARGUMENT, RULES, Rule, _implementation, _users_rule, deflinear, defvjp_outputs
+from ..registry import (
+    PER_ARGUMENT,
+    RULES,
+    Rule,
+    _implementation,
+    _users_rule,
+    deflinear,
+    defvjp_outputs,
+    holds_for_complex,
+)
 
 
 def vjp_maker(func, partial, argnum):
@@ -212,6 +221,7 @@ defvjp_outputs(np.divmod, one_output_vjp((None, 1)), one_output_vjp((None, lambd
 
 for _func, _partials in list(DERIVATIVES.items()):
     _register(_func, _partials)
+holds_for_complex(*HOLOMORPHIC)  # the holomorphic rows' partials, as written, are their complex rules
 
 
 def clip_by_position(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue, max=np._NoValue,
