@@ -9,6 +9,7 @@ needs is derived from the same table: constant partials give fixed pullbacks
 """
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -31,26 +32,58 @@ from ..registry import (
 )
 
 
-def vjp_maker(func, partial, argnum):
+def vjp_maker(func, partial, argnum, bind=None):
     """The vjp maker of argument ``argnum`` of a ufunc (or np.where) ``func`` for a table entry ``partial``.
 
-    The arguments come positionally.  A ufunc's keywords are vetted by the tape, which lets through only
-    those that change no derivative (``casting=``, ``order=``, ...); np.where takes none.  The pullback's
-    product is `derivatives.chain_product`'s: strong at a selection and where a singular partial is not finite.
+    The arguments come positionally, or are put in position by ``bind`` (`argument_binder`: a function that is
+    not a ufunc).  A ufunc's keywords are vetted by the tape, which lets through only those that change no
+    derivative (``casting=``, ``order=``, ...).  The pullback's product is `derivatives.chain_product`'s: strong
+    at a selection and where a singular partial is not finite.
     """
     if partial is None:
         return None
     strong = func in SELECTIONS
     checked = func not in SMOOTH
 
-    def maker(ans, *args, **ufunc_keywords):
-        d = partial(ans, *as_dtype(args, ans.dtype)) if callable(partial) else partial
+    def maker(ans, *args, **kwargs):
+        keywords = {}
+        if bind is not None:
+            args, keywords = bind(args, kwargs)
+        d = partial(ans, *as_dtype(args, ans.dtype), **keywords) if callable(partial) else partial
         shape = getattr(args[argnum], "shape", ())
         if strong or (checked and not is_finite(d)):
             return Strong(func, d, shape, ans.shape)
         return table_pullback(d, shape, ans.shape)
 
+    if bind is not None:  # it binds the arguments as ``func`` does: say so to inspect
+        parameters = [inspect.Parameter("ans", inspect.Parameter.POSITIONAL_ONLY), *bind.parameters]
+        maker.__signature__ = inspect.Signature(parameters)
     return maker
+
+
+def argument_binder(func):
+    """How the arguments of a table function that is not a ufunc (``np.sinc``, ``np.nan_to_num``, ``np.i0``, a
+    `db.primitive`) reach its partials: ``bind(args, kwargs)`` gives every positional parameter by position
+    (its default where left out) and the keyword-only ones given, by name, so an argument passed by name is
+    never dropped.  None for a ufunc (its keywords change no derivative) or a function without a signature."""
+    if isinstance(func, np.ufunc):
+        return None
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    positional = sum(p.kind in kinds for p in signature.parameters.values())
+
+    def bind(args, kwargs):
+        if not kwargs and len(args) >= positional:
+            return args, {}
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound.args, {k: v for k, v in bound.kwargs.items() if k in kwargs}
+
+    bind.parameters = signature.parameters.values()
+    return bind
 
 
 def power_vjp(func, argnum):
@@ -81,27 +114,6 @@ def square_pullback(x):
         return g * (2 * x)
 
     return pullback
-
-
-def x_vjp(func, argnum):
-    """The vjp maker of a table function that is not a ufunc and takes one argument named ``x``
-    (``np.sinc``, ``np.i0``): it may be passed by name."""
-    of_x = vjp_maker(func, DERIVATIVES[func][argnum], argnum)
-
-    def maker(ans, x):
-        return of_x(ans, x)
-
-    return maker
-
-
-def nan_to_num_vjp(func, argnum):
-    """The vjp maker of argument ``argnum`` of ``np.nan_to_num``, its arguments by NumPy's names."""
-    with_all = vjp_maker(func, DERIVATIVES[func][argnum], argnum)
-
-    def maker(ans, x, copy=True, nan=0.0, posinf=None, neginf=None):
-        return with_all(ans, x, copy, nan, posinf, neginf)
-
-    return maker
 
 
 def clip_vjp(func, argnum):
@@ -162,8 +174,9 @@ def defderivative(func: Callable[..., Any], *partials: Callable[..., Any] | floa
 
 def _register(func, partials):
     """The reverse rule of ``func`` from its table entry, with what `tracked.record_binary` reads derived from it."""
-    named = NAMED_ARGUMENTS.get(func)
-    makers = [named(func, i) if named and d is not None else vjp_maker(func, d, i) for i, d in enumerate(partials)]
+    own = OWN_MAKERS.get(func)
+    bind = None if own else argument_binder(func)
+    makers = [own(func, i) if own and d is not None else vjp_maker(func, d, i, bind) for i, d in enumerate(partials)]
     rule = RULES[func] = Rule(_implementation(func), PER_ARGUMENT, tuple(makers))
     rule.plain = OPERATOR_FUNCTIONS.get(func, rule.impl)
     if rule.binary and all(type(d) in (int, float) for d in partials):
@@ -188,8 +201,7 @@ def _each_partial_is_the_other_argument(partials):
 
 
 POWER_BASE = DERIVATIVES[np.power][0]  # the table's ∂(x ** y)/∂x, which `power_vjp` knows
-# Table functions that are not ufuncs take their arguments by name too: their makers have NumPy's signatures.
-NAMED_ARGUMENTS = {np.clip: clip_vjp, np.sinc: x_vjp, np.nan_to_num: nan_to_num_vjp, np.power: power_vjp}
+OWN_MAKERS = {np.clip: clip_vjp, np.power: power_vjp}  # table functions whose reverse rule has makers of its own
 
 
 def identity(g):

@@ -67,7 +67,7 @@ from ..registry import (
     register_lazily,
 )
 from ..tracked import primitive
-from .elementwise import NAMED_ARGUMENTS, _register, one_output_vjp, x_vjp
+from .elementwise import _register, one_output_vjp
 
 sc = _ufuncs = None  # scipy.special and its private module of ufuncs, once `register` has imported them
 
@@ -560,7 +560,6 @@ def register():
         return
     BERNOULLI_OVER_FACTORIAL = sc.bernoulli(2 * EULER_MACLAURIN_TERMS)[2::2] / sc.factorial(
         np.arange(2, 2 * EULER_MACLAURIN_TERMS + 1, 2))
-    NAMED_ARGUMENTS[np.i0] = x_vjp  # no ufunc: its maker has NumPy's signature
     for func, entry in {np.i0: (lambda ans, x: sc.i1(x),), **special_partials()}.items():
         DERIVATIVES.setdefault(func, entry)
         if func not in RULES:
