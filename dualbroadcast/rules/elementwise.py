@@ -137,7 +137,8 @@ def defderivative(func: Callable[..., Any], *partials: Callable[..., Any] | floa
     reverse rules, `db.sum`/`db.broadcast` kernels and prepared replay all read them.
 
     Each partial is ``d(ans, *args)`` (``ans`` the result), a number for a constant partial, or None for
-    an argument that is not differentiable.  Write formulas with NumPy functions and operators only, so
+    an argument that is not differentiable; a `db.primitive`'s arguments passed by name reach it by position
+    (keyword-only ones by name).  Write formulas with NumPy functions and operators only, so
     that kernels can trace them.  ``func`` is a ufunc (``scipy.special.erf``) or a `db.primitive`.
     Kernels traced before are dropped; a `db.prepare_gradient` made before keeps the formulas it was
     recorded with: prepare it again.
