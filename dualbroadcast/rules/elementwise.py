@@ -46,10 +46,11 @@ def vjp_maker(func, partial, argnum, bind=None):
     checked = func not in SMOOTH
 
     def maker(ans, *args, **kwargs):
-        keywords = {}
-        if bind is not None:
+        if bind is None:
+            d = partial(ans, *as_dtype(args, ans.dtype)) if callable(partial) else partial
+        else:
             args, keywords = bind(args, kwargs)
-        d = partial(ans, *as_dtype(args, ans.dtype), **keywords) if callable(partial) else partial
+            d = partial(ans, *as_dtype(args, ans.dtype), **keywords) if callable(partial) else partial
         shape = getattr(args[argnum], "shape", ())
         if strong or (checked and not is_finite(d)):
             return Strong(func, d, shape, ans.shape)
