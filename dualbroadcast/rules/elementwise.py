@@ -64,20 +64,19 @@ def vjp_maker(func, partial, argnum, bind=None):
 
 def argument_binder(func):
     """How the arguments of a table function that is not a ufunc (``np.sinc``, ``np.nan_to_num``, ``np.i0``, a
-    `db.primitive`) reach its partials: ``bind(args, kwargs)`` gives every positional parameter by position
-    (its default where left out) and the keyword-only ones given, by name, so an argument passed by name is
-    never dropped.  None for a ufunc (its keywords change no derivative) or a function without a signature."""
+    `db.primitive`) reach its partials: ``bind(args, kwargs)`` gives the arguments of a call without keywords as
+    they are, and of one with keywords every positional parameter by position (its default where left out) and
+    the keyword-only ones given, by name, so an argument passed by name is never dropped.  None for a ufunc (its
+    keywords change no derivative) or a function without a signature."""
     if isinstance(func, np.ufunc):
         return None
     try:
         signature = inspect.signature(func)
     except (TypeError, ValueError):
         return None
-    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    positional = sum(p.kind in kinds for p in signature.parameters.values())
 
     def bind(args, kwargs):
-        if not kwargs and len(args) >= positional:
+        if not kwargs:
             return args, {}
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()

@@ -136,12 +136,13 @@ def scaled_sigmoid(ans, x, beta=1.0, *, shift=0.0):
 db.defderivative(scaled_softplus, scaled_sigmoid, None)
 X = np.array([0.3, -1.2, 0.8, 2.0])
 BY_NAME = {
+    "defaults": scaled_softplus,
     "positional": lambda x: scaled_softplus(x, 3.0),
     "by name": lambda x: scaled_softplus(x, beta=3.0),
     "keyword-only": lambda x: scaled_softplus(x, 3.0, shift=0.5),
     "both by name": lambda x: scaled_softplus(x, shift=0.5, beta=3.0),
 }
-BY_NAME_EXPECTED = {"positional": (3.0, 0.0), "by name": (3.0, 0.0), "keyword-only": (3.0, 0.5),
+BY_NAME_EXPECTED = {"defaults": (1.0, 0.0), "positional": (3.0, 0.0), "by name": (3.0, 0.0), "keyword-only": (3.0, 0.5),
                     "both by name": (3.0, 0.5)}
 
 
