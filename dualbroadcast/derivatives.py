@@ -198,6 +198,7 @@ class Facts(NamedTuple):
     float_safe: bool = False
 
 
+# What add, subtract, multiply and negative share: every fact but a numexpr name and a selection's.
 ARITHMETIC = {"holomorphic": True, "smooth": True, "numexpr_complex": True, "recomputed": True, "float_safe": True}
 
 # The elementwise functions the library knows, one row each.  Adding one is adding its row (and its test cases,
