@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .derivatives import RECOMPUTED
 from .expr import Graph, Sym, _is_boolean
 from .forward import Dual
 from .guards import Guarded, untracked
@@ -244,10 +245,6 @@ def tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, v
     return Dual(value, tape.record(tangent, edges, call), inputs[duals[0]].level)
 
 
-# Operations a cotangent kernel recomputes from what it reads (one cheap pass each); a full-size node of
-# another operation (exp, log, a division, a user's primitive) that the forward pass computes anyway is kept.
-_RECOMPUTED = frozenset((np.add, np.subtract, np.multiply, np.negative, np.positive, np.square, np.absolute,
-                         np.maximum, np.minimum, np.where, np.sign, np.copysign))
 MAX_KEPT = 2  # full-size nodes a forward pass keeps for its cotangent kernels: the two partials it used to keep
 DEFERRED_KERNELS = {}  # (kernel key, which inputs have the call's full size) -> its `_Deferred`, or None
 
@@ -310,7 +307,7 @@ def _build_deferred(kernel, tracked, full_tracked, full, kinds):
     first = [value, tangent] + [partials[p] for p in small] + [tangent_partials[p] for p in small]
     needed = {node.index for node in needed_nodes(value.graph, wanted)}
     kept = [node for node in needed_nodes(value.graph, first) if node.index in needed and node.index not in scalar
-            and node.op not in _RECOMPUTED and dtypes[node.index] == dtypes[value.index]]
+            and node.op not in RECOMPUTED and dtypes[node.index] == dtypes[value.index]]
     kept = kept if len(kept) <= MAX_KEPT else []
     forward = Kernel(value.graph, kernel.inputs, first + kept, True, kernel.name)
     combines = {p: (_cotangent_kernel(kernel.inputs, full, kept, partials[p], tangent_partials[p], kernel.name),

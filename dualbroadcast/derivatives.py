@@ -1,4 +1,8 @@
-"""Partial derivatives of the elementwise NumPy functions: the one source of truth.
+"""The elementwise functions and what the library knows of each: the one source of truth.
+
+`ELEMENTWISE` holds one row per function (`Facts`): its partial derivatives and every other fact a layer
+reads about it (holomorphic, smooth, a selection, its numexpr spelling, ...), each written once there; the
+sets the layers read (`DERIVATIVES`, `SELECTIONS`, `NUMEXPR_COMPLEX`, ...) are made from the rows.
 
 ``DERIVATIVES[f]`` holds one entry per argument: ``d(ans, *args)`` gives
 ∂f/∂argᵢ from the result ``ans`` and the arguments, or a number for a constant
@@ -19,6 +23,7 @@ singular function comes before the selection or after it (docs/design.md, Conven
 """
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -151,114 +156,197 @@ def clip_upper(ans, x, lo, hi):
     return share(m < hi, m == hi, ans)
 
 
-DERIVATIVES = {
-    np.add: (1, 1),
-    np.subtract: (1, -1),
-    np.multiply: (lambda ans, x, y: y, lambda ans, x, y: x),
-    np.divide: (lambda ans, x, y: 1 / y, lambda ans, x, y: -ans / y),
+class Facts(NamedTuple):
+    """What the library knows of one elementwise function: its row of `ELEMENTWISE`, where each fact about it is
+    written once.  The sets the layers read (`DERIVATIVES`, `SELECTIONS`, `NUMEXPR_COMPLEX`, ...) are made from
+    the rows; a field left out is False (None)."""
+
+    # ∂f/∂argᵢ per argument: a formula d(ans, *args), a number (a constant partial), or None (an argument that is
+    # not differentiable).  None: the function has no partials (a predicate, or piecewise constant).
+    partials: tuple | None
+    # Its derivative is 0 wherever it exists: its result is a constant (`ZERO_DERIVATIVE`).
+    piecewise_constant: bool = False
+    # Holomorphic (or linear): its partials hold for complex values as written, JAX's convention
+    # (`registry.holds_for_complex`, `rules/complex.py`).  A function without it is an error on complex values.
+    holomorphic: bool = False
+    # Its partials are finite wherever its arguments are (`SMOOTH`); every other function of the table is
+    # singular somewhere (sqrt, log, divide, power, arcsin, exp's overflow, scipy.special's, a user's), and the
+    # chain rule's product with its partial is `strong_product` where the partial is not finite.
+    smooth: bool = False
+    # It selects: a partial is 0 where an argument is not chosen (np.where's other branch, the smaller argument of
+    # maximum, a clipped element, |x| and copysign at 0 through sign(0) = 0): the product is `selected`.
+    selection: bool = False
+    # numexpr's name for it (`kernel_source.numexpr_sources`; "-" and "~" are prefixes).  None: numexpr lacks it,
+    # or writes it as Python's operator (`numpy_facts.INFIX`, `COMPARISONS`).
+    numexpr: str | None = None
+    # numexpr computes it on complex numbers as NumPy does, to rounding.  numexpr lacks complex forms of arctan2,
+    # fmod, hypot, floor, the orders (<), ...; its complex arcsin, arctan, arcsinh and arctanh lose digits near 0
+    # (a relative error of 1e-4 measured at |z| = 1e-12, 6e-8 at 1e-10).  A kernel where complex values take part
+    # with a function without it is no numexpr candidate.
+    numexpr_complex: bool = False
+    # A binary ufunc whose loops NumPy vectorises only over two contiguous arrays: a blocked kernel fills a block
+    # with its literal operand (`kernel_source._splatted`).  With a 0-d operand, float32 arctan2 of 65536
+    # elements took 76 us, 38 us against a block of that constant (power 74/43 us, maximum and minimum 26/9;
+    # float64 174/152, 167/144, 30/20).  The same loops' results, bit for bit.
+    splatted: bool = False
+    # One cheap pass: a cotangent kernel recomputes it from what it reads (`broadcast_pullbacks._build_deferred`);
+    # a full-size node of another function (exp, log, a division, a user's primitive) that the forward pass
+    # computes anyway is kept.
+    recomputed: bool = False
+    # The same on Python floats as on float64: prepared replay may run it on Python floats
+    # (`replay_forward.SourceWriter.stays_float`).
+    float_safe: bool = False
+
+
+# What add, subtract, multiply and negative share: every fact but a numexpr name and a selection's.
+ARITHMETIC = {"holomorphic": True, "smooth": True, "numexpr_complex": True, "recomputed": True, "float_safe": True}
+
+# The elementwise functions the library knows, one row each.  Adding one is adding its row (and its test cases,
+# tests/cases): the reverse rule, forward mode, the kernels and prepared replay all read it.
+ELEMENTWISE = {
+    np.add: Facts((1, 1), **ARITHMETIC),
+    np.subtract: Facts((1, -1), **ARITHMETIC),
+    np.multiply: Facts((lambda ans, x, y: y, lambda ans, x, y: x), **ARITHMETIC),
+    np.divide: Facts((lambda ans, x, y: 1 / y, lambda ans, x, y: -ans / y), holomorphic=True, numexpr_complex=True),
     # x ** y: at y = 0 the exponent stays 0, so ∂/∂x is 0 · x⁰ = 0 even at x = 0 (not 0 · 0⁻¹ = nan).
     # ∂/∂y is 0 at x = 0 for every y (exact for y > 0, where 0 ** y is 0), and nan at x < 0, where
     # x ** y is defined at integer y only and has no derivative in y.
-    np.power: (
+    np.power: Facts((
         power_base,
         lambda ans, x, y: np.where(x == 0, 0, ans * np.log(np.where(x == 0, 1, x))),
-    ),
-    np.negative: (-1,),
-    np.positive: (1,),
+    ), holomorphic=True, numexpr_complex=True, splatted=True),
+    np.negative: Facts((-1,), **ARITHMETIC, numexpr="-"),
+    np.positive: Facts((1,), holomorphic=True, smooth=True, recomputed=True),
     # -1/x², a quotient (singular: a strong product), not -ans · ans, whose product of two infinities at x = 0 a
     # second derivative behind a guard would meet as 0 · ∞ in a smooth multiplication.
-    np.reciprocal: (lambda ans, x: -1 / (x * x),),
-    np.square: (lambda ans, x: 2 * x,),
-    np.sqrt: (lambda ans, x: 0.5 / ans,),
-    np.cbrt: (lambda ans, x: 1 / (3 * ans * ans),),
-    np.exp: (lambda ans, x: ans,),
-    np.exp2: (lambda ans, x: ans * LN2,),
-    np.expm1: (lambda ans, x: ans + 1,),
-    np.log: (lambda ans, x: 1 / x,),
-    np.log2: (lambda ans, x: 1 / (x * LN2),),
-    np.log10: (lambda ans, x: 1 / (x * LN10),),
-    np.log1p: (lambda ans, x: 1 / (1 + x),),
-    np.sin: (lambda ans, x: np.cos(x),),
-    np.cos: (lambda ans, x: -np.sin(x),),
-    np.tan: (lambda ans, x: 1 + ans * ans,),
-    np.arcsin: (lambda ans, x: 1 / np.sqrt(1 - x * x),),
-    np.arccos: (lambda ans, x: -1 / np.sqrt(1 - x * x),),
-    np.arctan: (lambda ans, x: 1 / (1 + x * x),),
-    np.arctan2: (lambda ans, y, x: x / (x * x + y * y), lambda ans, y, x: -y / (x * x + y * y)),
-    np.sinh: (lambda ans, x: np.cosh(x),),
-    np.cosh: (lambda ans, x: np.sinh(x),),
-    np.tanh: (lambda ans, x: 1 - ans * ans,),
-    np.arcsinh: (lambda ans, x: 1 / np.sqrt(x * x + 1),),
+    np.reciprocal: Facts((lambda ans, x: -1 / (x * x),), holomorphic=True),
+    np.square: Facts((lambda ans, x: 2 * x,), holomorphic=True, smooth=True, recomputed=True),
+    np.sqrt: Facts((lambda ans, x: 0.5 / ans,), holomorphic=True, numexpr="sqrt", numexpr_complex=True),
+    np.cbrt: Facts((lambda ans, x: 1 / (3 * ans * ans),)),
+    np.exp: Facts((lambda ans, x: ans,), holomorphic=True, numexpr="exp", numexpr_complex=True),
+    np.exp2: Facts((lambda ans, x: ans * LN2,), holomorphic=True),
+    np.expm1: Facts((lambda ans, x: ans + 1,), holomorphic=True, numexpr="expm1", numexpr_complex=True),
+    np.log: Facts((lambda ans, x: 1 / x,), holomorphic=True, numexpr="log", numexpr_complex=True),
+    np.log2: Facts((lambda ans, x: 1 / (x * LN2),), holomorphic=True, numexpr="log2", numexpr_complex=True),
+    np.log10: Facts((lambda ans, x: 1 / (x * LN10),), holomorphic=True, numexpr="log10", numexpr_complex=True),
+    np.log1p: Facts((lambda ans, x: 1 / (1 + x),), holomorphic=True, numexpr="log1p", numexpr_complex=True),
+    np.sin: Facts((lambda ans, x: np.cos(x),), holomorphic=True, smooth=True, numexpr="sin", numexpr_complex=True),
+    np.cos: Facts((lambda ans, x: -np.sin(x),), holomorphic=True, smooth=True, numexpr="cos", numexpr_complex=True),
+    np.tan: Facts((lambda ans, x: 1 + ans * ans,), holomorphic=True, numexpr="tan", numexpr_complex=True),
+    np.arcsin: Facts((lambda ans, x: 1 / np.sqrt(1 - x * x),), holomorphic=True, numexpr="arcsin"),
+    np.arccos: Facts((lambda ans, x: -1 / np.sqrt(1 - x * x),), holomorphic=True, numexpr="arccos",
+                     numexpr_complex=True),
+    np.arctan: Facts((lambda ans, x: 1 / (1 + x * x),), holomorphic=True, smooth=True, numexpr="arctan"),
+    np.arctan2: Facts((lambda ans, y, x: x / (x * x + y * y), lambda ans, y, x: -y / (x * x + y * y)),
+                      numexpr="arctan2", splatted=True),
+    np.sinh: Facts((lambda ans, x: np.cosh(x),), holomorphic=True, numexpr="sinh", numexpr_complex=True),
+    np.cosh: Facts((lambda ans, x: np.sinh(x),), holomorphic=True, numexpr="cosh", numexpr_complex=True),
+    np.tanh: Facts((lambda ans, x: 1 - ans * ans,), holomorphic=True, smooth=True, numexpr="tanh",
+                   numexpr_complex=True),
+    np.arcsinh: Facts((lambda ans, x: 1 / np.sqrt(x * x + 1),), holomorphic=True, smooth=True, numexpr="arcsinh"),
     # 1/(√(x-1) √(x+1)), not 1/√(x²-1): the same for real x > 1, and right on every side of complex arccosh's cut.
-    np.arccosh: (lambda ans, x: 1 / (np.sqrt(x - 1) * np.sqrt(x + 1)),),
-    np.arctanh: (lambda ans, x: 1 / (1 - x * x),),
+    np.arccosh: Facts((lambda ans, x: 1 / (np.sqrt(x - 1) * np.sqrt(x + 1)),), holomorphic=True,
+                      numexpr="arccosh", numexpr_complex=True),
+    np.arctanh: Facts((lambda ans, x: 1 / (1 - x * x),), holomorphic=True, numexpr="arctanh"),
     # x / hypot(x, y): 0 at x = y = 0 (not 0/0), as |x|'s partial sign(0) = 0 (hypot(x, 0) is |x|), and
     # selected so, its own derivative there is 0 too.
-    np.hypot: (lambda ans, x, y: over_norm(x, ans), lambda ans, x, y: over_norm(y, ans)),
-    np.logaddexp: (lambda ans, x, y: np.exp(x - ans), lambda ans, x, y: np.exp(y - ans)),
-    np.logaddexp2: (lambda ans, x, y: np.exp2(x - ans), lambda ans, x, y: np.exp2(y - ans)),
-    np.absolute: (lambda ans, x: np.sign(x),),  # 0 at x = 0
-    np.fabs: (lambda ans, x: np.sign(x),),  # 0 at x = 0
+    np.hypot: Facts((lambda ans, x, y: over_norm(x, ans), lambda ans, x, y: over_norm(y, ans)), smooth=True,
+                    numexpr="hypot"),
+    np.logaddexp: Facts((lambda ans, x, y: np.exp(x - ans), lambda ans, x, y: np.exp(y - ans)), smooth=True),
+    np.logaddexp2: Facts((lambda ans, x, y: np.exp2(x - ans), lambda ans, x, y: np.exp2(y - ans)), smooth=True),
+    np.absolute: Facts((lambda ans, x: np.sign(x),), selection=True, numexpr="abs", recomputed=True),  # 0 at x = 0
+    np.fabs: Facts((lambda ans, x: np.sign(x),), selection=True),  # 0 at x = 0
     # |x| with y's sign: ∂/∂x is x's sign times y's (0 at x = 0); piecewise constant in y.
-    np.copysign: (lambda ans, x, y: np.sign(x) * np.copysign(1, y), 0),
+    np.copysign: Facts((lambda ans, x, y: np.sign(x) * np.copysign(1, y), 0), selection=True, recomputed=True),
     # sinc(x) = sin(πx)/(πx): (cos(πx) - sinc(x))/x, 0 at x = 0 (sinc is even and smooth there).
-    np.sinc: (lambda ans, x: np.where(x == 0, 0, (np.cos(math.pi * x) - ans) / np.where(x == 0, 1, x)),),
+    np.sinc: Facts((lambda ans, x: np.where(x == 0, 0, (np.cos(math.pi * x) - ans) / np.where(x == 0, 1, x)),),
+                   smooth=True),
     # Finite elements pass through (1), the replaced ones are the replacement values (nan, posinf, neginf).
-    np.nan_to_num: (
+    np.nan_to_num: Facts((
         lambda ans, x, copy=True, nan=0.0, posinf=None, neginf=None: np.isfinite(x),
         None,
         lambda ans, x, copy=True, nan=0.0, posinf=None, neginf=None: np.isnan(x),
         lambda ans, x, copy=True, nan=0.0, posinf=None, neginf=None: x == math.inf,
         lambda ans, x, copy=True, nan=0.0, posinf=None, neginf=None: x == -math.inf,
-    ),
+    ), selection=True),
     # x · 2**i: the integer exponent i is not differentiable.  2 * ans ** 0 is a two of the result's dtype
     # (its powers are exact), and i may reach the formula as a float (a Python int made a typed number).
-    np.ldexp: (lambda ans, x, i: (2 * ans ** 0) ** i, None),
+    np.ldexp: Facts((lambda ans, x, i: (2 * ans ** 0) ** i, None)),
     # x ** y computed in float64 (a float32 argument gives a float64 result): power's formulas and
     # conventions, in float64 (np.float_power(x, 1) is x as a float64).
-    np.float_power: (
+    np.float_power: Facts((
         lambda ans, x, y: y * np.float_power(x, y - (y != 0)),
         lambda ans, x, y: np.where(x == 0, 0, ans * np.log(np.float_power(np.where(x == 0, 1, x), 1))),
-    ),
-    np.deg2rad: (math.pi / 180,),
-    np.rad2deg: (180 / math.pi,),
-    np.radians: (math.pi / 180,),
-    np.degrees: (180 / math.pi,),
+    )),
+    np.deg2rad: Facts((math.pi / 180,), smooth=True),
+    np.rad2deg: Facts((180 / math.pi,), smooth=True),
+    np.radians: Facts((math.pi / 180,), smooth=True),
+    np.degrees: Facts((180 / math.pi,), smooth=True),
     # x - ⌊x/y⌋ y and x - trunc(x/y) y: exact for every sign of x and y, except where x/y is an
     # integer (there the function jumps).
-    np.remainder: (1, lambda ans, x, y: -np.floor(x / y)),
-    np.fmod: (1, lambda ans, x, y: -np.trunc(x / y)),
+    np.remainder: Facts((1, lambda ans, x, y: -np.floor(x / y))),
+    np.fmod: Facts((1, lambda ans, x, y: -np.trunc(x / y)), numexpr="fmod"),
     # Selections: the partial is 1 where the argument is the one selected, else 0.  Where x and y tie the
     # cotangent is split equally, as JAX and autograd do: maximum(x, y) at x == y has partials ½ and ½,
     # relu's maximum(x, 0) at 0 has ½ (and maximum(x, x) has ½ + ½ = 1); so does fmax/fmin's tie (JAX
     # gives fmax's tie to y) and clip exactly at a bound (½ to x, ½ to the bound, as JAX's clip).  A NaN
     # argument of maximum/minimum gives both partials 0 (every comparison with NaN is false); fmax/fmin
     # select the argument that is not NaN, and x when both are.
-    np.maximum: (lambda ans, x, y: share(x > y, x == y, ans), lambda ans, x, y: share(y > x, x == y, ans)),
-    np.minimum: (lambda ans, x, y: share(x < y, x == y, ans), lambda ans, x, y: share(y < x, x == y, ans)),
-    np.fmax: (lambda ans, x, y: share(fmax_alone(x, y), x == y, ans),
-              lambda ans, x, y: share(fmax_alone(y, x) & np.logical_not(np.isnan(y)), x == y, ans)),
-    np.fmin: (lambda ans, x, y: share(fmin_alone(x, y), x == y, ans),
-              lambda ans, x, y: share(fmin_alone(y, x) & np.logical_not(np.isnan(y)), x == y, ans)),
-    np.where: (None, lambda ans, c, x, y: c, lambda ans, c, x, y: np.logical_not(c)),
-    np.clip: (
+    np.maximum: Facts((lambda ans, x, y: share(x > y, x == y, ans), lambda ans, x, y: share(y > x, x == y, ans)),
+                      selection=True, numexpr="maximum", splatted=True, recomputed=True),
+    np.minimum: Facts((lambda ans, x, y: share(x < y, x == y, ans), lambda ans, x, y: share(y < x, x == y, ans)),
+                      selection=True, numexpr="minimum", splatted=True, recomputed=True),
+    np.fmax: Facts((lambda ans, x, y: share(fmax_alone(x, y), x == y, ans),
+                    lambda ans, x, y: share(fmax_alone(y, x) & np.logical_not(np.isnan(y)), x == y, ans)),
+                   selection=True),
+    np.fmin: Facts((lambda ans, x, y: share(fmin_alone(x, y), x == y, ans),
+                    lambda ans, x, y: share(fmin_alone(y, x) & np.logical_not(np.isnan(y)), x == y, ans)),
+                   selection=True),
+    np.where: Facts((None, lambda ans, c, x, y: c, lambda ans, c, x, y: np.logical_not(c)), holomorphic=True,
+                    selection=True, numexpr="where", numexpr_complex=True, recomputed=True),
+    np.clip: Facts((
         lambda ans, x, lo, hi: share(x > lo, x == lo, ans) * clip_upper(ans, x, lo, hi),
         lambda ans, x, lo, hi: share(lo > x, x == lo, ans) * clip_upper(ans, x, lo, hi),
         lambda ans, x, lo, hi: share(hi < np.maximum(x, lo), np.maximum(x, lo) == hi, ans),
-    ),
+    ), selection=True),
+    # Piecewise constant: the result is a constant.  The next float (spacing, nextafter) is a constant too, as in JAX.
+    np.sign: Facts(None, piecewise_constant=True, numexpr="sign", recomputed=True),
+    np.floor: Facts(None, piecewise_constant=True, numexpr="floor"),
+    np.ceil: Facts(None, piecewise_constant=True, numexpr="ceil"),
+    np.round: Facts(None, piecewise_constant=True),
+    np.around: Facts(None, piecewise_constant=True),
+    np.rint: Facts(None, piecewise_constant=True),
+    np.trunc: Facts(None, piecewise_constant=True, numexpr="trunc"),
+    np.fix: Facts(None, piecewise_constant=True),
+    np.floor_divide: Facts(None, piecewise_constant=True),
+    np.heaviside: Facts(None, piecewise_constant=True),
+    np.spacing: Facts(None, piecewise_constant=True),
+    np.nextafter: Facts(None, piecewise_constant=True),
+    # Predicates (`numpy_facts.PREDICATES`) numexpr computes.
+    np.equal: Facts(None, numexpr_complex=True),
+    np.not_equal: Facts(None, numexpr_complex=True),
+    np.logical_and: Facts(None, numexpr_complex=True),
+    np.logical_or: Facts(None, numexpr_complex=True),
+    np.logical_not: Facts(None, numexpr="~", numexpr_complex=True),
+    np.isnan: Facts(None, numexpr="isnan"),
+    np.isfinite: Facts(None, numexpr="isfinite"),
+    np.isinf: Facts(None, numexpr="isinf"),
 }
 
-# Piecewise-constant functions: their derivative is zero, so their result is a constant.  The next float
-# (spacing, nextafter) is a constant too, as in JAX.
-ZERO_DERIVATIVE = (np.sign, np.floor, np.ceil, np.round, np.around, np.rint, np.trunc, np.fix, np.floor_divide,
-                   np.heaviside, np.spacing, np.nextafter)
 
-# The functions that select: a partial is 0 where an argument is not chosen (np.where's other branch, the
-# smaller argument of maximum, a clipped element, |x| and copysign at 0 through sign(0) = 0).
-SELECTIONS = frozenset((np.where, np.maximum, np.minimum, np.fmax, np.fmin, np.clip, np.absolute, np.fabs,
-                        np.copysign, np.nan_to_num))
-# The functions whose partials are finite wherever their arguments are; every other function of the table
-# (sqrt, log, divide, power, arcsin, exp's overflow, scipy.special's, a user's) is singular somewhere.
-SMOOTH = frozenset((np.add, np.subtract, np.multiply, np.negative, np.positive, np.square, np.sin, np.cos,
-                    np.tanh, np.arctan, np.arcsinh, np.hypot, np.sinc, np.logaddexp, np.logaddexp2, np.deg2rad,
-                    np.rad2deg, np.radians, np.degrees))
+def functions_with(fact):
+    """The functions of `ELEMENTWISE` whose row has ``fact`` (a field of `Facts`) true."""
+    return frozenset(f for f, facts in ELEMENTWISE.items() if getattr(facts, fact))
+
+
+# The partials of every elementwise function: the table's, then those `db.defderivative` and the SciPy family add.
+DERIVATIVES = {f: facts.partials for f, facts in ELEMENTWISE.items() if facts.partials is not None}
+ZERO_DERIVATIVE = tuple(f for f, facts in ELEMENTWISE.items() if facts.piecewise_constant)
+SELECTIONS = functions_with("selection")
+SMOOTH = functions_with("smooth")
+HOLOMORPHIC = functions_with("holomorphic")
+NUMEXPR_FUNCTIONS = {f: facts.numexpr for f, facts in ELEMENTWISE.items() if facts.numexpr}
+NUMEXPR_COMPLEX = functions_with("numexpr_complex")
+SPLATTED = functions_with("splatted")
+RECOMPUTED = functions_with("recomputed")
+FLOAT_SAFE = functions_with("float_safe")

@@ -29,29 +29,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .derivatives import one_like
+from .derivatives import NUMEXPR_COMPLEX, NUMEXPR_FUNCTIONS, SPLATTED, one_like
 from .expr import Sym, _is_literal
 from .numpy_facts import COMPARISONS, INFIX, OPERATOR_FUNCTIONS, source_of
 
-_NUMEXPR_NAMES = {**INFIX, **COMPARISONS, np.logical_and: "&", np.logical_or: "|"}
-_NUMEXPR_FUNCTIONS = {
-    np.absolute: "abs", np.negative: "-", np.logical_not: "~", np.where: "where",
-    **{f: f.__name__ for f in (
-        np.exp, np.expm1, np.log, np.log1p, np.log10, np.log2, np.sqrt, np.sin, np.cos, np.tan,
-        np.arcsin, np.arccos, np.arctan, np.arctan2, np.sinh, np.cosh, np.tanh, np.arcsinh,
-        np.arccosh, np.arctanh, np.hypot, np.maximum, np.minimum, np.floor, np.ceil, np.sign,
-        np.isnan, np.isfinite, np.isinf, np.fmod, np.trunc,
-    )},
-}
-# What numexpr computes on complex numbers as NumPy does, to rounding.  It lacks complex forms of arctan2, fmod,
-# hypot, floor, the orders (<), ...; its complex arcsin, arctan, arcsinh and arctanh lose digits near 0 (a
-# relative error of 1e-4 measured at |z| = 1e-12, 6e-8 at 1e-10).  A kernel where complex values take part
-# with another operation is no numexpr candidate.
-_NUMEXPR_COMPLEX = frozenset((
-    *INFIX, np.equal, np.not_equal, np.logical_and, np.logical_or, np.logical_not, np.negative, np.where,
-    np.exp, np.expm1, np.log, np.log1p, np.log10, np.log2, np.sqrt, np.sin, np.cos, np.tan, np.arccos,
-    np.sinh, np.cosh, np.tanh, np.arccosh,
-))
+_NUMEXPR_OPERATORS = {**INFIX, **COMPARISONS, np.logical_and: "&", np.logical_or: "|"}
 _OUT_BY_KEYWORD = (np.maximum, np.minimum)  # NumPy 2.4 deprecates their ``out`` given positionally
 
 
@@ -405,7 +387,7 @@ def _block_code(kernel, kinds, full, stored):
             hoisted_lines.append(f"{names[node.index]} = {_call_source(kernel, node.op, refs)}")
         else:
             refs = _operand_refs(kernel, node, ref, dtype_of, namespace)
-            if node.op in _SPLATTED:
+            if node.op in SPLATTED:
                 refs = [_splatted(r, namespace, splats) for r in refs]
             operations.append(_in_place_source(kernel, node.op, refs, buffers[node.index][0]))
     sums = {}
@@ -427,12 +409,6 @@ def _block_code(kernel, kinds, full, stored):
     scratch = [(n, np.dtype(d), None) for n, d in scratch]
     scratch += sorted(splats.values(), key=lambda splat: splat[0])
     return _BlockCode(hoisted_lines, operations, sums, scratch, out_dtypes, namespace)
-
-
-# Binary ufuncs whose loops NumPy vectorises only over two contiguous arrays: with a 0-d operand, float32
-# arctan2 of 65536 elements took 76 us, 38 us against a block of that constant (power 74/43 us, maximum and
-# minimum 26/9; float64 174/152, 167/144, 30/20).  The same loops' results, bit for bit.
-_SPLATTED = frozenset((np.arctan2, np.power, np.maximum, np.minimum))
 
 
 def _splatted(ref, namespace, splats):
@@ -636,8 +612,8 @@ def output_dtypes(kernel, node_dtypes):
 # --- numexpr -----------------------------------------------------------------------
 def numexpr_sources(kernel):
     """One numexpr expression per output, or None if some operation has no numexpr form (for complex
-    numbers where they take part, `_NUMEXPR_COMPLEX`)."""
-    if kernel.complex and any(node.op not in _NUMEXPR_COMPLEX for node in kernel.order):
+    numbers where they take part: `derivatives.Facts.numexpr_complex`)."""
+    if kernel.complex and any(node.op not in NUMEXPR_COMPLEX for node in kernel.order):
         return None
     text = {}
     names = kernel.names
@@ -647,10 +623,10 @@ def numexpr_sources(kernel):
         args = [text[a.index] if type(a) is Sym else _numexpr_literal(names, a) for a in node.args]
         if _is_unit_power(node):  # numexpr types an integer by what it meets (the value's dtype casts it)
             text[node.index] = "1"
-        elif node.op in _NUMEXPR_NAMES:
-            text[node.index] = f"({args[0]} {_NUMEXPR_NAMES[node.op]} {args[1]})"
-        elif node.op in _NUMEXPR_FUNCTIONS:
-            fname = _NUMEXPR_FUNCTIONS[node.op]
+        elif node.op in _NUMEXPR_OPERATORS:
+            text[node.index] = f"({args[0]} {_NUMEXPR_OPERATORS[node.op]} {args[1]})"
+        elif node.op in NUMEXPR_FUNCTIONS:
+            fname = NUMEXPR_FUNCTIONS[node.op]
             text[node.index] = f"({fname}{args[0]})" if fname in "-~" else f"{fname}({', '.join(args)})"
         else:
             return None

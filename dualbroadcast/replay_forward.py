@@ -9,7 +9,7 @@ import numpy as np
 
 from .axis_sums import SHORT_AXIS
 from .broadcast_pullbacks import unscaled_kernel
-from .derivatives import DERIVATIVES
+from .derivatives import DERIVATIVES, FLOAT_SAFE
 from .expr import Src
 from .kernel_source import infer_dtypes, output_dtypes
 from .kernels import (
@@ -37,9 +37,6 @@ class _Block:
     def __init__(self, lines, defines, uses, guard=False):
         self.lines, self.defines, self.uses, self.guard = lines, set(defines), set(uses), guard
         self.step = None  # the position of the step it computes (None: a conversion)
-
-
-_FLOAT_SAFE = {np.add, np.subtract, np.multiply, np.negative}  # same on Python floats as on float64
 
 
 class SourceWriter:
@@ -198,7 +195,7 @@ class ForwardWriter(SourceWriter):
 
     def stays_float(self, step):
         """Whether an inline step on Python floats (and Python number literals) may run on them."""
-        if not (step.func in _FLOAT_SAFE and inline_step(step)):
+        if not (step.func in FLOAT_SAFE and inline_step(step)):
             return False
         return all(r in self.floats if type(r) is int else _python_number(r.value) for r in step.refs)
 

@@ -3,8 +3,9 @@
 The convention: for a real-valued ``f`` of ``z = x + iy`` the gradient is ``∂f/∂x - i ∂f/∂y``, and the
 pullback of a holomorphic ``w = h(z)`` is ``z̄ = w̄ · h'(z)``, with no conjugation.  So every rule written
 as ``g`` times a derivative, with plain transposes (``G Bᵀ``, einsum, sums, reshapes, indexing), holds
-for complex values as it is: `holds_for_complex` lists them below.  A real argument of a complex
-result gets the real part of its cotangent (`pullbacks.RealPart`, applied by the tape).
+for complex values as it is: each family's module declares them beside their rules (`holds_for_complex`), an
+elementwise function in its row of the derivative table (`derivatives.Facts.holomorphic`).  A real argument of a
+complex result gets the real part of its cotangent (`pullbacks.RealPart`, applied by the tape).
 
 A function that is not holomorphic needs a rule of its own (`defvjp_complex`, in `registry.COMPLEX_RULES`):
 
@@ -29,7 +30,6 @@ import math
 
 import numpy as np
 
-from ..numpy_facts import astype, getitem
 from ..pullbacks import apply
 from ..registry import RULES, deflinear, defvjp, defvjp_complex, holds_for_complex
 from . import elementwise, linalg, reductions, shape, signal  # noqa: F401  (the rules read below)
@@ -116,37 +116,6 @@ defvjp_complex(np.vdot, vdot_a, vdot_b)
 defvjp_complex(np.absolute, absolute_vjp)
 for _func in (np.var, np.std, np.linalg.norm):
     defvjp_complex(_func, *map(conjugated, RULES[_func].makers))
-
-# Holomorphic functions, and linear ones written with plain transposes: their rules hold as they are.
-holds_for_complex(
-    np.add, np.subtract, np.multiply, np.divide, np.power, np.negative, np.positive, np.reciprocal, np.square,
-    np.sqrt, np.exp, np.exp2, np.expm1, np.log, np.log2, np.log10, np.log1p,
-    np.sin, np.cos, np.tan, np.arcsin, np.arccos, np.arctan, np.sinh, np.cosh, np.tanh,
-    np.arcsinh, np.arccosh, np.arctanh, np.where,
-    np.sum, np.mean, np.prod, np.cumsum, np.cumprod,
-    np.dot, np.inner, np.outer, np.tensordot, np.einsum, np.matmul, np.trace,
-    np.linalg.inv, np.linalg.solve, np.linalg.det,
-)
-# Functions that move, copy or add elements (coefficients 0 and 1): their rules hold too.  Named one by
-# one, not by family: a shape rule choosing elements by their order (np.pad's maximum mode) does not.
-holds_for_complex(
-    np.reshape, np.ravel, np.expand_dims, np.squeeze, np.transpose, np.swapaxes, np.moveaxis, np.broadcast_to,
-    np.concatenate, np.hstack, np.vstack, np.stack, np.split, np.tile, np.repeat, np.flip, np.roll,
-    np.diagonal, np.diag, np.triu, np.tril, np.take, getitem, astype, np.copy, np.full_like,
-    np.fliplr, np.flipud, np.rot90, np.rollaxis, np.matrix_transpose, np.astype, np.column_stack, np.dstack,
-    np.append, np.insert, np.delete, np.resize, np.take_along_axis, np.unstack, np.array_split, np.hsplit,
-    np.vsplit, np.dsplit, np.diagflat, np.cumulative_sum, np.diff, np.ediff1d,
-)
-# Selections by NumPy's order of complex numbers (lexicographic): the selected elements' derivative, shared at a tie.
-holds_for_complex(np.max, np.amax, np.min, np.amin, np.nanmax, np.nanmin, np.ptp, np.maximum.reduce,
-                  np.minimum.reduce, np.fmax.reduce, np.fmin.reduce)
-# Linear or holomorphic functions of the other families whose rules use plain transposes (np.vecdot, np.vecmat
-# and np.correlate conjugate an argument: they do not hold).
-holds_for_complex(
-    np.linalg.matmul, np.linalg.outer, np.linalg.tensordot, np.linalg.trace, np.linalg.diagonal,
-    np.linalg.matrix_transpose, np.linalg.multi_dot, np.kron, np.matvec, np.cumulative_prod, np.trapezoid,
-    np.convolve, np.polyval, np.vander,
-)
 
 # Forward mode: real, imag and conj are linear (over the reals): their tangents are real(t), imag(t), conj(t).
 deflinear(np.real, np.imag, np.conjugate)

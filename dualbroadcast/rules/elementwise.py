@@ -9,39 +9,81 @@ needs is derived from the same table: constant partials give fixed pullbacks
 """
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..broadcast import clear_cache
-from ..derivatives import DERIVATIVES, SELECTIONS, SMOOTH, is_finite
+from ..derivatives import DERIVATIVES, HOLOMORPHIC, SELECTIONS, SMOOTH, is_finite
 from ..errors import UnsupportedFunctionError
 from ..numpy_facts import OPERATOR_FUNCTIONS, as_dtype, qualified_name
 from ..pullbacks import Strong, one_number, scalar_pullback, strong_scalar_pullback, table_pullback
-from ..registry import PER_ARGUMENT, RULES, Rule, _implementation, _users_rule, deflinear, defvjp_outputs
+from ..registry import (
+    PER_ARGUMENT,
+    RULES,
+    Rule,
+    _implementation,
+    _users_rule,
+    deflinear,
+    defvjp_outputs,
+    holds_for_complex,
+)
 
 
-def vjp_maker(func, partial, argnum):
+def vjp_maker(func, partial, argnum, bind=None):
     """The vjp maker of argument ``argnum`` of a ufunc (or np.where) ``func`` for a table entry ``partial``.
 
-    The arguments come positionally.  A ufunc's keywords are vetted by the tape, which lets through only
-    those that change no derivative (``casting=``, ``order=``, ...); np.where takes none.  The pullback's
-    product is `derivatives.chain_product`'s: strong at a selection and where a singular partial is not finite.
+    The arguments come positionally, or are put in position by ``bind`` (`argument_binder`: a function that is
+    not a ufunc).  A ufunc's keywords are vetted by the tape, which lets through only those that change no
+    derivative (``casting=``, ``order=``, ...).  The pullback's product is `derivatives.chain_product`'s: strong
+    at a selection and where a singular partial is not finite.
     """
     if partial is None:
         return None
     strong = func in SELECTIONS
     checked = func not in SMOOTH
 
-    def maker(ans, *args, **ufunc_keywords):
-        d = partial(ans, *as_dtype(args, ans.dtype)) if callable(partial) else partial
+    def maker(ans, *args, **kwargs):
+        if bind is None:
+            d = partial(ans, *as_dtype(args, ans.dtype)) if callable(partial) else partial
+        else:
+            args, keywords = bind(args, kwargs)
+            d = partial(ans, *as_dtype(args, ans.dtype), **keywords) if callable(partial) else partial
         shape = getattr(args[argnum], "shape", ())
         if strong or (checked and not is_finite(d)):
             return Strong(func, d, shape, ans.shape)
         return table_pullback(d, shape, ans.shape)
 
+    if bind is not None:  # it binds the arguments as ``func`` does: say so to inspect
+        parameters = [inspect.Parameter("ans", inspect.Parameter.POSITIONAL_ONLY), *bind.parameters]
+        maker.__signature__ = inspect.Signature(parameters)
     return maker
+
+
+def argument_binder(func):
+    """How the arguments of a table function that is not a ufunc (``np.sinc``, ``np.nan_to_num``, ``np.i0``, a
+    `db.primitive`) reach its partials: ``bind(args, kwargs)`` gives the arguments of a call without keywords as
+    they are, and of one with keywords every positional parameter by position (its default where left out) and
+    the keyword-only ones given, by name, so an argument passed by name is never dropped.  None for a ufunc (its
+    keywords change no derivative) or a function without a signature."""
+    if isinstance(func, np.ufunc):
+        return None
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
+
+    def bind(args, kwargs):
+        if not kwargs:
+            return args, {}
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound.args, {k: v for k, v in bound.kwargs.items() if k in kwargs}
+
+    bind.parameters = signature.parameters.values()
+    return bind
 
 
 def power_vjp(func, argnum):
@@ -74,27 +116,6 @@ def square_pullback(x):
     return pullback
 
 
-def x_vjp(func, argnum):
-    """The vjp maker of a table function that is not a ufunc and takes one argument named ``x``
-    (``np.sinc``, ``np.i0``): it may be passed by name."""
-    of_x = vjp_maker(func, DERIVATIVES[func][argnum], argnum)
-
-    def maker(ans, x):
-        return of_x(ans, x)
-
-    return maker
-
-
-def nan_to_num_vjp(func, argnum):
-    """The vjp maker of argument ``argnum`` of ``np.nan_to_num``, its arguments by NumPy's names."""
-    with_all = vjp_maker(func, DERIVATIVES[func][argnum], argnum)
-
-    def maker(ans, x, copy=True, nan=0.0, posinf=None, neginf=None):
-        return with_all(ans, x, copy, nan, posinf, neginf)
-
-    return maker
-
-
 def clip_vjp(func, argnum):
     """The vjp maker of argument ``argnum`` (``a``, ``a_min`` or ``a_max``) of ``np.clip``.
 
@@ -116,7 +137,8 @@ def defderivative(func: Callable[..., Any], *partials: Callable[..., Any] | floa
     reverse rules, `db.sum`/`db.broadcast` kernels and prepared replay all read them.
 
     Each partial is ``d(ans, *args)`` (``ans`` the result), a number for a constant partial, or None for
-    an argument that is not differentiable.  Write formulas with NumPy functions and operators only, so
+    an argument that is not differentiable; a `db.primitive`'s arguments passed by name reach it by position
+    (keyword-only ones by name).  Write formulas with NumPy functions and operators only, so
     that kernels can trace them.  ``func`` is a ufunc (``scipy.special.erf``) or a `db.primitive`.
     Kernels traced before are dropped; a `db.prepare_gradient` made before keeps the formulas it was
     recorded with: prepare it again.
@@ -153,8 +175,9 @@ def defderivative(func: Callable[..., Any], *partials: Callable[..., Any] | floa
 
 def _register(func, partials):
     """The reverse rule of ``func`` from its table entry, with what `tracked.record_binary` reads derived from it."""
-    named = NAMED_ARGUMENTS.get(func)
-    makers = [named(func, i) if named and d is not None else vjp_maker(func, d, i) for i, d in enumerate(partials)]
+    own = OWN_MAKERS.get(func)
+    bind = None if own else argument_binder(func)
+    makers = [own(func, i) if own and d is not None else vjp_maker(func, d, i, bind) for i, d in enumerate(partials)]
     rule = RULES[func] = Rule(_implementation(func), PER_ARGUMENT, tuple(makers))
     rule.plain = OPERATOR_FUNCTIONS.get(func, rule.impl)
     if rule.binary and all(type(d) in (int, float) for d in partials):
@@ -179,8 +202,7 @@ def _each_partial_is_the_other_argument(partials):
 
 
 POWER_BASE = DERIVATIVES[np.power][0]  # the table's ∂(x ** y)/∂x, which `power_vjp` knows
-# Table functions that are not ufuncs take their arguments by name too: their makers have NumPy's signatures.
-NAMED_ARGUMENTS = {np.clip: clip_vjp, np.sinc: x_vjp, np.nan_to_num: nan_to_num_vjp, np.power: power_vjp}
+OWN_MAKERS = {np.clip: clip_vjp, np.power: power_vjp}  # table functions whose reverse rule has makers of its own
 
 
 def identity(g):
@@ -212,6 +234,7 @@ defvjp_outputs(np.divmod, one_output_vjp((None, 1)), one_output_vjp((None, lambd
 
 for _func, _partials in list(DERIVATIVES.items()):
     _register(_func, _partials)
+holds_for_complex(*HOLOMORPHIC)  # the holomorphic rows' partials, as written, are their complex rules
 
 
 def clip_by_position(a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue, max=np._NoValue,

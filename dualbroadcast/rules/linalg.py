@@ -607,13 +607,19 @@ defvjp(np.linalg.matrix_norm, matrix_norm_vjp)
 
 # Complex values (JAX's convention): vecdot and vecmat conjugate their first argument; the norms' rules, as
 # np.linalg.norm's, are written with conjugates (∂‖z‖ = Re(conj(z/‖z‖) dz), u vᴴ, ...), so JAX's cotangent is
-# their conjugate.  matvec is linear with plain transposes (rules/complex.py declares it).
+# their conjugate.  Products, inverses, solves, determinants and powers are holomorphic, traces and transposes
+# linear, with plain transposes: their rules hold as they are.
 for _func in (np.vecdot, np.linalg.vecdot):
     defvjp_complex(_func, conjugated_vecdot_vjp(0), conjugated_vecdot_vjp(1))
 defvjp_complex(np.vecmat, conjugated_vecmat_vector, conjugated_vecmat_matrix)
 for _func in (np.linalg.vector_norm, np.linalg.matrix_norm):
     defvjp_complex(_func, *map(conjugate_cotangents, RULES[_func].makers))
-holds_for_complex(np.linalg.matrix_power, np.linalg.tensorsolve, np.linalg.tensorinv, np.cross, np.linalg.cross)
+holds_for_complex(
+    np.dot, np.inner, np.outer, np.tensordot, np.einsum, np.matmul, np.trace, np.kron, np.matvec, np.cross,
+    np.linalg.inv, np.linalg.solve, np.linalg.det, np.linalg.matrix_power, np.linalg.tensorsolve, np.linalg.tensorinv,
+    np.linalg.matmul, np.linalg.outer, np.linalg.tensordot, np.linalg.trace, np.linalg.diagonal,
+    np.linalg.matrix_transpose, np.linalg.multi_dot, np.linalg.cross,
+)
 
 def inv_jvp(tangents, ans, a):
     """d(A⁻¹) = -A⁻¹ dA A⁻¹."""

@@ -71,7 +71,7 @@ import numpy as np
 
 from ..derivatives import over_norm
 from ..pullbacks import as_array, plain, unbroadcast
-from ..registry import RULES, defjvp, deflinear, defvjp, defvjp_outputs
+from ..registry import RULES, defjvp, deflinear, defvjp, defvjp_outputs, holds_for_complex
 from ..tracked import TOTALS
 
 
@@ -700,3 +700,9 @@ for _extreme in (np.max, np.amax, np.min, np.amin):
 # Forward mode: sums, means and running sums are linear (``initial`` is an offset: its tangent is 0).
 deflinear(np.sum, np.add.reduce, np.cumulative_sum, constants=("initial",))
 deflinear(np.mean, np.cumsum, np.add.accumulate, np.add.reduceat)
+# Complex values (JAX's convention, rules/complex.py): sums, means, products and running ones are holomorphic with
+# plain transposes; the maximum and minimum select by NumPy's order of complex numbers (real part, then
+# imaginary part), the selected elements' derivative shared at a tie.  Their rules hold as they are.
+holds_for_complex(np.sum, np.mean, np.prod, np.cumsum, np.cumprod, np.cumulative_sum, np.cumulative_prod)
+holds_for_complex(np.max, np.amax, np.min, np.amin, np.nanmax, np.nanmin, np.ptp, np.maximum.reduce,
+                  np.minimum.reduce, np.fmax.reduce, np.fmin.reduce)

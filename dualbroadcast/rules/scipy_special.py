@@ -38,7 +38,7 @@ Deliberately not differentiable, and why:
 
 Complex values (JAX's convention, ``rules/complex.py``): ``wofz`` and the Hankel functions ``hankel1``,
 ``hankel2``, ``hankel1e``, ``hankel2e``, complex for real arguments too, have reverse rules only (not in the
-table: a `db.sum` kernel sums real values); they and the holomorphic ufuncs of `holomorphic` hold for
+table: a `db.sum` kernel sums real values); they and the ufuncs whose row says ``holomorphic=True`` hold for
 complex arguments: the Bessel functions ``jv``, ``yv``, ``iv``, ``kv``, ``kve`` of complex ``z`` (the same
 recurrences), ``erf``/``erfc``/``erfcx``/``erfi``/``dawsn``, ``ndtr``/``log_ndtr``, ``gamma``/``rgamma``/
 ``loggamma`` (ψ has a complex loop), ``exp1``, ``expi``, ``expm1``, ``log1p``, ``spence``, ``hyp1f1``,
@@ -57,7 +57,7 @@ import sys
 
 import numpy as np
 
-from ..derivatives import DERIVATIVES
+from ..derivatives import DERIVATIVES, Facts
 from ..expr import Src
 from ..registry import (
     ARGUMENT_REASONS,
@@ -70,7 +70,7 @@ from ..registry import (
     register_lazily,
 )
 from ..tracked import primitive
-from .elementwise import NAMED_ARGUMENTS, _register, one_output_vjp, x_vjp
+from .elementwise import _register, one_output_vjp
 
 sc = _ufuncs = None  # scipy.special and its private module of ufuncs, once `register` has imported them
 
@@ -488,176 +488,230 @@ def gamma_density(a, x):
     return np.exp((a - 1) * np.log(x) - x - sc.gammaln(a))
 
 
-def special_partials():
-    """The table entries of the scipy.special ufuncs, by function."""
+def special_facts():
+    """The rows of the scipy.special ufuncs, by function (`derivatives.Facts`: their partials, and whether they
+    are holomorphic), family by family."""
+    return {**error_function_facts(), **logistic_facts(), **gamma_facts(), **incomplete_gamma_facts(),
+            **integral_facts(), **information_facts(), **boxcox_facts(), **elementary_facts(), **bessel_facts(),
+            **hypergeometric_facts(), **orthogonal_polynomial_facts()}
+
+
+def error_function_facts():
+    """Error functions and the normal distribution."""
+    return {
+        sc.erf: Facts((lambda ans, x: TWO_OVER_SQRT_PI * np.exp(-x * x),), holomorphic=True),
+        sc.erfc: Facts((lambda ans, x: -TWO_OVER_SQRT_PI * np.exp(-x * x),), holomorphic=True),
+        sc.erfinv: Facts((lambda ans, x: SQRT_PI / 2 * np.exp(ans * ans),)),
+        sc.erfcinv: Facts((lambda ans, x: -SQRT_PI / 2 * np.exp(ans * ans),)),
+        sc.erfcx: Facts((lambda ans, x: 2 * x * ans - TWO_OVER_SQRT_PI,), holomorphic=True),
+        sc.erfi: Facts((lambda ans, x: TWO_OVER_SQRT_PI * np.exp(x * x),), holomorphic=True),
+        sc.dawsn: Facts((lambda ans, x: 1 - 2 * x * ans,), holomorphic=True),
+        sc.ndtr: Facts((lambda ans, x: np.exp(-0.5 * x * x) / SQRT_2PI,), holomorphic=True),
+        # φ(x)/Φ(x) without underflow
+        sc.log_ndtr: Facts((lambda ans, x: np.exp(-0.5 * x * x - ans) / SQRT_2PI,), holomorphic=True),
+        sc.ndtri: Facts((lambda ans, x: SQRT_2PI * np.exp(0.5 * ans * ans),)),
+        sc.ndtri_exp: Facts((lambda ans, x: SQRT_2PI * np.exp(x + 0.5 * ans * ans),)),
+        sc.owens_t: Facts((
+            lambda ans, h, a: -np.exp(-0.5 * h * h) * sc.erf(a * h / SQRT2) / (2 * SQRT_2PI),
+            lambda ans, h, a: np.exp(-0.5 * h * h * (1 + a * a)) / (2 * math.pi * (1 + a * a)),
+        )),
+    }
+
+
+def logistic_facts():
+    """Logistic."""
+    return {
+        sc.expit: Facts((lambda ans, x: ans * (1 - ans),)),
+        sc.logit: Facts((lambda ans, x: 1 / (x * (1 - x)),)),
+        sc.log_expit: Facts((lambda ans, x: sc.expit(-x),)),
+    }
+
+
+def gamma_facts():
+    """Gamma and beta functions."""
     hurwitz_zeta = _ufuncs._zeta  # what scipy.special.zeta(x, q) calls: the ufunc a tracked value reaches
     trigamma = lambda x: hurwitz_zeta(2.0, x)  # noqa: E731 - polygamma(1, x), as a ufunc
     return {
-        # error functions and the normal distribution
-        sc.erf: (lambda ans, x: TWO_OVER_SQRT_PI * np.exp(-x * x),),
-        sc.erfc: (lambda ans, x: -TWO_OVER_SQRT_PI * np.exp(-x * x),),
-        sc.erfinv: (lambda ans, x: SQRT_PI / 2 * np.exp(ans * ans),),
-        sc.erfcinv: (lambda ans, x: -SQRT_PI / 2 * np.exp(ans * ans),),
-        sc.erfcx: (lambda ans, x: 2 * x * ans - TWO_OVER_SQRT_PI,),
-        sc.erfi: (lambda ans, x: TWO_OVER_SQRT_PI * np.exp(x * x),),
-        sc.dawsn: (lambda ans, x: 1 - 2 * x * ans,),
-        sc.ndtr: (lambda ans, x: np.exp(-0.5 * x * x) / SQRT_2PI,),
-        sc.log_ndtr: (lambda ans, x: np.exp(-0.5 * x * x - ans) / SQRT_2PI,),  # φ(x)/Φ(x) without underflow
-        sc.ndtri: (lambda ans, x: SQRT_2PI * np.exp(0.5 * ans * ans),),
-        sc.ndtri_exp: (lambda ans, x: SQRT_2PI * np.exp(x + 0.5 * ans * ans),),
-        sc.owens_t: (
-            lambda ans, h, a: -np.exp(-0.5 * h * h) * sc.erf(a * h / SQRT2) / (2 * SQRT_2PI),
-            lambda ans, h, a: np.exp(-0.5 * h * h * (1 + a * a)) / (2 * math.pi * (1 + a * a)),
-        ),
-        # logistic
-        sc.expit: (lambda ans, x: ans * (1 - ans),),
-        sc.logit: (lambda ans, x: 1 / (x * (1 - x)),),
-        sc.log_expit: (lambda ans, x: sc.expit(-x),),
-        # gamma and beta functions
-        sc.gamma: (lambda ans, x: ans * sc.digamma(x),),
-        sc.rgamma: (lambda ans, x: -ans * sc.digamma(x),),
-        sc.gammaln: (lambda ans, x: sc.digamma(x),),
-        sc.loggamma: (lambda ans, x: sc.digamma(x),),
-        sc.digamma: (lambda ans, x: trigamma(x),),
-        sc.beta: (lambda ans, a, b: ans * (sc.digamma(a) - sc.digamma(a + b)),
-                  lambda ans, a, b: ans * (sc.digamma(b) - sc.digamma(a + b))),
-        sc.betaln: (lambda ans, a, b: sc.digamma(a) - sc.digamma(a + b),
-                    lambda ans, a, b: sc.digamma(b) - sc.digamma(a + b)),
-        sc.poch: (lambda ans, z, m: ans * (sc.digamma(z + m) - sc.digamma(z)),
-                  lambda ans, z, m: ans * sc.digamma(z + m)),
-        sc.binom: (lambda ans, n, k: ans * (sc.digamma(n + 1) - sc.digamma(n - k + 1)),
-                   lambda ans, n, k: ans * (sc.digamma(n - k + 1) - sc.digamma(k + 1))),
-        hurwitz_zeta: (lambda ans, x, q: hurwitz_zeta_dx(x, q), lambda ans, x, q: -x * hurwitz_zeta(x + 1, q)),
-        # incomplete gamma and beta functions, in x (their densities) and their inverses in y
-        sc.gammainc: (lambda ans, a, x: gammainc_da(a, x), lambda ans, a, x: gamma_density(a, x)),
-        sc.gammaincc: (lambda ans, a, x: -gammainc_da(a, x), lambda ans, a, x: -gamma_density(a, x)),
-        sc.gammaincinv: (None, lambda ans, a, y: np.exp(ans - (a - 1) * np.log(ans) + sc.gammaln(a))),
-        sc.gammainccinv: (None, lambda ans, a, y: -np.exp(ans - (a - 1) * np.log(ans) + sc.gammaln(a))),
-        sc.betainc: (lambda ans, a, b, x: betainc_da(a, b, x), lambda ans, a, b, x: betainc_db(a, b, x),
-                     lambda ans, a, b, x: beta_density(a, b, x)),
-        sc.betaincc: (lambda ans, a, b, x: -betainc_da(a, b, x), lambda ans, a, b, x: -betainc_db(a, b, x),
-                      lambda ans, a, b, x: -beta_density(a, b, x)),
+        sc.gamma: Facts((lambda ans, x: ans * sc.digamma(x),), holomorphic=True),
+        sc.rgamma: Facts((lambda ans, x: -ans * sc.digamma(x),), holomorphic=True),
+        sc.gammaln: Facts((lambda ans, x: sc.digamma(x),)),
+        sc.loggamma: Facts((lambda ans, x: sc.digamma(x),), holomorphic=True),
+        sc.digamma: Facts((lambda ans, x: trigamma(x),)),
+        sc.beta: Facts((lambda ans, a, b: ans * (sc.digamma(a) - sc.digamma(a + b)),
+                  lambda ans, a, b: ans * (sc.digamma(b) - sc.digamma(a + b)))),
+        sc.betaln: Facts((lambda ans, a, b: sc.digamma(a) - sc.digamma(a + b),
+                    lambda ans, a, b: sc.digamma(b) - sc.digamma(a + b))),
+        sc.poch: Facts((lambda ans, z, m: ans * (sc.digamma(z + m) - sc.digamma(z)),
+                  lambda ans, z, m: ans * sc.digamma(z + m))),
+        sc.binom: Facts((lambda ans, n, k: ans * (sc.digamma(n + 1) - sc.digamma(n - k + 1)),
+                   lambda ans, n, k: ans * (sc.digamma(n - k + 1) - sc.digamma(k + 1)))),
+        hurwitz_zeta: Facts((lambda ans, x, q: hurwitz_zeta_dx(x, q), lambda ans, x, q: -x * hurwitz_zeta(x + 1, q))),
+    }
+
+
+def incomplete_gamma_facts():
+    """Incomplete gamma and beta functions, in x (their densities) and their inverses in y."""
+    return {
+        sc.gammainc: Facts((lambda ans, a, x: gammainc_da(a, x), lambda ans, a, x: gamma_density(a, x))),
+        sc.gammaincc: Facts((lambda ans, a, x: -gammainc_da(a, x), lambda ans, a, x: -gamma_density(a, x))),
+        sc.gammaincinv: Facts((None, lambda ans, a, y: np.exp(ans - (a - 1) * np.log(ans) + sc.gammaln(a)))),
+        sc.gammainccinv: Facts((None, lambda ans, a, y: -np.exp(ans - (a - 1) * np.log(ans) + sc.gammaln(a)))),
+        sc.betainc: Facts((lambda ans, a, b, x: betainc_da(a, b, x), lambda ans, a, b, x: betainc_db(a, b, x),
+                           lambda ans, a, b, x: beta_density(a, b, x))),
+        sc.betaincc: Facts((lambda ans, a, b, x: -betainc_da(a, b, x), lambda ans, a, b, x: -betainc_db(a, b, x),
+                            lambda ans, a, b, x: -beta_density(a, b, x))),
         # the inverses x(a, b, y) from I_x(a, b) = y (or 1 - y): ∂x/∂a = -∂I/∂a / ∂I/∂x at x, ∂x/∂y = ±1 / ∂I/∂x
-        sc.betaincinv: (lambda ans, a, b, y: -betainc_da(a, b, ans) / beta_density(a, b, ans),
-                        lambda ans, a, b, y: -betainc_db(a, b, ans) / beta_density(a, b, ans),
-                        lambda ans, a, b, y: 1 / beta_density(a, b, ans)),
-        sc.betainccinv: (lambda ans, a, b, y: -betainc_da(a, b, ans) / beta_density(a, b, ans),
-                         lambda ans, a, b, y: -betainc_db(a, b, ans) / beta_density(a, b, ans),
-                         lambda ans, a, b, y: -1 / beta_density(a, b, ans)),
-        # exponential integrals, Spence's function, elliptic integrals
-        sc.exp1: (lambda ans, x: -np.exp(-x) / x,),
-        sc.expi: (lambda ans, x: np.exp(x) / x,),
-        sc.expn: (None, lambda ans, n, x: np.where(n == 0, -ans * (1 + 1 / x), -sc.expn(n - 1, x))),
-        sc.spence: (lambda ans, z: dividing(-np.log(z), z - 1, -1.0),),
-        sc.ellipk: (lambda ans, m: dividing(sc.ellipe(m) - (1 - m) * ans, 2 * m * (1 - m), math.pi / 8),),
-        sc.ellipe: (lambda ans, m: dividing(ans - sc.ellipk(m), 2 * m, -math.pi / 8),),
-        sc.ellipkm1: (lambda ans, p: -(sc.ellipe(1 - p) - p * ans) / (2 * p * (1 - p)),),
-        # information theory
-        sc.entr: (lambda ans, x: -(np.log(x) + 1),),
-        sc.rel_entr: (lambda ans, x, y: np.log(x / y) + 1, lambda ans, x, y: -x / y),
-        sc.kl_div: (lambda ans, x, y: np.log(x / y), lambda ans, x, y: 1 - x / y),
-        sc.xlogy: (lambda ans, x, y: np.log(y), lambda ans, x, y: dividing(x, y, 0.0)),
-        sc.xlog1py: (lambda ans, x, y: np.log1p(y), lambda ans, x, y: dividing(x, 1 + y, 0.0)),
-        sc.huber: (lambda ans, delta, r: np.where(np.abs(r) <= delta, 0, np.abs(r) - delta),
-                   lambda ans, delta, r: np.clip(r, -delta, delta)),
-        sc.pseudo_huber: (
+        sc.betaincinv: Facts((lambda ans, a, b, y: -betainc_da(a, b, ans) / beta_density(a, b, ans),
+                              lambda ans, a, b, y: -betainc_db(a, b, ans) / beta_density(a, b, ans),
+                              lambda ans, a, b, y: 1 / beta_density(a, b, ans))),
+        sc.betainccinv: Facts((lambda ans, a, b, y: -betainc_da(a, b, ans) / beta_density(a, b, ans),
+                               lambda ans, a, b, y: -betainc_db(a, b, ans) / beta_density(a, b, ans),
+                               lambda ans, a, b, y: -1 / beta_density(a, b, ans))),
+    }
+
+
+def integral_facts():
+    """Exponential integrals, Spence's function, elliptic integrals."""
+    return {
+        sc.exp1: Facts((lambda ans, x: -np.exp(-x) / x,), holomorphic=True),
+        sc.expi: Facts((lambda ans, x: np.exp(x) / x,), holomorphic=True),
+        sc.expn: Facts((None, lambda ans, n, x: np.where(n == 0, -ans * (1 + 1 / x), -sc.expn(n - 1, x)))),
+        sc.spence: Facts((lambda ans, z: dividing(-np.log(z), z - 1, -1.0),), holomorphic=True),
+        sc.ellipk: Facts((lambda ans, m: dividing(sc.ellipe(m) - (1 - m) * ans, 2 * m * (1 - m), math.pi / 8),)),
+        sc.ellipe: Facts((lambda ans, m: dividing(ans - sc.ellipk(m), 2 * m, -math.pi / 8),)),
+        sc.ellipkm1: Facts((lambda ans, p: -(sc.ellipe(1 - p) - p * ans) / (2 * p * (1 - p)),)),
+    }
+
+
+def information_facts():
+    """Information theory."""
+    return {
+        sc.entr: Facts((lambda ans, x: -(np.log(x) + 1),)),
+        sc.rel_entr: Facts((lambda ans, x, y: np.log(x / y) + 1, lambda ans, x, y: -x / y)),
+        sc.kl_div: Facts((lambda ans, x, y: np.log(x / y), lambda ans, x, y: 1 - x / y)),
+        sc.xlogy: Facts((lambda ans, x, y: np.log(y), lambda ans, x, y: dividing(x, y, 0.0))),
+        sc.xlog1py: Facts((lambda ans, x, y: np.log1p(y), lambda ans, x, y: dividing(x, 1 + y, 0.0))),
+        sc.huber: Facts((lambda ans, delta, r: np.where(np.abs(r) <= delta, 0, np.abs(r) - delta),
+                   lambda ans, delta, r: np.clip(r, -delta, delta))),
+        sc.pseudo_huber: Facts((
             lambda ans, delta, r: 2 * ans / delta - r * r / (delta * np.sqrt(1 + (r / delta) ** 2)),
             lambda ans, delta, r: r / np.sqrt(1 + (r / delta) ** 2),
-        ),
-        # Box-Cox transforms and their inverses (∂x/∂λ of the inverse: -∂boxcox/∂λ over ∂boxcox/∂x)
-        sc.boxcox: (lambda ans, x, lmbda: np.power(x, lmbda - 1),
-                    lambda ans, x, lmbda: boxcox_dlambda(x, ans, lmbda, np.log(x))),
-        sc.boxcox1p: (lambda ans, x, lmbda: np.power(1 + x, lmbda - 1),
-                      lambda ans, x, lmbda: boxcox_dlambda(1 + x, ans, lmbda, np.log1p(x))),
-        sc.inv_boxcox: (lambda ans, y, lmbda: np.power(ans, 1 - lmbda),
-                        lambda ans, y, lmbda: -np.power(ans, 1 - lmbda) * boxcox_dlambda(ans, y, lmbda, np.log(ans))),
-        sc.inv_boxcox1p: (lambda ans, y, lmbda: np.power(1 + ans, 1 - lmbda),
-                          lambda ans, y, lmbda: -np.power(1 + ans, 1 - lmbda) * boxcox_dlambda(
-                              1 + ans, y, lmbda, np.log1p(ans))),
-        # elementary functions scipy.special has under its own names
-        sc.exprel: (lambda ans, x: dividing(np.exp(x) - ans, x, 0.5),),
-        sc.powm1: (lambda ans, x, y: y * np.power(x, y - 1), lambda ans, x, y: (ans + 1) * np.log(x)),
-        sc.cosm1: (lambda ans, x: -np.sin(x),),
-        sc.exp10: (lambda ans, x: LN10 * ans,),
-        sc.exp2: (lambda ans, x: LN2 * ans,),
-        sc.expm1: (lambda ans, x: ans + 1,),
-        sc.log1p: (lambda ans, x: 1 / (1 + x),),
-        sc.cbrt: (lambda ans, x: 1 / (3 * ans * ans),),
-        sc.sindg: (lambda ans, x: RAD * sc.cosdg(x),),
-        sc.cosdg: (lambda ans, x: -RAD * sc.sindg(x),),
-        sc.tandg: (lambda ans, x: RAD * (1 + ans * ans),),
-        sc.cotdg: (lambda ans, x: -RAD * (1 + ans * ans),),
-        sc.radian: (RAD, RAD / 60, RAD / 3600),
-        # Bessel functions: recurrences in the order (∂/∂x of order v from orders v - 1 and v + 1)
-        sc.j0: (lambda ans, x: -sc.j1(x),),
-        sc.j1: (lambda ans, x: (sc.j0(x) - sc.jv(2.0, x)) / 2,),
-        sc.y0: (lambda ans, x: -sc.y1(x),),
-        sc.y1: (lambda ans, x: (sc.y0(x) - sc.yv(2.0, x)) / 2,),
-        sc.i0: (lambda ans, x: sc.i1(x),),
-        sc.i0e: (lambda ans, x: sc.i1e(x) - np.sign(x) * ans,),
-        sc.i1: (lambda ans, x: (sc.i0(x) + sc.iv(2.0, x)) / 2,),
-        sc.i1e: (lambda ans, x: (sc.i0e(x) + sc.ive(2.0, x)) / 2 - np.sign(x) * ans,),
-        sc.k0: (lambda ans, x: -sc.k1(x),),
-        sc.k1: (lambda ans, x: -(sc.k0(x) + sc.kv(2.0, x)) / 2,),
-        sc.k0e: (lambda ans, x: ans - sc.k1e(x),),
-        sc.k1e: (lambda ans, x: ans - (sc.k0e(x) + sc.kve(2.0, x)) / 2,),
-        sc.jv: (None, lambda ans, v, x: (sc.jv(real(v) - 1, x) - sc.jv(real(v) + 1, x)) / 2),  # also scipy.special.jn
-        sc.jve: (None, lambda ans, v, x: (sc.jve(v - 1, x) - sc.jve(v + 1, x)) / 2),  # jv for real x
-        sc.yv: (None, lambda ans, v, x: (sc.yv(real(v) - 1, x) - sc.yv(real(v) + 1, x)) / 2),
-        sc.yve: (None, lambda ans, v, x: (sc.yve(v - 1, x) - sc.yve(v + 1, x)) / 2),
-        sc.yn: (None, lambda ans, n, x: (sc.yn(n - 1, x) - sc.yn(n + 1, x)) / 2),
-        sc.iv: (None, lambda ans, v, x: (sc.iv(real(v) - 1, x) + sc.iv(real(v) + 1, x)) / 2),
-        sc.ive: (None, lambda ans, v, x: (sc.ive(v - 1, x) + sc.ive(v + 1, x)) / 2 - np.sign(x) * ans),
-        sc.kv: (None, lambda ans, v, x: -(sc.kv(real(v) - 1, x) + sc.kv(real(v) + 1, x)) / 2),
-        sc.kve: (None, lambda ans, v, x: ans - (sc.kve(real(v) - 1, x) + sc.kve(real(v) + 1, x)) / 2),
-        sc.kn: (None, lambda ans, n, x: -(sc.kn(n - 1, x) + sc.kn(n + 1, x)) / 2),
-        sc.struve: (None, lambda ans, v, x: sc.struve(v - 1, x) - v / x * ans),
-        sc.modstruve: (None, lambda ans, v, x: sc.modstruve(v - 1, x) - v / x * ans),
-        # hypergeometric functions, in their argument
-        sc.hyp0f1: (None, lambda ans, v, z: sc.hyp0f1(v + 1, z) / v),
-        sc.hyp1f1: (None, None, lambda ans, a, b, x: a / b * sc.hyp1f1(real(a) + 1, real(b) + 1, x)),
-        sc.hyp2f1: (None, None, None, lambda ans, a, b, c, z: a * b / c * sc.hyp2f1(
-            real(a) + 1, real(b) + 1, real(c) + 1, z)),
-        sc.hyperu: (None, None, lambda ans, a, b, x: -a * sc.hyperu(a + 1, b + 1, x)),
-        # orthogonal polynomials, in x: derivatives are polynomials of one degree less
-        sc.eval_legendre: (None, lambda ans, n, x: lowered(sc.eval_gegenbauer, n, 1.5, x)),
-        sc.eval_sh_legendre: (None, lambda ans, n, x: 2 * lowered(sc.eval_gegenbauer, n, 1.5, 2 * x - 1)),
-        sc.eval_chebyt: (None, lambda ans, n, x: n * lowered(sc.eval_chebyu, n, x)),
-        sc.eval_sh_chebyt: (None, lambda ans, n, x: 2 * n * lowered(sc.eval_chebyu, n, 2 * x - 1)),
-        sc.eval_chebyu: (None, lambda ans, n, x: 2 * lowered(sc.eval_gegenbauer, n, 2.0, x)),
-        sc.eval_sh_chebyu: (None, lambda ans, n, x: 4 * lowered(sc.eval_gegenbauer, n, 2.0, 2 * x - 1)),
-        sc.eval_chebyc: (None, lambda ans, n, x: n * lowered(sc.eval_chebys, n, x)),
-        sc.eval_chebys: (None, lambda ans, n, x: lowered(sc.eval_gegenbauer, n, 2.0, 0.5 * x)),
-        sc.eval_gegenbauer: (None, None, lambda ans, n, alpha, x: 2 * alpha * lowered(
-            sc.eval_gegenbauer, n, alpha + 1, x)),
-        sc.eval_jacobi: (None, None, None, lambda ans, n, alpha, beta, x: (n + alpha + beta + 1) / 2 * lowered(
-            sc.eval_jacobi, n, alpha + 1, beta + 1, x)),
-        sc.eval_laguerre: (None, lambda ans, n, x: -lowered(sc.eval_genlaguerre, n, 1.0, x)),
-        sc.eval_genlaguerre: (None, None, lambda ans, n, alpha, x: -lowered(sc.eval_genlaguerre, n, alpha + 1, x)),
+        )),
     }
 
 
-def complex_valued_partials():
-    """The ufuncs whose results are complex for real arguments too: reverse rules only (a kernel sums real
-    values), holding for complex arguments (holomorphic: w' = g · derivative, JAX's convention)."""
+def boxcox_facts():
+    """Box-Cox transforms and their inverses (∂x/∂λ of the inverse: -∂boxcox/∂λ over ∂boxcox/∂x)."""
+    return {
+        sc.boxcox: Facts((lambda ans, x, lmbda: np.power(x, lmbda - 1),
+                    lambda ans, x, lmbda: boxcox_dlambda(x, ans, lmbda, np.log(x)))),
+        sc.boxcox1p: Facts((lambda ans, x, lmbda: np.power(1 + x, lmbda - 1),
+                      lambda ans, x, lmbda: boxcox_dlambda(1 + x, ans, lmbda, np.log1p(x)))),
+        sc.inv_boxcox: Facts((lambda ans, y, lmbda: np.power(ans, 1 - lmbda),
+                        lambda ans, y, lmbda: -np.power(ans, 1 - lmbda) * boxcox_dlambda(ans, y, lmbda, np.log(ans)))),
+        sc.inv_boxcox1p: Facts((lambda ans, y, lmbda: np.power(1 + ans, 1 - lmbda),
+                          lambda ans, y, lmbda: -np.power(1 + ans, 1 - lmbda) * boxcox_dlambda(
+                              1 + ans, y, lmbda, np.log1p(ans)))),
+    }
+
+
+def elementary_facts():
+    """Elementary functions scipy.special has under its own names."""
+    return {
+        sc.exprel: Facts((lambda ans, x: dividing(np.exp(x) - ans, x, 0.5),)),
+        sc.powm1: Facts((lambda ans, x, y: y * np.power(x, y - 1), lambda ans, x, y: (ans + 1) * np.log(x))),
+        sc.cosm1: Facts((lambda ans, x: -np.sin(x),)),
+        sc.exp10: Facts((lambda ans, x: LN10 * ans,)),
+        sc.exp2: Facts((lambda ans, x: LN2 * ans,)),
+        sc.expm1: Facts((lambda ans, x: ans + 1,), holomorphic=True),
+        sc.log1p: Facts((lambda ans, x: 1 / (1 + x),), holomorphic=True),
+        sc.cbrt: Facts((lambda ans, x: 1 / (3 * ans * ans),)),
+        sc.sindg: Facts((lambda ans, x: RAD * sc.cosdg(x),)),
+        sc.cosdg: Facts((lambda ans, x: -RAD * sc.sindg(x),)),
+        sc.tandg: Facts((lambda ans, x: RAD * (1 + ans * ans),)),
+        sc.cotdg: Facts((lambda ans, x: -RAD * (1 + ans * ans),)),
+        sc.radian: Facts((RAD, RAD / 60, RAD / 3600)),
+    }
+
+
+def bessel_facts():
+    """Bessel functions: recurrences in the order (∂/∂x of order v from orders v - 1 and v + 1)."""
+    return {
+        sc.j0: Facts((lambda ans, x: -sc.j1(x),)),
+        sc.j1: Facts((lambda ans, x: (sc.j0(x) - sc.jv(2.0, x)) / 2,)),
+        sc.y0: Facts((lambda ans, x: -sc.y1(x),)),
+        sc.y1: Facts((lambda ans, x: (sc.y0(x) - sc.yv(2.0, x)) / 2,)),
+        sc.i0: Facts((lambda ans, x: sc.i1(x),)),
+        sc.i0e: Facts((lambda ans, x: sc.i1e(x) - np.sign(x) * ans,)),
+        sc.i1: Facts((lambda ans, x: (sc.i0(x) + sc.iv(2.0, x)) / 2,)),
+        sc.i1e: Facts((lambda ans, x: (sc.i0e(x) + sc.ive(2.0, x)) / 2 - np.sign(x) * ans,)),
+        sc.k0: Facts((lambda ans, x: -sc.k1(x),)),
+        sc.k1: Facts((lambda ans, x: -(sc.k0(x) + sc.kv(2.0, x)) / 2,)),
+        sc.k0e: Facts((lambda ans, x: ans - sc.k1e(x),)),
+        sc.k1e: Facts((lambda ans, x: ans - (sc.k0e(x) + sc.kve(2.0, x)) / 2,)),
+        sc.jv: Facts((None, lambda ans, v, x: (sc.jv(real(v) - 1, x) - sc.jv(real(v) + 1, x)) / 2),  # also jn
+                     holomorphic=True),
+        sc.jve: Facts((None, lambda ans, v, x: (sc.jve(v - 1, x) - sc.jve(v + 1, x)) / 2)),  # jv for real x
+        sc.yv: Facts((None, lambda ans, v, x: (sc.yv(real(v) - 1, x) - sc.yv(real(v) + 1, x)) / 2), holomorphic=True),
+        sc.yve: Facts((None, lambda ans, v, x: (sc.yve(v - 1, x) - sc.yve(v + 1, x)) / 2)),
+        sc.yn: Facts((None, lambda ans, n, x: (sc.yn(n - 1, x) - sc.yn(n + 1, x)) / 2)),
+        sc.iv: Facts((None, lambda ans, v, x: (sc.iv(real(v) - 1, x) + sc.iv(real(v) + 1, x)) / 2), holomorphic=True),
+        sc.ive: Facts((None, lambda ans, v, x: (sc.ive(v - 1, x) + sc.ive(v + 1, x)) / 2 - np.sign(x) * ans)),
+        sc.kv: Facts((None, lambda ans, v, x: -(sc.kv(real(v) - 1, x) + sc.kv(real(v) + 1, x)) / 2), holomorphic=True),
+        sc.kve: Facts((None, lambda ans, v, x: ans - (sc.kve(real(v) - 1, x) + sc.kve(real(v) + 1, x)) / 2),
+                      holomorphic=True),
+        sc.kn: Facts((None, lambda ans, n, x: -(sc.kn(n - 1, x) + sc.kn(n + 1, x)) / 2)),
+        sc.struve: Facts((None, lambda ans, v, x: sc.struve(v - 1, x) - v / x * ans)),
+        sc.modstruve: Facts((None, lambda ans, v, x: sc.modstruve(v - 1, x) - v / x * ans)),
+    }
+
+
+def hypergeometric_facts():
+    """Hypergeometric functions, in their argument."""
+    return {
+        sc.hyp0f1: Facts((None, lambda ans, v, z: sc.hyp0f1(v + 1, z) / v)),
+        sc.hyp1f1: Facts((None, None, lambda ans, a, b, x: a / b * sc.hyp1f1(real(a) + 1, real(b) + 1, x)),
+                         holomorphic=True),
+        sc.hyp2f1: Facts((None, None, None, lambda ans, a, b, c, z: a * b / c * sc.hyp2f1(
+            real(a) + 1, real(b) + 1, real(c) + 1, z)), holomorphic=True),
+        sc.hyperu: Facts((None, None, lambda ans, a, b, x: -a * sc.hyperu(a + 1, b + 1, x))),
+    }
+
+
+def orthogonal_polynomial_facts():
+    """Orthogonal polynomials, in x: derivatives are polynomials of one degree less."""
+    return {
+        sc.eval_legendre: Facts((None, lambda ans, n, x: lowered(sc.eval_gegenbauer, n, 1.5, x))),
+        sc.eval_sh_legendre: Facts((None, lambda ans, n, x: 2 * lowered(sc.eval_gegenbauer, n, 1.5, 2 * x - 1))),
+        sc.eval_chebyt: Facts((None, lambda ans, n, x: n * lowered(sc.eval_chebyu, n, x))),
+        sc.eval_sh_chebyt: Facts((None, lambda ans, n, x: 2 * n * lowered(sc.eval_chebyu, n, 2 * x - 1))),
+        sc.eval_chebyu: Facts((None, lambda ans, n, x: 2 * lowered(sc.eval_gegenbauer, n, 2.0, x))),
+        sc.eval_sh_chebyu: Facts((None, lambda ans, n, x: 4 * lowered(sc.eval_gegenbauer, n, 2.0, 2 * x - 1))),
+        sc.eval_chebyc: Facts((None, lambda ans, n, x: n * lowered(sc.eval_chebys, n, x))),
+        sc.eval_chebys: Facts((None, lambda ans, n, x: lowered(sc.eval_gegenbauer, n, 2.0, 0.5 * x))),
+        sc.eval_gegenbauer: Facts((None, None, lambda ans, n, alpha, x: 2 * alpha * lowered(
+            sc.eval_gegenbauer, n, alpha + 1, x))),
+        sc.eval_jacobi: Facts((None, None, None, lambda ans, n, alpha, beta, x: (n + alpha + beta + 1) / 2 * lowered(
+            sc.eval_jacobi, n, alpha + 1, beta + 1, x))),
+        sc.eval_laguerre: Facts((None, lambda ans, n, x: -lowered(sc.eval_genlaguerre, n, 1.0, x))),
+        sc.eval_genlaguerre: Facts((None, None, lambda ans, n, alpha, x: -lowered(
+            sc.eval_genlaguerre, n, alpha + 1, x))),
+    }
+
+
+def complex_valued_facts():
+    """The rows of the ufuncs whose results are complex for real arguments too: reverse rules only (a kernel sums
+    real values), holding for complex arguments (holomorphic: w' = g · derivative, JAX's convention)."""
     return {
         # Faddeeva function w(z) = exp(-z²) erfc(-iz): w'(z) = -2z w(z) + 2i/√π
-        sc.wofz: (lambda ans, z: 2j / SQRT_PI - 2 * z * ans,),
+        sc.wofz: Facts((lambda ans, z: 2j / SQRT_PI - 2 * z * ans,), holomorphic=True),
         # Hankel functions H = J ± iY: the Bessel recurrence in the order; the scaled ones
         # H⁽¹⁾e = H⁽¹⁾ exp(-iz) and H⁽²⁾e = H⁽²⁾ exp(iz) add ∓i times themselves
-        sc.hankel1: (None, lambda ans, v, z: half_difference(sc.hankel1, v, z)),
-        sc.hankel2: (None, lambda ans, v, z: half_difference(sc.hankel2, v, z)),
-        sc.hankel1e: (None, lambda ans, v, z: half_difference(sc.hankel1e, v, z) - 1j * ans),
-        sc.hankel2e: (None, lambda ans, v, z: half_difference(sc.hankel2e, v, z) + 1j * ans),
+        sc.hankel1: Facts((None, lambda ans, v, z: half_difference(sc.hankel1, v, z)), holomorphic=True),
+        sc.hankel2: Facts((None, lambda ans, v, z: half_difference(sc.hankel2, v, z)), holomorphic=True),
+        sc.hankel1e: Facts((None, lambda ans, v, z: half_difference(sc.hankel1e, v, z) - 1j * ans), holomorphic=True),
+        sc.hankel2e: Facts((None, lambda ans, v, z: half_difference(sc.hankel2e, v, z) + 1j * ans), holomorphic=True),
     }
-
-
-# Holomorphic ufuncs with complex loops whose table formulas hold for complex arguments as written
-# (not the exponentially scaled jve, yve, ive, whose scale exp(-|Im z|), exp(-|Re z|) is not holomorphic).
-def holomorphic():
-    return (sc.erf, sc.erfc, sc.erfcx, sc.erfi, sc.dawsn, sc.ndtr, sc.log_ndtr, sc.gamma, sc.rgamma, sc.loggamma,
-            sc.exp1, sc.expi, sc.expm1, sc.log1p, sc.spence, sc.jv, sc.yv, sc.iv, sc.kv, sc.kve,
-            sc.hyp1f1, sc.hyp2f1)
 
 
 # Ufuncs with several outputs, w.r.t. their one argument: one partial per output.
@@ -695,17 +749,18 @@ def register():
         return
     BERNOULLI_OVER_FACTORIAL = sc.bernoulli(2 * EULER_MACLAURIN_TERMS)[2::2] / sc.factorial(
         np.arange(2, 2 * EULER_MACLAURIN_TERMS + 1, 2))
-    NAMED_ARGUMENTS[np.i0] = x_vjp  # no ufunc: its maker has NumPy's signature
-    for func, entry in {np.i0: (lambda ans, x: sc.i1(x),), **special_partials()}.items():
-        DERIVATIVES.setdefault(func, entry)
+    rows = {np.i0: Facts((lambda ans, x: sc.i1(x),)), **special_facts()}
+    for func, facts in rows.items():
+        DERIVATIVES.setdefault(func, facts.partials)
         if func not in RULES:
-            _register(func, entry)
+            _register(func, facts.partials)
             REGISTERED.add(func)
-    for func, entry in complex_valued_partials().items():
+    complex_valued = complex_valued_facts()
+    for func, facts in complex_valued.items():
         if func not in RULES:
-            _register(func, entry)
+            _register(func, facts.partials)
             REGISTERED.add(func)
-    holds_for_complex(*[f for f in [*complex_valued_partials(), *holomorphic()] if f in REGISTERED])
+    holds_for_complex(*[f for f, facts in {**rows, **complex_valued}.items() if facts.holomorphic and f in REGISTERED])
     if sc.digamma in REGISTERED:
         defvjp_complex(sc.digamma, digamma_of_complex)
     for func, entry in special_outputs().items():

@@ -832,6 +832,17 @@ deflinear(np.reshape, np.ravel, np.expand_dims, np.squeeze, np.transpose, np.swa
           np.permute_dims, np.matrix_transpose, np.astype, np.concat, np.column_stack, np.dstack, np.append,
           np.insert, np.delete, np.resize, np.take_along_axis, np.unstack, np.array_split, np.hsplit, np.vsplit,
           np.dsplit, np.diagflat, np.full_like)
+# Complex values (JAX's convention, rules/complex.py): functions that move, copy or add elements (coefficients 0
+# and 1) hold as they are.  Named one by one, not by family: a shape rule choosing elements by their order
+# (np.pad's maximum mode) does not.
+holds_for_complex(
+    np.reshape, np.ravel, np.expand_dims, np.squeeze, np.transpose, np.swapaxes, np.moveaxis, np.broadcast_to,
+    np.concatenate, np.hstack, np.vstack, np.stack, np.split, np.tile, np.repeat, np.flip, np.roll,
+    np.diagonal, np.diag, np.triu, np.tril, np.take, getitem, astype, np.copy, np.full_like,
+    np.fliplr, np.flipud, np.rot90, np.rollaxis, np.matrix_transpose, np.astype, np.column_stack, np.dstack,
+    np.append, np.insert, np.delete, np.resize, np.take_along_axis, np.unstack, np.array_split, np.hsplit,
+    np.vsplit, np.dsplit, np.diagflat,
+)
 
 
 def pad_jvp(tangents, ans, array, pad_width, mode="constant", *, stat_length=None, constant_values=0, end_values=0,

@@ -547,3 +547,6 @@ defmultilinear(np.convolve, np.correlate, np.trapezoid)
 defjvp(np.gradient, gradient_jvp)
 defjvp(np.polyval, polyval_jvp)
 defjvp(np.unwrap, unwrap_jvp)
+# Complex values (JAX's convention, rules/complex.py): differences, the trapezoid rule, convolution and polynomials
+# are linear or holomorphic with plain transposes (np.correlate conjugates an argument: it does not hold).
+holds_for_complex(np.diff, np.ediff1d, np.trapezoid, np.convolve, np.polyval, np.vander)

@@ -30,7 +30,7 @@ UNARY = [
     "np.arctan({a} / 4)", "np.arcsinh({a})", "np.arctanh({a} / 4)", "({a}) ** 3", "({a}) ** 2.5",
     "np.reciprocal({a})", "np.square({a})", "(-{a})", "((1 - 2j) * {a})", "({a} + 0.5j)", "(2.5 * {a})",
 ]
-# numexpr has no complex form of these, or one that loses digits (`kernel_source._NUMEXPR_COMPLEX`)
+# numexpr has no complex form of these, or one that loses digits (`derivatives.Facts.numexpr_complex`)
 NUMEXPR_LACKS = ("arcsin", "arctan", "arcsinh", "arctanh", "reciprocal", "square")
 BINARY = ["({a} + {b})", "({a} - {b})", "({a} * {b})", "({a} / ({b} * {b} + 3))", "({a} ** ({b} / 4))"]
 
