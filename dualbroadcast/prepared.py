@@ -327,7 +327,8 @@ class Program:
         self.complex_leaves = complex_leaves  # ... and as Python complex numbers
         self.globals_read = globals_read  # (namespace, name, value) of the globals it bakes in: ``one`` checks them
         self.steps, self.regions = recorder.steps, []  # fused into forward regions by `_compile_straight`
-        self.runners = {}  # (a region's KernelStep, without its value) -> its runner, which every plan runs
+        self.runners = {}  # (a region's KernelStep, without its value) -> its runner, which every plan runs; also
+        # (a product's step, "matmul", site) and (a region's step, "product sums", partial): `region_runners`'
         self.plans = None  # the plans chosen per call (`replay.compile_plans`), set with the straight-line replay
         # run, gradient, one, source, removed, plans (`replay.compile_plans`); a loop of small steps may run as scalar
         # code, checked against the recording's value and gradient (``recorded``), the straight-line replay compiled

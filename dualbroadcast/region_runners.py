@@ -1,14 +1,35 @@
 """How a prepared program runs a forward region (a run of elementwise steps fused into one kernel,
 `regions.py`): the runners of its kernel on each backend (`region_runner`, `blocked_runner`,
-`axis_region_runner`), timed on the first calls and the fastest kept (`_chosen`, `Runners`)."""
+`axis_region_runner`), timed on the first calls and the fastest kept (`_chosen`, `Runners`); and a large matrix
+product's, on one core or split across them (`matmul_runner`), and a shared partial's product sums
+(`product_sums_runner`)."""
 
 import math
 import time
 
 import numpy as np
 
-from .axis_sums import axis_sum_moved, axis_sum_rows, axis_sum_whole, moved, moved_value, short_axes_first
-from .kernels import FORCED_BACKEND, ONE_THREAD, BackendChoice, chunk_bounds, fresh_partials, value_kind
+from .axis_sums import (
+    axis_sum_moved,
+    axis_sum_rows,
+    axis_sum_whole,
+    moved,
+    moved_value,
+    product_sums,
+    short_axes_first,
+)
+from .kernels import (
+    FORCED_BACKEND,
+    KERNEL_THREADS,
+    ONE_THREAD,
+    THREADS,
+    BackendChoice,
+    Kernel,
+    chunk_bounds,
+    fresh_partials,
+    run_in_threads,
+    value_kind,
+)
 
 
 def region_runner(kernel, valueless, examples, shape, size, active_shapes, blockable):
@@ -85,11 +106,11 @@ def axis_region_runner(kernel, examples, reduction, active, size):
     shape, forced = reduction.shape, FORCED_BACKEND.get()
     dtype = np.dtype(kernel.value_dtype(examples))
     active_shapes = [np.shape(examples[i]) for i in active]
-    whole = kernel.typed_whole(tuple(map(value_kind, examples)))
     fresh = fresh_partials(kernel.outputs, True) if reduction.axes else kernel.fresh
     numbers = reduction.numbers(kernel.outputs[1:], active_shapes)
     sharing = [-1 if n is not None or sign < 0 else first  # (a negated twin's partial: not computed)
                for (first, sign), n in zip(reduction.sharing(kernel.outputs[1:], active_shapes), numbers)]
+    whole = _computed_only(kernel, sharing, dtype).typed_whole(tuple(map(value_kind, examples)))
     candidates = []
     if forced in (None, "blocked") and shape:
         candidates.append((axis_sum_rows(whole, reduction, examples, active, sharing, dtype), "blocked"))
@@ -113,6 +134,18 @@ def axis_region_runner(kernel, examples, reduction, active, size):
     return _chosen(candidates, examples, shape, size, active_shapes), "chosen per call"
 
 
+def _computed_only(kernel, sharing, dtype):
+    """``kernel`` with a zero in the place of each partial its runners do not compute (``sharing``, `AxisSum.sharing`:
+    a negated twin's, a number's, another's), so that their operations are not run: the all-pairs energy's
+    ``-d + -d`` beside ``d + d``, two passes of six over its (1500, 1500, 3) call."""
+    if all(first == k for k, first in enumerate(sharing)):
+        return kernel
+    zero = dtype.type(0)
+    outputs = [p if first == k else zero for k, (p, first) in enumerate(zip(kernel.outputs[1:], sharing))]
+    return Kernel(kernel.inputs[0].graph, kernel.inputs, kernel.outputs[:1] + outputs, kernel.reduce, kernel.name,
+                  kernel.complex)
+
+
 def _moved_candidates(whole, reduction, examples, active, fresh, sharing, dtype, order):
     """`axis_region_runner`'s candidates on whole arrays and on blocks of rows with the call's axes in ``order``
     (`axis_sums.axis_sum_moved`)."""
@@ -129,6 +162,72 @@ def _moved_candidates(whole, reduction, examples, active, fresh, sharing, dtype,
 SHORT_AXES_FIRST = "numpy, short axes first"  # `axis_sums.axis_sum_moved`: candidates where the call ends in short axes
 SHORT_AXES_FIRST_BLOCKED = "blocked, short axes first"
 CHOSEN_MIN = 16384  # elements from which a region's backend is chosen per call (below, once when compiled: `_fastest`)
+
+
+def matmul_runner(a_shape, b_shape, dtype):
+    """``product(a, b)``, ``a @ b`` of matrices of these shapes and of ``dtype`` (a prepared program's product, or one
+    in an adjoint), on the calling thread or split across the cores (the product's rows, or its columns where it has
+    fewer: each part one BLAS call, into its slice of the result), whichever a `kernels.BackendChoice` finds faster
+    (``product.choice``); None where a split cannot pay: one core, a backend forced, or fewer than
+    ``SPLIT_MATMUL_MIN`` multiply-adds.  NumPy's BLAS may run on one thread (set so, as the benchmarks run it) where
+    ``jax.jit``'s dots run on every core; where BLAS threads itself, or the machine is busy, the choice keeps one."""
+    (m, k), n = a_shape, b_shape[1]
+    by_rows = m >= n
+    chunks = min(THREADS, m if by_rows else n)
+    if chunks < 2 or m * k * n < SPLIT_MATMUL_MIN or FORCED_BACKEND.get() is not None:
+        return None
+    bounds = [(m if by_rows else n) * c // chunks for c in range(chunks + 1)]
+
+    def part(lo, hi, _, a, b, out):
+        if by_rows:
+            np.matmul(a[lo:hi], b, out=out[lo:hi])
+        else:
+            np.matmul(a, b[:, lo:hi], out=out[:, lo:hi])
+        return ()
+
+    def split(a, b):
+        if KERNEL_THREADS.get() == 1:  # (inside a Dask task: one thread)
+            return np.matmul(a, b), ()
+        out = np.empty((m, n), dtype)
+        run_in_threads(part, bounds, None, (a, b, out), [()] * chunks)
+        return out, ()
+
+    def whole(a, b):
+        return np.matmul(a, b), ()
+
+    examples = (np.zeros(a_shape, dtype), np.zeros(b_shape, dtype))
+    chosen = _chosen([(whole, "numpy"), (split, SPLIT_MATMUL)], examples, (m, n), m * k * n, ())
+
+    def product(a, b):
+        return chosen(a, b)[0]
+
+    product.choice = chosen.choice
+    return product
+
+
+def product_sums_runner(shape, kept, targets, dtype):
+    """``terms(p, g)``: `axis_sums.product_sums` (a region's shared partial times its cotangent, of shape ``kept``,
+    summed to each input's shape in one pass), on the cores or on the calling thread alone, whichever a
+    `kernels.BackendChoice` finds faster (``terms.choice``); None where it runs on one thread only, or a backend is
+    forced."""
+    size = math.prod(shape)
+    if len(chunk_bounds(size, dtype.itemsize)) < 3 or FORCED_BACKEND.get() is not None:
+        return None
+    candidates = [(product_sums(shape, targets, dtype, threads), name) for threads, name in
+                  ((None, "blocked"), (1, ONE_THREAD))]
+    candidates = [(lambda p, g, run=run: (run(p, g), ()), name) for run, name in candidates]
+    examples = (np.zeros(shape, dtype), np.zeros(kept, dtype))
+    chosen = _chosen(candidates, examples, shape, size, ())
+
+    def terms(p, g):
+        return chosen(p, g)[0]
+
+    terms.choice = chosen.choice
+    return terms
+
+
+SPLIT_MATMUL = "numpy, split across the cores"  # `matmul_runner`'s candidate beside one BLAS call
+SPLIT_MATMUL_MIN = 1 << 21  # multiply-adds from which a product may be split (~100 us: a hand-off costs 15-50 us)
 
 
 class Runners:

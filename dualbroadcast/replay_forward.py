@@ -18,7 +18,7 @@ from .kernels import (
 from .numpy_facts import getitem
 from .program import Guard, KernelStep, Pack, SecondOrderStep, unpacked
 from .pullbacks import unbroadcast
-from .region_runners import CHOSEN_MIN, axis_region_runner, blocked_runner, region_runner
+from .region_runners import CHOSEN_MIN, axis_region_runner, blocked_runner, matmul_runner, region_runner
 from .registry import OUTPUTS, PER_ARGUMENT, SEQUENCE
 
 
@@ -61,6 +61,28 @@ class SourceWriter:
         if step.kind == SEQUENCE:
             return [f"[{', '.join(refs)}]"] + [self.space.bind(x) for x in step.rest]
         return refs
+
+    def split_matmul(self, step, site, a_shape, b_shape):
+        """The bound name of `region_runners.matmul_runner` for a product ``a @ b`` of these shapes in ``step`` (at
+        ``site``: "forward", or the argument whose adjoint it is), made once for every plan of the program; None
+        unless ``step`` is a product of `real_matrices` large enough to split."""
+        if not self.real_matrices(step):
+            return None
+        key = (step, "matmul", site)
+        if key not in self.p.runners:
+            self.p.runners[key] = matmul_runner(a_shape, b_shape, self.p.meta[step.outs[0]][1])
+        runner = self.p.runners[key]
+        return None if runner is None else self.space.bind(runner, "k")
+
+    def real_matrices(self, step):
+        """Whether ``step`` is ``@`` or np.dot of two matrices of one real float dtype, its result's."""
+        if step.func not in (np.matmul, np.dot) or step.kwargs or len(step.refs) != 2 or step.outs[0] is None:
+            return False
+        dtype = self.p.meta[step.outs[0]][1]
+        return dtype.kind == "f" and all(len(self.p.shape_of(r)) == 2 and self._dtype(r) == dtype for r in step.refs)
+
+    def _dtype(self, r):
+        return np.result_type(r.value) if type(r) is not int else self.p.meta[r][1]
 
     def call(self, step, args):
         kwargs = f", **{self.space.bind(step.kwargs)}" if step.kwargs else ""
@@ -190,8 +212,9 @@ class ForwardWriter(SourceWriter):
             pick, run = self.space.bind(_EXTREMES[step.func], "s"), self.space.bind(_extreme_by_columns, "s")
             line = f"    v{step.outs[0]} = {run}({pick}, {self.ref(step.refs[0])}, {keepdims})"
             return _Block([line], [f"v{step.outs[0]}"], uses)
-        return _Block([f"    v{step.outs[0]} = {self.call(step, self.args(step))}"], [f"v{step.outs[0]}"], uses,
-                      _may_raise(step.func))
+        product = self.real_matrices(step) and self.split_matmul(step, "forward", *map(self.p.shape_of, step.refs))
+        call = f"{product}({', '.join(self.args(step))})" if product else self.call(step, self.args(step))
+        return _Block([f"    v{step.outs[0]} = {call}"], [f"v{step.outs[0]}"], uses, _may_raise(step.func))
 
     def stays_float(self, step):
         """Whether an inline step on Python floats (and Python number literals) may run on them."""

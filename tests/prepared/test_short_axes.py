@@ -66,8 +66,8 @@ MODELS = [
 
 def _axis_runners(program):
     """The runners `region_runners.axis_region_runner` made for the program's regions summed along axes."""
-    return [runner for (step, _), (runner, *_) in program.runners.items()
-            if step.region is not None and step.region.axes is not None]
+    return [made[0] for (step, *kind), made in program.runners.items()
+            if type(kind[0]) is bool and step.region is not None and step.region.axes is not None]
 
 
 def _lower_chosen_min(patch):
