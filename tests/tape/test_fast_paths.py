@@ -387,7 +387,7 @@ CONSTANTS = [lambda x: 2.5, lambda x: 3, lambda x: x.dtype.type(-1.5), lambda x:
              lambda x: points(x.shape[-1:], np.float64, seed=4), lambda x: np.arange(x.size).reshape(x.shape)]
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", [*DTYPES, np.float16])  # (float16's partials are no factors the sweep takes)
 @pytest.mark.parametrize("shape", [(5,), (3, 4)])
 @pytest.mark.parametrize("op", OPERATORS)
 def test_operator_pullbacks_without_makers_like_the_makers(op, shape, dtype, monkeypatch):
@@ -405,7 +405,8 @@ def test_operator_pullbacks_without_makers_like_the_makers(op, shape, dtype, mon
         general = [db.gradient(f, x) for f in forms]
     for f, got, expected in zip(forms, fast, general):
         assert_identical(got, expected)
-        np.testing.assert_allclose(got, central(f, x), rtol=1e-3 if dtype is np.float32 else 1e-6, atol=1e-3)
+        if dtype is not np.float16:  # (differences of float16 values are noise)
+            np.testing.assert_allclose(got, central(f, x), rtol=1e-3 if dtype is np.float32 else 1e-6, atol=1e-3)
 
 
 def test_elements_read_in_a_loop_share_their_pullback():
