@@ -77,10 +77,11 @@ def _signatures(steps, meta):
     keywords, kinds and shapes of references, number of results."""
     ids, signatures = {}, []
     for k, step in enumerate(steps):
-        if type(step) is Step:
-            key = (id(step.func), step.kind, repr(step.kwargs), tuple(_ref_key(r, meta) for r in step.refs),
-                   tuple(_ref_key(Const(r), meta) for r in step.rest),
-                   tuple(None if o is None else meta[o] for o in step.outs))
+        if type(step) is Step:  # (lists made into tuples: a generator per step cost a third of the time)
+            key = (id(step.func), step.kind, repr(step.kwargs) if step.kwargs else "",
+                   tuple([_ref_key(r, meta) for r in step.refs]),
+                   tuple([_ref_key(Const(r), meta) for r in step.rest]) if step.rest else (),
+                   tuple([None if o is None else meta[o] for o in step.outs]))
         else:
             key = ("step", k)  # guards, kernels: never repeated
         signatures.append(ids.setdefault(_hashable(key), len(ids)))
@@ -129,8 +130,8 @@ def _checked(steps, meta, out, start, period, trips):
                 if o is not None:
                     producer[o] = (k, slot)
     template = steps[start:start + period]
-    kinds = [[_kind(r, start, period, 0, producer) for r in unpacked(step.refs)] for step in template]
-    second = [[_kind(r, start, period, 1, producer) for r in unpacked(step.refs)] for step in steps[start + period:]
+    kinds = [[_kind(r, start, period, 0, producer) for r in _flat(step.refs)] for step in template]
+    second = [[_kind(r, start, period, 1, producer) for r in _flat(step.refs)] for step in steps[start + period:]
               [:period]]
     for first, other in zip(kinds, second):  # a value before the loop in iteration 0: which?
         for slot, (a, b) in enumerate(zip(first, other)):
@@ -189,9 +190,10 @@ def _agrees(step, template, kinds, start, period, k, producer, rows, j):
     """Whether ``step`` of iteration ``k`` reads as ``template`` does (``kinds``); a constant that differs from the
     template's (or an array not the template's) is added to ``rows`` (read one row per iteration), where it is a
     float an elementwise step reads.  (The signatures agree: the same function, keywords and shapes.)"""
-    if len(step.rest) != len(template.rest) or not all(map(_same_constant, step.rest, template.rest)):
+    if (step.rest or template.rest) \
+            and (len(step.rest) != len(template.rest) or not all(map(_same_constant, step.rest, template.rest))):
         return False
-    refs, template_refs = list(unpacked(step.refs)), list(unpacked(template.refs))
+    refs, template_refs = _flat(step.refs), _flat(template.refs)
     for slot, (r, t, kind) in enumerate(zip(refs, template_refs, kinds)):
         if kind[0] == "literal":
             if r.value is not t.value and (type(t.value) is np.ndarray or not _same_constant(r.value, t.value)):
@@ -209,6 +211,11 @@ def _agrees(step, template, kinds, start, period, k, producer, rows, j):
         if kind[0] not in ("inner", "carry", "invariant"):
             return False
     return True
+
+
+def _flat(refs):
+    """`unpacked` ``refs`` as a sequence: ``refs`` themselves where they hold no `Pack` (most steps)."""
+    return list(unpacked(refs)) if Pack in map(type, refs) else refs
 
 
 def _same_constant(a, b):

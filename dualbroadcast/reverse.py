@@ -362,7 +362,9 @@ def _value_and_gradient(f, args, wanted):
         if len(args) == 1:  # the common calls first, without argument trees
             x = args[0]
             if type(x) is np.ndarray and x.dtype.kind == "f":
-                return _array_value_and_gradient(tape, f, x, wanted)
+                return _leaf_value_and_gradient(tape, f, x, x, wanted)
+            if type(x) is float:  # a scalar model: tracked as a NumPy float, its gradient a Python float
+                return _leaf_value_and_gradient(tape, f, np.float64(x), x, wanted)
             if (type(x) is tuple or type(x) is list) and x and _PYTHON_FLOAT.issuperset(map(type, x)):
                 return _floats_value_and_gradient(tape, f, x, wanted)
         return _tree_value_and_gradient(tape, f, args, wanted)
@@ -383,9 +385,10 @@ def _tree_value_and_gradient(tape, f, args, wanted):
     return value, one_or_tuple(argument_gradients(arguments, grads))
 
 
-def _array_value_and_gradient(tape, f, x, wanted):
-    """`value_and_gradient` of the most common call, one float array: no argument trees."""
-    t = tape.leaf(x)
+def _leaf_value_and_gradient(tape, f, value, x, wanted):
+    """`value_and_gradient` of the most common calls, one float array or Python float ``x`` (tracked as
+    ``value``): no argument trees (qux, a Python float: 0.7 us a call less)."""
+    t = tape.leaf(value)
     out = call_on_tape(tape, f, (t,), keep_collector_paused=True)
     if type(out) is Dual:  # a closure over a `jvp`'s dual (forward over reverse)
         value, grads = _dual_value_and_gradients(tape, out, [TrackedArgument(None, [x], [t])])

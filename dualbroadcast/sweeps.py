@@ -76,7 +76,15 @@ def _sweep(tape, seeds):
                 add_at(own_buffer(grads, owned, p, *view_bases[p]), view, ct)
                 continue
             elif kind is IndexPullback:
-                back.add_into(grads, owned, p, g)
+                if back.transform is None and not back.repeats and owned[p]:  # x[i] in a loop: `add_at` inline
+                    buffer = grads[p]
+                    part = buffer[back.index]
+                    if type(part) is np.ndarray and part.base is buffer:
+                        part += g
+                    else:
+                        buffer[back.index] += g
+                else:
+                    back.add_into(grads, owned, p, g)
                 continue
             else:
                 ct = back(g)

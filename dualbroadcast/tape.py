@@ -38,7 +38,7 @@ class Tape:
     """
 
     __slots__ = ("records", "closed", "single_sweep", "collector_pause", "recorder", "inputs", "view_bases",
-                 "view_products", "kept", "complex", "level", "unread", "__weakref__")
+                 "view_products", "kept", "complex", "level", "unread", "element_pullbacks", "__weakref__")
 
     def __init__(self, single_sweep=False, recorder=None, level=0):
         self.records = []
@@ -53,6 +53,7 @@ class Tape:
         self.complex = False
         self.level = level
         self.unread = False
+        self.element_pullbacks = {}  # (parent index, int index) -> its `IndexPullback`, shared (`tracked._element`)
 
     # --- the record format, read by explain and replay through these (the sweep reads it inline) ---
     def operation(self, i):

@@ -372,3 +372,71 @@ def test_prepared_one_array_into_out_like_gradient(dtype):
     assert prog.recordings == 2
     with pytest.raises(ValueError):
         prog(x, out=np.empty(5, dtype))
+
+
+# --- operators on arrays without their makers' calls (issue 27) ---------------------------------
+def _through_the_makers(monkeypatch):
+    """Make `record_binary` ask the rules' makers for every array result, as before its shortcut."""
+    tracked = sys.modules["dualbroadcast.tracked"]
+    monkeypatch.setattr(tracked, "_unbroadcast_backs", lambda *args: None)
+    monkeypatch.setattr(tracked, "_unbroadcast_back", lambda *args: NotImplemented)
+
+
+OPERATORS = [np.add, np.subtract, np.multiply]
+CONSTANTS = [lambda x: 2.5, lambda x: 3, lambda x: x.dtype.type(-1.5), lambda x: points(x.shape, x.dtype, seed=3),
+             lambda x: points(x.shape[-1:], np.float64, seed=4), lambda x: np.arange(x.size).reshape(x.shape)]
+
+
+@pytest.mark.parametrize("dtype", [*DTYPES, np.float16])  # (float16's partials are no factors the sweep takes)
+@pytest.mark.parametrize("shape", [(5,), (3, 4)])
+@pytest.mark.parametrize("op", OPERATORS)
+def test_operator_pullbacks_without_makers_like_the_makers(op, shape, dtype, monkeypatch):
+    """x op c, c op x (numbers, NumPy scalars, float, integer and broadcast arrays) and x op y of one shape
+    take the operators' pullbacks without a maker's call: the gradients of the makers, bit for bit, and
+    central differences' (y = np.flip(x) ** 3, so each argument's cotangent is its own)."""
+    x, w = points(shape, dtype), points(shape, dtype, seed=1)
+    constants = [make(x) for make in CONSTANTS]
+    forms = [lambda x, c=c: np.sum(w * op(x, c)) for c in constants]
+    forms += [lambda x, c=c: np.sum(w * op(c, x)) for c in constants]
+    forms += [lambda x: np.sum(w * op(x, np.flip(x) ** 3)), lambda x: np.sum(w * op(np.exp(x), x))]
+    fast = [db.gradient(f, x) for f in forms]
+    with monkeypatch.context() as patched:
+        _through_the_makers(patched)
+        general = [db.gradient(f, x) for f in forms]
+    for f, got, expected in zip(forms, fast, general):
+        assert_identical(got, expected)
+        if dtype is not np.float16:  # (differences of float16 values are noise)
+            np.testing.assert_allclose(got, central(f, x), rtol=1e-3 if dtype is np.float32 else 1e-6, atol=1e-3)
+
+
+def test_elements_read_in_a_loop_share_their_pullback():
+    """p[0], p[1] read at every step of a loop (one `IndexPullback` per element, shared by the records): the
+    gradient adds each read's cotangent, as the hand-written one; a second gradient starts a table of its own."""
+    def f(p):
+        total = 0.0
+        for k in range(5):
+            total = total + p[0] * p[1] ** k + np.sin(p[k % 2])
+        return total
+
+    p = np.array([0.7, 1.3])
+    expected = np.array([sum(p[1] ** k for k in range(5)) + 3 * np.cos(p[0]),
+                         sum(k * p[0] * p[1] ** (k - 1) for k in range(5)) + 2 * np.cos(p[1])])
+    np.testing.assert_allclose(db.gradient(f, p), expected, rtol=1e-14)
+    np.testing.assert_allclose(db.gradient(f, p * 2), central(f, p * 2), rtol=1e-7)
+
+
+@pytest.mark.parametrize("x", [0.3, -2.0])
+def test_one_python_float_like_the_tree_path(x):
+    """A Python float argument (a scalar model) takes the leaf path: a Python float gradient, as a tuple of one
+    float gives; 0.0 for a function that does not read it; the value from value_and_gradient; and a gradient of
+    that gradient (nested tapes) still right."""
+    def f(t):
+        return 1 / np.cosh(np.sin(t))
+
+    assert type(db.gradient(f, x)) is float
+    assert db.gradient(f, x) == db.gradient(lambda ts: f(ts[0]), (x,))[0]
+    assert db.gradient(lambda t: 2.0, x) == 0.0 and type(db.gradient(lambda t: 2.0, x)) is float
+    value, grad = db.value_and_gradient(f, x)
+    assert value == f(x) and grad == db.gradient(f, x)
+    second = db.gradient(lambda t: db.gradient(f, t), x)
+    assert second == pytest.approx((db.gradient(f, x + 1e-6) - db.gradient(f, x - 1e-6)) / 2e-6, rel=1e-6)
