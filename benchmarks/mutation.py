@@ -1,6 +1,6 @@
 """Mutation testing of ``dualbroadcast/`` with cosmic-ray: a seeded sample, each mutant against the tests that run it.
 
-Usage, from the repository root (about an hour on 2 cores)::
+Usage, from the repository root (about an hour for 160 mutants on 2 shared cores with ``--jobs 2``)::
 
     python -m pip install -e '.[mutation]'
     nice -n 19 python -m benchmarks.mutation           # run the sample (resumes an interrupted run)
@@ -8,13 +8,14 @@ Usage, from the repository root (about an hour on 2 cores)::
     python -m benchmarks.mutation --list               # the sampled mutations, without running them
 
 Options: ``--ref REV`` (default ``HEAD``), ``--seed N`` and ``--size N`` (defaults in
-``[tool.cosmic-ray.sample]`` of ``pyproject.toml``), ``--workdir DIR``, ``--fresh``.
+``[tool.cosmic-ray.sample]`` of ``pyproject.toml``, with ``budget``), ``--workdir DIR``, ``--fresh``,
+``--jobs N`` (mutants run at a time, each worker on its own copy of the tree).
 
 What it measures: cosmic-ray enumerates every mutation its core operators make in
 ``dualbroadcast/`` (an operator swapped, a comparison changed, a number moved by
 one, a ``not`` added, ``and``/``or`` swapped, a loop made empty, a decorator removed,
 ...), module-level code included (the ``DERIVATIVES`` table, the rules' lambdas).
-A full run is ~10^4 mutants; this script tests a sample of them:
+A full run is ~5 10^4 mutants; this script tests a sample of them:
 
 1. ``git archive REV`` is unpacked into the work directory (default
    ``/tmp/dualbroadcast-mutation``).  cosmic-ray mutates files in place, so it only
@@ -26,25 +27,25 @@ A full run is ~10^4 mutants; this script tests a sample of them:
    each): the same ref, seed and size give the same sample.  The mutations outside
    the sample are marked skipped in the session, so ``cr-report session.sqlite``
    shows the sample alone.
-3. The suite runs once under coverage with one context per test: each line of the
-   package gets the tests that execute it, and each test its duration.  Tests that
-   fail on the unmutated copy (rerun without coverage to confirm) are left out.
-4. Each sampled mutation is applied to the copy and ``pytest -x`` runs the tests
-   that execute its statement (the innermost statement or lambda around it), fastest
-   first; a mutation in code that runs at import time (module or class level,
-   default values, decorators) runs the whole suite.  Timeout: ``timeout-factor``
-   times those tests' durations under coverage, plus ``timeout-constant`` seconds,
-   at most ``timeout``.  The mutants run in a seeded random order, so a run stopped early (a deadline, a
-   busy machine; ``--report`` prints it) has tested a sample spread over the whole package.  Hypothesis
-   runs with ``--hypothesis-seed=0`` and an empty example database, so every mutant sees the same examples.
+3. Each sampled mutation is applied to the copy and ``pytest -x`` runs the test files
+   that guard its module (`GUARDS`: the test folders of its layer, the files that
+   import the module by name first, smaller files first).  No coverage pass: the
+   suite under coverage took longer than a session on a shared 2-core machine, and a
+   folder's tests catch what a line's tests catch plus what reaches it indirectly.
+   A test that fails is run alone on the unmutated copy; one that fails there too is
+   left out from then on (``--deselect``) and the mutant runs again.  A mutant whose
+   tests pass the ``budget`` (seconds) is unresolved (``over budget``: a hang or a
+   slow folder, judged by hand).  The mutants run in a seeded random order, so a run
+   stopped early (a deadline, a busy machine; ``--report`` prints it) has tested a
+   sample spread over the whole package.  Hypothesis runs with ``--hypothesis-seed=0``
+   and an empty example database, so every mutant sees the same examples.
 
 Outcomes: ``killed`` (a test failed), ``killed (error)`` (the mutant does not import
-or collect), ``timeout`` (counted as killed, as cosmic-ray does), ``survived`` (the
-tests passed), ``not run`` (no test executes the line: a survivor).  The survivors
-are listed with their line and diff.  Which of them are *equivalent* mutations (the
-behaviour cannot change) is a judgement the script does not make: the kill rate the
-project tracks is killed / (sampled - equivalent), with the equivalent survivors
-named in the report that quotes it.
+or collect), ``survived`` (the tests passed), ``over budget`` (unresolved).  The
+survivors are listed with their line and diff.  Which of them are *equivalent*
+mutations (the behaviour cannot change) is a judgement the script does not make: the
+kill rate the project tracks is killed / (sampled - equivalent), with the equivalent
+survivors named in the report that quotes it.
 """
 
 from __future__ import annotations
@@ -313,6 +314,7 @@ def run(cfg, sample, workdir, jobs):
     broken = set(json.loads((workdir / MARKER).read_text()).get("broken", []))
     lock = threading.Lock()
     queue = collections.deque(pending)
+    done = []
     t0 = time.time()
 
     def worker(tree):
@@ -326,7 +328,8 @@ def run(cfg, sample, workdir, jobs):
             with lock:
                 with use_db(str(session), WorkDB.Mode.open) as db:
                     db.set_result(item.job_id, result)
-                print(f"[{total - len(queue)}/{total} {time.time() - t0:6.0f} s] {kind:15} {elapsed:5.1f} s"
+                done.append(kind)
+                print(f"[{len(done)}/{total} {time.time() - t0:6.0f} s] {kind:15} {elapsed:5.1f} s"
                       f"  {m.module_path}:{m.start_pos[0]}  {m.operator_name.removeprefix('core/')}", flush=True)
 
     threads = [threading.Thread(target=worker, args=(tree,)) for tree in trees]
