@@ -198,6 +198,7 @@ GUARDS = [
     ("dualbroadcast/program.py", ["tests/prepared", "tests/modes"]),
     ("dualbroadcast/demo.py", ["tests/docs", "tests/tooling"]),
     ("dualbroadcast/__main__.py", ["tests/docs", "tests/tooling"]),
+    ("dualbroadcast/callers.py", ["tests/scipy/test_messages.py", "tests/tape", "tests/modes"]),
     ("dualbroadcast/__init__.py", ["tests/modes/test_api.py", "tests/docs/test_docs.py"]),
     ("dualbroadcast/*", ["tests/tape", "tests/modes"]),  # facts, hooks, recording, tape, sweeps, reverse, api
 ]
