@@ -184,7 +184,8 @@ GUARDS = [
     ("dualbroadcast/derivatives.py", ["tests/rules/test_rules.py", "tests/modes/test_kink_sweep.py",
                                       "tests/kernels/test_kernel_rules.py", "tests/rules"]),
     ("dualbroadcast/kernel*", ["tests/kernels", "tests/modes/test_hessian_coefficients.py"]),
-    ("dualbroadcast/broadcast*", ["tests/kernels"]),
+    ("dualbroadcast/broadcast*", ["tests/kernels", "tests/modes/test_hessian_coefficients.py",
+                                  "tests/modes/test_hvp_forward.py"]),  # kernels on a second tape
     ("dualbroadcast/expr.py", ["tests/kernels"]),
     ("dualbroadcast/operands.py", ["tests/kernels", "tests/tape"]),
     ("dualbroadcast/forward.py", ["tests/modes/test_forward.py", "tests/modes/test_forward_fallback.py",
