@@ -211,14 +211,14 @@ def test_files_guarding(module, tests_root):
     files = []
     for entry in folders:
         path = tests_root.parent / entry
-        files += [path] if path.is_file() else sorted(path.rglob("test_*.py"))
+        files += [path] if path.is_file() else sorted(path.rglob("test_*.py"), key=_size)  # small files first
     files = list(dict.fromkeys(files))
     dotted = module.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
     parent, _, stem = dotted.rpartition(".")
     naming = re.compile(rf"\b{re.escape(dotted)}\b|from {re.escape(parent)} import [^\n]*\b{stem}\b")
     named = [f for f in sorted(tests_root.rglob("test_*.py")) if naming.search(f.read_text(encoding="utf-8"))
              and parent]  # every test imports the package itself: its __init__ has folders only
-    ordered = list(dict.fromkeys(sorted(named, key=_size) + sorted(files, key=_size)))  # small files first
+    ordered = list(dict.fromkeys(sorted(named, key=_size) + files))
     return [str(f.relative_to(tests_root.parent)) for f in ordered]
 
 
