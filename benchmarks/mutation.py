@@ -1,6 +1,6 @@
 """Mutation testing of ``dualbroadcast/`` with cosmic-ray: a seeded sample, each mutant against the tests that run it.
 
-Usage, from the repository root (about an hour on 2 cores)::
+Usage, from the repository root (about an hour for 160 mutants on 2 shared cores with ``--jobs 2``)::
 
     python -m pip install -e '.[mutation]'
     nice -n 19 python -m benchmarks.mutation           # run the sample (resumes an interrupted run)
@@ -8,13 +8,14 @@ Usage, from the repository root (about an hour on 2 cores)::
     python -m benchmarks.mutation --list               # the sampled mutations, without running them
 
 Options: ``--ref REV`` (default ``HEAD``), ``--seed N`` and ``--size N`` (defaults in
-``[tool.cosmic-ray.sample]`` of ``pyproject.toml``), ``--workdir DIR``, ``--fresh``.
+``[tool.cosmic-ray.sample]`` of ``pyproject.toml``, with ``budget``), ``--workdir DIR``, ``--fresh``,
+``--jobs N`` (mutants run at a time, each worker on its own copy of the tree).
 
 What it measures: cosmic-ray enumerates every mutation its core operators make in
 ``dualbroadcast/`` (an operator swapped, a comparison changed, a number moved by
 one, a ``not`` added, ``and``/``or`` swapped, a loop made empty, a decorator removed,
 ...), module-level code included (the ``DERIVATIVES`` table, the rules' lambdas).
-A full run is ~10^4 mutants; this script tests a sample of them:
+A full run is ~5 10^4 mutants; this script tests a sample of them:
 
 1. ``git archive REV`` is unpacked into the work directory (default
    ``/tmp/dualbroadcast-mutation``).  cosmic-ray mutates files in place, so it only
@@ -26,43 +27,45 @@ A full run is ~10^4 mutants; this script tests a sample of them:
    each): the same ref, seed and size give the same sample.  The mutations outside
    the sample are marked skipped in the session, so ``cr-report session.sqlite``
    shows the sample alone.
-3. The suite runs once under coverage with one context per test: each line of the
-   package gets the tests that execute it, and each test its duration.  Tests that
-   fail on the unmutated copy (rerun without coverage to confirm) are left out.
-4. Each sampled mutation is applied to the copy and ``pytest -x`` runs the tests
-   that execute its statement (the innermost statement or lambda around it), fastest
-   first; a mutation in code that runs at import time (module or class level,
-   default values, decorators) runs the whole suite.  Timeout: ``timeout-factor``
-   times those tests' durations under coverage, plus ``timeout-constant`` seconds,
-   at most ``timeout``.  The mutants run in a seeded random order, so a run stopped early (a deadline, a
-   busy machine; ``--report`` prints it) has tested a sample spread over the whole package.  Hypothesis
-   runs with ``--hypothesis-seed=0`` and an empty example database, so every mutant sees the same examples.
+3. Each sampled mutation is applied to the copy and ``pytest -x`` runs the test files
+   that guard its module (`GUARDS`: the test folders of its layer, the files that
+   import the module by name first, smaller files first).  No coverage pass: the
+   suite under coverage took longer than a session on a shared 2-core machine, and a
+   folder's tests catch what a line's tests catch plus what reaches it indirectly.
+   A test that fails is run alone on the unmutated copy; one that fails there too is
+   left out from then on (``--deselect``) and the mutant runs again.  A mutant whose
+   tests pass the ``budget`` (seconds) is unresolved (``over budget``: a hang or a
+   slow folder, judged by hand).  The mutants run in a seeded random order, so a run
+   stopped early (a deadline, a busy machine; ``--report`` prints it) has tested a
+   sample spread over the whole package.  Hypothesis runs with ``--hypothesis-seed=0``
+   and an empty example database, so every mutant sees the same examples.
 
 Outcomes: ``killed`` (a test failed), ``killed (error)`` (the mutant does not import
-or collect), ``timeout`` (counted as killed, as cosmic-ray does), ``survived`` (the
-tests passed), ``not run`` (no test executes the line: a survivor).  The survivors
-are listed with their line and diff.  Which of them are *equivalent* mutations (the
-behaviour cannot change) is a judgement the script does not make: the kill rate the
-project tracks is killed / (sampled - equivalent), with the equivalent survivors
-named in the report that quotes it.
+or collect), ``survived`` (the tests passed), ``over budget`` (unresolved).  The
+survivors are listed with their line and diff.  Which of them are *equivalent*
+mutations (the behaviour cannot change) is a judgement the script does not make: the
+kill rate the project tracks is killed / (sampled - equivalent), with the equivalent
+survivors named in the report that quotes it.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import collections
 import contextlib
 import difflib
+import fnmatch
 import io
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -72,8 +75,7 @@ MARKER = "dualbroadcast-mutation.json"
 DEFAULTS = {
     "seed": 13,
     "size": 300,
-    "timeout-factor": 3.0,
-    "timeout-constant": 60.0,
+    "budget": 300.0,
     "workdir": "/tmp/dualbroadcast-mutation",
 }
 
@@ -170,180 +172,113 @@ def apply_sample(session, seed, size):
     return len(items), len(chosen)
 
 
-# --------------------------------------------------------------------------- coverage: which tests run which line
+# --------------------------------------------------------------------------- which tests guard a module
+
+# Package modules (glob patterns over their paths, first match wins) -> the test folders that guard them,
+# closest first: the folders of docs/design.md's layers, not coverage, so a run needs no pass of the whole
+# suite first.  Test files that import the module by name run before the folders' other files.
+GUARDS = [
+    ("dualbroadcast/rules/*", ["tests/rules", "tests/modes/test_kink_sweep.py"]),
+    ("dualbroadcast/scipy/*", ["tests/scipy", "tests/rules/test_scipy_functions.py",
+                               "tests/rules/test_special_oracle.py", "tests/rules/test_lazy_scipy.py"]),
+    ("dualbroadcast/derivatives.py", ["tests/rules/test_rules.py", "tests/modes/test_kink_sweep.py",
+                                      "tests/kernels/test_kernel_rules.py", "tests/rules"]),
+    ("dualbroadcast/kernel*", ["tests/kernels", "tests/modes/test_hessian_coefficients.py"]),
+    ("dualbroadcast/broadcast*", ["tests/kernels", "tests/modes/test_hessian_coefficients.py",
+                                  "tests/modes/test_hvp_forward.py"]),  # kernels on a second tape
+    ("dualbroadcast/expr.py", ["tests/kernels"]),
+    ("dualbroadcast/operands.py", ["tests/kernels", "tests/tape"]),
+    ("dualbroadcast/forward.py", ["tests/modes/test_forward.py", "tests/modes/test_forward_fallback.py",
+                                  "tests/modes/test_hvp_forward.py", "tests/modes"]),
+    ("dualbroadcast/region*", ["tests/prepared"]),
+    ("dualbroadcast/replay*", ["tests/prepared"]),
+    ("dualbroadcast/loop*", ["tests/prepared"]),
+    ("dualbroadcast/chunked.py", ["tests/prepared", "tests/scale_out"]),
+    ("dualbroadcast/prepared.py", ["tests/prepared"]),
+    ("dualbroadcast/explain.py", ["tests/prepared/test_explain.py", "tests/prepared"]),
+    ("dualbroadcast/program.py", ["tests/prepared", "tests/modes"]),
+    ("dualbroadcast/demo.py", ["tests/docs", "tests/tooling"]),
+    ("dualbroadcast/__main__.py", ["tests/docs", "tests/tooling"]),
+    ("dualbroadcast/callers.py", ["tests/scipy/test_messages.py", "tests/tape", "tests/modes"]),
+    ("dualbroadcast/__init__.py", ["tests/modes/test_api.py", "tests/docs/test_docs.py"]),
+    ("dualbroadcast/*", ["tests/tape", "tests/modes"]),  # facts, hooks, recording, tape, sweeps, reverse, api
+]
 
 
-def coverage_phase(tree, out, args):
-    """Run in a child process: the suite under coverage, one context per test."""
-    import coverage
-
-    cov = coverage.Coverage(data_file=None, source=[str(Path(tree) / "dualbroadcast")])
-    cov.start()
-    import pytest
-
-    durations = collections.defaultdict(float)
-    failed = set()
-
-    class Contexts:
-        @pytest.hookimpl(hookwrapper=True)
-        def pytest_runtest_protocol(self, item, nextitem):
-            cov.switch_context(item.nodeid)
-            yield
-            cov.switch_context("")
-
-        def pytest_runtest_logreport(self, report):
-            durations[report.nodeid] += report.duration
-            if report.failed:
-                failed.add(report.nodeid)
-
-    code = pytest.main([*args, "tests"], plugins=[Contexts()])
-    cov.stop()
-    import dualbroadcast
-
-    assert Path(dualbroadcast.__file__).resolve().is_relative_to(Path(tree).resolve()), dualbroadcast.__file__
-    data = cov.get_data()
-    tests = sorted(durations)
-    index = {t: i for i, t in enumerate(tests)}
-    lines = {}
-    for f in data.measured_files():
-        rel = os.path.relpath(f, tree)
-        lines[rel] = {
-            ln: sorted({index[c] if c else -1 for c in ctxs if not c or c in index})
-            for ln, ctxs in data.contexts_by_lineno(f).items()
-        }
-    with open(out, "w") as fh:
-        json.dump({"exit": int(code), "tests": tests, "durations": [durations[t] for t in tests],
-                   "failed": sorted(failed), "lines": lines}, fh)
+def test_files_guarding(module, tests_root):
+    """The test files (paths from the tree's root) that guard ``module``: those naming it first, then its folders'."""
+    folders = next(f for pattern, f in GUARDS if fnmatch.fnmatch(module, pattern))
+    files = []
+    for entry in folders:
+        path = tests_root.parent / entry
+        files += [path] if path.is_file() else sorted(path.rglob("test_*.py"), key=_size)  # small files first
+    files = list(dict.fromkeys(files))
+    dotted = module.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    parent, _, stem = dotted.rpartition(".")
+    naming = re.compile(rf"\b{re.escape(dotted)}\b|from {re.escape(parent)} import [^\n]*\b{stem}\b")
+    named = [f for f in sorted(tests_root.rglob("test_*.py")) if naming.search(f.read_text(encoding="utf-8"))
+             and parent]  # every test imports the package itself: its __init__ has folders only
+    ordered = list(dict.fromkeys(sorted(named, key=_size) + files))
+    return [str(f.relative_to(tests_root.parent)) for f in ordered]
 
 
-def collect_coverage(cfg, tree, workdir):
-    out = workdir / "coverage.json"
-    args = pytest_base(cfg)[3:]
-    args = [a for a in args if a not in ("-x", "--exitfirst")]
-    t = time.time()
-    print(f"coverage: the suite under coverage, one context per test ({tree})", flush=True)
-    subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--coverage-phase", str(tree), str(out), *args],
-        cwd=tree, env=test_env(tree), check=True, stdout=subprocess.DEVNULL,
-    )
-    cov = json.loads(out.read_text())
-    # a failure under tracing may be the tracer's doing: a test is left out if it fails alone without it too
-    broken = [t for t in cov["failed"] if not _passes_alone(cfg, tree, t)]
-    cov["broken"] = broken
-    out.write_text(json.dumps(cov))
-    print(f"coverage: {len(cov['tests'])} tests in {time.time() - t:.0f} s; failing on the unmutated copy"
-          f" (left out): {broken or 'none'}", flush=True)
-    return cov
-
-
-def _passes_alone(cfg, tree, test):
-    r = subprocess.run([*pytest_base(cfg), test], cwd=tree, env=test_env(tree), capture_output=True, check=False)
-    return r.returncode == 0
-
-
-# --------------------------------------------------------------------------- which tests a mutation needs
-
-
-class Scopes:
-    """Where a position of a module's source sits: its statement's lines, and whether it runs at import time."""
-
-    def __init__(self, source):
-        self.lines = source.split("\n")
-        self.nodes = []  # (start, end, node) of statements and lambdas, positions as (line, character)
-        self.bodies = []  # (start, end) of function and lambda bodies
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, (ast.stmt, ast.Lambda)):
-                self.nodes.append((self._pos(node.lineno, node.col_offset),
-                                   self._pos(node.end_lineno, node.end_col_offset), node))
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                first = node.body[0]
-                self.bodies.append((self._pos(first.lineno, first.col_offset),
-                                    self._pos(node.end_lineno, node.end_col_offset)))
-            if isinstance(node, ast.Lambda):
-                self.bodies.append((self._pos(node.body.lineno, node.body.col_offset),
-                                    self._pos(node.body.end_lineno, node.body.end_col_offset)))
-
-    def _pos(self, line, byte_col):
-        text = self.lines[line - 1].encode()
-        return (line, len(text[:byte_col].decode(errors="ignore")))
-
-    def of(self, start, end):
-        """(lines to look up in the coverage, runs at call time?) for a mutation from ``start`` to ``end``."""
-        start, end = tuple(start), tuple(end)
-        around = [n for n in self.nodes if n[0] <= start and end <= n[1]]  # nested: the innermost starts last
-        inner = max(around, key=lambda n: (n[0], (-n[1][0], -n[1][1])), default=None)
-        call_time = any(b[0] <= start and end <= b[1] for b in self.bodies)
-        if inner is None:
-            return set(range(start[0], end[0] + 1)), call_time
-        node = inner[2]
-        last = end[0] if getattr(node, "body", None) and isinstance(node.body, list) else node.end_lineno
-        return set(range(min(node.lineno, start[0]), max(last, end[0]) + 1)), call_time
-
-
-def select_tests(mutation, cov, scopes_by_module):
-    """(test node ids fastest first, 'lines' | 'all' | 'none') for one mutation."""
-    module = str(mutation.module_path)
-    if module not in scopes_by_module:
-        scopes_by_module[module] = Scopes(Path(module).read_text(encoding="utf-8"))
-    lines, call_time = scopes_by_module[module].of(mutation.start_pos, mutation.end_pos)
-    measured = cov["lines"].get(module, {})
-    hits = set()
-    for ln in lines:
-        hits.update(measured.get(str(ln), ()))
-    broken = set(cov["broken"])
-    usable = [i for i, t in enumerate(cov["tests"]) if t not in broken]
-    if call_time and hits - {-1}:
-        chosen, how = [i for i in usable if i in hits], "lines"
-    elif hits or not call_time:
-        chosen, how = usable, "all"  # import-time code, or code run only while tests are collected
-    else:
-        return [], "none", 0.0
-    chosen.sort(key=lambda i: (cov["durations"][i], i))
-    return [cov["tests"][i] for i in chosen], how, sum(cov["durations"][i] for i in chosen)
+def _size(path):
+    return path.stat().st_size
 
 
 # --------------------------------------------------------------------------- running the mutants
 
 
-def run_mutant(cfg, sample, tree, workdir, item, cov, scopes):
+def run_pytest(cfg, tree, args, budget):
+    """(exit code, or None past ``budget`` seconds; output) of the test command on ``args`` in the copy ``tree``."""
+    shutil.rmtree(tree / ".hypothesis", ignore_errors=True)  # every run sees the same examples
+    proc = subprocess.Popen([*pytest_base(cfg), *args], cwd=tree, env=test_env(tree),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=budget)
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        code = None
+    return code, out.decode(errors="replace")
+
+
+def failed_tests(output):
+    """The node ids pytest's summary names as failed."""
+    return [ln.removeprefix("FAILED ").split(" - ", 1)[0] for ln in output.split("\n") if ln.startswith("FAILED ")]
+
+
+def run_mutant(cfg, sample, tree, item, broken):
+    """(WorkResult, kind, seconds) of one mutation applied to the copy ``tree``, its guarding tests run with -x.
+
+    A test that fails is run again alone on the unmutated copy: one that fails there too joins ``broken``
+    (deselected from then on) and the mutant runs again.
+    """
     import cosmic_ray.plugins
     from cosmic_ray.mutating import use_mutation
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
 
     m = item.mutations[0]
-    tests, how, estimate = select_tests(m, cov, scopes)
-    if not tests:
-        return WorkResult(worker_outcome=WorkerOutcome.NORMAL, test_outcome=TestOutcome.SURVIVED,
-                          output="not run\nno test executes this line", diff=_diff(m)), "not run", 0.0
-    timeout = min(float(cfg.get("timeout", 3600)), sample["timeout-factor"] * estimate + sample["timeout-constant"])
-    argsfile = workdir / "tests.txt"
-    argsfile.write_text("\n".join(tests) + "\n")
-    shutil.rmtree(tree / ".hypothesis", ignore_errors=True)
+    tests = test_files_guarding(str(m.module_path), tree / "tests")
+    budget = sample["budget"]
     operator = cosmic_ray.plugins.get_operator(m.operator_name)(**(m.operator_args or {}))
     t = time.time()
-    with use_mutation(Path(m.module_path), operator, m.occurrence) as (original, mutated):
+    with use_mutation(tree / m.module_path, operator, m.occurrence) as (original, mutated):
         if mutated is None:
             return WorkResult(worker_outcome=WorkerOutcome.NO_TEST, output="no mutation"), "no mutation", 0.0
         diff = _diff(m, original, mutated)
-        proc = subprocess.Popen([*pytest_base(cfg), f"@{argsfile}"], cwd=tree, env=test_env(tree),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-            code = proc.returncode
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                proc.kill()
-            out, _ = proc.communicate()
-            code = None
+        code, text = run_pytest(cfg, tree, [*tests, *(f"--deselect={b}" for b in sorted(broken))], budget)
     elapsed = time.time() - t
-    text = out.decode(errors="replace")
+    failed = failed_tests(text)
+    if code == 1 and failed and run_pytest(cfg, tree, failed[:1], budget)[0] != 0:
+        broken.add(failed[0])
+        return run_mutant(cfg, sample, tree, item, broken)
     lines = text.strip().split("\n")
-    failed = [ln for ln in lines if ln.startswith(("FAILED ", "ERROR "))][:3]  # which test killed it
-    tail = "\n".join(failed + lines[-15:])
+    tail = "\n".join([f"FAILED {f}" for f in failed[:3]] + lines[-15:])
     if code is None:
-        kind, outcome = "timeout", TestOutcome.KILLED
+        kind, outcome = "over budget", TestOutcome.INCOMPETENT  # unresolved: judged by hand
     elif code == 0:
         kind, outcome = "survived", TestOutcome.SURVIVED
     elif code == 1:
@@ -354,43 +289,57 @@ def run_mutant(cfg, sample, tree, workdir, item, cov, scopes):
         kind, outcome = "killed (error)", TestOutcome.KILLED
     else:  # 4: usage error, 5: nothing collected: the driver's fault, not the tests'
         kind, outcome = "error", TestOutcome.INCOMPETENT
-    header = f"{kind}\n{len(tests)} tests ({how}), {elapsed:.1f} s, timeout {timeout:.0f} s, exit {code}\n"
+    header = f"{kind}\n{len(tests)} test files, {elapsed:.1f} s, budget {budget:.0f} s, exit {code}\n"
     return WorkResult(worker_outcome=WorkerOutcome.NORMAL, test_outcome=outcome, output=header + tail,
                       diff=diff), kind, elapsed
 
 
-def _diff(m, original=None, mutated=None):
-    if original is None:
-        import cosmic_ray.plugins
-        from cosmic_ray.mutating import mutate_code
-
-        original = Path(m.module_path).read_text(encoding="utf-8")
-        operator = cosmic_ray.plugins.get_operator(m.operator_name)(**(m.operator_args or {}))
-        mutated = mutate_code(original, operator, m.occurrence) or original
+def _diff(m, original, mutated):
     return "\n".join(difflib.unified_diff(original.split("\n"), mutated.split("\n"), f"a/{m.module_path}",
                                           f"b/{m.module_path}", lineterm="", n=0))
 
 
-def run(cfg, sample, workdir):
+def run(cfg, sample, workdir, jobs):
+    """Run the session's pending mutants, ``jobs`` at a time, each worker on its own copy of the tree."""
     from cosmic_ray.work_db import WorkDB, use_db
 
-    tree = workdir / "tree"
     session = workdir / "session.sqlite"
-    cov = json.loads((workdir / "coverage.json").read_text())
     with use_db(str(session), WorkDB.Mode.open) as db:
         pending = sorted(db.pending_work_items, key=key)
     random.Random(sample["seed"]).shuffle(pending)  # interrupted, the mutants run are a sample of every module too
     total = len(pending)
-    print(f"mutants: {total} to run", flush=True)
-    scopes = {}
+    print(f"mutants: {total} to run, {jobs} at a time", flush=True)
+    trees = [workdir / "tree"] + [workdir / f"tree{j}" for j in range(1, jobs)]
+    for extra in trees[1:]:
+        if not extra.exists():
+            shutil.copytree(trees[0], extra)
+    broken = set(json.loads((workdir / MARKER).read_text()).get("broken", []))
+    lock = threading.Lock()
+    queue = collections.deque(pending)
+    done = []
     t0 = time.time()
-    for n, item in enumerate(pending, 1):
-        result, kind, elapsed = run_mutant(cfg, sample, tree, workdir, item, cov, scopes)
-        with use_db(str(session), WorkDB.Mode.open) as db:
-            db.set_result(item.job_id, result)
-        m = item.mutations[0]
-        print(f"[{n}/{total} {time.time() - t0:6.0f} s] {kind:15} {elapsed:5.1f} s  {m.module_path}:{m.start_pos[0]}"
-              f"  {m.operator_name.removeprefix('core/')}", flush=True)
+
+    def worker(tree):
+        while True:
+            with lock:
+                if not queue:
+                    return
+                item = queue.popleft()
+            result, kind, elapsed = run_mutant(cfg, sample, tree, item, broken)
+            m = item.mutations[0]
+            with lock:
+                with use_db(str(session), WorkDB.Mode.open) as db:
+                    db.set_result(item.job_id, result)
+                done.append(kind)
+                print(f"[{len(done)}/{total} {time.time() - t0:6.0f} s] {kind:15} {elapsed:5.1f} s"
+                      f"  {m.module_path}:{m.start_pos[0]}  {m.operator_name.removeprefix('core/')}", flush=True)
+
+    threads = [threading.Thread(target=worker, args=(tree,)) for tree in trees]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return sorted(broken)
 
 
 # --------------------------------------------------------------------------- report
@@ -410,27 +359,26 @@ def report(workdir, state):
         module = str(item.mutations[0].module_path)
         counts[kind] += 1
         per_module[module][kind] += 1
-        if kind in ("survived", "not run"):
+        if kind in ("survived", "over budget"):
             survivors.append((item, result, kind))
-    kinds = ["killed", "killed (error)", "timeout", "survived", "not run", "error", "no mutation"]
+    kinds = ["killed", "killed (error)", "survived", "over budget", "error", "no mutation"]
     lines = [(f"# Mutation run: {state['commit'][:12]} seed {state['seed']} sample {state['size']}"
               f" of {state.get('universe', '?')} mutations"), ""]
     if state.get("seconds"):
-        coverage = state.get("coverage_seconds", 0)
-        lines.append(f"time: {state['seconds'] / 60:.0f} min (coverage {coverage / 60:.0f} min)")
+        lines.append(f"time: {state['seconds'] / 60:.0f} min, budget {state.get('budget', '?')} s a mutant")
     if state.get("broken"):
         lines.append(f"tests failing on the unmutated copy, left out: {', '.join(state['broken'])}")
     lines += ["", "| module | " + " | ".join(kinds) + " |", "|---" * (len(kinds) + 1) + "|"]
     for module in sorted(per_module):
         lines.append(f"| {module} | " + " | ".join(str(per_module[module][k]) for k in kinds) + " |")
     lines.append("| **total** | " + " | ".join(str(counts[k]) for k in kinds) + " |")
-    killed = counts["killed"] + counts["killed (error)"] + counts["timeout"]
-    alive = counts["survived"] + counts["not run"]
+    killed = counts["killed"] + counts["killed (error)"]
+    alive = counts["survived"]
     if killed + alive:
         lines += ["", (f"killed {killed} of {killed + alive} run ({100 * killed / (killed + alive):.1f}%), "
                        f"{alive} survivors; kill rate of behaviour-changing mutations = killed / "
                        f"({killed + alive} - equivalent survivors)")]
-    lines += ["", "## Survivors", ""]
+    lines += ["", "## Survivors and mutants over budget", ""]
     for item, result, kind in survivors:
         m = item.mutations[0]
         diff = [d for d in (result.diff or "").split("\n") if d[:1] in "+-" and d[:3] not in ("---", "+++")]
@@ -451,13 +399,11 @@ def main(argv=None):
     p.add_argument("--seed", type=int)
     p.add_argument("--size", type=int)
     p.add_argument("--workdir")
+    p.add_argument("--jobs", type=int, default=1, help="mutants run at a time, each on its own copy of the tree")
     p.add_argument("--fresh", action="store_true", help="start over even if the work directory holds this run")
     p.add_argument("--list", action="store_true", help="print the sample and stop")
     p.add_argument("--report", action="store_true", help="print the report of the run in the work directory")
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--coverage-phase"]:  # the child process of collect_coverage
-        coverage_phase(argv[1], argv[2], argv[3:])
-        return 0
     args = p.parse_args(argv)
     be_nice()
     cfg, sample = load_config()
@@ -500,15 +446,8 @@ def main(argv=None):
             print(f"{m.module_path}:{m.start_pos[0]}:{m.start_pos[1]} {m.operator_name} #{m.occurrence}")
         print(f"{len(sampled)} of {state['universe']} mutations")
         return 0
-    if not (workdir / "coverage.json").exists():
-        tc = time.time()
-        cov = collect_coverage(cfg, workdir / "tree", workdir)
-        state["broken"] = cov["broken"]
-        state["coverage_seconds"] = time.time() - tc
-        for d in (workdir / "tree" / cfg["module-path"]).rglob("__pycache__"):
-            shutil.rmtree(d)
-        (workdir / MARKER).write_text(json.dumps(state))
-    run(cfg, sample, workdir)
+    state["budget"] = sample["budget"]
+    state["broken"] = run(cfg, sample, workdir, args.jobs)
     state["seconds"] = state.get("seconds", 0) + time.time() - t0
     (workdir / MARKER).write_text(json.dumps(state))
     print(report(workdir, state))
