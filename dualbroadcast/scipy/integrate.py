@@ -30,14 +30,17 @@ stiff ones (BDF, Radau, LSODA; odeint is LSODA) re-solve ``y`` forward from ``Y[
 backward solves step SciPy's solver classes directly and keep no trajectory.
 
 ``Fᵀa`` products come from prepared programs (`db.prepare_gradient` of ``⟨a, F(t, y, p)⟩``, whose gradient in
-``a`` is ``F`` itself), recorded once per solve and replayed at every evaluation: one differentiating the
-parameters too (the quadrature's nodes, forward sensitivities, the stiff adjoint), one with them as constants
-(the explicit adjoint's stages); the stiff methods' Jacobians are ``n`` of them.
+``a`` is ``F`` itself), replayed at every evaluation: one differentiating the parameters too (the quadrature's
+nodes, forward sensitivities, the stiff adjoint), one with them as constants (the explicit adjoint's stages);
+the stiff methods' Jacobians are ``n`` of them.  They are kept across solves under the key kernels use
+(`kernel_keys`: the right-hand side's code, closure, defaults and the globals it reads, its constant leaves by
+value), so a second gradient of the same problem records nothing and a changed one records anew.
 
 The gradient is computed on plain values: a second derivative (a nested gradient, `db.hvp`) through a
 solver is an error naming what to do instead.
 """
 
+import collections
 import functools
 
 import numpy as np
@@ -48,6 +51,8 @@ from .. import pytree
 from ..context import FORWARD
 from ..errors import UnsupportedFunctionError
 from ..guards import Guarded, untracked
+from ..kernel_cache import CACHE_SIZE
+from ..kernel_keys import Reads, structure_key
 from ..prepared import prepare_gradient
 from ..registry import defvjp_argnum
 from ..tracked import Tracked, primitive
@@ -56,6 +61,7 @@ __all__ = ["odeint", "solve_ivp"]
 
 EXPLICIT = ("RK23", "RK45", "DOP853")
 SENSITIVITIES = ("auto", "adjoint", "forward")
+_PROGRAMS = collections.OrderedDict()  # `Problem.program_key` -> its prepared program, the last CACHE_SIZE used
 
 
 def odeint(func, y0, t, args=(), Dfun=None, col_deriv=0, full_output=0, ml=None, mu=None, rtol=None, atol=None,
@@ -132,7 +138,6 @@ class Problem:
         self.method = method if isinstance(method, str) else method.__name__
         self.solver = getattr(scipy.integrate, method) if isinstance(method, str) else method
         self.info = self.result = self.sol = None
-        self.programs = {}  # parameters differentiated or not -> (prepared program, its argument buffer)
         self._cache = None
 
     # --- the right-hand side -------------------------------------------------------------------------------
@@ -239,20 +244,12 @@ class Problem:
         return "forward" if n * evaluations <= evaluations + restarts else "adjoint"
 
     def products(self, n, p, parameters=True):
-        """``vjp(t, y, a) -> (F, ∂F/∂yᵀ a, ∂F/∂pᵀ a)``, replayed by one prepared program (one per problem and
-        kind); without ``parameters`` the parameters are its constants and ``∂F/∂pᵀ a`` is empty (the stages of the
-        adjoint, whose parameter integral is a quadrature)."""
-        if parameters not in self.programs:
-            start, constants = 1 + 2 * n, self._plain(p)
-
-            def inner_product(z):
-                params = self._plain(z[start:]) if parameters else constants
-                return np.sum(z[1 + n:start] * np.ravel(self.rhs(params)(z[0], z[1:1 + n])))
-
-            example = np.concatenate([np.zeros(start), p if parameters else []])
-            self.programs[parameters] = prepare_gradient(inner_product, example), example
-        program, buffer = self.programs[parameters]
+        """``vjp(t, y, a) -> (F, ∂F/∂yᵀ a, ∂F/∂pᵀ a)``, replayed by one prepared program (`program`); without
+        ``parameters`` the parameters are its constants and ``∂F/∂pᵀ a`` is empty (the stages of the adjoint, whose
+        parameter integral is a quadrature)."""
         start = 1 + 2 * n
+        buffer = np.concatenate([np.zeros(start), p if parameters else []])  # this solve's: programs are shared
+        program = self.program(n, p, parameters, buffer)
 
         def vjp(t, y, a):
             buffer[0], buffer[1:1 + n], buffer[1 + n:start] = t, y, a
@@ -260,6 +257,40 @@ class Problem:
             return g[1 + n:start], g[1:1 + n], g[start:]
 
         return vjp
+
+    def program(self, n, p, parameters, example):
+        """The prepared gradient of ``⟨a, F(t, y, p)⟩`` in ``z = (t, y, a[, p])``, recorded once per right-hand
+        side: kept in `_PROGRAMS` under `program_key`, so a second solve of the same problem replays it."""
+        key = self.program_key(n, p, parameters)
+        program = _PROGRAMS.get(key)
+        if program is not None:
+            _PROGRAMS.move_to_end(key)
+            return program
+        start, constants = 1 + 2 * n, self._plain(p)
+
+        def inner_product(z):
+            params = self._plain(z[start:]) if parameters else constants
+            return np.sum(z[1 + n:start] * np.ravel(self.rhs(params)(z[0], z[1:1 + n])))
+
+        program = _PROGRAMS[key] = prepare_gradient(inner_product, example)
+        if len(_PROGRAMS) > CACHE_SIZE:
+            _PROGRAMS.popitem(last=False)
+        return program
+
+    def program_key(self, n, p, parameters):
+        """What a recording of ``⟨a, F⟩`` depends on, as kernels are keyed (`structure_key`, `Reads`): the
+        right-hand side's code, defaults, closure and the globals it reads, its constant leaves by value, the
+        parameters' shapes (and, baked into a program without ``parameters``, their values), the state's size
+        and how ``F`` is called."""
+        reads = Reads()
+        structure = structure_key(self.treedef, reads)
+        names = tuple(sorted(reads.names))
+        shapes = dict(zip(self.active, self.shapes))
+        leaves = tuple(("parameter", shapes[k]) if k in shapes else reads.key(leaf, names)
+                       for k, leaf in enumerate(self.leaves))
+        values = None if parameters else p.tobytes()
+        form = (self.interface, self.options.get("tfirst"), bool(self.options.get("vectorized")))
+        return structure, leaves, p.dtype, values, n, form
 
     def jacobian(self, vjp, n):
         """``(F, ∂F/∂y, ∂F/∂p)`` at ``(t, y)``: ``n`` vector-Jacobian products with the rows of the identity."""
