@@ -292,11 +292,16 @@ class Problem:
         form = (self.interface, self.options.get("tfirst"), bool(self.options.get("vectorized")))
         return structure, leaves, p.dtype, values, n, form
 
-    def jacobian(self, vjp, n):
-        """``(F, ∂F/∂y, ∂F/∂p)`` at ``(t, y)``: ``n`` vector-Jacobian products with the rows of the identity."""
+    def jacobian(self, vjp, n, size):
+        """``(F, ∂F/∂y, ∂F/∂p)`` at ``(t, y)``: ``n`` vector-Jacobian products with the rows of the identity (made
+        once), written row by row into the two Jacobians (``size`` parameters)."""
+        identity = np.eye(n)
+
         def value_and_jacobians(t, y):
-            rows = [vjp(t, y, e) for e in np.eye(n)]
-            return rows[0][0], np.array([r[1] for r in rows]), np.array([r[2] for r in rows]).reshape(n, -1)
+            jy, jp = np.empty((n, n)), np.empty((n, size))
+            for i in range(n):
+                f, jy[i], jp[i] = vjp(t, y, identity[i])
+            return f, jy, jp
         return value_and_jacobians
 
     def adjoint(self, G, y0, s, taus, Y, p):
@@ -350,7 +355,7 @@ class Problem:
         """``(a, q)`` at ``lo`` from ``hi``, ``y`` re-solved forward from the checkpoint ``y_lo`` and interpolated."""
         n = y_lo.size
         y_of = _trajectory(self.solver, self.rhs(self._plain(p)), lo, y_lo, hi, self.solver_options(self._plain(p)))
-        jacobian = self.jacobian(vjp, n)
+        jacobian = self.jacobian(vjp, n, p.size)
 
         def augmented(t, w):
             _, ja, pa = vjp(t, y_of(t), w[:n])
@@ -372,15 +377,18 @@ class Problem:
         """``(Σ S_y0ᵀ G, Σ S_pᵀ G)``: ``S`` solved forward with ``y`` (see the module docstring)."""
         n, P = y0.size, p.size
         vjp = self.products(n, p)
-        jacobian = self.jacobian(vjp, n)
+        jacobian = self.jacobian(vjp, n, P)
         m = n + P
         rtol, atol = self.tolerances()
 
-        def augmented(t, w):
+        def augmented(t, w):  # (F, ∂F/∂y S + [0 | ∂F/∂p]) into one fresh array (SciPy keeps it as a stage)
             f, jy, jp = jacobian(t, w[:n])
-            dS = jy @ w[n:].reshape(n, m)
+            out = np.empty(w.size)
+            out[:n] = f
+            dS = out[n:].reshape(n, m)
+            np.matmul(jy, w[n:].reshape(n, m), out=dS)
             dS[:, n:] += jp
-            return np.concatenate([f, dS.ravel()])
+            return out
 
         def jac(t, w):
             _, jy, _ = jacobian(t, w[:n])
