@@ -243,45 +243,52 @@ class Problem:
         restarts = outputs * (self.solver.n_stages + 1)
         return "forward" if n * evaluations <= evaluations + restarts else "adjoint"
 
-    def products(self, n, p, parameters=True):
+    def products(self, n, p, parameters=True, points=1):
         """``vjp(t, y, a) -> (F, ∂F/∂yᵀ a, ∂F/∂pᵀ a)``, replayed by one prepared program (`program`); without
         ``parameters`` the parameters are its constants and ``∂F/∂pᵀ a`` is empty (the stages of the adjoint, whose
-        parameter integral is a quadrature)."""
-        start = 1 + 2 * n
+        parameter integral is a quadrature).  With ``points`` > 1, ``t`` holds that many times and ``y``, ``a`` as
+        many rows: ``F`` and ``∂F/∂yᵀ a`` come flat, row after row, and ``∂F/∂pᵀ a`` summed over them (one
+        replay for a quadrature step's nodes)."""
+        k = points
+        start = k * (1 + 2 * n)
         buffer = np.concatenate([np.zeros(start), p if parameters else []])  # this solve's: programs are shared
-        program = self.program(n, p, parameters, buffer)
+        program = self.program(n, p, parameters, k, buffer)
 
         def vjp(t, y, a):
-            buffer[0], buffer[1:1 + n], buffer[1 + n:start] = t, y, a
+            buffer[:k], buffer[k:k + k * n], buffer[k + k * n:start] = t, np.ravel(y), np.ravel(a)
             g = program(buffer)
-            return g[1 + n:start], g[1:1 + n], g[start:]
+            return g[k + k * n:start], g[k:k + k * n], g[start:]
 
         return vjp
 
-    def program(self, n, p, parameters, example):
-        """The prepared gradient of ``⟨a, F(t, y, p)⟩`` in ``z = (t, y, a[, p])``, recorded once per right-hand
-        side: kept in `_PROGRAMS` under `program_key`, so a second solve of the same problem replays it."""
-        key = self.program_key(n, p, parameters)
+    def program(self, n, p, parameters, points, example):
+        """The prepared gradient of ``Σⱼ ⟨aⱼ, F(tⱼ, yⱼ, p)⟩`` in ``z = (t, y, a[, p])`` (``points`` terms), recorded
+        once per right-hand side: kept in `_PROGRAMS` under `program_key`, so a second solve replays it."""
+        key = self.program_key(n, p, parameters, points)
         program = _PROGRAMS.get(key)
         if program is not None:
             _PROGRAMS.move_to_end(key)
             return program
-        start, constants = 1 + 2 * n, self._plain(p)
+        k, constants = points, self._plain(p)
+        start = k * (1 + 2 * n)
 
         def inner_product(z):
-            params = self._plain(z[start:]) if parameters else constants
-            return np.sum(z[1 + n:start] * np.ravel(self.rhs(params)(z[0], z[1:1 + n])))
+            rhs, total = self.rhs(self._plain(z[start:]) if parameters else constants), 0.0
+            for j in range(k):
+                y, a = z[k + j * n:k + (j + 1) * n], z[k + (k + j) * n:k + (k + j + 1) * n]
+                total = total + np.sum(a * np.ravel(rhs(z[j], y)))
+            return total
 
         program = _PROGRAMS[key] = prepare_gradient(inner_product, example)
         if len(_PROGRAMS) > CACHE_SIZE:
             _PROGRAMS.popitem(last=False)
         return program
 
-    def program_key(self, n, p, parameters):
+    def program_key(self, n, p, parameters, points):
         """What a recording of ``⟨a, F⟩`` depends on, as kernels are keyed (`structure_key`, `Reads`): the
         right-hand side's code, defaults, closure and the globals it reads, its constant leaves by value, the
-        parameters' shapes (and, baked into a program without ``parameters``, their values), the state's size
-        and how ``F`` is called."""
+        parameters' shapes (and, baked into a program without ``parameters``, their values), the state's size,
+        the number of terms and how ``F`` is called."""
         reads = Reads()
         structure = structure_key(self.treedef, reads)
         names = tuple(sorted(reads.names))
@@ -290,7 +297,7 @@ class Problem:
                        for k, leaf in enumerate(self.leaves))
         values = None if parameters else p.tobytes()
         form = (self.interface, self.options.get("tfirst"), bool(self.options.get("vectorized")))
-        return structure, leaves, p.dtype, values, n, form
+        return structure, leaves, p.dtype, values, n, points, form
 
     def jacobian(self, vjp, n, size):
         """``(F, ∂F/∂y, ∂F/∂p)`` at ``(t, y)``: ``n`` vector-Jacobian products with the rows of the identity (made
@@ -309,7 +316,8 @@ class Problem:
         n, m = y0.size, len(taus)
         explicit = self.method in EXPLICIT
         vjp = self.products(n, p, parameters=not explicit)
-        quadrature = Quadrature(self.products(n, p), self.solver.order, n, p.size) if explicit else None
+        quadrature = Quadrature(functools.partial(self.products, n, p), self.solver.order, n, p.size) \
+            if explicit else None
         rtol, atol = self.tolerances()
         # a and q are not in the states' units: a's absolute tolerance follows G's size, q's (states of the stiff
         # methods' solve) is rtol (relative to a unit cotangent) at least (Robertson's adjoint with the states'
@@ -413,12 +421,14 @@ class Problem:
 
 class Quadrature:
     """``q = ∫ ∂F/∂pᵀ a dt`` over the steps of the adjoint's backward solve: Gauss-Legendre nodes in each step,
-    exact for polynomials of the solver's order, ``y`` and ``a`` from the step's dense output.  The parameters are
-    not states of the solve: its steps and their arithmetic do not grow with their number."""
+    exact for polynomials of the solver's order, ``y`` and ``a`` from the step's dense output, all nodes in one
+    vector-Jacobian product (``products(points=...)``).  The parameters are not states of the solve: its steps
+    and their arithmetic do not grow with their number."""
 
-    def __init__(self, vjp, order, n, size):
-        self.vjp, self.n = vjp, n
+    def __init__(self, products, order, n, size):
+        self.n = n
         self.nodes, self.weights = np.polynomial.legendre.leggauss(order // 2 + 1)
+        self.vjp = products(points=len(self.nodes))
         self.total = np.zeros(size)
 
     def add(self, run):
@@ -426,9 +436,8 @@ class Quadrature:
         (either direction: a solve backward in time has its adjoint run forward)."""
         half = (run.t - run.t_old) / 2
         times = run.t_old + (self.nodes + 1) * half
-        states = run.dense_output()(times)
-        for j, t in enumerate(times):
-            self.total += self.vjp(t, states[:self.n, j], -half * self.weights[j] * states[self.n:, j])[2]
+        states = run.dense_output()(times)  # a column per node
+        self.total += self.vjp(times, states[:self.n].T, (-half * self.weights * states[self.n:]).T)[2]
 
 
 def _refuse_forward_mode(values):
