@@ -133,7 +133,7 @@ class Problem:
         self.active = [k for k, leaf in enumerate(self.leaves) if isinstance(leaf, Tracked)]
         self.parameters = [self.leaves[k] for k in self.active]
         self.shapes = [np.shape(untracked(v)) for v in self.parameters]
-        self.sizes = np.cumsum([0] + [int(np.prod(shape)) for shape in self.shapes])  # offsets in the flat p
+        self.system = RightHandSide(interface, options, self.treedef, self.leaves, self.active, self.shapes)
         method = options.get("method", "LSODA")
         self.method = method if isinstance(method, str) else method.__name__
         self.solver = getattr(scipy.integrate, method) if isinstance(method, str) else method
@@ -141,18 +141,6 @@ class Problem:
         self._cache = None
 
     # --- the right-hand side -------------------------------------------------------------------------------
-    def rhs(self, params):
-        """``F(t, y)`` with the parameters ``params`` (values or tracked, one per active leaf)."""
-        leaves = list(self.leaves)
-        for k, value in zip(self.active, params):
-            leaves[k] = value
-        fun, args = pytree.unflatten(self.treedef, leaves)
-        if self.interface == "odeint" and not self.options["tfirst"]:
-            return lambda t, y: fun(y, t, *args)
-        if self.options.get("vectorized"):
-            return lambda t, y: fun(t, y[:, None], *args)[:, 0] if np.ndim(y) == 1 else fun(t, y, *args)
-        return lambda t, y: fun(t, y, *args)
-
     def user_jacobian(self, params):
         """The user's Jacobian (odeint's ``Dfun``, solve_ivp's ``jac``) as ``jac(t, y)``, or None."""
         if self.interface == "solve_ivp":
@@ -219,14 +207,14 @@ class Problem:
         forward = self.chosen_sensitivity(y0.size, len(taus)) == "forward"
         solve = self.forward_sensitivities if forward else self.adjoint
         a, q = solve(G, y0, float(s), np.asarray(taus, dtype=float), Y, p)
-        rhs = self.rhs(params)
+        rhs = self.system.rhs(params)
         s_bar = -a @ np.ravel(rhs(s, y0))
 
         @functools.cache
         def tau_bar():  # called only when the output times are differentiated: an evaluation of F per time
             return np.array([G[k] @ np.ravel(rhs(t, Y[k])) for k, t in enumerate(taus)])
 
-        result = (a, s_bar, tau_bar, self._plain(q))
+        result = (a, s_bar, tau_bar, self.system.plain(q))
         self._cache = (g, result)
         return result
 
@@ -269,11 +257,11 @@ class Problem:
         if program is not None:
             _PROGRAMS.move_to_end(key)
             return program
-        k, constants = points, self._plain(p)
+        k, constants, system = points, self.system.plain(p), self.system  # the program keeps no tracked value
         start = k * (1 + 2 * n)
 
         def inner_product(z):
-            rhs, total = self.rhs(self._plain(z[start:]) if parameters else constants), 0.0
+            rhs, total = system.rhs(system.plain(z[start:]) if parameters else constants), 0.0
             for j in range(k):
                 y, a = z[k + j * n:k + (j + 1) * n], z[k + (k + j) * n:k + (k + j + 1) * n]
                 total = total + np.sum(a * np.ravel(rhs(z[j], y)))
@@ -296,7 +284,7 @@ class Problem:
         leaves = tuple(("parameter", shapes[k]) if k in shapes else reads.key(leaf, names)
                        for k, leaf in enumerate(self.leaves))
         values = None if parameters else p.tobytes()
-        form = (self.interface, self.options.get("tfirst"), bool(self.options.get("vectorized")))
+        form = (self.system.flipped, self.system.vectorized)
         return structure, leaves, p.dtype, values, n, points, form
 
     def jacobian(self, vjp, n, size):
@@ -362,7 +350,8 @@ class Problem:
     def interpolated(self, vjp, hi, lo, y_lo, a, q, rtol, atol, p):
         """``(a, q)`` at ``lo`` from ``hi``, ``y`` re-solved forward from the checkpoint ``y_lo`` and interpolated."""
         n = y_lo.size
-        y_of = _trajectory(self.solver, self.rhs(self._plain(p)), lo, y_lo, hi, self.solver_options(self._plain(p)))
+        params = self.system.plain(p)
+        y_of = _trajectory(self.solver, self.system.rhs(params), lo, y_lo, hi, self.solver_options(params))
         jacobian = self.jacobian(vjp, n, p.size)
 
         def augmented(t, w):
@@ -375,11 +364,6 @@ class Problem:
 
         w = _solve(self.solver, augmented, hi, np.concatenate([a, q]), lo, dict(rtol=rtol, atol=atol, jac=jac))
         return w[:n], w[n:]
-
-    def _plain(self, p):
-        """The parameters, one array per tracked leaf, from the flat vector ``p``."""
-        sizes = self.sizes
-        return [p[sizes[i]:sizes[i + 1]].reshape(shape) for i, shape in enumerate(self.shapes)]
 
     def forward_sensitivities(self, G, y0, s, taus, Y, p):
         """``(Σ S_y0ᵀ G, Σ S_pᵀ G)``: ``S`` solved forward with ``y`` (see the module docstring)."""
@@ -417,6 +401,35 @@ class Problem:
         for k in range(len(taus)):
             total += G[k] @ sensitivities[k][n:].reshape(n, m)
         return total[:n], total[n:]
+
+
+class RightHandSide:
+    """``F(t, y, p)`` of a call: its ``(fun, args)`` leaves with the parameters' places empty, so that a program
+    kept across solves holds no tracked value (nor the tape behind it)."""
+
+    def __init__(self, interface, options, treedef, leaves, active, shapes):
+        self.treedef, self.active, self.shapes = treedef, active, shapes
+        self.leaves = [None if k in active else leaf for k, leaf in enumerate(leaves)]
+        self.sizes = np.cumsum([0] + [int(np.prod(shape)) for shape in shapes])  # offsets in the flat p
+        self.flipped = interface == "odeint" and not options["tfirst"]
+        self.vectorized = bool(options.get("vectorized"))
+
+    def rhs(self, params):
+        """``F(t, y)`` with the parameters ``params`` (values or tracked, one per active leaf)."""
+        leaves = list(self.leaves)
+        for k, value in zip(self.active, params):
+            leaves[k] = value
+        fun, args = pytree.unflatten(self.treedef, leaves)
+        if self.flipped:
+            return lambda t, y: fun(y, t, *args)
+        if self.vectorized:
+            return lambda t, y: fun(t, y[:, None], *args)[:, 0] if np.ndim(y) == 1 else fun(t, y, *args)
+        return lambda t, y: fun(t, y, *args)
+
+    def plain(self, p):
+        """The parameters, one array per tracked leaf, from the flat vector ``p``."""
+        sizes = self.sizes
+        return [p[sizes[i]:sizes[i + 1]].reshape(shape) for i, shape in enumerate(self.shapes)]
 
 
 class Quadrature:

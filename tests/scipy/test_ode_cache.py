@@ -2,6 +2,9 @@
 gradient records nothing, and a changed closure constant or global records anew (the gradient against
 central differences)."""
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 
@@ -78,3 +81,16 @@ def test_a_changed_global_records_anew(recordings, method, sensitivity, monkeypa
     g = db.gradient(loss, P)
     assert recordings[0] > recorded
     np.testing.assert_allclose(g, central_differences(loss, P), rtol=1e-5)
+
+
+def test_kept_programs_hold_no_tracked_value():
+    """A kept program must not keep the gradient's tape alive (through a tracked parameter)."""
+    seen = []
+
+    def loss(p):
+        seen.append(weakref.ref(p))
+        return make_loss("RK45", "adjoint", 0.75)(p)
+
+    db.gradient(loss, P)
+    gc.collect()
+    assert seen and seen[0]() is None
