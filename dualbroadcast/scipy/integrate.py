@@ -42,6 +42,7 @@ solver is an error naming what to do instead.
 
 import collections
 import functools
+import threading
 
 import numpy as np
 import scipy.integrate
@@ -62,6 +63,7 @@ __all__ = ["odeint", "solve_ivp"]
 EXPLICIT = ("RK23", "RK45", "DOP853")
 SENSITIVITIES = ("auto", "adjoint", "forward")
 _PROGRAMS = collections.OrderedDict()  # `Problem.program_key` -> its prepared program, the last CACHE_SIZE used
+_PROGRAMS_LOCK = threading.Lock()
 
 
 def odeint(func, y0, t, args=(), Dfun=None, col_deriv=0, full_output=0, ml=None, mu=None, rtol=None, atol=None,
@@ -253,10 +255,11 @@ class Problem:
         """The prepared gradient of ``Σⱼ ⟨aⱼ, F(tⱼ, yⱼ, p)⟩`` in ``z = (t, y, a[, p])`` (``points`` terms), recorded
         once per right-hand side: kept in `_PROGRAMS` under `program_key`, so a second solve replays it."""
         key = self.program_key(n, p, parameters, points)
-        program = _PROGRAMS.get(key)
-        if program is not None:
-            _PROGRAMS.move_to_end(key)
-            return program
+        with _PROGRAMS_LOCK:  # solves in other threads share the cache (each records and replays its own variants)
+            program = _PROGRAMS.get(key)
+            if program is not None:
+                _PROGRAMS.move_to_end(key)
+                return program
         k, constants, system = points, self.system.plain(p), self.system  # the program keeps no tracked value
         start = k * (1 + 2 * n)
 
@@ -267,9 +270,11 @@ class Problem:
                 total = total + np.sum(a * np.ravel(rhs(z[j], y)))
             return total
 
-        program = _PROGRAMS[key] = prepare_gradient(inner_product, example)
-        if len(_PROGRAMS) > CACHE_SIZE:
-            _PROGRAMS.popitem(last=False)
+        program = prepare_gradient(inner_product, example)
+        with _PROGRAMS_LOCK:
+            _PROGRAMS[key] = program
+            if len(_PROGRAMS) > CACHE_SIZE:
+                _PROGRAMS.popitem(last=False)
         return program
 
     def program_key(self, n, p, parameters, points):

@@ -4,6 +4,7 @@ central differences)."""
 
 import gc
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -94,3 +95,14 @@ def test_kept_programs_hold_no_tracked_value():
     db.gradient(loss, P)
     gc.collect()
     assert seen and seen[0]() is None
+
+
+def test_threads_share_the_kept_programs():
+    """Solves in threads, of one right-hand side at different parameters, give the serial gradients."""
+    loss = make_loss("RK45", "adjoint", 0.75)
+    points = [P * (1 + 0.1 * k) for k in range(6)]
+    serial = [db.gradient(loss, p) for p in points]
+    with ThreadPoolExecutor(3) as pool:
+        threaded = list(pool.map(lambda p: db.gradient(loss, p), points))
+    for expected, got in zip(serial, threaded):
+        np.testing.assert_allclose(got, expected, rtol=1e-12)
