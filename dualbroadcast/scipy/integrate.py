@@ -30,15 +30,19 @@ stiff ones (BDF, Radau, LSODA; odeint is LSODA) re-solve ``y`` forward from ``Y[
 backward solves step SciPy's solver classes directly and keep no trajectory.
 
 ``Fᵀa`` products come from prepared programs (`db.prepare_gradient` of ``⟨a, F(t, y, p)⟩``, whose gradient in
-``a`` is ``F`` itself), recorded once per solve and replayed at every evaluation: one differentiating the
-parameters too (the quadrature's nodes, forward sensitivities, the stiff adjoint), one with them as constants
-(the explicit adjoint's stages); the stiff methods' Jacobians are ``n`` of them.
+``a`` is ``F`` itself), replayed at every evaluation: one differentiating the parameters too (the quadrature's
+nodes, forward sensitivities, the stiff adjoint), one with them as constants (the explicit adjoint's stages);
+the stiff methods' Jacobians are ``n`` of them.  They are kept across solves under the key kernels use
+(`kernel_keys`: the right-hand side's code, closure, defaults and the globals it reads, its constant leaves by
+value), so a second gradient of the same problem records nothing and a changed one records anew.
 
 The gradient is computed on plain values: a second derivative (a nested gradient, `db.hvp`) through a
 solver is an error naming what to do instead.
 """
 
+import collections
 import functools
+import threading
 
 import numpy as np
 import scipy.integrate
@@ -48,6 +52,8 @@ from .. import pytree
 from ..context import FORWARD
 from ..errors import UnsupportedFunctionError
 from ..guards import Guarded, untracked
+from ..kernel_cache import CACHE_SIZE
+from ..kernel_keys import Reads, structure_key
 from ..prepared import prepare_gradient
 from ..registry import defvjp_argnum
 from ..tracked import Tracked, primitive
@@ -56,6 +62,8 @@ __all__ = ["odeint", "solve_ivp"]
 
 EXPLICIT = ("RK23", "RK45", "DOP853")
 SENSITIVITIES = ("auto", "adjoint", "forward")
+_PROGRAMS = collections.OrderedDict()  # `Problem.program_key` -> its prepared program, the last CACHE_SIZE used
+_PROGRAMS_LOCK = threading.Lock()
 
 
 def odeint(func, y0, t, args=(), Dfun=None, col_deriv=0, full_output=0, ml=None, mu=None, rtol=None, atol=None,
@@ -127,27 +135,14 @@ class Problem:
         self.active = [k for k, leaf in enumerate(self.leaves) if isinstance(leaf, Tracked)]
         self.parameters = [self.leaves[k] for k in self.active]
         self.shapes = [np.shape(untracked(v)) for v in self.parameters]
-        self.sizes = np.cumsum([0] + [int(np.prod(shape)) for shape in self.shapes])  # offsets in the flat p
+        self.system = RightHandSide(interface, options, self.treedef, self.leaves, self.active, self.shapes)
         method = options.get("method", "LSODA")
         self.method = method if isinstance(method, str) else method.__name__
         self.solver = getattr(scipy.integrate, method) if isinstance(method, str) else method
         self.info = self.result = self.sol = None
-        self.programs = {}  # parameters differentiated or not -> (prepared program, its argument buffer)
         self._cache = None
 
     # --- the right-hand side -------------------------------------------------------------------------------
-    def rhs(self, params):
-        """``F(t, y)`` with the parameters ``params`` (values or tracked, one per active leaf)."""
-        leaves = list(self.leaves)
-        for k, value in zip(self.active, params):
-            leaves[k] = value
-        fun, args = pytree.unflatten(self.treedef, leaves)
-        if self.interface == "odeint" and not self.options["tfirst"]:
-            return lambda t, y: fun(y, t, *args)
-        if self.options.get("vectorized"):
-            return lambda t, y: fun(t, y[:, None], *args)[:, 0] if np.ndim(y) == 1 else fun(t, y, *args)
-        return lambda t, y: fun(t, y, *args)
-
     def user_jacobian(self, params):
         """The user's Jacobian (odeint's ``Dfun``, solve_ivp's ``jac``) as ``jac(t, y)``, or None."""
         if self.interface == "solve_ivp":
@@ -214,14 +209,14 @@ class Problem:
         forward = self.chosen_sensitivity(y0.size, len(taus)) == "forward"
         solve = self.forward_sensitivities if forward else self.adjoint
         a, q = solve(G, y0, float(s), np.asarray(taus, dtype=float), Y, p)
-        rhs = self.rhs(params)
+        rhs = self.system.rhs(params)
         s_bar = -a @ np.ravel(rhs(s, y0))
 
         @functools.cache
         def tau_bar():  # called only when the output times are differentiated: an evaluation of F per time
             return np.array([G[k] @ np.ravel(rhs(t, Y[k])) for k, t in enumerate(taus)])
 
-        result = (a, s_bar, tau_bar, self._plain(q))
+        result = (a, s_bar, tau_bar, self.system.plain(q))
         self._cache = (g, result)
         return result
 
@@ -238,34 +233,75 @@ class Problem:
         restarts = outputs * (self.solver.n_stages + 1)
         return "forward" if n * evaluations <= evaluations + restarts else "adjoint"
 
-    def products(self, n, p, parameters=True):
-        """``vjp(t, y, a) -> (F, ∂F/∂yᵀ a, ∂F/∂pᵀ a)``, replayed by one prepared program (one per problem and
-        kind); without ``parameters`` the parameters are its constants and ``∂F/∂pᵀ a`` is empty (the stages of the
-        adjoint, whose parameter integral is a quadrature)."""
-        if parameters not in self.programs:
-            start, constants = 1 + 2 * n, self._plain(p)
-
-            def inner_product(z):
-                params = self._plain(z[start:]) if parameters else constants
-                return np.sum(z[1 + n:start] * np.ravel(self.rhs(params)(z[0], z[1:1 + n])))
-
-            example = np.concatenate([np.zeros(start), p if parameters else []])
-            self.programs[parameters] = prepare_gradient(inner_product, example), example
-        program, buffer = self.programs[parameters]
-        start = 1 + 2 * n
+    def products(self, n, p, parameters=True, points=1):
+        """``vjp(t, y, a) -> (F, ∂F/∂yᵀ a, ∂F/∂pᵀ a)``, replayed by one prepared program (`program`); without
+        ``parameters`` the parameters are its constants and ``∂F/∂pᵀ a`` is empty (the stages of the adjoint, whose
+        parameter integral is a quadrature).  With ``points`` > 1, ``t`` holds that many times and ``y``, ``a`` as
+        many rows: ``F`` and ``∂F/∂yᵀ a`` come flat, row after row, and ``∂F/∂pᵀ a`` summed over them (one
+        replay for a quadrature step's nodes)."""
+        k = points
+        start = k * (1 + 2 * n)
+        buffer = np.concatenate([np.zeros(start), p if parameters else []])  # this solve's: programs are shared
+        program = self.program(n, p, parameters, k, buffer)
 
         def vjp(t, y, a):
-            buffer[0], buffer[1:1 + n], buffer[1 + n:start] = t, y, a
+            buffer[:k], buffer[k:k + k * n], buffer[k + k * n:start] = t, np.ravel(y), np.ravel(a)
             g = program(buffer)
-            return g[1 + n:start], g[1:1 + n], g[start:]
+            return g[k + k * n:start], g[k:k + k * n], g[start:]
 
         return vjp
 
-    def jacobian(self, vjp, n):
-        """``(F, ∂F/∂y, ∂F/∂p)`` at ``(t, y)``: ``n`` vector-Jacobian products with the rows of the identity."""
+    def program(self, n, p, parameters, points, example):
+        """The prepared gradient of ``Σⱼ ⟨aⱼ, F(tⱼ, yⱼ, p)⟩`` in ``z = (t, y, a[, p])`` (``points`` terms), recorded
+        once per right-hand side: kept in `_PROGRAMS` under `program_key`, so a second solve replays it."""
+        key = self.program_key(n, p, parameters, points)
+        with _PROGRAMS_LOCK:  # solves in other threads share the cache (each records and replays its own variants)
+            program = _PROGRAMS.get(key)
+            if program is not None:
+                _PROGRAMS.move_to_end(key)
+                return program
+        k, constants, system = points, self.system.plain(p), self.system  # the program keeps no tracked value
+        start = k * (1 + 2 * n)
+
+        def inner_product(z):
+            rhs, total = system.rhs(system.plain(z[start:]) if parameters else constants), 0.0
+            for j in range(k):
+                y, a = z[k + j * n:k + (j + 1) * n], z[k + (k + j) * n:k + (k + j + 1) * n]
+                total = total + np.sum(a * np.ravel(rhs(z[j], y)))
+            return total
+
+        program = prepare_gradient(inner_product, example)
+        with _PROGRAMS_LOCK:
+            _PROGRAMS[key] = program
+            if len(_PROGRAMS) > CACHE_SIZE:
+                _PROGRAMS.popitem(last=False)
+        return program
+
+    def program_key(self, n, p, parameters, points):
+        """What a recording of ``⟨a, F⟩`` depends on, as kernels are keyed (`structure_key`, `Reads`): the
+        right-hand side's code, defaults, closure and the globals it reads, its constant leaves by value, the
+        parameters' shapes (and, baked into a program without ``parameters``, their values), the state's size,
+        the number of terms and how ``F`` is called."""
+        reads = Reads()
+        structure = structure_key(self.treedef, reads)
+        names = tuple(sorted(reads.names))
+        shapes = dict(zip(self.active, self.shapes))
+        leaves = tuple(("parameter", shapes[k]) if k in shapes else reads.key(leaf, names)
+                       for k, leaf in enumerate(self.leaves))
+        values = None if parameters else p.tobytes()
+        form = (self.system.flipped, self.system.vectorized)
+        return structure, leaves, p.dtype, values, n, points, form
+
+    def jacobian(self, vjp, n, size):
+        """``(F, ∂F/∂y, ∂F/∂p)`` at ``(t, y)``: ``n`` vector-Jacobian products with the rows of the identity (made
+        once), written row by row into the two Jacobians (``size`` parameters)."""
+        identity = np.eye(n)
+
         def value_and_jacobians(t, y):
-            rows = [vjp(t, y, e) for e in np.eye(n)]
-            return rows[0][0], np.array([r[1] for r in rows]), np.array([r[2] for r in rows]).reshape(n, -1)
+            jy, jp = np.empty((n, n)), np.empty((n, size))
+            for i in range(n):
+                f, jy[i], jp[i] = vjp(t, y, identity[i])
+            return f, jy, jp
         return value_and_jacobians
 
     def adjoint(self, G, y0, s, taus, Y, p):
@@ -273,7 +309,8 @@ class Problem:
         n, m = y0.size, len(taus)
         explicit = self.method in EXPLICIT
         vjp = self.products(n, p, parameters=not explicit)
-        quadrature = Quadrature(self.products(n, p), self.solver.order, n, p.size) if explicit else None
+        quadrature = Quadrature(functools.partial(self.products, n, p), self.solver.order, n, p.size) \
+            if explicit else None
         rtol, atol = self.tolerances()
         # a and q are not in the states' units: a's absolute tolerance follows G's size, q's (states of the stiff
         # methods' solve) is rtol (relative to a unit cotangent) at least (Robertson's adjoint with the states'
@@ -318,8 +355,9 @@ class Problem:
     def interpolated(self, vjp, hi, lo, y_lo, a, q, rtol, atol, p):
         """``(a, q)`` at ``lo`` from ``hi``, ``y`` re-solved forward from the checkpoint ``y_lo`` and interpolated."""
         n = y_lo.size
-        y_of = _trajectory(self.solver, self.rhs(self._plain(p)), lo, y_lo, hi, self.solver_options(self._plain(p)))
-        jacobian = self.jacobian(vjp, n)
+        params = self.system.plain(p)
+        y_of = _trajectory(self.solver, self.system.rhs(params), lo, y_lo, hi, self.solver_options(params))
+        jacobian = self.jacobian(vjp, n, p.size)
 
         def augmented(t, w):
             _, ja, pa = vjp(t, y_of(t), w[:n])
@@ -332,24 +370,22 @@ class Problem:
         w = _solve(self.solver, augmented, hi, np.concatenate([a, q]), lo, dict(rtol=rtol, atol=atol, jac=jac))
         return w[:n], w[n:]
 
-    def _plain(self, p):
-        """The parameters, one array per tracked leaf, from the flat vector ``p``."""
-        sizes = self.sizes
-        return [p[sizes[i]:sizes[i + 1]].reshape(shape) for i, shape in enumerate(self.shapes)]
-
     def forward_sensitivities(self, G, y0, s, taus, Y, p):
         """``(Σ S_y0ᵀ G, Σ S_pᵀ G)``: ``S`` solved forward with ``y`` (see the module docstring)."""
         n, P = y0.size, p.size
         vjp = self.products(n, p)
-        jacobian = self.jacobian(vjp, n)
+        jacobian = self.jacobian(vjp, n, P)
         m = n + P
         rtol, atol = self.tolerances()
 
-        def augmented(t, w):
+        def augmented(t, w):  # (F, ∂F/∂y S + [0 | ∂F/∂p]) into one fresh array (SciPy keeps it as a stage)
             f, jy, jp = jacobian(t, w[:n])
-            dS = jy @ w[n:].reshape(n, m)
+            out = np.empty(w.size)
+            out[:n] = f
+            dS = out[n:].reshape(n, m)
+            np.matmul(jy, w[n:].reshape(n, m), out=dS)
             dS[:, n:] += jp
-            return np.concatenate([f, dS.ravel()])
+            return out
 
         def jac(t, w):
             _, jy, _ = jacobian(t, w[:n])
@@ -372,14 +408,45 @@ class Problem:
         return total[:n], total[n:]
 
 
+class RightHandSide:
+    """``F(t, y, p)`` of a call: its ``(fun, args)`` leaves with the parameters' places empty, so that a program
+    kept across solves holds no tracked value (nor the tape behind it)."""
+
+    def __init__(self, interface, options, treedef, leaves, active, shapes):
+        self.treedef, self.active, self.shapes = treedef, active, shapes
+        self.leaves = [None if k in active else leaf for k, leaf in enumerate(leaves)]
+        self.sizes = np.cumsum([0] + [int(np.prod(shape)) for shape in shapes])  # offsets in the flat p
+        self.flipped = interface == "odeint" and not options["tfirst"]
+        self.vectorized = bool(options.get("vectorized"))
+
+    def rhs(self, params):
+        """``F(t, y)`` with the parameters ``params`` (values or tracked, one per active leaf)."""
+        leaves = list(self.leaves)
+        for k, value in zip(self.active, params):
+            leaves[k] = value
+        fun, args = pytree.unflatten(self.treedef, leaves)
+        if self.flipped:
+            return lambda t, y: fun(y, t, *args)
+        if self.vectorized:
+            return lambda t, y: fun(t, y[:, None], *args)[:, 0] if np.ndim(y) == 1 else fun(t, y, *args)
+        return lambda t, y: fun(t, y, *args)
+
+    def plain(self, p):
+        """The parameters, one array per tracked leaf, from the flat vector ``p``."""
+        sizes = self.sizes
+        return [p[sizes[i]:sizes[i + 1]].reshape(shape) for i, shape in enumerate(self.shapes)]
+
+
 class Quadrature:
     """``q = ∫ ∂F/∂pᵀ a dt`` over the steps of the adjoint's backward solve: Gauss-Legendre nodes in each step,
-    exact for polynomials of the solver's order, ``y`` and ``a`` from the step's dense output.  The parameters are
-    not states of the solve: its steps and their arithmetic do not grow with their number."""
+    exact for polynomials of the solver's order, ``y`` and ``a`` from the step's dense output, all nodes in one
+    vector-Jacobian product (``products(points=...)``).  The parameters are not states of the solve: its steps
+    and their arithmetic do not grow with their number."""
 
-    def __init__(self, vjp, order, n, size):
-        self.vjp, self.n = vjp, n
+    def __init__(self, products, order, n, size):
+        self.n = n
         self.nodes, self.weights = np.polynomial.legendre.leggauss(order // 2 + 1)
+        self.vjp = products(points=len(self.nodes))
         self.total = np.zeros(size)
 
     def add(self, run):
@@ -387,9 +454,8 @@ class Quadrature:
         (either direction: a solve backward in time has its adjoint run forward)."""
         half = (run.t - run.t_old) / 2
         times = run.t_old + (self.nodes + 1) * half
-        states = run.dense_output()(times)
-        for j, t in enumerate(times):
-            self.total += self.vjp(t, states[:self.n, j], -half * self.weights[j] * states[self.n:, j])[2]
+        states = run.dense_output()(times)  # a column per node
+        self.total += self.vjp(times, states[:self.n].T, (-half * self.weights * states[self.n:]).T)[2]
 
 
 def _refuse_forward_mode(values):
