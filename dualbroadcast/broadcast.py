@@ -52,7 +52,7 @@ def broadcast(f: Callable[..., Any], *args: Any, backend: str | None = None) -> 
     >>> db.broadcast(lambda x, y: np.exp(x) * y, np.zeros(3), 2.0)
     array([2., 2., 2.])
     """
-    return _run(f, args, reduce=False, backend=backend)
+    return _broadcast_kernel(f, args, reduce=False, backend=backend)
 
 
 def sum(f: Callable[..., Any], *args: Any, backend: str | None = None) -> Any:  # the contract's name, not the builtin
@@ -64,7 +64,7 @@ def sum(f: Callable[..., Any], *args: Any, backend: str | None = None) -> Any:  
     >>> db.sum(lambda r: np.exp(-3 * (r + 1)), np.zeros(4))
     np.float64(0.19914827347145578)
     """
-    return _run(f, args, reduce=True, backend=backend)
+    return _broadcast_kernel(f, args, reduce=True, backend=backend)
 
 
 def elementwise(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -86,7 +86,7 @@ def elementwise(f: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _run(f, args, reduce, backend):
+def _broadcast_kernel(f, args, reduce, backend):
     if type(f) is FunctionType and backend is None:
         plan = _plans.get((id(f.__code__), reduce))
         result = None if plan is None else plan.run(f, args)
@@ -122,7 +122,7 @@ def _run(f, args, reduce, backend):
             if type(value) is Tracked:  # tracked by two nested gradients: the kernel computes on the plain value
                 nested, value = True, untracked(value)
             if type(value) is Lazy:  # a differentiated Dask array
-                return DASK_LAYER.run(f, args, reduce, backend)
+                return DASK_LAYER.run_over_chunks(f, args, reduce, backend)
             kind = value.dtype if type(value) is np.ndarray else value_kind(value)
             if (type(leaf) is Tracked and on and leaf.index not in inactive) or type(leaf) is Dual:
                 active.append(len(values))
@@ -132,7 +132,7 @@ def _run(f, args, reduce, backend):
             kinds.append(kind)
         else:  # baked into the kernel: ints, bools, None, strings, objects
             if is_chunked(leaf):  # a Dask array: each chunk runs this kernel (`chunked`)
-                return DASK_LAYER.run(f, args, reduce, backend)
+                return DASK_LAYER.run_over_chunks(f, args, reduce, backend)
             names = tuple(sorted(reads.names)) if names is None else names
             kinds.append(("baked", reads.key(leaf, names)))
     on_tape = on_tape or (Dual in map(type, inputs) and any(type(inputs[i]) is Tracked for i in active))

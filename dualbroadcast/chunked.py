@@ -71,7 +71,7 @@ def leaf_gradient(g, original):
 
 
 # --- db.sum and db.broadcast over Dask arrays ------------------------------------------------------------
-def run(f: Callable[..., Any], args: tuple, reduce: bool, backend: str | None) -> Any:
+def run_over_chunks(f: Callable[..., Any], args: tuple, reduce: bool, backend: str | None) -> Any:
     """``db.sum(f, *args)`` (``reduce``) or ``db.broadcast(f, *args)`` where a leaf is a Dask array."""
     import dask
 
@@ -86,7 +86,7 @@ def run(f: Callable[..., Any], args: tuple, reduce: bool, backend: str | None) -
                 "as large as the data; reduce it in the same kernel, db.sum(f, ...), whose derivatives are taken "
                 "per chunk")
         return _taylor(f, leaves, treedef, activity, order, backend)
-    plan = _Plan(leaves, activity, "sum" if reduce else "broadcast", treedef, backend)
+    plan = _ChunkPlan(leaves, activity, "sum" if reduce else "broadcast", treedef, backend)
     plan.call = _logged(f, len(plan.active), math.prod(plan.shape), reduce)
     if not reduce:
         return plan.broadcast()
@@ -103,7 +103,7 @@ def run(f: Callable[..., Any], args: tuple, reduce: bool, backend: str | None) -
                                else _lazy_pullback(plan.partial(p), plan.values[p]) for p in plan.active])
 
 
-class _Plan:
+class _ChunkPlan:
     """One call's leaves sorted for Dask: the *big* ones (Dask arrays, and NumPy arrays spanning a chunked
     axis, made Dask arrays with the grid's chunks) broadcast to one grid of blocks, the *small* ones (sent
     whole to every block) and the rest (baked into the kernel, as in memory)."""
@@ -241,7 +241,7 @@ def _layers(x, into):
 
 def _order(leaves, activity):
     """The order of the derivatives a `db.sum` over Dask arrays must give its small arguments beyond the usual
-    first-order path's: 0 (one gradient: `_Plan`), 1 (a `db.jvp`, or one gradient inside another that does not
+    first-order path's: 0 (one gradient: `_ChunkPlan`), 1 (a `db.jvp`, or one gradient inside another that does not
     track these arguments), 2 (two nested levels: `db.hvp`, `db.hessian`)."""
 
     layers, beyond = set(), False  # beyond the first-order path: a dual, or a gradient inside another's
@@ -272,7 +272,7 @@ def _taylor(f, leaves, treedef, activity, order, backend):
         raise UnsupportedFunctionError(
             "db.jvp, db.hvp and db.hessian of a db.sum over Dask arrays take derivatives with respect to its small "
             "arguments (NumPy arrays and scalars), not the Dask arrays: db.cut the Dask array, or .compute() it")
-    plan = _Plan(bases, [False] * len(bases), "sum", treedef, backend)
+    plan = _ChunkPlan(bases, [False] * len(bases), "sum", treedef, backend)
     if any(p in plan.big for p in active):
         raise UnsupportedFunctionError(
             "db.jvp, db.hvp and db.hessian of a db.sum over Dask arrays: a differentiated NumPy argument spans the "
@@ -629,7 +629,7 @@ def _block_map(*blocks, context, wrt):
     return _in_task(_on_block, (treedef, values, big, "sum" if wrt else "broadcast", backend), blocks, wrt)[-1]
 
 
-DASK_LAYER.run = run
+DASK_LAYER.run_over_chunks = run_over_chunks
 DASK_LAYER.leaf_value = leaf_value
 DASK_LAYER.leaf_gradient = leaf_gradient
 DASK_LAYER.pullback = pullback

@@ -237,13 +237,13 @@ class ProgramExplanation:
 
 def _explain_program(prog, args):
     """The program ``prog`` replays for ``args`` (recorded first if none fits), step by step."""
-    from .prepared import GuardFailed, _run, _signature
+    from .prepared import GuardFailed, _signature, call_on_leaves
 
     value, _ = prog.value_and_gradient(*args)
     flat = [pytree.flatten(arg) for arg in args]
     for program in prog.variants.get(_signature(flat), ()):
         try:
-            _run(program.gradient, program, flat, None)
+            call_on_leaves(program.gradient, program, flat, None)
         except GuardFailed:
             continue
         steps = _program_steps(program)  # (waits for a straight-line replay compiled in the background)

@@ -18,7 +18,7 @@ from .numpy_facts import getitem, qualified_name
 class _DaskLayer:
     """The Dask layer's entry points that the layers below it call; `chunked` sets them when imported."""
 
-    run = None  # run(f, args, reduce, backend): db.sum / db.broadcast with a Dask argument
+    run_over_chunks = None  # run_over_chunks(f, args, reduce, backend): db.sum / db.broadcast with a Dask argument
     leaf_value = None  # leaf_value(x): the tape's value of a differentiated Dask array argument
     leaf_gradient = None  # leaf_gradient(g, original): its gradient, a lazy Dask array
     pullback = None  # pullback(tape, out_leaves, out_def, arguments): db.pullback of a Dask-array result

@@ -517,7 +517,7 @@ class PreparedGradient:
             self.variants[plain[0]] = self.variants.setdefault(signature, [])  # the same programs
         for program in self.variants.get(signature, ()):
             try:
-                return _run(program.run if with_value else program.gradient, program, flat, out)
+                return call_on_leaves(program.run if with_value else program.gradient, program, flat, out)
             except GuardFailed:
                 continue
         if signature in self.unreplayable:
@@ -602,7 +602,7 @@ def _leaves(arguments):
     return [(k, t.index) for k, t in enumerate(inputs) if t is not None]
 
 
-def _run(run, program, flat, out):
+def call_on_leaves(run, program, flat, out):
     """``run`` (``program.run`` or ``program.gradient``) on the leaves of pytree arguments."""
     leaves = [leaf for leaves, _ in flat for leaf in leaves]
     values = [leaves[k] for k, _ in program.leaves]
