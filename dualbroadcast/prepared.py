@@ -125,8 +125,11 @@ class Recorder:
         """Whether a step may give arrays whose shapes depend on values: it reads integers or booleans computed
         from the arguments (``x[x > 0]``, ``np.compress(x > 0, x)``, ``x[np.nonzero(d)]``), or its results are such
         values (``np.nonzero(x)``)."""
-        return any(type(r) is int and r in self.inactive and self.meta[r][1].kind in "biu" for r in unpacked(refs)) \
-            or any(o is not None and o in self.inactive and self.meta[o][1].kind in "biu" for o in outs)
+        inactive, meta = self.inactive, self.meta
+        for r in _flat(refs):
+            if type(r) is int and r in inactive and meta[r][1].kind in "biu":
+                return True
+        return any(o is not None and o in inactive and meta[o][1].kind in "biu" for o in outs)
 
     def guard_shapes(self, outs):
         """A guard on the shape of each array result: the program is compiled for these shapes (a broadcast
@@ -145,7 +148,7 @@ class Recorder:
                 or (func is getitem and len(refs) == 2 and type(refs[1]) is Const)
                 or (func is np.where and len(refs) == 3)):  # (np.where(c) alone is np.nonzero(c))
             return False
-        return all(type(r) is Const or r in self.fixed for r in unpacked(refs)) \
+        return all(type(r) is Const or r in self.fixed for r in _flat(refs)) \
             and all(type(v) is not Tracked for v in kwargs.values())
 
     def holds_complex(self, refs, rest, kwargs, results):
@@ -278,7 +281,8 @@ class Recorder:
 _WITH_DTYPE = (np.ndarray, np.generic)
 _SIZES = {np.shape, np.ndim, np.size, len}  # what a guard of a value's size reads
 _SHAPE_FUNCTIONS = {np.sum, np.dot, np.matmul, np.reshape, np.ravel, np.transpose, np.broadcast_to, np.shape,
-                    np.ndim, np.size}  # ... whose results' shapes follow from their arguments' (ufuncs too)
+                    np.ndim, np.size, np.stack,
+                    np.concatenate}  # ... whose results' shapes follow from their arguments' (ufuncs too)
 
 
 def _identity(x):
@@ -294,7 +298,12 @@ def _is_complex(value):
 
 def _constants(refs):
     """The `Const` s among ``refs`` and in their Packs."""
-    return [r for r in unpacked(refs) if type(r) is Const]
+    return [r for r in _flat(refs) if type(r) is Const]
+
+
+def _flat(refs):
+    """``refs`` with their Packs' references in place (`unpacked`), as they are where they hold no Pack."""
+    return refs if Pack not in map(type, refs) else list(unpacked(refs))
 
 
 def _holds_array(value):
@@ -358,8 +367,8 @@ class Program:
         self.steps, self.regions, self.plans, self.first = self.recorded_steps, [], None, None
         self.runners = {}  # (a region's KernelStep, without its value) -> its runner, which every plan runs; also
         # (a product's step, "matmul", site) and (a region's step, "product sums", partial): `region_runners`'
-        self.loop = self.context.run(loops.attach, self, partial(_compile_straight, self, FUSE_REGIONS.get()),
-                                     self.expected)
+        fuse = self.context.run(FUSE_REGIONS.get)
+        self.loop = self.context.run(loops.attach, self, partial(_compile_straight, self, fuse), self.expected)
         self.expected = self.context = None
 
     def _first(self, which, leaves, out=None):
