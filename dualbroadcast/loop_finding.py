@@ -130,8 +130,8 @@ def _checked(steps, meta, out, start, period, trips):
                 if o is not None:
                     producer[o] = (k, slot)
     template = steps[start:start + period]
-    kinds = [[_kind(r, start, period, 0, producer) for r in _flat(step.refs)] for step in template]
-    second = [[_kind(r, start, period, 1, producer) for r in _flat(step.refs)] for step in steps[start + period:]
+    kinds = [[_kind(r, start, period, 0, producer) for r in flat_refs(step.refs)] for step in template]
+    second = [[_kind(r, start, period, 1, producer) for r in flat_refs(step.refs)] for step in steps[start + period:]
               [:period]]
     for first, other in zip(kinds, second):  # a value before the loop in iteration 0: which?
         for slot, (a, b) in enumerate(zip(first, other)):
@@ -193,7 +193,7 @@ def _agrees(step, template, kinds, start, period, k, producer, rows, j):
     if (step.rest or template.rest) \
             and (len(step.rest) != len(template.rest) or not all(map(_same_constant, step.rest, template.rest))):
         return False
-    refs, template_refs = _flat(step.refs), _flat(template.refs)
+    refs, template_refs = flat_refs(step.refs), flat_refs(template.refs)
     for slot, (r, t, kind) in enumerate(zip(refs, template_refs, kinds)):
         if kind[0] == "literal":
             if r.value is not t.value and (type(t.value) is np.ndarray or not _same_constant(r.value, t.value)):
@@ -213,7 +213,7 @@ def _agrees(step, template, kinds, start, period, k, producer, rows, j):
     return True
 
 
-def _flat(refs):
+def flat_refs(refs):
     """`unpacked` ``refs`` as a sequence: ``refs`` themselves where they hold no `Pack` (most steps)."""
     return list(unpacked(refs)) if Pack in map(type, refs) else refs
 

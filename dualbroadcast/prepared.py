@@ -31,6 +31,7 @@ from .api import directional_derivative, hvp_arguments
 from .context import ACTIVE_TAPE
 from .errors import UnsupportedFunctionError
 from .guards import RECORDER, NotReplayableError
+from .loop_finding import flat_refs
 from .numpy_facts import FLOAT_LEAVES, getitem, qualified_name
 from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpacked
 from .pytree import Cut
@@ -126,7 +127,7 @@ class Recorder:
         from the arguments (``x[x > 0]``, ``np.compress(x > 0, x)``, ``x[np.nonzero(d)]``), or its results are such
         values (``np.nonzero(x)``)."""
         inactive, meta = self.inactive, self.meta
-        for r in _flat(refs):
+        for r in flat_refs(refs):
             if type(r) is int and r in inactive and meta[r][1].kind in "biu":
                 return True
         return any(o is not None and o in inactive and meta[o][1].kind in "biu" for o in outs)
@@ -148,7 +149,7 @@ class Recorder:
                 or (func is getitem and len(refs) == 2 and type(refs[1]) is Const)
                 or (func is np.where and len(refs) == 3)):  # (np.where(c) alone is np.nonzero(c))
             return False
-        return all(type(r) is Const or r in self.fixed for r in _flat(refs)) \
+        return all(type(r) is Const or r in self.fixed for r in flat_refs(refs)) \
             and all(type(v) is not Tracked for v in kwargs.values())
 
     def holds_complex(self, refs, rest, kwargs, results):
@@ -298,12 +299,7 @@ def _is_complex(value):
 
 def _constants(refs):
     """The `Const` s among ``refs`` and in their Packs."""
-    return [r for r in _flat(refs) if type(r) is Const]
-
-
-def _flat(refs):
-    """``refs`` with their Packs' references in place (`unpacked`), as they are where they hold no Pack."""
-    return refs if Pack not in map(type, refs) else list(unpacked(refs))
+    return [r for r in flat_refs(refs) if type(r) is Const]
 
 
 def _holds_array(value):
