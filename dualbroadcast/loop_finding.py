@@ -84,13 +84,16 @@ def _signatures(steps, meta):
                    tuple([None if o is None else meta[o] for o in step.outs]))
         else:
             key = ("step", k)  # guards, kernels: never repeated
-        signatures.append(ids.setdefault(_hashable(key), len(ids)))
+        try:
+            signatures.append(ids.setdefault(key, len(ids)))
+        except TypeError:  # an unhashable constant or keyword: by its text
+            signatures.append(ids.setdefault(repr(key), len(ids)))
     return np.array(signatures)
 
 
 def _ref_key(r, meta):
-    if type(r) is int:
-        return ("value", meta[r])
+    if type(r) is int:  # its (shape, dtype): unlike the other keys, which a word begins
+        return meta[r]
     if type(r) is Pack:
         return ("pack", id(r))
     value = r.value
@@ -99,14 +102,6 @@ def _ref_key(r, meta):
     if type(value) in (int, float):
         return ("number", type(value).__name__)
     return ("other", type(value).__name__, repr(value))
-
-
-def _hashable(key):
-    try:
-        hash(key)
-        return key
-    except TypeError:
-        return repr(key)
 
 
 def _longest_run(same):
