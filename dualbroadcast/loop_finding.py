@@ -84,13 +84,16 @@ def _signatures(steps, meta):
                    tuple([None if o is None else meta[o] for o in step.outs]))
         else:
             key = ("step", k)  # guards, kernels: never repeated
-        signatures.append(ids.setdefault(_hashable(key), len(ids)))
+        try:
+            signatures.append(ids.setdefault(key, len(ids)))
+        except TypeError:  # an unhashable constant or keyword: by its text
+            signatures.append(ids.setdefault(repr(key), len(ids)))
     return np.array(signatures)
 
 
 def _ref_key(r, meta):
-    if type(r) is int:
-        return ("value", meta[r])
+    if type(r) is int:  # its (shape, dtype): unlike the other keys, which a word begins
+        return meta[r]
     if type(r) is Pack:
         return ("pack", id(r))
     value = r.value
@@ -99,14 +102,6 @@ def _ref_key(r, meta):
     if type(value) in (int, float):
         return ("number", type(value).__name__)
     return ("other", type(value).__name__, repr(value))
-
-
-def _hashable(key):
-    try:
-        hash(key)
-        return key
-    except TypeError:
-        return repr(key)
 
 
 def _longest_run(same):
@@ -130,8 +125,8 @@ def _checked(steps, meta, out, start, period, trips):
                 if o is not None:
                     producer[o] = (k, slot)
     template = steps[start:start + period]
-    kinds = [[_kind(r, start, period, 0, producer) for r in _flat(step.refs)] for step in template]
-    second = [[_kind(r, start, period, 1, producer) for r in _flat(step.refs)] for step in steps[start + period:]
+    kinds = [[_kind(r, start, period, 0, producer) for r in flat_refs(step.refs)] for step in template]
+    second = [[_kind(r, start, period, 1, producer) for r in flat_refs(step.refs)] for step in steps[start + period:]
               [:period]]
     for first, other in zip(kinds, second):  # a value before the loop in iteration 0: which?
         for slot, (a, b) in enumerate(zip(first, other)):
@@ -193,7 +188,7 @@ def _agrees(step, template, kinds, start, period, k, producer, rows, j):
     if (step.rest or template.rest) \
             and (len(step.rest) != len(template.rest) or not all(map(_same_constant, step.rest, template.rest))):
         return False
-    refs, template_refs = _flat(step.refs), _flat(template.refs)
+    refs, template_refs = flat_refs(step.refs), flat_refs(template.refs)
     for slot, (r, t, kind) in enumerate(zip(refs, template_refs, kinds)):
         if kind[0] == "literal":
             if r.value is not t.value and (type(t.value) is np.ndarray or not _same_constant(r.value, t.value)):
@@ -213,7 +208,7 @@ def _agrees(step, template, kinds, start, period, k, producer, rows, j):
     return True
 
 
-def _flat(refs):
+def flat_refs(refs):
     """`unpacked` ``refs`` as a sequence: ``refs`` themselves where they hold no `Pack` (most steps)."""
     return list(unpacked(refs)) if Pack in map(type, refs) else refs
 

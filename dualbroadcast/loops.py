@@ -413,16 +413,16 @@ class ScalarProgram:
         return self.space.bind(x)
 
 
-def attach(program, compile_straight, recorded=None):
+def attach(program, compile_straight, expected=None):
     """The program's `Loop` (None if it has none), its scalar code tried as ``program``'s run, gradient and one
     (`LoopTier`) unless `COMPILE` is ``"off"`` or the program has steps it does not write.  ``compile_straight()``
     gives the straight-line replay (`replay.compile_plans`' run, gradient, one, source, removed, plans): compiled now,
     or for a loop run as Python scalar code, only where it is needed (thousands of lines take seconds to write and
-    compile, the scalar code milliseconds).  ``recorded``: the recording's value and cotangents, which the scalar
-    code must give on the recorded arguments."""
+    compile, the scalar code milliseconds).  ``expected``: the recording's leaves, value and gradients (`expected`),
+    which the scalar code must give."""
     mode = COMPILE.get()
     loop = find_loop(program.recorded_steps, program.meta, program.out)
-    tier = _tier(program, loop, mode, recorded) if loop is not None and mode != "off" else None
+    tier = _tier(program, loop, mode, expected) if loop is not None and mode != "off" else None
     if loop is not None:
         loop.tier = tier
     if type(tier) is not LoopTier:
@@ -436,10 +436,10 @@ def attach(program, compile_straight, recorded=None):
     return loop
 
 
-def _tier(program, loop, mode, recorded):
+def _tier(program, loop, mode, expected):
     """The `LoopTier` of the loop, or `Straight` saying why there is none."""
     try:
-        tier = LoopTier(program, ScalarProgram(program, loop), mode, _expected(program, recorded))
+        tier = LoopTier(program, ScalarProgram(program, loop), mode, expected)
     except Unsupported as e:
         return Straight(str(e))
     except Exception as e:  # noqa: BLE001 - the scalar code could not be written: the straight-line replay runs
@@ -450,7 +450,7 @@ def _tier(program, loop, mode, recorded):
     return tier
 
 
-def _expected(program, recorded):
+def expected(program, recorded):
     """``(leaves, (value, gradients))`` of the recording (``cotangents``: per value index), which a scalar runner
     must reproduce; None if unknown.  Copied: the caller may change its arrays, and the gradient it was given, in
     place."""

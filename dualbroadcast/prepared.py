@@ -17,6 +17,7 @@ make ``f`` recorded again; state it reads otherwise is baked in (see
 """
 
 import collections
+import contextvars
 import threading
 import types
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from .api import directional_derivative, hvp_arguments
 from .context import ACTIVE_TAPE
 from .errors import UnsupportedFunctionError
 from .guards import RECORDER, NotReplayableError
+from .loop_finding import flat_refs
 from .numpy_facts import FLOAT_LEAVES, getitem, qualified_name
 from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpacked
 from .pytree import Cut
@@ -62,7 +64,9 @@ class Recorder:
         self.fixed = set()  # value indices whose shape every replay of this signature gives (see `shape_fixed`)
 
     def describe(self, t):
-        self.meta[t.index] = (np.shape(t.value), np.result_type(t.value))
+        """Note the shape and dtype of ``t``'s value (an array's or NumPy scalar's read directly: once per step)."""
+        v = t.value
+        self.meta[t.index] = (v.shape, v.dtype) if isinstance(v, _WITH_DTYPE) else (np.shape(v), np.result_type(v))
 
     def references(self, func, sequence):
         """How a step refers to each argument (a value index, a `Const` or a `Pack`), for `tracked.record_operation`:
@@ -70,6 +74,10 @@ class Recorder:
         positions of those needing a gradient."""
         refs, values = [], []
         for a in sequence:
+            if type(a) is Tracked and a.tape is self.tape:  # the common case, without `reference`'s call
+                refs.append(a.index)
+                values.append(a.value)
+                continue
             ref, value = self.reference(func, a)
             refs.append(ref)
             values.append(value)
@@ -118,8 +126,11 @@ class Recorder:
         """Whether a step may give arrays whose shapes depend on values: it reads integers or booleans computed
         from the arguments (``x[x > 0]``, ``np.compress(x > 0, x)``, ``x[np.nonzero(d)]``), or its results are such
         values (``np.nonzero(x)``)."""
-        return any(type(r) is int and r in self.inactive and self.meta[r][1].kind in "biu" for r in unpacked(refs)) \
-            or any(o is not None and o in self.inactive and self.meta[o][1].kind in "biu" for o in outs)
+        inactive, meta = self.inactive, self.meta
+        for r in flat_refs(refs):
+            if type(r) is int and r in inactive and meta[r][1].kind in "biu":
+                return True
+        return any(o is not None and o in inactive and meta[o][1].kind in "biu" for o in outs)
 
     def guard_shapes(self, outs):
         """A guard on the shape of each array result: the program is compiled for these shapes (a broadcast
@@ -138,7 +149,7 @@ class Recorder:
                 or (func is getitem and len(refs) == 2 and type(refs[1]) is Const)
                 or (func is np.where and len(refs) == 3)):  # (np.where(c) alone is np.nonzero(c))
             return False
-        return all(type(r) is Const or r in self.fixed for r in unpacked(refs)) \
+        return all(type(r) is Const or r in self.fixed for r in flat_refs(refs)) \
             and all(type(v) is not Tracked for v in kwargs.values())
 
     def holds_complex(self, refs, rest, kwargs, results):
@@ -268,9 +279,11 @@ class Recorder:
         return result
 
 
+_WITH_DTYPE = (np.ndarray, np.generic)
 _SIZES = {np.shape, np.ndim, np.size, len}  # what a guard of a value's size reads
 _SHAPE_FUNCTIONS = {np.sum, np.dot, np.matmul, np.reshape, np.ravel, np.transpose, np.broadcast_to, np.shape,
-                    np.ndim, np.size}  # ... whose results' shapes follow from their arguments' (ufuncs too)
+                    np.ndim, np.size, np.stack,
+                    np.concatenate}  # ... whose results' shapes follow from their arguments' (ufuncs too)
 
 
 def _identity(x):
@@ -286,7 +299,7 @@ def _is_complex(value):
 
 def _constants(refs):
     """The `Const` s among ``refs`` and in their Packs."""
-    return [r for r in unpacked(refs) if type(r) is Const]
+    return [r for r in flat_refs(refs) if type(r) is Const]
 
 
 def _holds_array(value):
@@ -326,20 +339,75 @@ class Program:
         self.float_leaves = float_leaves  # value indices of the leaves passed as Python floats
         self.complex_leaves = complex_leaves  # ... and as Python complex numbers
         self.globals_read = globals_read  # (namespace, name, value) of the globals it bakes in: ``one`` checks them
-        self.steps, self.regions = recorder.steps, []  # fused into forward regions by `_compile_straight`
-        self.runners = {}  # (a region's KernelStep, without its value) -> its runner, which every plan runs; also
-        # (a product's step, "matmul", site) and (a region's step, "product sums", partial): `region_runners`'
-        self.plans = None  # the plans chosen per call (`replay.compile_plans`), set with the straight-line replay
-        # run, gradient, one, source, removed, plans (`replay.compile_plans`); a loop of small steps may run as scalar
-        # code, checked against the recording's value and gradient (``recorded``), the straight-line replay compiled
-        # where it is needed (`loops.attach`)
-        self.loop = loops.attach(self, partial(_compile_straight, self, FUSE_REGIONS.get()), recorded)
+        # steps, regions, runners, plans, loop, run, gradient, one, source, removed: set by `_attach` at the first
+        # replay (or the first read of one of them), in the context of the recording; until then ``run`` and
+        # ``gradient`` give the recording's value and gradient for the recorded leaves (`_first`)
+        self.context = contextvars.copy_context()
+        self.expected = loops.expected(self, recorded)  # (leaves, (value, gradients)) of the recording, or None
+        self.first = self.expected if _returnable(self) else None
+        self.run, self.gradient, self.one = partial(self._first, "run"), partial(self._first, "gradient"), None
         # Whether ``gradient`` gives Python floats, known after its first call: a program of Python-float leaves gives
         # the same types on every call (its steps' types follow from its leaves'), a tuple of them its gradient as is.
         self.floats_out = None
 
+    def __getattr__(self, name):
+        """An attribute `_attach` sets, read before the first replay: attached now."""
+        if name not in _ATTACHED or "loop" in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self._attach()
+        return getattr(self, name)
+
+    def _attach(self):
+        """Find the program's loop and compile its replay (`loops.attach`), in the context it was recorded in (the
+        loop compile mode, region fusion, a backend forced)."""
+        self.steps, self.regions, self.plans, self.first = self.recorded_steps, [], None, None
+        self.runners = {}  # (a region's KernelStep, without its value) -> its runner, which every plan runs; also
+        # (a product's step, "matmul", site) and (a region's step, "product sums", partial): `region_runners`'
+        fuse = self.context.run(FUSE_REGIONS.get)
+        self.loop = self.context.run(loops.attach, self, partial(_compile_straight, self, fuse), self.expected)
+        self.expected = self.context = None
+
+    def _first(self, which, leaves, out=None):
+        """``run`` or ``gradient`` (``which``) before the program is attached: the recording's value and gradient if
+        ``leaves`` are the recorded ones bit for bit (a first call after `prepare_gradient` pays no loop finding or
+        compiling), else the program attached and run."""
+        first, self.first = self.first, None
+        if first is None or not _same_leaves(leaves, first[0]):
+            if "loop" not in self.__dict__:
+                self._attach()
+            return getattr(self, which)(leaves, out)
+        value, gradients = first[1]
+        if out is None:
+            return value, tuple(map(np.copy, gradients))
+        for target, g in zip(out, gradients):
+            np.copyto(target, g)
+        return value, out
+
     def shape_of(self, ref):
         return self.meta[ref][0] if type(ref) is int else np.shape(ref.value)
+
+
+_ATTACHED = {"steps", "regions", "runners", "plans", "loop", "source", "removed"}  # what `Program._attach` sets
+
+
+def _returnable(program):
+    """Whether the recording's gradient is what a replay returns (`Program._first`) to rounding: float64 array
+    leaves, each gradient an array of its leaf's shape and dtype (a float32 recording may round differently)."""
+    if program.expected is None or program.complex_leaves or program.float_leaves:
+        return False
+    leaves, (_, gradients) = program.expected
+    dtypes = {i: leaf.dtype for leaf, (_, i) in zip(leaves, program.leaves)
+              if type(leaf) is np.ndarray and leaf.dtype == np.float64}
+    return len(dtypes) == len(leaves) and all(
+        type(g) is np.ndarray and g.shape == shape and g.dtype == dtypes[i]
+        for g, shape, i in zip(gradients, program.gradient_shapes, program.active_leaves))
+
+
+def _same_leaves(leaves, recorded):
+    """Whether ``leaves`` are the ``recorded`` arrays bit for bit (their types, shapes and dtypes too)."""
+    return len(leaves) == len(recorded) and all(
+        type(a) is np.ndarray and a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+        for a, b in zip(leaves, recorded))
 
 
 def _compile_straight(program, fuse):

@@ -145,6 +145,7 @@ def test_prepared_kernels_choose_their_threads(clock, monkeypatch, fused):
         assert len(program.regions) == 1
         choice = program.regions[0].choices["gradient alone"]
     else:
+        assert program.loop is None  # read: the program compiled now (else at its first replay)
         (choice,) = [v.choice for v in program.gradient.__globals__.values() if hasattr(v, "choice")]
     assert set(choice.kernel.runners) == {"blocked", kernels.ONE_THREAD}
     for call in range(1, 40):
