@@ -35,7 +35,7 @@ from .reverse import (
     trace_call,
 )
 from .sweeps import RowsTooLarge, backward, backward_rows, rows_at_a_time
-from .tracked import Tracked, value_of
+from .tracked import Tracked, unwrap_tracked
 
 
 # --- cut / uncut -------------------------------------------------------------
@@ -250,7 +250,7 @@ def _forward_jacobian(f, x):
         return np.reshape(np.stack(columns, axis=-1), np.shape(plain(y)) + x_shape)
     columns = [np.asarray(c) for c in columns]
     if y is None:  # x is empty
-        y = np.asarray(value_of(f(x)))
+        y = np.asarray(unwrap_tracked(f(x)))
         return np.zeros(y.shape + x_shape, np.result_type(y, x))
     y = np.asarray(y)
     jac = np.stack(columns, axis=-1).astype(np.result_type(y, x), copy=False)
@@ -500,7 +500,7 @@ def check_gradient(
     atol = atol if atol is not None else (2e-3 if low_precision else 1e-7)
     step = step if step is not None else 1e-6
     args64 = [_to_float64(a) for a in args]
-    scale = max(1.0, abs(float(value_of(f(*[pytree.without_markers(a) for a in args64])))))
+    scale = max(1.0, abs(float(unwrap_tracked(f(*[pytree.without_markers(a) for a in args64])))))
     worst = (0.0, None)
     failures = 0
     for position, (arg, g) in enumerate(zip(args64, grads)):
@@ -637,7 +637,7 @@ def _moved_value(f, args, position, leaves, treedef, k, index, h):
     """``f`` at the arguments with element ``index`` of leaf ``k`` of argument ``position`` moved by ``h``
     (an imaginary ``h`` moves a complex element's imaginary part)."""
     call = [pytree.without_markers(a) for a in _moved_args(args, position, leaves, treedef, k, index, h)]
-    return float(np.asarray(value_of(f(*call))))
+    return float(np.asarray(unwrap_tracked(f(*call))))
 
 
 def _close(a, b, rtol, atol):

@@ -183,7 +183,8 @@ for _name, _func in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply)
 for _name, _func in [("neg", np.negative), ("pos", np.positive), ("abs", np.absolute)]:
     setattr(Dual, f"__{_name}__", lambda self, func=_func: apply_function(func, (self,), {}))
 for _name in ("lt", "le", "gt", "ge", "eq", "ne"):  # truth values: no tangent
-    setattr(Dual, f"__{_name}__", lambda self, other, name=f"__{_name}__": getattr(self.value, name)(value_of(other)))
+    setattr(Dual, f"__{_name}__",
+            lambda self, other, name=f"__{_name}__": getattr(self.value, name)(unwrap_dual(other)))
 
 
 def _method(func):
@@ -206,8 +207,9 @@ def primal(x):
     return x
 
 
-def value_of(x):
-    """The value of a possibly dual ``x`` (of any level)."""
+def unwrap_dual(x):
+    """The value under one dual wrapper of ``x`` (``x`` itself if it is not a dual): an outer level's dual stays
+    (every level: `primal`)."""
     return x.value if type(x) is Dual else x
 
 
@@ -258,7 +260,7 @@ def apply_function(func, args, kwargs):
     if rule is None:
         if func not in NONDIFFERENTIABLE:
             raise UnsupportedFunctionError(unsupported_message(func))
-        ans = func(*[type(a)(map(value_of, a)) if type(a) in (list, tuple) else a for a in call_values], **kwargs)
+        ans = func(*[type(a)(map(unwrap_dual, a)) if type(a) in (list, tuple) else a for a in call_values], **kwargs)
         if func is np.sign and complex_valued(ans):
             raise UnsupportedFunctionError("np.sign of a complex value is z / |z|, which is not piecewise constant: "
                                            "write z / np.abs(z) to differentiate it")

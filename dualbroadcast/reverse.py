@@ -24,7 +24,7 @@ from .lazy import DASK_LAYER, Lazy, is_chunked
 from .numpy_facts import FLOAT_LEAVES, FLOAT_SCALARS
 from .sweeps import backward
 from .tape import Tape, thaw
-from .tracked import Pending, Tracked, drop_total, settle, settle_total, value_of
+from .tracked import Pending, Tracked, drop_total, settle, settle_total, unwrap_tracked
 
 FLOAT_TYPES = tuple(FLOAT_LEAVES)  # for isinstance
 _PYTHON_FLOAT = {float}
@@ -84,7 +84,7 @@ def track_arguments(tape, args, constants_traced=False):
                 if t is None and isinstance(leaf, (np.ndarray, np.generic, float)) else t
                 for t, leaf in zip(inputs, leaves)
             ]
-        new_leaves = [(leaf if _outer_value(leaf, tape) else value_of(leaf)) if t is None else t
+        new_leaves = [(leaf if _outer_value(leaf, tape) else unwrap_tracked(leaf)) if t is None else t
                       for t, leaf in zip(every, leaves)]
         if duals:
             new_leaves = [new if t is None else _with_primal(o, t) for new, t, o in zip(new_leaves, inputs, originals)]
@@ -234,7 +234,7 @@ def scalar_seed(out, tape):
             f"gradient needs a function with a real scalar result, but it returned a {type(out).__name__}; "
             "use db.pullback(f, x) for a vector-Jacobian product or db.jacobian(f, x) for all derivatives"
         )
-    value = value_of(out)
+    value = unwrap_tracked(out)
     if type(out) is Tracked and out.tape is not tape:
         if out.tape.closed or out.tape.level >= tape.level:
             raise StaleValueError("the function returned a tracked value from another gradient evaluation")
@@ -334,7 +334,7 @@ def _leaf_gradient(g, original, seen):
 
 def _tracked_gradient(g, original):
     """`_leaf_gradient` of a cotangent ``g`` tracked by an outer gradient (a gradient inside a gradient)."""
-    dtype = np.result_type(value_of(original)) if type(original) is not Tracked else original.dtype
+    dtype = np.result_type(unwrap_tracked(original)) if type(original) is not Tracked else original.dtype
     if g.dtype != dtype and dtype.kind in "fc":
         g = g.astype(dtype)
     return g if g.shape == np.shape(original) else np.reshape(g, np.shape(original))
@@ -496,12 +496,12 @@ def pullback(f: Callable[..., Any], *args: Any) -> tuple[Any, Callable[[Any], An
         grads = backward(tape, seeds) if seeds else None
         return one_or_tuple(argument_gradients(arguments, grads))
 
-    return pytree.unflatten(out_def, [value_of(o) for o in out_leaves]), back
+    return pytree.unflatten(out_def, [unwrap_tracked(o) for o in out_leaves]), back
 
 
 def _dual_value(o):
     """The value of a result of `pullback`'s ``f``: a dual's parts' values (tracked or not) as a dual."""
-    return Dual(_dual_value(o.value), _dual_value(o.tangent), o.level) if type(o) is Dual else value_of(o)
+    return Dual(_dual_value(o.value), _dual_value(o.tangent), o.level) if type(o) is Dual else unwrap_tracked(o)
 
 
 def _dual_back(tape, out_leaves, out_def, arguments, ybar):

@@ -74,8 +74,9 @@ def not_twice_differentiable(func, error):
     )
 
 
-def value_of(x):
-    """The plain value of a possibly tracked ``x``."""
+def unwrap_tracked(x):
+    """The value under one tracked wrapper of ``x`` (``x`` itself if it is not tracked): a nested gradient's value
+    stays tracked by the outer tapes (docs/design.md, "The value under a wrapper")."""
     return x.value if type(x) is Tracked else x
 
 
@@ -523,11 +524,11 @@ def _not_float(tape, func, args, ans):
 def _strip(args):
     """The plain values of ``args`` and of the lists and tuples among them (each keeps its type: an ``axis``
     tuple must stay a tuple)."""
-    return [type(x)(map(value_of, x)) if type(x) in (list, tuple) else value_of(x) for x in args]
+    return [type(x)(map(unwrap_tracked, x)) if type(x) in (list, tuple) else unwrap_tracked(x) for x in args]
 
 
 def _strip_dict(kwargs):
-    return {k: value_of(v) for k, v in kwargs.items()}
+    return {k: unwrap_tracked(v) for k, v in kwargs.items()}
 
 
 def _ufunc_method(ufunc, method, inputs, kwargs):
@@ -727,7 +728,7 @@ def _comparison(func, plain):
     def compare(self, other):
         if RECORDER.get() is not None:
             return record_operation(func, (self, other), {})
-        return plain(self.value, value_of(other))
+        return plain(self.value, unwrap_tracked(other))
 
     return compare
 
