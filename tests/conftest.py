@@ -11,8 +11,8 @@ after every item, so the chain stays one link long.
 The rule-case sweeps (a test parametrized over `tests.cases.Case`s: every rule in every mode) hold most of the
 suite's items.  A default run (`python -m pytest`) takes one item in `SWEEP_SHARE` of them, chosen by a hash of
 the item's id, so each sweep still visits every family (and tests/test_random_programs.py draws a quarter of
-its programs) and the suite stays within a few minutes on two cores.  CI runs the same command (.ci/run);
-``--full-sweeps`` runs every item (about 14,750 tests: run it when a rule changes, docs/development.md).
+its programs) and the suite stays within a few minutes on two cores.  ``--full-sweeps`` runs every item, and
+``--rest-of-sweeps`` only those a default run leaves out: CI (.ci/run) runs the default command, then the rest.
 """
 
 import os
@@ -35,13 +35,16 @@ def pytest_xdist_auto_num_workers(config):
 
 def pytest_addoption(parser):
     parser.addoption("--full-sweeps", action="store_true",
-                     help="run every rule case of the sweeps (a default run, as CI runs, takes a fifth of them)")
+                     help="run every rule case of the sweeps (a default run takes a fifth of them)")
+    parser.addoption("--rest-of-sweeps", action="store_true",
+                     help="run only the rule cases a default run leaves out (CI runs them after the default run)")
 
 
 def pytest_collection_modifyitems(config, items):
     if config.getoption("--full-sweeps"):
         return
-    dropped = [item for item in items if _left_to_the_full_sweep(item)]
+    rest = config.getoption("--rest-of-sweeps")
+    dropped = [item for item in items if _left_to_the_full_sweep(item) != rest]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         left = set(map(id, dropped))

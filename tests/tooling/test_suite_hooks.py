@@ -1,7 +1,7 @@
 """The suite's own hooks (tests/conftest.py): a parametrized Hypothesis test keeps a settings chain of one
 link however many parameters it has (without the hook, each parameter adds a link, and the 1370-parameter
-sweeps die of a RecursionError under CI=true); a default run (CI's too) samples the rule-case sweeps,
-``--full-sweeps`` runs them whole."""
+sweeps die of a RecursionError under CI=true); a default run samples the rule-case sweeps, ``--rest-of-sweeps``
+runs the rest of them (CI runs both), ``--full-sweeps`` all."""
 
 from types import SimpleNamespace
 
@@ -49,17 +49,21 @@ def test_a_default_run_takes_a_share_of_the_rule_case_sweeps_and_every_other_tes
     assert not conftest._left_to_the_full_sweep(SimpleNamespace(nodeid="tests/x.py::test_plain"))
 
 
-@pytest.mark.parametrize("ci, option, kept", [(None, False, "sample"), ("true", False, "sample"), (None, True, "all")])
-def test_full_sweeps_runs_every_item_and_ci_the_default_sample(monkeypatch, ci, option, kept):
+@pytest.mark.parametrize("ci, option, kept", [(None, None, "sample"), ("true", None, "sample"),
+                                              (None, "--full-sweeps", "all"), (None, "--rest-of-sweeps", "rest")])
+def test_the_default_run_and_the_rest_of_the_sweeps_make_the_full_sweep(monkeypatch, ci, option, kept):
     if ci is None:
         monkeypatch.delenv("CI", raising=False)
     else:
         monkeypatch.setenv("CI", ci)
-    collected = items(60, case=Case(func=np.sin, build=None, name="sin"))
+    collected = items(60, case=Case(func=np.sin, build=None, name="sin")) + items(3, x=1.0)
     deselected = []
-    config = SimpleNamespace(getoption=lambda name: option,
+    config = SimpleNamespace(getoption=lambda name: name == option,
                              hook=SimpleNamespace(pytest_deselected=lambda items: deselected.extend(items)))
     remaining = list(collected)
     conftest.pytest_collection_modifyitems(config, remaining)
-    assert len(remaining) + len(deselected) == 60
-    assert (len(remaining) == 60) == (kept == "all")
+    assert len(remaining) + len(deselected) == 63
+    sample = [item for item in collected if not conftest._left_to_the_full_sweep(item)]
+    rest = [item for item in collected if conftest._left_to_the_full_sweep(item)]
+    assert remaining == {"sample": sample, "all": collected, "rest": rest}[kept]
+    assert 3 < len(sample) and 3 < len(rest)  # both halves hold items
