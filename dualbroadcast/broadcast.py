@@ -87,6 +87,9 @@ def elementwise(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _broadcast_kernel(f, args, reduce, backend):
+    """`broadcast`/`sum`: the cached plan of a repeated call, else the arguments sorted and the kernel run in the
+    mode they ask for: inlined in another kernel, over Dask chunks, reverse over forward (`tangent_on_tape`), second
+    order (`run_second_order`), or first order (`_first_order`)."""
     if type(f) is FunctionType and backend is None:
         plan = _plans.get((id(f.__code__), reduce))
         result = None if plan is None else plan.run(f, args)
@@ -152,9 +155,17 @@ def _broadcast_kernel(f, args, reduce, backend):
             f, treedef, leaves, structure, kinds, input_kinds, inputs, values, levels, backend, recorder)
         return _evaluated(f, args, reduce) if result is None else result
     duals = [inputs[i] for i in active if type(inputs[i]) is Dual]
+    if len({d.level for d in duals}) > 1:  # duals of nested jvp calls: f's NumPy calls carry each level
+        return _evaluated(f, args, reduce)
+    return _first_order(f, treedef, leaves, structure, reads, kinds, input_kinds, inputs, values, active, duals,
+                        reduce, backend, recorder)
+
+
+def _first_order(f, treedef, leaves, structure, reads, kinds, input_kinds, inputs, values, active, duals, reduce,
+                 backend, recorder):
+    """One level of derivatives: forward mode (a `db.jvp`'s ``duals``: the value and its tangent in one pass) or
+    reverse mode (the value and each active argument's partials, recorded on the tape, or left pending for a sum)."""
     if duals:  # forward mode (db.jvp): the value and its tangent Σ ∂f/∂aᵢ · tᵢ in one pass
-        if len({d.level for d in duals}) > 1:  # duals of nested jvp calls: f's NumPy calls carry each level
-            return _evaluated(f, args, reduce)
         _check_duals([inputs[i] for i in active])
         tangents = [d.tangent for d in duals]
         kinds += [np.result_type(t) for t in tangents]
