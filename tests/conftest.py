@@ -22,7 +22,7 @@ import pytest
 
 from .cases import Case
 
-SWEEP_SHARE = 5
+SWEEP_SHARE = 7
 
 
 MAX_WORKERS = 4  # ``-n auto``'s worker processes at most: each holds the package, JAX and its caches (~0.5 GB)
@@ -35,7 +35,7 @@ def pytest_xdist_auto_num_workers(config):
 
 def pytest_addoption(parser):
     parser.addoption("--full-sweeps", action="store_true",
-                     help="run every rule case of the sweeps (a default run takes a fifth of them)")
+                     help="run every rule case of the sweeps (a default run takes a seventh of them)")
     parser.addoption("--rest-of-sweeps", action="store_true",
                      help="run only the rule cases a default run leaves out (CI runs them after the default run)")
 
