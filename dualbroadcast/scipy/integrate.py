@@ -14,11 +14,12 @@ attributes: the pytree of `db.cut`; a cut one is a constant).  With ``G[k]`` the
 * in either, ``τ̄[k] = G[k] · F(τ[k], Y[k])`` and ``s̄ = -ȳ0 · F(s, y0)``.
 
 Both solve with SciPy's own solver and the call's method and tolerances.  ``sensitivity="auto"`` takes
-the one needing fewer vector-Jacobian products (`Problem.chosen_sensitivity`): forward sensitivities take
-``n`` per evaluation of the forward solve, the adjoint about one plus a restart at each output time, so few
-states and many output times (Lotka-Volterra over 1,000 times) go forward; a stiff method always takes the
-adjoint (its Newton iterations converge slowly with the forward system's block-diagonal Jacobian: Robertson's
-took minutes).  An explicit method's ``S`` is left out of the step-size control (SUNDIALS' ``errconS=False``).
+the one of lower cost (`Problem.chosen_sensitivity`), from the forward solve's measured seconds an evaluation
+and a vector-Jacobian product's: forward sensitivities take ``n`` products per evaluation of the forward solve,
+the adjoint one, plus a restart at each output time, and its other work (`ADJOINT_COST`), so few states
+(Lotka-Volterra, chains of up to about 16 states with 20 output times or more) go forward; a stiff method always
+takes the adjoint (its Newton iterations converge slowly with the forward system's block-diagonal Jacobian:
+Robertson's took minutes).  An explicit method's ``S`` is left out of the step-size control (SUNDIALS' ``errconS=False``).
 
 The adjoint needs ``y`` between output times: the explicit Runge-Kutta methods (RK23, RK45, DOP853)
 solve it backward beside ``a`` from the checkpoint ``Y[k]`` (each restart trying the previous interval's
@@ -69,7 +70,10 @@ __all__ = ["odeint", "solve_ivp"]
 
 EXPLICIT = ("RK23", "RK45", "DOP853")
 SENSITIVITIES = ("auto", "adjoint", "forward")
-_PROGRAMS = collections.OrderedDict()  # `Problem.program_key` -> its prepared program, the last CACHE_SIZE used
+ADJOINT_COST = 2.0  # the adjoint's cost over its evaluations' and products': y solved beside a, the quadrature, dense
+# output (fitted to Lotka-Volterra with 2 and 100 outputs, chains of 4-40 states, a linear ODE of 10: 1.3-2.9; with 2
+# "auto" chose the faster in each, with 1.5 not)
+_PROGRAMS = collections.OrderedDict()  # `Problem.program_key` -> (program, seconds a call), the last CACHE_SIZE used
 _PROGRAMS_LOCK = threading.Lock()
 
 
@@ -146,7 +150,7 @@ class Problem:
         method = options.get("method", "LSODA")
         self.method = method if isinstance(method, str) else method.__name__
         self.solver = getattr(scipy.integrate, method) if isinstance(method, str) else method
-        self.info = self.result = self.sol = None
+        self.info = self.result = self.sol = self.evaluation_seconds = None
         self._cache = None
 
     # --- the right-hand side -------------------------------------------------------------------------------
@@ -200,7 +204,9 @@ class Problem:
 
     def solve_ivp(self, y0, t0, t1, t_eval, params):
         fun, args = pytree.unflatten(self.treedef, self._leaves(params))
+        start = time.perf_counter()
         self.result = scipy.integrate.solve_ivp(fun, (t0, t1), y0, t_eval=t_eval, args=args or None, **self.options)
+        self.evaluation_seconds = (time.perf_counter() - start) / max(self.result.nfev, 1)  # with SciPy's stepping
         return self.result.y
 
     # --- the gradient ---------------------------------------------------------------------------------------
@@ -213,7 +219,7 @@ class Problem:
         y0 = np.asarray(y0, dtype=float).ravel()
         G = np.asarray(G, dtype=float).reshape(len(taus), -1)
         p = np.concatenate([np.ravel(v) for v in params]) if params else np.zeros(0)
-        forward = self.chosen_sensitivity(y0.size, len(taus)) == "forward"
+        forward = self.chosen_sensitivity(y0.size, p, len(taus)) == "forward"
         solve = self.forward_sensitivities if forward else self.adjoint
         a, q = solve(G, y0, float(s), np.asarray(taus, dtype=float), Y, p)
         rhs = self.system.rhs(params)
@@ -227,18 +233,21 @@ class Problem:
         self._cache = (g, result)
         return result
 
-    def chosen_sensitivity(self, n, outputs):
-        """The call's ``sensitivity``; for "auto" the method needing fewer vector-Jacobian products: forward
-        sensitivities take ``n`` (a Jacobian) per evaluation of the forward solve, the adjoint one per evaluation
-        plus a restart (the first evaluation and a step's stages) at each output time.  A stiff method takes the
-        adjoint (Newton iterations with the forward system's block Jacobian: Robertson's took minutes)."""
+    def chosen_sensitivity(self, n, p, outputs):
+        """The call's ``sensitivity``; for "auto" the one of lower cost, from the forward solve's seconds an evaluation
+        (SciPy's stepping with it) and a product's (`kept`): forward sensitivities take a Jacobian (``n`` products)
+        per evaluation of the forward solve, the adjoint a product per evaluation and per restart (the first
+        evaluation and a step's stages at each output time), times `ADJOINT_COST`.  A stiff method takes the adjoint
+        (Newton iterations with the forward system's block Jacobian: Robertson's took minutes)."""
         if self.sensitivity != "auto":
             return self.sensitivity
         if self.method not in EXPLICIT:
             return "adjoint"
-        evaluations = self.result.nfev
-        restarts = outputs * (self.solver.n_stages + 1)
-        return "forward" if n * evaluations <= evaluations + restarts else "adjoint"
+        product = self.kept(n, p, True, 1, np.concatenate([np.zeros(1 + 2 * n), p]))[1]
+        evaluation, evaluations = self.evaluation_seconds, self.result.nfev
+        forward = evaluations * (evaluation + n * product)
+        adjoint = ADJOINT_COST * (evaluations + outputs * (self.solver.n_stages + 1)) * (evaluation + product)
+        return "forward" if forward <= adjoint else "adjoint"
 
     def products(self, n, p, parameters=True, points=1):
         """``vjp(t, y, a) -> (F, ∂F/∂yᵀ a, ∂F/∂pᵀ a)``, replayed by one prepared program (`program`); without
@@ -260,13 +269,18 @@ class Problem:
 
     def program(self, n, p, parameters, points, example):
         """The prepared gradient of ``Σⱼ ⟨aⱼ, F(tⱼ, yⱼ, p)⟩`` in ``z = (t, y, a[, p])`` (``points`` terms), recorded
-        once per right-hand side: kept in `_PROGRAMS` under `program_key`, so a second solve replays it."""
+        once per right-hand side (`kept`)."""
+        return self.kept(n, p, parameters, points, example)[0]
+
+    def kept(self, n, p, parameters, points, example):
+        """``(program, seconds a call)`` of `program`, kept in `_PROGRAMS` under `program_key` (a second solve
+        replays it), the seconds measured when it was recorded."""
         key = self.program_key(n, p, parameters, points)
         with _PROGRAMS_LOCK:  # solves in other threads share the cache (each records and replays its own variants)
-            program = _PROGRAMS.get(key)
-            if program is not None:
+            kept = _PROGRAMS.get(key)
+            if kept is not None:
                 _PROGRAMS.move_to_end(key)
-                return program
+                return kept
         k, constants, system = points, self.system.plain(p), self.system  # the program keeps no tracked value
         start = k * (1 + 2 * n)
 
@@ -277,12 +291,12 @@ class Problem:
                 total = total + np.sum(a * np.ravel(rhs(z[j], y)))
             return total
 
-        program = scalar_gradient(prepare_gradient(inner_product, example), example)
+        kept = scalar_gradient(prepare_gradient(inner_product, example), example)
         with _PROGRAMS_LOCK:
-            _PROGRAMS[key] = program
+            _PROGRAMS[key] = kept
             if len(_PROGRAMS) > CACHE_SIZE:
                 _PROGRAMS.popitem(last=False)
-        return program
+        return kept
 
     def program_key(self, n, p, parameters, points):
         """What a recording of ``⟨a, F⟩`` depends on, as kernels are keyed (`structure_key`, `Reads`): the
@@ -415,17 +429,15 @@ class Problem:
         if self.method not in EXPLICIT:
             options["jac"] = jac
         w0 = np.concatenate([y0, np.eye(n, m).ravel()])
-        sensitivities = _solve_at(self.solver, augmented, s, w0, taus, options)
-        total = np.zeros(m)
-        for k in range(len(taus)):
-            total += G[k] @ sensitivities[k][n:].reshape(n, m)
+        states = np.reshape(_solve_at(self.solver, augmented, s, w0, taus, options), (len(taus), w0.size))
+        total = np.einsum("ki,kij->j", G, states[:, n:].reshape(len(taus), n, m))
         return total[:n], total[n:]
 
 
 def scalar_gradient(prepared, example):
-    """``prepared`` (the gradient of a function of one flat array) as Python scalar code (`ScalarGradient`) where
-    every value it records is small and the scalar code is the faster on ``example`` (many elements make NumPy's
-    calls the cheaper), else itself."""
+    """``(program, seconds a call)``: ``prepared`` (the gradient of a function of one flat array) as Python scalar
+    code (`ScalarGradient`) where every value it records is small and the scalar code is the faster on ``example``
+    (many elements make NumPy's calls the cheaper), else itself."""
     recorded = [programs[0] for programs in prepared.variants.values()]
     try:
         scalar = ScalarProgram(recorded[0], None) if len(recorded) == 1 else None
@@ -433,25 +445,25 @@ def scalar_gradient(prepared, example):
     except Unsupported:
         source = None
     if source is None:
-        return prepared
+        return _fastest([prepared], example)
     exec(compile(source, "<dualbroadcast.scipy.integrate product>", "exec"), names)  # noqa: S102 - code loops wrote
     gradient = ScalarGradient(names["loop_program"], scalar, prepared)
     expected = prepared(example)
     agrees = np.allclose(gradient(example), expected, rtol=1e-12, atol=1e-12 * max(1.0, np.max(np.abs(expected))))
-    return gradient if agrees and _fastest([gradient, prepared], example) is gradient else prepared
+    return _fastest([gradient, prepared] if agrees else [prepared], example)
 
 
 def _fastest(functions, x):
-    """The one of ``functions`` whose fastest of three calls on ``x`` took the least time."""
+    """``(function, seconds)``: the one of ``functions`` whose fastest of three calls on ``x`` took the least time."""
     def seconds(function):
         times = []
         for _ in range(3):
             start = time.perf_counter()
             function(x)
             times.append(time.perf_counter() - start)
-        return min(times)
+        return min(times), function
 
-    return min(functions, key=seconds)
+    return min(map(seconds, functions), key=lambda pair: pair[0])[::-1]
 
 
 class ScalarGradient:

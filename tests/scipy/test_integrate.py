@@ -23,6 +23,10 @@ def lotka_volterra(y, t, a, b, c, d):
     return np.stack([a * u - b * u * v, -c * v + d * u * v])
 
 
+def lv(t, y, p):
+    return lotka_volterra(y, t, p[0], p[1], p[2], p[3])
+
+
 def odeint_loss(y0, p, t, sensitivity="auto"):
     Y = integrate.odeint(lotka_volterra, y0, t, args=(p[0], p[1], p[2], p[3]), rtol=1e-9, atol=1e-9,
                          sensitivity=sensitivity)
@@ -126,20 +130,32 @@ def test_backward_in_time(method, sensitivity):
     assert_close_to_differences(loss, (Y0, P / 4), 1e-5)
 
 
-def test_auto_sensitivity_counts_vector_jacobian_products():
-    """Forward sensitivities for few states and many output times (the adjoint restarts at each), the adjoint
-    for many states or a stiff method."""
-    def chosen(fun, y0, t_eval, method="RK45"):
-        problem = integrate.Problem("solve_ivp", (fun, ()), dict(method=method), "auto")
-        problem.result = scipy.integrate.solve_ivp(fun, (0.0, 15.0), y0, method=method, t_eval=t_eval)
-        return problem.chosen_sensitivity(np.size(y0), len(problem.result.t))
+def test_auto_sensitivity_weighs_measured_costs():
+    """Forward sensitivities for few states (their Jacobian costs a few products an evaluation), the adjoint for
+    many states or a stiff method, from the measured seconds of an evaluation and of a product."""
+    def chosen(fun, y0, p, t_eval, method="RK45"):
+        choices = []
+        original = integrate.Problem.chosen_sensitivity
 
-    lv = lambda t, y: lotka_volterra(y, t, *P)
+        def spied(problem, *args):
+            choices.append(original(problem, *args))
+            return choices[-1]
+
+        def loss(p):
+            result = integrate.solve_ivp(fun, (0.0, 15.0), y0, method=method, t_eval=t_eval, args=(p,))
+            return np.sum(result.y)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(integrate.Problem, "chosen_sensitivity", spied)
+            db.gradient(loss, p)
+        return choices[0]
+
     many, few = np.linspace(0.0, 15.0, 1000), np.array([0.0, 15.0])
-    assert chosen(lv, Y0, many) == "forward"
-    assert chosen(lv, Y0, few) == "adjoint"
-    assert chosen(lv, Y0, many, "BDF") == "adjoint"
-    assert chosen(lambda t, y: -y, np.ones(40), np.linspace(0.0, 15.0, 20)) == "adjoint"
+    assert chosen(lv, Y0, P, many) == "forward"
+    assert chosen(lv, Y0, P, few) == "forward"
+    assert chosen(lv, Y0, P, many, "BDF") == "adjoint"
+    assert chosen(lambda t, y, k: -k * y, np.ones(100), np.linspace(0.5, 1.5, 100), np.linspace(0.0, 15.0, 3)) \
+        == "adjoint"
 
 
 def test_closure_parameters_and_cut():
@@ -252,10 +268,6 @@ def products_problem(fun, p):
 
     db.gradient(loss, p)
     return made[0]
-
-
-def lv(t, y, p):
-    return lotka_volterra(y, t, p[0], p[1], p[2], p[3])
 
 
 def test_small_right_hand_sides_run_as_scalar_code():
