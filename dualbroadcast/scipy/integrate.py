@@ -261,9 +261,12 @@ class Problem:
         start = k * (1 + 2 * n)
         buffer = np.concatenate([np.zeros(start), p if parameters else []])  # this solve's: programs are shared
         program = self.program(n, p, parameters, k, buffer)
+        shape = (n,) if k == 1 else (k, n)  # views of the buffer, written without a ravel
+        times, states, cotangents = buffer[:k], buffer[k:k + k * n].reshape(shape), buffer[k + k * n:start].reshape(
+            shape)
 
         def vjp(t, y, a):
-            buffer[:k], buffer[k:k + k * n], buffer[k + k * n:start] = t, np.ravel(y), np.ravel(a)
+            times[:], states[...], cotangents[...] = t, y, a
             g = program(buffer)
             return g[k + k * n:start], g[k:k + k * n], g[start:]
 
