@@ -8,11 +8,13 @@
    (over three times the steps, the same peak).
 3. Robertson's stiff problem with BDF: the gradient against central differences.
 
-Times are medians sampled in turns (`timing.interleaved_medians`) on a shared machine.  Each target's
-gradient is also broken down (`breakdown`, CPU time of one call): the prepared programs' recordings, their
-replays (the right-hand side's vector-Jacobian products, counted), and the rest (SciPy's stepping of the
-gradient's solve, dense output, the primal solve).  The programs are kept across solves of the same right-hand
-side, so a gradient records only when its problem is new ("first gradient": with the kept programs dropped).
+Times are medians of CPU time (`time.process_time`: on a shared machine what other processes take is left out)
+sampled in turns (`timing.interleaved_medians`).  Each target's gradient is also broken down (`breakdown`, CPU
+time of one call): the prepared programs' recordings, their replays (the right-hand side's vector-Jacobian
+products, counted), the calls of their scalar code (a small right-hand side's products and Jacobians), and the
+rest (SciPy's stepping of the gradient's solve, dense output, the primal solve).  The programs are kept across
+solves of the same right-hand side, so a gradient records only when its problem is new ("first gradient": with
+the kept programs dropped).
 Run: python -m benchmarks.ode_targets
 """
 
@@ -30,39 +32,43 @@ from .timing import interleaved_medians
 
 
 def breakdown(gradient, forward):
-    """Where one gradient call's CPU time goes, against one forward solve's: a line of text."""
-    spent = {"record": 0.0, "replay": 0.0, "replays": 0}
-    record, replay = prepared.prepare_gradient, prepared.PreparedGradient.__call__
+    """Where one gradient call's CPU time goes, against one forward solve's: a line of text.  The right-hand side's
+    products are prepared replays, or calls of their scalar code (`integrate.ScalarGradient`: a product, or the
+    rows of a Jacobian in one call)."""
+    spent = {"record": 0.0, "replay": 0.0, "replays": 0, "scalar": 0.0, "scalars": 0}
+    originals = [(integrate, "prepare_gradient", "record"), (prepared.PreparedGradient, "__call__", "replay"),
+                 (integrate.ScalarGradient, "__call__", "scalar"), (integrate.ScalarGradient, "gradients", "scalar")]
 
-    def timed_record(*args):
-        start = time.process_time()
-        try:
-            return record(*args)
-        finally:
-            spent["record"] += time.process_time() - start
+    def timed(function, name):
+        def call(*args, **kwargs):
+            start = time.process_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[name] += time.process_time() - start
+                if name + "s" in spent:
+                    spent[name + "s"] += 1
+        return call
 
-    def timed_replay(self, *args, **kwargs):
-        start = time.process_time()
-        try:
-            return replay(self, *args, **kwargs)
-        finally:
-            spent["replay"] += time.process_time() - start
-            spent["replays"] += 1
-
-    integrate.prepare_gradient, prepared.PreparedGradient.__call__ = timed_record, timed_replay
+    functions = [getattr(owner, attribute) for owner, attribute, _ in originals]
+    for (owner, attribute, name), function in zip(originals, functions):
+        setattr(owner, attribute, timed(function, name))
     try:
         start = time.process_time()
         gradient()
         total = time.process_time() - start
     finally:
-        integrate.prepare_gradient, prepared.PreparedGradient.__call__ = record, replay
+        for (owner, attribute, _), function in zip(originals, functions):
+            setattr(owner, attribute, function)
     start = time.process_time()
     evaluations = forward().nfev
     plain = time.process_time() - start
-    rest = total - spent["record"] - spent["replay"]
+    rest = total - spent["record"] - spent["replay"] - spent["scalar"]
     return (f"CPU: forward {plain * 1e3:.1f} ms ({evaluations} evaluations); gradient {total * 1e3:.1f} ms: "
             f"recording {spent['record'] * 1e3:.1f} ms, {spent['replays']} vjp replays {spent['replay'] * 1e3:.1f} ms "
-            f"({spent['replay'] / max(spent['replays'], 1) * 1e6:.0f} us each), the rest {rest * 1e3:.1f} ms")
+            f"({spent['replay'] / max(spent['replays'], 1) * 1e6:.0f} us each), {spent['scalars']} scalar-code calls "
+            f"{spent['scalar'] * 1e3:.1f} ms ({spent['scalar'] / max(spent['scalars'], 1) * 1e6:.1f} us each), "
+            f"the rest {rest * 1e3:.1f} ms")
 
 
 def first_breakdown(gradient, forward):
@@ -106,7 +112,8 @@ def lotka_volterra_target(method="DOP853"):
     print(f"  sensitivity='auto' (forward sensitivities here) to the adjoint: "
           f"{np.max(np.abs(auto - adjoint) / np.abs(adjoint)):.1e}")
     times = interleaved_medians([forward, lambda: db.gradient(loss, p),
-                                 lambda: db.gradient(lambda p: loss(p, "adjoint"), p)], budget=3.0, max_runs=10)
+                                 lambda: db.gradient(lambda p: loss(p, "adjoint"), p)], budget=3.0, max_runs=10,
+                                 clock=time.process_time)
     print(f"  forward solve {times[0] * 1e3:.0f} ms; gradient with sensitivity='auto' {times[1] * 1e3:.0f} ms "
           f"({times[1] / times[0]:.1f}x), by the adjoint {times[2] * 1e3:.0f} ms ({times[2] / times[0]:.1f}x)")
     print("  auto:", breakdown(lambda: db.gradient(loss, p), forward))
@@ -150,7 +157,8 @@ def linear_target(n=100, outputs=20, horizon=5.0):
                                          atol=1e-8)
 
     evaluations = forward().nfev
-    times = interleaved_medians([forward, lambda: db.gradient(loss, A)], budget=3.0, max_runs=10)
+    times = interleaved_medians([forward, lambda: db.gradient(loss, A)], budget=3.0, max_runs=10,
+                                 clock=time.process_time)
     peaks = []
     for run in (forward, lambda: db.gradient(loss, A)):
         tracemalloc.start()

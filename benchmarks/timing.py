@@ -19,20 +19,21 @@ def median_time(fn, budget=0.5, max_runs=2000):
     return interleaved_medians([fn], budget, max_runs)[0]
 
 
-def interleaved_medians(fns, budget=0.5, max_runs=2000):
+def interleaved_medians(fns, budget=0.5, max_runs=2000, clock=time.perf_counter):
     """Median seconds per call of each of ``fns`` over about ``budget`` seconds each, sampled in turns.
 
     A shared machine's speed drifts by tens of percent within a minute (other
     processes, a hypervisor's steal); timing one function after another puts that
     drift into their ratio, while taking their samples in turns slows them alike.
+    ``clock``: wall time, or ``time.process_time`` (CPU time: what other processes take is left out).
     """
     fns = list(fns)
     inners, total = [], 0.0
     for fn in fns:
         fn()
-        start = time.perf_counter()
+        start = clock()
         fn()
-        once = max(time.perf_counter() - start, 1e-7)
+        once = max(clock() - start, 1e-7)
         inner = max(1, int(1e-3 / once))  # batch very fast calls so the clock resolution does not matter
         inners.append(inner)
         total += once * inner
@@ -40,10 +41,10 @@ def interleaved_medians(fns, budget=0.5, max_runs=2000):
     samples = [[] for _ in fns]
     for _ in range(runs):
         for fn, inner, taken in zip(fns, inners, samples):
-            start = time.perf_counter()
+            start = clock()
             for _ in range(inner):
                 fn()
-            taken.append((time.perf_counter() - start) / inner)
+            taken.append((clock() - start) / inner)
     return [statistics.median(taken) for taken in samples]
 
 

@@ -135,7 +135,8 @@ class _Scalars:
 class ScalarProgram:
     """A program written as one scalar function ``loop_program(X, R, K) -> (value, G)``: ``X`` the leaves' elements
     (flat), ``R`` the per-iteration constants (a row per iteration), ``K`` the constant arrays' elements, both read
-    on every call, ``G`` the active leaves' gradients (flat).
+    on every call, ``G`` the active leaves' gradients (flat); ``loop`` None: a program without one (straight-line
+    scalar code, which `dualbroadcast.scipy.integrate` runs for a small right-hand side's products).
     `source` writes it for Numba (arrays, float32 kept by a cast after each operation) or for Python (lists of
     Python floats, the `math` functions: float64 only)."""
 
@@ -150,23 +151,27 @@ class ScalarProgram:
         self.scalars = scalars = _Scalars(program.meta, self.dtype)
         self.rows = []  # the per-iteration constants: (their `Const` s, one per iteration, their names)
         steps = program.recorded_steps
-        start, period, trips = loop.start, loop.period, loop.trips
         for _, i in program.leaves:
             scalars.elements[i] = scalars.names(program.meta[i][0], "x")
-        self.before = self._ops(steps[:start])
-        self.carries = self._carries()
-        self.body = self._template(steps[start:start + period], self.carries)
-        self.columns = {name: c for c, name in enumerate(list(self.carries) + self._defined(self.body))}
-        self.last = [name for name in self._last_iteration() if name in self.columns]
-        self.after = self._ops(steps[start + period * trips:])
-        if len(self.before) + len(self.after) + trips > OPS_MAX:
+        if loop is None:
+            self.before, self.carries, self.body, self.columns, self.last, self.after = \
+                self._ops(steps), {}, [], {}, [], []
+        else:
+            start, period, trips = loop.start, loop.period, loop.trips
+            self.before = self._ops(steps[:start])
+            self.carries = self._carries()
+            self.body = self._template(steps[start:start + period], self.carries)
+            self.columns = {name: c for c, name in enumerate(list(self.carries) + self._defined(self.body))}
+            self.last = [name for name in self._last_iteration() if name in self.columns]
+            self.after = self._ops(steps[start + period * trips:])
+        if len(self.before) + len(self.after) + (0 if loop is None else loop.trips) > OPS_MAX:
             raise Unsupported("too many scalar operations outside the loop")
         self.value = scalars.elements[program.out][()]
 
     def rows_array(self):
         """``R``: the per-iteration constants as they are now, one row per iteration."""
         if not self.rows:
-            return np.zeros((self.loop.trips, 0), self.dtype)
+            return np.zeros((0 if self.loop is None else self.loop.trips, 0), self.dtype)
         return np.concatenate([np.array([c.value for c in constants], self.dtype).reshape(self.loop.trips, -1)
                                for constants, _ in self.rows], axis=1)
 
@@ -180,27 +185,14 @@ class ScalarProgram:
         """The source of ``loop_program`` and the names it reads."""
         self.space = Namespace()
         self.numba = numba
-        scalars, trips = self.scalars, self.loop.trips
+        scalars = self.scalars
         lines = ["def loop_program(X, R, K):"]
         lines += [f"    {name} = X[{e}]" for e, name in enumerate(self._leaf_names())]
         live = [name for _, names in self.scalars.live for name in names.ravel()]
         lines += [f"    {name} = K[{e}]" for e, name in enumerate(live)]
         lines += self._forward(self.before, "    ")
-        if numba:
-            lines.append(f"    T = {self.space.bind(np.empty, 'f')}(({trips}, {max(len(self.columns), 1)}), "
-                         f"{self.space.bind(self.dtype)})")
-        else:
-            lines.append(f"    T = [None] * {trips}")
-        carried = [(h, init) for (h, init, _) in self.carries.values()]
-        sources = [(h, source) for (h, _, source) in self.carries.values()]
-        lines += self._assign([h for h, _ in carried], [init for _, init in carried], "    ")
-        lines.append(f"    for k in range({trips}):")
-        lines += self._rows("        ")
-        lines += self._forward(self.body, "        ")
-        lines += self._store("        ")
-        lines += self._assign([h for h, _ in sources], [s for _, s in sources], "        ")
-        lines += self._load(self.last, trips - 1, "    ")
-        lines += self._forward(self.after, "    ")
+        if self.loop is not None:
+            lines += self._loop_forward()
         lines.append(f"    value = {self._text(self.value)}")
         # the backward pass, each cotangent a new name per term added (`_backward`): Numba's SSA pass takes
         # seconds over names assigned many times; only the loop's carried sums are reassigned
@@ -209,7 +201,51 @@ class ScalarProgram:
         cotangents = {}
         if self.value in scalars.differentiable:
             cotangents[self.value] = self._cast(self._literal(1.0))
-        lines += self._backward(self.after, "    ", cotangents)
+        if self.loop is not None:
+            lines += self._loop_backward(cotangents, zero)
+        lines += self._backward(self.before, "    ", cotangents)
+        gradient = [cotangents.get(n, zero) for i in self.p.active_leaves for n in scalars.elements[i].ravel()]
+        if numba:
+            lines.append(f"    G = {self.space.bind(np.empty, 'f')}({len(gradient)}, {self.space.bind(self.dtype)})")
+            lines += [f"    G[{e}] = {a}" for e, a in enumerate(gradient)]
+        else:
+            lines.append(f"    G = [{', '.join(gradient)}]")
+        lines.append("    return value, G")
+        names = self.space.names
+        if not numba:
+            if any(func in (np.power, np.float_power) and not _integral(args[1])
+                   for _, func, args in self.before + self.body + self.after):
+                raise Unsupported("a power Python would make complex")
+            names = {name: MATH.get(value, value) if isinstance(value, np.ufunc) else value
+                     for name, value in names.items()}
+        return "\n".join(lines), names
+
+    def _loop_forward(self):
+        """The loop's forward lines and those after it: each iteration's values kept in ``T``, a row per iteration."""
+        trips = self.loop.trips
+        if self.numba:
+            lines = [f"    T = {self.space.bind(np.empty, 'f')}(({trips}, {max(len(self.columns), 1)}), "
+                     f"{self.space.bind(self.dtype)})"]
+        else:
+            lines = [f"    T = [None] * {trips}"]
+        carried = [init for (_, init, _) in self.carries.values()]
+        sources = [source for (_, _, source) in self.carries.values()]
+        lines += self._assign(list(self.carries), carried, "    ")
+        lines.append(f"    for k in range({trips}):")
+        lines += self._rows("        ")
+        lines += self._forward(self.body, "        ")
+        lines += self._store("        ")
+        lines += self._assign(list(self.carries), sources, "        ")
+        lines += self._load(self.last, trips - 1, "    ")
+        return lines + self._forward(self.after, "    ")
+
+    def _loop_backward(self, cotangents, zero):
+        """The backward lines of the steps after the loop and of the loop, the iterations last first, carrying the
+        carries' cotangents back; ``cotangents`` kept current."""
+        scalars, trips = self.scalars, self.loop.trips
+        carried = [(h, init) for (h, init, _) in self.carries.values()]
+        sources = [(h, source) for (h, _, source) in self.carries.values()]
+        lines = self._backward(self.after, "    ", cotangents)
         incoming = [n for n in dict.fromkeys(self.last + [s for _, s in sources]) if n in scalars.differentiable]
         lines += [f"    c_{n} = {cotangents.get(n, zero)}" for n in incoming]
         invariant = [n for n in dict.fromkeys(a for _, _, args in self.body for a in args)
@@ -232,22 +268,7 @@ class ScalarProgram:
             cotangents[n] = f"s_{n}"
         for h, init in initial:
             lines += self._add(cotangents, init, f"e_{h}", "    ")
-        lines += self._backward(self.before, "    ", cotangents)
-        gradient = [cotangents.get(n, zero) for i in self.p.active_leaves for n in scalars.elements[i].ravel()]
-        if numba:
-            lines.append(f"    G = {self.space.bind(np.empty, 'f')}({len(gradient)}, {self.space.bind(self.dtype)})")
-            lines += [f"    G[{e}] = {a}" for e, a in enumerate(gradient)]
-        else:
-            lines.append(f"    G = [{', '.join(gradient)}]")
-        lines.append("    return value, G")
-        names = self.space.names
-        if not numba:
-            if any(func in (np.power, np.float_power) and not _integral(args[1])
-                   for _, func, args in self.before + self.body + self.after):
-                raise Unsupported("a power Python would make complex")
-            names = {name: MATH.get(value, value) if isinstance(value, np.ufunc) else value
-                     for name, value in names.items()}
-        return "\n".join(lines), names
+        return lines
 
     def _rows(self, indent):
         index = "R[k, {}]" if self.numba else "R[k][{}]"

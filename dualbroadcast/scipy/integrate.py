@@ -14,11 +14,13 @@ attributes: the pytree of `db.cut`; a cut one is a constant).  With ``G[k]`` the
 * in either, ``τ̄[k] = G[k] · F(τ[k], Y[k])`` and ``s̄ = -ȳ0 · F(s, y0)``.
 
 Both solve with SciPy's own solver and the call's method and tolerances.  ``sensitivity="auto"`` takes
-the one needing fewer vector-Jacobian products (`Problem.chosen_sensitivity`): forward sensitivities take
-``n`` per evaluation of the forward solve, the adjoint about one plus a restart at each output time, so few
-states and many output times (Lotka-Volterra over 1,000 times) go forward; a stiff method always takes the
-adjoint (its Newton iterations converge slowly with the forward system's block-diagonal Jacobian: Robertson's
-took minutes).  An explicit method's ``S`` is left out of the step-size control (SUNDIALS' ``errconS=False``).
+the one of lower cost (`Problem.chosen_sensitivity`), from the forward solve's measured seconds an evaluation
+and a vector-Jacobian product's: forward sensitivities take ``n`` products per evaluation of the forward solve,
+the adjoint one, plus a restart at each output time, and its other work (`ADJOINT_COST`), so few states
+(Lotka-Volterra, chains of up to about 16 states with 20 output times or more) go forward; a stiff method always
+takes the adjoint (its Newton iterations converge slowly with the forward system's block-diagonal Jacobian:
+Robertson's took minutes).  An explicit method's ``S`` is left out of the step-size control (SUNDIALS'
+``errconS=False``).
 
 The adjoint needs ``y`` between output times: the explicit Runge-Kutta methods (RK23, RK45, DOP853)
 solve it backward beside ``a`` from the checkpoint ``Y[k]`` (each restart trying the previous interval's
@@ -32,7 +34,12 @@ backward solves step SciPy's solver classes directly and keep no trajectory.
 ``Fᵀa`` products come from prepared programs (`db.prepare_gradient` of ``⟨a, F(t, y, p)⟩``, whose gradient in
 ``a`` is ``F`` itself), replayed at every evaluation: one differentiating the parameters too (the quadrature's
 nodes, forward sensitivities, the stiff adjoint), one with them as constants (the explicit adjoint's stages);
-the stiff methods' Jacobians are ``n`` of them.  They are kept across solves under the key kernels use
+the stiff methods' Jacobians and the forward sensitivities' are ``n`` of them.  A program whose recorded values
+are all small (a few states and parameters: each at most `loops.SCALAR_MAX` elements, the operations the loops'
+scalar code writes) runs as Python scalar code instead (`ScalarGradient`: `loops.ScalarProgram` without a loop,
+checked against the replay on the recorded arguments; a call Python raises on is replayed): a Lotka-Volterra
+product takes 1.4 us against the replay's 13, a Jacobian's rows come from one call, and the forward sensitivities'
+gradient went from 6.3x the forward solve to 2.5x.  The programs are kept across solves under the key kernels use
 (`kernel_keys`: the right-hand side's code, closure, defaults and the globals it reads, its constant leaves by
 value), so a second gradient of the same problem records nothing and a changed one records anew.
 
@@ -42,7 +49,9 @@ solver is an error naming what to do instead.
 
 import collections
 import functools
+import math
 import threading
+import time
 
 import numpy as np
 import scipy.integrate
@@ -54,6 +63,7 @@ from ..errors import UnsupportedFunctionError
 from ..guards import Guarded, untracked
 from ..kernel_cache import CACHE_SIZE
 from ..kernel_keys import Reads, structure_key
+from ..loops import SCALAR_MAX, ScalarProgram, Unsupported
 from ..prepared import prepare_gradient
 from ..registry import defvjp_argnum
 from ..tracked import Tracked, primitive
@@ -62,7 +72,10 @@ __all__ = ["odeint", "solve_ivp"]
 
 EXPLICIT = ("RK23", "RK45", "DOP853")
 SENSITIVITIES = ("auto", "adjoint", "forward")
-_PROGRAMS = collections.OrderedDict()  # `Problem.program_key` -> its prepared program, the last CACHE_SIZE used
+ADJOINT_COST = 2.0  # the adjoint's cost over its evaluations' and products': y solved beside a, the quadrature, dense
+# output (fitted to Lotka-Volterra with 2 and 100 outputs, chains of 4-40 states, a linear ODE of 10: 1.3-2.9; with 2
+# "auto" chose the faster in each, with 1.5 not)
+_PROGRAMS = collections.OrderedDict()  # `Problem.program_key` -> (program, seconds a call), the last CACHE_SIZE used
 _PROGRAMS_LOCK = threading.Lock()
 
 
@@ -139,7 +152,7 @@ class Problem:
         method = options.get("method", "LSODA")
         self.method = method if isinstance(method, str) else method.__name__
         self.solver = getattr(scipy.integrate, method) if isinstance(method, str) else method
-        self.info = self.result = self.sol = None
+        self.info = self.result = self.sol = self.evaluation_seconds = None
         self._cache = None
 
     # --- the right-hand side -------------------------------------------------------------------------------
@@ -193,7 +206,9 @@ class Problem:
 
     def solve_ivp(self, y0, t0, t1, t_eval, params):
         fun, args = pytree.unflatten(self.treedef, self._leaves(params))
+        start = time.perf_counter()
         self.result = scipy.integrate.solve_ivp(fun, (t0, t1), y0, t_eval=t_eval, args=args or None, **self.options)
+        self.evaluation_seconds = (time.perf_counter() - start) / max(self.result.nfev, 1)  # with SciPy's stepping
         return self.result.y
 
     # --- the gradient ---------------------------------------------------------------------------------------
@@ -206,7 +221,7 @@ class Problem:
         y0 = np.asarray(y0, dtype=float).ravel()
         G = np.asarray(G, dtype=float).reshape(len(taus), -1)
         p = np.concatenate([np.ravel(v) for v in params]) if params else np.zeros(0)
-        forward = self.chosen_sensitivity(y0.size, len(taus)) == "forward"
+        forward = self.chosen_sensitivity(y0.size, p, len(taus)) == "forward"
         solve = self.forward_sensitivities if forward else self.adjoint
         a, q = solve(G, y0, float(s), np.asarray(taus, dtype=float), Y, p)
         rhs = self.system.rhs(params)
@@ -220,18 +235,21 @@ class Problem:
         self._cache = (g, result)
         return result
 
-    def chosen_sensitivity(self, n, outputs):
-        """The call's ``sensitivity``; for "auto" the method needing fewer vector-Jacobian products: forward
-        sensitivities take ``n`` (a Jacobian) per evaluation of the forward solve, the adjoint one per evaluation
-        plus a restart (the first evaluation and a step's stages) at each output time.  A stiff method takes the
-        adjoint (Newton iterations with the forward system's block Jacobian: Robertson's took minutes)."""
+    def chosen_sensitivity(self, n, p, outputs):
+        """The call's ``sensitivity``; for "auto" the one of lower cost, from the forward solve's seconds an evaluation
+        (SciPy's stepping with it) and a product's (`kept`): forward sensitivities take a Jacobian (``n`` products)
+        per evaluation of the forward solve, the adjoint a product per evaluation and per restart (the first
+        evaluation and a step's stages at each output time), times `ADJOINT_COST`.  A stiff method takes the adjoint
+        (Newton iterations with the forward system's block Jacobian: Robertson's took minutes)."""
         if self.sensitivity != "auto":
             return self.sensitivity
         if self.method not in EXPLICIT:
             return "adjoint"
-        evaluations = self.result.nfev
-        restarts = outputs * (self.solver.n_stages + 1)
-        return "forward" if n * evaluations <= evaluations + restarts else "adjoint"
+        product = self.kept(n, p, True, 1, np.concatenate([np.zeros(1 + 2 * n), p]))[1]
+        evaluation, evaluations = self.evaluation_seconds, self.result.nfev
+        forward = evaluations * (evaluation + n * product)
+        adjoint = ADJOINT_COST * (evaluations + outputs * (self.solver.n_stages + 1)) * (evaluation + product)
+        return "forward" if forward <= adjoint else "adjoint"
 
     def products(self, n, p, parameters=True, points=1):
         """``vjp(t, y, a) -> (F, ∂F/∂yᵀ a, ∂F/∂pᵀ a)``, replayed by one prepared program (`program`); without
@@ -243,9 +261,12 @@ class Problem:
         start = k * (1 + 2 * n)
         buffer = np.concatenate([np.zeros(start), p if parameters else []])  # this solve's: programs are shared
         program = self.program(n, p, parameters, k, buffer)
+        shape = (n,) if k == 1 else (k, n)  # views of the buffer, written without a ravel
+        times, states, cotangents = buffer[:k], buffer[k:k + k * n].reshape(shape), buffer[k + k * n:start].reshape(
+            shape)
 
         def vjp(t, y, a):
-            buffer[:k], buffer[k:k + k * n], buffer[k + k * n:start] = t, np.ravel(y), np.ravel(a)
+            times[:], states[...], cotangents[...] = t, y, a
             g = program(buffer)
             return g[k + k * n:start], g[k:k + k * n], g[start:]
 
@@ -253,29 +274,41 @@ class Problem:
 
     def program(self, n, p, parameters, points, example):
         """The prepared gradient of ``Σⱼ ⟨aⱼ, F(tⱼ, yⱼ, p)⟩`` in ``z = (t, y, a[, p])`` (``points`` terms), recorded
-        once per right-hand side: kept in `_PROGRAMS` under `program_key`, so a second solve replays it."""
+        once per right-hand side (`kept`)."""
+        return self.kept(n, p, parameters, points, example)[0]
+
+    def kept(self, n, p, parameters, points, example):
+        """``(program, seconds a call)`` of `program`, kept in `_PROGRAMS` under `program_key` (a second solve
+        replays it), the seconds measured when it was recorded."""
         key = self.program_key(n, p, parameters, points)
         with _PROGRAMS_LOCK:  # solves in other threads share the cache (each records and replays its own variants)
-            program = _PROGRAMS.get(key)
-            if program is not None:
+            kept = _PROGRAMS.get(key)
+            if kept is not None:
                 _PROGRAMS.move_to_end(key)
-                return program
+                return kept
         k, constants, system = points, self.system.plain(p), self.system  # the program keeps no tracked value
         start = k * (1 + 2 * n)
 
-        def inner_product(z):
-            rhs, total = system.rhs(system.plain(z[start:]) if parameters else constants), 0.0
+        def inner_product(product, z):
+            rhs, total = system.rhs(system.plain(z[start:]) if parameters else constants), None
             for j in range(k):
                 y, a = z[k + j * n:k + (j + 1) * n], z[k + (k + j) * n:k + (k + j + 1) * n]
-                total = total + np.sum(a * np.ravel(rhs(z[j], y)))
+                term = product(a, rhs(z[j], y))
+                total = term if total is None else total + term
             return total
 
-        program = prepare_gradient(inner_product, example)
+        replay = prepare_gradient(functools.partial(inner_product, _dot), example)
+        candidates = [replay]
+        if n <= SCALAR_MAX and (not parameters or all(math.prod(shape) <= SCALAR_MAX for shape in self.shapes)):
+            scalar = scalar_code(prepare_gradient(functools.partial(inner_product, _multiply_sum), example), replay,
+                                 example)  # (a larger state or parameter is not written as scalars: not recorded)
+            candidates += [scalar] if scalar is not None else []
+        kept = _fastest(candidates, example)
         with _PROGRAMS_LOCK:
-            _PROGRAMS[key] = program
+            _PROGRAMS[key] = kept
             if len(_PROGRAMS) > CACHE_SIZE:
                 _PROGRAMS.popitem(last=False)
-        return program
+        return kept
 
     def program_key(self, n, p, parameters, points):
         """What a recording of ``⟨a, F⟩`` depends on, as kernels are keyed (`structure_key`, `Reads`): the
@@ -292,13 +325,21 @@ class Problem:
         form = (self.system.flipped, self.system.vectorized)
         return structure, leaves, p.dtype, values, n, points, form
 
-    def jacobian(self, vjp, n, size):
-        """``(F, ∂F/∂y, ∂F/∂p)`` at ``(t, y)``: ``n`` vector-Jacobian products with the rows of the identity (made
-        once), written row by row into the two Jacobians (``size`` parameters)."""
+    def jacobian(self, n, p):
+        """``(F, ∂F/∂y, ∂F/∂p)`` at ``(t, y)``: ``n`` vector-Jacobian products with the rows of the identity, in one
+        call of the scalar code where the right-hand side has it (`ScalarGradient.gradients`), else replayed one by
+        one into the two Jacobians."""
+        vjp, program = self.products(n, p), self.program(n, p, True, 1, np.concatenate([np.zeros(1 + 2 * n), p]))
         identity = np.eye(n)
+        units, tail = identity.tolist(), p.tolist()
 
         def value_and_jacobians(t, y):
-            jy, jp = np.empty((n, n)), np.empty((n, size))
+            if type(program) is ScalarGradient:
+                head = [t, *y.tolist()]
+                rows = program.gradients([head + unit + tail for unit in units])
+                if rows is not None:
+                    return rows[0, 1 + n:1 + 2 * n], rows[:, 1:1 + n], rows[:, 1 + 2 * n:]
+            jy, jp = np.empty((n, n)), np.empty((n, p.size))
             for i in range(n):
                 f, jy[i], jp[i] = vjp(t, y, identity[i])
             return f, jy, jp
@@ -357,7 +398,7 @@ class Problem:
         n = y_lo.size
         params = self.system.plain(p)
         y_of = _trajectory(self.solver, self.system.rhs(params), lo, y_lo, hi, self.solver_options(params))
-        jacobian = self.jacobian(vjp, n, p.size)
+        jacobian = self.jacobian(n, p)
 
         def augmented(t, w):
             _, ja, pa = vjp(t, y_of(t), w[:n])
@@ -373,8 +414,7 @@ class Problem:
     def forward_sensitivities(self, G, y0, s, taus, Y, p):
         """``(Σ S_y0ᵀ G, Σ S_pᵀ G)``: ``S`` solved forward with ``y`` (see the module docstring)."""
         n, P = y0.size, p.size
-        vjp = self.products(n, p)
-        jacobian = self.jacobian(vjp, n, P)
+        jacobian = self.jacobian(n, p)
         m = n + P
         rtol, atol = self.tolerances()
 
@@ -401,11 +441,76 @@ class Problem:
         if self.method not in EXPLICIT:
             options["jac"] = jac
         w0 = np.concatenate([y0, np.eye(n, m).ravel()])
-        sensitivities = _solve_at(self.solver, augmented, s, w0, taus, options)
-        total = np.zeros(m)
-        for k in range(len(taus)):
-            total += G[k] @ sensitivities[k][n:].reshape(n, m)
+        states = np.reshape(_solve_at(self.solver, augmented, s, w0, taus, options), (len(taus), w0.size))
+        total = np.einsum("ki,kij->j", G, states[:, n:].reshape(len(taus), n, m))
         return total[:n], total[n:]
+
+
+def _dot(a, f):
+    """``⟨a, F⟩`` as the replay runs it fastest: one step (a 100-state product 5.7 us, the sum of products 9.3)."""
+    return np.dot(a, f if getattr(f, "ndim", None) == 1 else np.ravel(f))
+
+
+def _multiply_sum(a, f):
+    """``⟨a, F⟩`` in the operations the loops' scalar code writes."""
+    return np.sum(a * np.ravel(f))
+
+
+def scalar_code(recorded, replay, example):
+    """``recorded`` (the gradient of a function of one flat array) as Python scalar code (`ScalarGradient`, which
+    falls back on ``replay``, the same gradient), or None where the scalar code is not written (a value too large,
+    an operation it does not write) or disagrees with ``replay`` on ``example``."""
+    programs = [variants[0] for variants in recorded.variants.values()]
+    try:
+        scalar = ScalarProgram(programs[0], None) if len(programs) == 1 else None
+        source, names = scalar.source(False) if scalar is not None and scalar.dtype == np.float64 else (None, None)
+    except Unsupported:
+        return None
+    if source is None:
+        return None
+    exec(compile(source, "<dualbroadcast.scipy.integrate product>", "exec"), names)  # noqa: S102 - code loops wrote
+    gradient = ScalarGradient(names["loop_program"], scalar, replay)
+    expected = replay(example)
+    agrees = np.allclose(gradient(example), expected, rtol=1e-12, atol=1e-12 * max(1.0, np.max(np.abs(expected))))
+    return gradient if agrees else None
+
+
+def _fastest(functions, x):
+    """``(function, seconds)``: the one of ``functions`` whose fastest of three calls on ``x`` took the least time."""
+    def seconds(function):
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            function(x)
+            times.append(time.perf_counter() - start)
+        return min(times), function
+
+    fastest, function = min(map(seconds, functions), key=lambda pair: pair[0])
+    return function, fastest
+
+
+class ScalarGradient:
+    """A prepared gradient run as Python scalar code (`loops.ScalarProgram` without a loop): 1.4 us a Lotka-Volterra
+    product, its replay (``prepared``) 13.  A call Python raises on (where NumPy would give a NaN or an infinity) is
+    replayed."""
+
+    def __init__(self, function, scalar, prepared):
+        self.function, self.prepared = function, prepared
+        self.rows, self.live = scalar.rows_array().tolist(), scalar.live_array().tolist()
+
+    def __call__(self, z):
+        try:
+            return np.array(self.function(z.tolist(), self.rows, self.live)[1])
+        except (ArithmeticError, ValueError):
+            return self.prepared(z)
+
+    def gradients(self, points):
+        """The gradients at ``points`` (lists of floats) as the rows of a matrix; None where Python raised."""
+        function, rows, live = self.function, self.rows, self.live
+        try:
+            return np.array([function(z, rows, live)[1] for z in points])
+        except (ArithmeticError, ValueError):
+            return None
 
 
 class RightHandSide:

@@ -23,6 +23,10 @@ def lotka_volterra(y, t, a, b, c, d):
     return np.stack([a * u - b * u * v, -c * v + d * u * v])
 
 
+def lv(t, y, p):
+    return lotka_volterra(y, t, p[0], p[1], p[2], p[3])
+
+
 def odeint_loss(y0, p, t, sensitivity="auto"):
     Y = integrate.odeint(lotka_volterra, y0, t, args=(p[0], p[1], p[2], p[3]), rtol=1e-9, atol=1e-9,
                          sensitivity=sensitivity)
@@ -126,20 +130,32 @@ def test_backward_in_time(method, sensitivity):
     assert_close_to_differences(loss, (Y0, P / 4), 1e-5)
 
 
-def test_auto_sensitivity_counts_vector_jacobian_products():
-    """Forward sensitivities for few states and many output times (the adjoint restarts at each), the adjoint
-    for many states or a stiff method."""
-    def chosen(fun, y0, t_eval, method="RK45"):
-        problem = integrate.Problem("solve_ivp", (fun, ()), dict(method=method), "auto")
-        problem.result = scipy.integrate.solve_ivp(fun, (0.0, 15.0), y0, method=method, t_eval=t_eval)
-        return problem.chosen_sensitivity(np.size(y0), len(problem.result.t))
+def test_auto_sensitivity_weighs_measured_costs():
+    """Forward sensitivities for few states (their Jacobian costs a few products an evaluation), the adjoint for
+    many states or a stiff method, from the measured seconds of an evaluation and of a product."""
+    def chosen(fun, y0, p, t_eval, method="RK45"):
+        choices = []
+        original = integrate.Problem.chosen_sensitivity
 
-    lv = lambda t, y: lotka_volterra(y, t, *P)
+        def spied(problem, *args):
+            choices.append(original(problem, *args))
+            return choices[-1]
+
+        def loss(p):
+            result = integrate.solve_ivp(fun, (0.0, 15.0), y0, method=method, t_eval=t_eval, args=(p,))
+            return np.sum(result.y)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(integrate.Problem, "chosen_sensitivity", spied)
+            db.gradient(loss, p)
+        return choices[0]
+
     many, few = np.linspace(0.0, 15.0, 1000), np.array([0.0, 15.0])
-    assert chosen(lv, Y0, many) == "forward"
-    assert chosen(lv, Y0, few) == "adjoint"
-    assert chosen(lv, Y0, many, "BDF") == "adjoint"
-    assert chosen(lambda t, y: -y, np.ones(40), np.linspace(0.0, 15.0, 20)) == "adjoint"
+    assert chosen(lv, Y0, P, many) == "forward"
+    assert chosen(lv, Y0, P, few) == "forward"
+    assert chosen(lv, Y0, P, many, "BDF") == "adjoint"
+    assert chosen(lambda t, y, k: -k * y, np.ones(100), np.linspace(0.5, 1.5, 100), np.linspace(0.0, 15.0, 3)) \
+        == "adjoint"
 
 
 def test_closure_parameters_and_cut():
@@ -240,3 +256,53 @@ def test_sensitivity_keyword_is_checked():
 def test_forward_mode_through_odeint_is_a_clear_error():
     with pytest.raises(UnsupportedFunctionError, match=r"db\.jvp"):
         db.jvp(lambda y0: np.sum(integrate.odeint(lambda y, t: -y, y0, [0.0, 1.0])), (np.ones(2),), (np.ones(2),))
+
+
+def products_problem(fun, p):
+    """A `Problem` of ``fun(t, y, p)``, its parameter ``p`` tracked (made inside a gradient, as a solve's is)."""
+    made = []
+
+    def loss(p):
+        made.append(integrate.Problem("solve_ivp", (fun, (p,)), dict(method="RK45"), "auto"))
+        return np.sum(p)
+
+    db.gradient(loss, p)
+    return made[0]
+
+
+def test_small_right_hand_sides_run_as_scalar_code():
+    """A small right-hand side's products run as Python scalar code, and give the prepared replay's values."""
+    problem = products_problem(lv, P)
+    z = np.random.default_rng(4).normal(size=9)
+    program = problem.program(2, P, True, 1, z)
+    assert type(program) is integrate.ScalarGradient
+    np.testing.assert_allclose(program(z), program.prepared(z), rtol=1e-13)
+    f, jy, jp = problem.jacobian(2, P)(0.3, z[1:3])
+    expected = [program.prepared(np.concatenate([[0.3], z[1:3], unit, P])) for unit in np.eye(2)]
+    np.testing.assert_allclose(f, expected[0][3:5], rtol=1e-13)
+    np.testing.assert_allclose(jy, [g[1:3] for g in expected], rtol=1e-13)
+    np.testing.assert_allclose(jp, [g[5:] for g in expected], rtol=1e-13)
+
+
+def test_a_call_python_raises_on_is_replayed():
+    """Where the scalar code raises (math.log of a negative number) the prepared replay gives NumPy's NaN."""
+    problem = products_problem(lambda t, y, p: p * np.log(y), np.array([2.0, 3.0]))
+    z = np.array([0.0, 1.0, 2.0, 1.0, 1.0, 2.0, 3.0])
+    program = problem.program(2, np.array([2.0, 3.0]), True, 1, z)
+    assert type(program) is integrate.ScalarGradient
+    z[1] = -1.0
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(program(z), program.prepared(z))
+        assert np.isnan(program(z)[3])  # F = p log(y), the gradient in a
+
+
+def test_what_the_scalar_code_does_not_write_is_replayed():
+    """A matrix product is not written as scalars: the products replay the prepared program."""
+    A = np.eye(3)
+    problem = products_problem(lambda t, y, A: A @ y, A)
+    z = np.arange(16.0)
+    assert type(problem.program(3, A.ravel(), True, 1, z)) is not integrate.ScalarGradient
+    f, jy, jp = problem.jacobian(3, A.ravel())(0.0, np.array([1.0, 2.0, 3.0]))
+    np.testing.assert_array_equal(f, [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(jy, A)
+    np.testing.assert_array_equal(jp, np.kron(np.eye(3), [1.0, 2.0, 3.0]))
