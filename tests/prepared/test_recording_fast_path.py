@@ -102,7 +102,7 @@ def test_mixed_dtypes_views_and_scalars_first_call_and_replays():
 def test_cut_values_and_complex_results_go_to_the_general_path(monkeypatch):
     x, w = np.linspace(0.5, 1.0, 5), np.linspace(1.0, 2.0, 5)
     fast_prog, fast = _recorded(with_cut_and_complex, (x, db.cut(w)), True, monkeypatch)
-    general_prog, general = _recorded(with_cut_and_complex, (x, db.cut(w)), False, monkeypatch)
+    _, general = _recorded(with_cut_and_complex, (x, db.cut(w)), False, monkeypatch)
     assert _steps(fast) == _steps(general)
     assert any(step.complex for step in fast.recorded_steps if type(step) is Step)
     for y, v in ((x, w), (x * 1.3, w[::-1].copy())):
