@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from . import pullbacks
 from .broadcast_pullbacks import unscaled_kernel
 from .derivatives import DERIVATIVES, SELECTIONS, SMOOTH, chain_product
 from .expr import Src
@@ -85,6 +86,9 @@ class BackwardWriter(SourceWriter):
                 term = other.text if self.times_one(step, i, o) \
                     else self.product_term(step, i, o) or dot[i](other, Src(f"g{o}", self.space)).text
                 lines += self.cotangents.accumulate(parent, _real_part(term, real))
+            elif step.func is pullbacks.SCATTER_RECORDED and i == 0 and all(type(r) is Const for r in step.refs[1:]):
+                gathered = f"g{o}[{self.ref(step.refs[1])}]"  # `scatter_vjp`'s gather, its scatter left unread
+                lines += self.cotangents.accumulate(parent, _real_part(gathered, real))
             elif type(recorded) is IndexPullback and step.func is getitem and type(step.refs[1]) is Const:
                 index = self.ref(step.refs[1])
                 add = f"np.add.at(g{parent}, {index}, g{o})" if recorded.repeats \
@@ -440,10 +444,12 @@ class _Cotangents:
     def returned(self, i, new):
         """The returned cotangent of active leaf ``i``: a number known here, of a leaf passed as a Python float, as
         a Python float (the gradient `db.gradient` gives it: the call returns it as it is); an array ``new`` on
-        this call, or a float leaf's (the call makes it a float), as it is; any other copied."""
+        this call (an "owned" one too: made by this call to be added to), or a float leaf's (the call makes it a
+        float), as it is; any other copied."""
         if i in self.p.float_leaves and isinstance(self.known.get(i), (int, float, np.floating)):
             return self.space.bind(float(self.known[i]))
-        return f"g{i}" if i in new or i in self.p.float_leaves else f"{self.space.bind(np.array)}(g{i})"
+        fresh = i in new or self.state.get(i) == "owned"
+        return f"g{i}" if fresh or i in self.p.float_leaves else f"{self.space.bind(np.array)}(g{i})"
 
     def product(self, partial, o, target, assign, scale=1, leaf_dtype=None):
         """``partial · g<o>`` (times ``scale``, a literal factor the partial was computed without) written into
