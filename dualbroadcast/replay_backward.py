@@ -5,6 +5,7 @@ now to a number known while writing, or a leaf's one kernel product written last
 
 
 import math
+import re
 
 import numpy as np
 
@@ -320,6 +321,9 @@ class Folded:
         self.value = value
 
 
+_NEGATED = re.compile(r"\(-(g\d+)\)")  # a cotangent negated, as `pullbacks.table_pullback_source` writes it
+
+
 class _Cotangents:
     """The cotangent ``g<i>`` of each value while the backward code is written, so that the generated code
     keeps no books.  Per value: none yet, "shared" (maybe another value's array, or a number: never changed
@@ -361,10 +365,12 @@ class _Cotangents:
         if current is None:
             self.state[i] = "shared"
             return lines + [f"    g{i} = {term}"]
+        negated = _NEGATED.fullmatch(term)  # ``(-g3)`` subtracted: one array less, the same numbers (IEEE's
+        sign, term = ("-", negated.group(1)) if negated else ("+", term)  # x + (-y) is x - y, bit for bit)
         if current == "owned":
-            return lines + [f"    g{i} += {term}"]
+            return lines + [f"    g{i} {sign}= {term}"]
         self.state[i] = "owned" if self.p.meta[i][0] else "shared"
-        return lines + [f"    g{i} = g{i} + {term}"]
+        return lines + [f"    g{i} = g{i} {sign} {term}"]
 
     def owned(self, i):
         """Lines making ``g<i>`` an array of its own (zeros if it has no cotangent yet), which the next
