@@ -76,7 +76,7 @@ def is_finite(d):
     if kind is np.float64 or kind is float:  # a scalar model's partial: first
         return abs(d) < math.inf
     if kind is np.ndarray:
-        return d.dtype.kind not in "fc" or bool(np.isfinite(d).all())
+        return all_finite(d)
     if kind is bool or kind is np.bool_:
         return True
     if kind in (float, int, complex) or isinstance(d, np.number):
@@ -93,8 +93,18 @@ def is_finite(d):
 
 
 def all_finite(value):
-    """Whether the array ``value`` holds finite numbers only (a guard's check in a prepared program's replay)."""
-    return value.dtype.kind not in "fc" or bool(np.isfinite(value).all())
+    """Whether the array ``value`` holds finite numbers only (a guard's check in a prepared program's replay): for
+    a small array, the sum of its squared magnitudes is finite only then, one pass that makes no array (1000
+    float64: 0.6 us, 2 us np.isfinite(value).all()); where that sum is not finite, an overflow or not, and for a
+    large array (whose dot product BLAS may split across threads, slower on a busy machine), each element."""
+    if value.dtype.kind not in "fc":
+        return True
+    if value.size <= DOT_CHECK_MAX and math.isfinite(np.vdot(value, value).real):
+        return True
+    return bool(np.isfinite(value).all())
+
+
+DOT_CHECK_MAX = 8192  # elements: OpenBLAS computes a dot product of up to 10,000 on one thread
 
 
 def chain_product(func, g, d):

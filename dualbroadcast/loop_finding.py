@@ -79,7 +79,7 @@ def _signatures(steps, meta):
     for k, step in enumerate(steps):
         if type(step) is Step:  # (lists made into tuples: a generator per step cost a third of the time)
             key = (id(step.func), step.kind, repr(step.kwargs) if step.kwargs else "",
-                   tuple([_ref_key(r, meta) for r in step.refs]),
+                   tuple([meta[r] if type(r) is int else _ref_key(r, meta) for r in step.refs]),
                    tuple([_ref_key(Const(r), meta) for r in step.rest]) if step.rest else (),
                    tuple([None if o is None else meta[o] for o in step.outs]))
         else:
@@ -189,21 +189,21 @@ def _agrees(step, template, kinds, start, period, k, producer, rows, j):
             and (len(step.rest) != len(template.rest) or not all(map(_same_constant, step.rest, template.rest))):
         return False
     refs, template_refs = flat_refs(step.refs), flat_refs(template.refs)
+    base = start + k * period  # where iteration k begins: a value read is `_kind`'s kind if made where it says
     for slot, (r, t, kind) in enumerate(zip(refs, template_refs, kinds)):
-        if kind[0] == "literal":
+        tag = kind[0]
+        if tag == "literal":
             if r.value is not t.value and (type(t.value) is np.ndarray or not _same_constant(r.value, t.value)):
                 if not (scalar_step(template) and np.result_type(t.value).kind == "f"):
                     return False
                 rows.add((j, slot))  # (an array equal but not the same: read per iteration too, as replay does)
-            continue
-        actual = _kind(r, start, period, k, producer)
-        if kind[0] == "inner" and actual != kind:
-            return False
-        if kind[0] == "carry" and actual != ("previous", kind[1], kind[2]):
-            return False
-        if kind[0] == "invariant" and actual != ("before", kind[1]):
-            return False
-        if kind[0] not in ("inner", "carry", "invariant"):
+        elif tag == "inner":  # made by step j of this iteration
+            if type(r) is not int or producer.get(r) != (base + kind[1], kind[2]):
+                return False
+        elif tag == "carry":  # ... of the iteration before
+            if type(r) is not int or producer.get(r) != (base - period + kind[1], kind[2]):
+                return False
+        elif tag != "invariant" or r != kind[1]:  # the same value from before the loop
             return False
     return True
 

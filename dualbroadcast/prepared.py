@@ -26,23 +26,23 @@ from typing import Any
 
 import numpy as np
 
-from . import loops, pytree
+from . import loops, pullbacks, pytree
 from .api import directional_derivative, hvp_arguments
 from .context import ACTIVE_TAPE
 from .errors import UnsupportedFunctionError
-from .guards import RECORDER, NotReplayableError
+from .guards import RECORDER, NotReplayableError, note_views
 from .loop_finding import flat_refs
-from .numpy_facts import FLOAT_LEAVES, getitem, qualified_name
+from .numpy_facts import FLOAT_LEAVES, FLOAT_SCALARS, getitem, qualified_name
 from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpacked
 from .pytree import Cut
 from .regions import FUSE_REGIONS, forward_regions
-from .registry import BY_ARGNUM, OUTPUTS, complex_rule, first_output
+from .registry import BY_ARGNUM, OUTPUTS, PER_ARGUMENT, complex_rule, first_output
 from .replay import MISS, compile_plans, globals_check
 from .replay_forward import same_result
 from .reverse import TrackedArgument, argument_gradients, call_on_tape, scalar_seed, track_arguments, value_and_gradient
 from .sweeps import backward
 from .tape import Tape
-from .tracked import Tracked, keep_constants, tape_checked
+from .tracked import Tracked, _record_result, keep_constants, record_binary, tape_checked
 
 MAX_VARIANTS = 8
 _thread = threading.get_ident
@@ -84,6 +84,81 @@ class Recorder:
         traced = any(type(r) is not Const for r in refs)
         active = [i for i, r in enumerate(refs) if type(r) is int and r not in self.inactive]
         return values, refs, traced, active
+
+    def record_per_argument(self, func, rule, args):
+        """`tracked.record_operation` of ``func(*args)``, its ``rule`` one maker per argument, called without
+        keywords on values of this recording (one needing a gradient) and plain constants (numbers, arrays, basic
+        indices): the common step, recorded as the general path records it in a third of its time; NotImplemented
+        for anything else, which the general path records (its errors, nested and complex values, packs)."""
+        tape = self.tape
+        makers = rule.makers
+        if tape.complex or tape.closed or tape.level or RECORDER.get() is not self or rule.kind != PER_ARGUMENT:
+            return NotImplemented
+        inactive, meta = self.inactive, self.meta
+        refs, values, active, arrays = [], [], [], False
+        real = True  # every traced value a real float needing a gradient, every constant a real number or array
+        for i, a in enumerate(args):
+            kind = type(a)
+            if kind is Tracked:
+                if a.tape is not tape or a.slice_index is not None:
+                    return NotImplemented
+                index = a.index
+                if index not in inactive:
+                    if i >= len(makers) or makers[i] is None:
+                        return NotImplemented  # the general path's error: no derivative in this argument
+                    active.append(i)
+                    real = real and meta[index][1].kind == "f"
+                else:
+                    real = False
+                refs.append(index)
+                values.append(a.value)
+            elif kind in _PLAIN_CONSTANTS or (kind in _INDICES and not _holds_traced(_bounds(a) if kind is slice
+                                                                                     else a)):
+                if kind is np.ndarray:
+                    arrays = True
+                    real = real and a.dtype.kind in "fiub"
+                else:
+                    real = real and kind in _REAL_NUMBERS
+                refs.append(Const(a))
+                values.append(a)
+            else:
+                return NotImplemented
+        if not active:
+            return NotImplemented  # a traced step without a gradient (`traced`)
+        if real and rule.binary and rule.keeps_arguments and len(args) == 2:  # a real float result: recorded as
+            out = record_binary(args[0], args[1], func, self)  # `db.gradient` records it, its cheapest pullbacks
+            ans = out.value
+            kind = type(ans)
+            meta = _SCALAR_META[kind] if kind in FLOAT_SCALARS else (ans.shape, ans.dtype)
+        else:
+            ans = rule.plain(*values)
+            if arrays:
+                self.hold(refs, rule.keeps_arguments)
+            kind = type(ans)
+            if kind in FLOAT_SCALARS:
+                meta = _SCALAR_META[kind]
+            elif kind is np.ndarray and ans.dtype.kind == "f":
+                meta = (ans.shape, ans.dtype)
+            else:  # complex, or not a float: as `record_operation` records it
+                out = _record_result(tape, func, rule, None, ans, ans, values, {}, [args[i] for i in active], self,
+                                     active)
+                if kind is np.ndarray and ans.base is not None:
+                    note_views(args, (out,), func is getitem)
+                self.step(func, rule, refs, (), {}, active, (out,), ans)
+                return out
+            out = tape.record(ans, tuple([(refs[i], makers[i](ans, *values)) for i in active]), func)  # (no view)
+        if kind is np.ndarray and ans.base is not None:  # a view (x[1:], x.T)
+            note_views(args, (out,), func is getitem)
+        index = out.index  # `step`, its facts read directly
+        self.meta[index] = meta
+        fixed = self.fixed
+        shape_fixed = _shapes_follow(func, refs) and all(type(r) is Const or r in fixed for r in refs)
+        if shape_fixed:
+            fixed.add(index)
+        self.steps.append(Step(func, rule.impl, PER_ARGUMENT, refs, (), {}, [index], active, makers))
+        if not shape_fixed and self.selects(refs, [index]):
+            self.guard_shapes([index])
+        return out
 
     def traced(self, a, func):
         """A result without a gradient, kept traced: the replay recomputes it from the new arguments."""
@@ -145,9 +220,7 @@ class Recorder:
         """Whether the results of ``func`` on ``refs`` have the same shapes on every replay of this signature:
         a function whose results' shapes follow from its arguments' shapes (a ufunc, x[index] with a constant
         index, ...), every traced argument of a fixed shape (an argument's leaves: the signature fixes them)."""
-        if not (isinstance(func, np.ufunc) or func in _SHAPE_FUNCTIONS or func == "cut"
-                or (func is getitem and len(refs) == 2 and type(refs[1]) is Const)
-                or (func is np.where and len(refs) == 3)):  # (np.where(c) alone is np.nonzero(c))
+        if not _shapes_follow(func, refs):
             return False
         return all(type(r) is Const or r in self.fixed for r in flat_refs(refs)) \
             and all(type(v) is not Tracked for v in kwargs.values())
@@ -280,10 +353,26 @@ class Recorder:
 
 
 _WITH_DTYPE = (np.ndarray, np.generic)
+_SCALAR_META = {kind: ((), np.dtype(kind)) for kind in FLOAT_SCALARS}  # the (shape, dtype) of a float scalar
+# The constants `Recorder.record_per_argument` takes as they are: numbers, arrays, None; and the indices it takes
+# when they hold no traced value (``x[1:]``, ``x[0, :]``)
+_PLAIN_CONSTANTS = frozenset((float, int, bool, type(None), np.ndarray, np.float64, np.float32, np.int64, np.intp,
+                              np.bool_))
+_INDICES = frozenset((slice, tuple))
+_REAL_NUMBERS = frozenset((float, int, bool, np.float64, np.float32, np.int64, np.intp, np.bool_))
 _SIZES = {np.shape, np.ndim, np.size, len}  # what a guard of a value's size reads
 _SHAPE_FUNCTIONS = {np.sum, np.dot, np.matmul, np.reshape, np.ravel, np.transpose, np.broadcast_to, np.shape,
                     np.ndim, np.size, np.stack,
                     np.concatenate}  # ... whose results' shapes follow from their arguments' (ufuncs too)
+
+
+def _shapes_follow(func, refs):
+    """Whether the shapes of the results of ``func`` on ``refs`` follow from its arguments' shapes (a ufunc, x[index]
+    with a constant index, ...)."""
+    return isinstance(func, np.ufunc) or func in _SHAPE_FUNCTIONS or func == "cut" \
+        or func is pullbacks.SCATTER_RECORDED \
+        or (func is getitem and len(refs) == 2 and type(refs[1]) is Const) \
+        or (func is np.where and len(refs) == 3)  # (np.where(c) alone is np.nonzero(c))
 
 
 def _identity(x):
@@ -845,6 +934,11 @@ class PreparedHvp:
         return self.program.recordings
 
     def __call__(self, *args: Any, vectors: Any = None, out: Any = None) -> Any:
+        if vectors is None and out is None and len(args) == 2 and type(args[0]) is np.ndarray \
+                and type(args[1]) is np.ndarray:
+            product = self._product_of_arrays(*args)
+            if product is not None:
+                return product
         args, vectors = hvp_arguments(args, vectors)
         plain = _plain(args + vectors)
         if plain is not None:
@@ -852,6 +946,24 @@ class PreparedHvp:
             if replayed is not None:
                 return replayed[1]
         return self._evaluate_tree(args, vectors, out, plain)
+
+    def _product_of_arrays(self, x, v):
+        """``prog(x, v)`` of two arrays replayed by a variant the calling thread recorded for them (`PreparedGradient.
+        _evaluate` less its branches: a trust-region method calls it hundreds of times); None where none replays it."""
+        program = self.program
+        if program.globals_read:
+            program._check_globals()
+        try:
+            programs = program.local.variants.get(((x.shape, x.dtype), (v.shape, v.dtype)), ())
+        except AttributeError:  # the thread's first call
+            return None
+        for variant in programs:
+            try:
+                g = variant.gradient([x, v])[1][0]
+            except GuardFailed:
+                continue
+            return g if type(g) is np.ndarray and g.dtype == x.dtype else _plain_gradient(x, g)
+        return None
 
     def _evaluate_tree(self, args, vectors, out, plain=None):
         """The products for arguments no variant for plain ones fits: replayed by their signature, or recorded."""

@@ -5,9 +5,11 @@ now to a number known while writing, or a leaf's one kernel product written last
 
 
 import math
+import re
 
 import numpy as np
 
+from . import pullbacks
 from .broadcast_pullbacks import unscaled_kernel
 from .derivatives import DERIVATIVES, SELECTIONS, SMOOTH, chain_product
 from .expr import Src
@@ -85,6 +87,9 @@ class BackwardWriter(SourceWriter):
                 term = other.text if self.times_one(step, i, o) \
                     else self.product_term(step, i, o) or dot[i](other, Src(f"g{o}", self.space)).text
                 lines += self.cotangents.accumulate(parent, _real_part(term, real))
+            elif step.func is pullbacks.SCATTER_RECORDED and i == 0 and all(type(r) is Const for r in step.refs[1:]):
+                gathered = f"g{o}[{self.ref(step.refs[1])}]"  # `scatter_vjp`'s gather, its scatter left unread
+                lines += self.cotangents.accumulate(parent, _real_part(gathered, real))
             elif type(recorded) is IndexPullback and step.func is getitem and type(step.refs[1]) is Const:
                 index = self.ref(step.refs[1])
                 add = f"np.add.at(g{parent}, {index}, g{o})" if recorded.repeats \
@@ -316,6 +321,9 @@ class Folded:
         self.value = value
 
 
+_NEGATED = re.compile(r"\(-(g\d+)\)")  # a cotangent negated, as `pullbacks.table_pullback_source` writes it
+
+
 class _Cotangents:
     """The cotangent ``g<i>`` of each value while the backward code is written, so that the generated code
     keeps no books.  Per value: none yet, "shared" (maybe another value's array, or a number: never changed
@@ -357,10 +365,12 @@ class _Cotangents:
         if current is None:
             self.state[i] = "shared"
             return lines + [f"    g{i} = {term}"]
+        negated = _NEGATED.fullmatch(term)  # ``(-g3)`` subtracted: one array less, the same numbers (IEEE's
+        sign, term = ("-", negated.group(1)) if negated else ("+", term)  # x + (-y) is x - y, bit for bit)
         if current == "owned":
-            return lines + [f"    g{i} += {term}"]
+            return lines + [f"    g{i} {sign}= {term}"]
         self.state[i] = "owned" if self.p.meta[i][0] else "shared"
-        return lines + [f"    g{i} = g{i} + {term}"]
+        return lines + [f"    g{i} = g{i} {sign} {term}"]
 
     def owned(self, i):
         """Lines making ``g<i>`` an array of its own (zeros if it has no cotangent yet), which the next
@@ -440,10 +450,12 @@ class _Cotangents:
     def returned(self, i, new):
         """The returned cotangent of active leaf ``i``: a number known here, of a leaf passed as a Python float, as
         a Python float (the gradient `db.gradient` gives it: the call returns it as it is); an array ``new`` on
-        this call, or a float leaf's (the call makes it a float), as it is; any other copied."""
+        this call (an "owned" one too: made by this call to be added to), or a float leaf's (the call makes it a
+        float), as it is; any other copied."""
         if i in self.p.float_leaves and isinstance(self.known.get(i), (int, float, np.floating)):
             return self.space.bind(float(self.known[i]))
-        return f"g{i}" if i in new or i in self.p.float_leaves else f"{self.space.bind(np.array)}(g{i})"
+        fresh = i in new or self.state.get(i) == "owned"
+        return f"g{i}" if fresh or i in self.p.float_leaves else f"{self.space.bind(np.array)}(g{i})"
 
     def product(self, partial, o, target, assign, scale=1, leaf_dtype=None):
         """``partial · g<o>`` (times ``scale``, a literal factor the partial was computed without) written into

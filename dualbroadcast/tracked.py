@@ -116,6 +116,10 @@ def record_operation(func, args, kwargs):
         if type(ans) is np.ndarray and (ans.base is not None or ans is x.value):  # a view (np.reshape, x.T)
             note_views(args, (t,), func is getitem)
         return t
+    if kind == PER_ARGUMENT and not kwargs and (recorder := RECORDER.get()) is not None:
+        t = recorder.record_per_argument(func, rule, args)  # the common step of a recording, its path specialised
+        if t is not NotImplemented:
+            return t
     if kind == COMPOSITION:  # its NumPy calls are recorded one by one
         return rule.makers(*args, **kwargs)
     if kind == SEQUENCE and not args:
@@ -327,16 +331,22 @@ def _dispatch(func, args, kwargs):
     return record_operation(func, args, kwargs)
 
 
-def record_binary(x, y, func):
+def record_binary(x, y, func, recording=None):
     """``func(x, y)``, and ``x op y`` for Tracked's arithmetic operators: `record_operation` specialised
-    for a rule with one maker per argument (``rule.binary``), no keywords and no recorder, since a scalar
-    model's gradient pays this once per operator.  A scalar result takes the pullbacks its rule declares
-    (``scalar_backs``; ``bilinear``: the other argument); a scalar product of views holds its partials
-    for their bases (`Tape.view_products`).  Everything else goes to `record_operation`.
-    (``func`` comes last: the operators are this very function with ``func`` bound, see `_arithmetic`.)"""
+    for a rule with one maker per argument (``rule.binary``), no keywords and no recorder (or ``recording``, the
+    tape's recorder, which has checked that both arguments are real and records the step itself:
+    `prepared.Recorder.record_per_argument`), since a scalar model's gradient pays this once per operator.  A
+    scalar result takes the pullbacks its rule declares (``scalar_backs``; ``bilinear``: the other argument); a
+    scalar product of views holds its partials for their bases (`Tape.view_products`).  Everything else goes to
+    `record_operation`.  (``func`` comes third: the operators are this very function with ``func`` bound, see
+    `_arithmetic`.)"""
     rule = RULES.get(func)
     tape = x.tape if type(x) is Tracked else y.tape
-    if rule is None or not rule.binary or tape.recorder is not None or tape.complex or tape.level:
+    if rule is None or not rule.binary or tape.recorder is not recording or tape.complex or tape.level:
+        if rule is not None and rule.binary and tape.recorder is not None:  # a prepared gradient's recording
+            t = tape.recorder.record_per_argument(func, rule, (x, y))
+            if t is not NotImplemented:
+                return t
         return record_operation(func, (x, y), {})
     if tape.closed:
         tape_checked(None, tape)
@@ -631,6 +641,10 @@ class Tracked(Guarded):
                 # an element, or a value an outer gradient tracks: recorded as `record_operation` would, in a
                 # call less (x[i] of a vector: 0.7 us, not 2.1 us here), `Tape.record` inline
                 return _element(tape, self.index, index, base, value)
+        if tape.recorder is not None and (rule := RULES.get(getitem)) is not None:  # a prepared gradient's recording
+            t = tape.recorder.record_per_argument(getitem, rule, (self, index))
+            if t is not NotImplemented:
+                return t
         return record_operation(getitem, (self, index), {})  # recorded (and a closed tape's clear error)
 
     def __repr__(self):
@@ -706,7 +720,8 @@ def _arithmetic(func, reflected):
     """
     if reflected:
         return lambda self, other: record_binary(other, self, func)
-    return types.FunctionType(record_binary.__code__, record_binary.__globals__, f"_binary_{func.__name__}", (func,))
+    return types.FunctionType(record_binary.__code__, record_binary.__globals__, f"_binary_{func.__name__}",
+                              (func, None))
 
 
 for _name, _func in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("truediv", np.divide),

@@ -454,3 +454,55 @@ def test_a_finite_singular_partial_is_a_guard_not_a_strong_product():
 def scipy_rosen_hess_prod(x, v):
     scipy_optimize = pytest.importorskip("scipy.optimize")
     return scipy_optimize.rosen_hess_prod(x, v)
+
+
+def test_a_scattered_gradient_is_gathered_without_its_scatter():
+    """The inner gradient of slices is scattered into zeros of x's shape (`pullbacks.scatter`), a shape every replay
+    gives: no guard on it, and the Hessian-vector product gathers ``v[index]`` where the scatter's pullback was, so
+    the gradient alone computes no scatter (Rosenbrock: three zero arrays and three index additions a call)."""
+    from dualbroadcast import pullbacks
+
+    def rosen(x):
+        return np.sum(100.0 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+    rng = np.random.default_rng(3)
+    x, v = rng.uniform(0, 2, 40), rng.standard_normal(40)
+    prog = db.prepare_hvp(rosen, x)
+    for y, w in ((x, v), (x * 0.7, v[::-1].copy())):
+        np.testing.assert_allclose(prog(y, w), scipy_rosen_hess_prod(y, w), rtol=1e-12, atol=1e-9)
+    (program,) = programs_of(prog)
+    scatters = [k for k, s in enumerate(program.steps) if getattr(s, "func", None) is pullbacks.SCATTER_RECORDED]
+    assert len(scatters) == 3 and set(scatters) <= set(program.removed["gradient"])
+    assert not any(getattr(s, "convert", None) in (np.shape, np.ndim) for s in program.steps)
+
+
+def test_a_gather_of_repeated_and_array_indices():
+    """Elements read twice (an integer array index with repeats: a scatter with ``np.add.at``) and a boolean mask:
+    the gathered product is JAX's Hessian-vector product."""
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    index, mask = np.array([0, 3, 3, 1, 0]), np.array([True, False, True, True, False, True])
+
+    def f(x, xp=np):
+        return xp.sum(xp.sin(x[index]) * x[index] ** 2) + xp.sum(xp.exp(x[mask]) * x[::-1][mask])
+
+    x, v = np.linspace(0.1, 0.9, 6), np.array([1.0, -2.0, 0.5, 0.25, 3.0, -1.0])
+    want = np.asarray(jax.jvp(jax.grad(lambda a: f(a, jax.numpy)), (x,), (v,))[1])
+    prog = db.prepare_hvp(f, x)
+    for _ in range(2):
+        np.testing.assert_allclose(prog(x, v), want, rtol=1e-12)
+    np.testing.assert_allclose(db.hvp(f, x, v), want, rtol=1e-12)
+
+
+def test_a_returned_product_is_the_callers_own():
+    """The product a replay returns is an array no later call writes (the cotangent the call made is returned as it
+    is, not copied)."""
+    x, v = np.linspace(0.2, 1.2, 8), np.linspace(-1.0, 1.0, 8)
+    prog = db.prepare_hvp(neighbours, x)
+    want = db.hvp(neighbours, x, v)
+    first = prog(x, v)
+    second = prog(x, v)
+    assert first is not second and not np.shares_memory(first, second)
+    first[:] = np.nan
+    np.testing.assert_allclose(prog(x, v), want, rtol=1e-12)
+    np.testing.assert_allclose(second, want, rtol=1e-12)

@@ -75,7 +75,8 @@ def write(shapes, deferrable, plan):
             expected[j][k] += c
         elif kind == "cotangent":  # as the table's terms: a number now when the cotangent is one
             number = cotangents.number(k)
-            term = Folded(number * c) if number is not None else f"g{k}" if c == 1 else f"(g{k} * {c!r})"
+            term = Folded(number * c) if number is not None else f"g{k}" if c == 1 else f"(-g{k})" if c == -1 \
+                else f"(g{k} * {c!r})"  # (a negation as `table_pullback_source` writes it: subtracted)
             lines += cotangents.accumulate(j, term)
             expected[j] = expected[j] + expected[k] * c
         else:  # a kernel's partial at the value's shape, an array of the program's own
@@ -109,3 +110,38 @@ def test_cotangents_written_by_the_bookkeeping_are_the_sums_of_their_terms(plan)
             np.testing.assert_allclose(g, expected[i], rtol=1e-12, err_msg=source)
         for name, t in terms.items():
             np.testing.assert_array_equal(t, originals[name], err_msg=f"{name} changed in place:\n{source}")
+
+
+def test_a_negated_cotangent_is_subtracted_to_the_same_bits(monkeypatch):
+    """``g = g + (-h)`` is written ``g = g - h`` (one array less): IEEE's ``x + (-y)`` is ``x - y`` bit for bit, so the
+    replay gives what it gave with the negation, signed zeros, infinities and NaN included."""
+    import re
+
+    import dualbroadcast as db
+    from dualbroadcast import replay_backward
+    from dualbroadcast.regions import FUSE_REGIONS
+
+    def f(x):
+        y = np.sin(x)
+        return np.sum((x - y) ** 2) + np.sum(y * 3.0)  # y's cotangent: 3g, then minus (x - y)'s
+
+    def prepared():
+        token = FUSE_REGIONS.set(False)  # its steps written one by one, not fused into a kernel
+        try:
+            prog = db.prepare_gradient(f, np.ones(7))
+            prog(np.zeros(7))  # compiled now
+        finally:
+            FUSE_REGIONS.reset(token)
+        (program,) = {id(p): p for ps in prog.variants.values() for p in ps}.values()
+        return prog, program.source
+
+    subtracting, source = prepared()
+    assert " - g" in source or " -= g" in source
+    monkeypatch.setattr(replay_backward, "_NEGATED", re.compile(r"(?!)"))  # matches nothing: the negation added
+    adding, added_source = prepared()
+    assert "(-g" in added_source and " - g" not in added_source and " -= g" not in added_source
+    x = np.array([0.0, -0.0, 1.5, -2.0, np.inf, np.nan, 3e300])
+    with np.errstate(all="ignore"):
+        for y in (np.linspace(-1.0, 1.0, 7), x, -x):
+            np.testing.assert_array_equal(subtracting(y), adding(y))
+            np.testing.assert_allclose(subtracting(y), db.gradient(f, y), rtol=1e-14)
