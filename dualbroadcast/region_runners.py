@@ -107,10 +107,8 @@ def axis_region_runner(kernel, examples, reduction, active, size):
     dtype = np.dtype(kernel.value_dtype(examples))
     active_shapes = [np.shape(examples[i]) for i in active]
     fresh = fresh_partials(kernel.outputs, True) if reduction.axes else kernel.fresh
-    numbers = reduction.numbers(kernel.outputs[1:], active_shapes)
-    sharing = [-1 if n is not None or sign < 0 else first  # (a negated twin's partial: not computed)
-               for (first, sign), n in zip(reduction.sharing(kernel.outputs[1:], active_shapes), numbers)]
-    whole = _computed_only(kernel, sharing, dtype).typed_whole(tuple(map(value_kind, examples)))
+    computing, sharing = region_kernel(kernel, examples, reduction, active)
+    whole = computing.typed_whole(tuple(map(value_kind, examples)))
     candidates = []
     if forced in (None, "blocked") and shape:
         candidates.append((axis_sum_rows(whole, reduction, examples, active, sharing, dtype), "blocked"))
@@ -132,6 +130,18 @@ def axis_region_runner(kernel, examples, reduction, active, size):
     if len(candidates) == 1 or size < CHOSEN_MIN:  # (fewer than `regions.BROADCAST_MIN`: where a test lowers it)
         return _fastest(candidates, examples)
     return _chosen(candidates, examples, shape, size, active_shapes), "chosen per call"
+
+
+def region_kernel(kernel, examples, reduction, active):
+    """``(kernel, sharing)``: a region's kernel summed along axes or of broadcast inputs (`AxisSum`) computing only the
+    partials its runners compute (`_computed_only`), and per partial the one it shares (`AxisSum.sharing`), -1 for a
+    number's or a negated twin's (not computed)."""
+    dtype = np.dtype(kernel.value_dtype(examples))
+    active_shapes = [np.shape(examples[i]) for i in active]
+    numbers = reduction.numbers(kernel.outputs[1:], active_shapes)
+    sharing = [-1 if n is not None or sign < 0 else first  # (a negated twin's partial: not computed)
+               for (first, sign), n in zip(reduction.sharing(kernel.outputs[1:], active_shapes), numbers)]
+    return _computed_only(kernel, sharing, dtype), sharing
 
 
 def _computed_only(kernel, sharing, dtype):
