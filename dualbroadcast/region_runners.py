@@ -24,6 +24,7 @@ from .kernels import (
     ONE_THREAD,
     THREADS,
     BackendChoice,
+    Bucket,
     Kernel,
     chunk_bounds,
     fresh_partials,
@@ -257,15 +258,20 @@ class Runners:
         return self.runners[backend](*values)  # a tuple (value, partials), as the kernels return it
 
 
-def _chosen(candidates, examples, shape, size, active_shapes):
+def _chosen(candidates, examples, shape, size, active_shapes, measured=True):
     """A runner of the candidates ``(runner, name)`` under a `kernels.BackendChoice` (each call of the chosen
     one timed, a runner-up re-timed now and then: a wrong first timing is corrected), its first choice made on
-    ``examples`` (halves: no special values) when the program is compiled; ``runner.choice`` the choice."""
+    ``examples`` (halves: no special values) when the program is compiled; ``runner.choice`` the choice.
+    ``measured`` False: the first candidate is chosen first, the others timed from the choice's third call on (no
+    candidate run when the program is compiled: its first call costs no more)."""
     choice = BackendChoice(Runners(candidates))
-    values = [np.full(np.shape(v), 0.5, v.dtype) if np.result_type(v).kind == "f" and type(v) is np.ndarray else v
-              for v in examples]
-    with np.errstate(all="ignore"):
-        choice.run(values, shape, size, active_shapes)
+    if measured:
+        values = [np.full(np.shape(v), 0.5, v.dtype) if np.result_type(v).kind == "f" and type(v) is np.ndarray
+                  else v for v in examples]
+        with np.errstate(all="ignore"):
+            choice.run(values, shape, size, active_shapes)
+    else:
+        choice.buckets[size.bit_length()] = Bucket(candidates[0][1], [name for _, name in candidates[1:]])
     run = choice.run
 
     def chosen(*values):

@@ -22,8 +22,10 @@ def epilogue_runner(kernel, examples, reduction, active, slot, left, right, sepa
     """``run(left, right, *others) -> (value, partials)``: the region (`AxisSum` ``reduction`` of no axes, input
     ``slot`` the product ``left @ right``, ``others`` its other inputs in order) computed with its product in blocks of
     rows (`epilogue_rows`, on the cores or on one), or by ``separate`` (the same call: the product, then the region's
-    own runner), whichever a `kernels.BackendChoice` finds faster; None where a backend is forced or the call is
-    smaller than ``CHOSEN_MIN`` (the separate steps run then).  ``left``, ``right``: example operands."""
+    own runner), whichever a `kernels.BackendChoice` finds faster: the blocks on the cores first, the others timed from
+    its third call (timing each when the program is compiled made an MLP's first call 1.5x as long); None where a
+    backend is forced or the call is smaller than ``CHOSEN_MIN`` (the separate steps run then).  ``left``, ``right``:
+    example operands."""
     if FORCED_BACKEND.get() is not None or reduction.shape[0] * reduction.shape[1] < CHOSEN_MIN:
         return None
     computing, sharing = region_kernel(kernel, examples, reduction, active)
@@ -31,11 +33,11 @@ def epilogue_runner(kernel, examples, reduction, active, slot, left, right, sepa
     size = reduction.shape[0] * reduction.shape[1]
     runners = ((None, EPILOGUE), (1, EPILOGUE_ONE_THREAD)) if len(chunk_bounds(size, dtype.itemsize)) > 2 \
         else ((None, EPILOGUE),)
-    candidates = [(separate, SEPARATE)] + [
-        (epilogue_rows(computing, reduction, examples, active, sharing, slot, dtype, threads), name)
-        for threads, name in runners]
+    candidates = [(epilogue_rows(computing, reduction, examples, active, sharing, slot, dtype, threads), name)
+                  for threads, name in runners] + [(separate, SEPARATE)]
     others = [v for k, v in enumerate(examples) if k != slot]
-    return _chosen(candidates, [left, right, *others], reduction.shape, size, [np.shape(examples[i]) for i in active])
+    return _chosen(candidates, [left, right, *others], reduction.shape, size, [np.shape(examples[i]) for i in active],
+                   measured=False)
 
 
 def epilogue_rows(kernel, reduction, examples, active, sharing, slot, dtype, threads=None):
@@ -79,18 +81,19 @@ def epilogue_adjoint_runner(shape, kept, targets, dtype, left, right, wanted, se
     """``terms(p, g, left, right)``: `axis_sums.product_sums`'s terms of a shared partial ``p`` of an epilogue
     (``p · g`` summed to each of ``targets``), then ``(p · g) @ right.T`` and ``left.T @ (p · g)``, the product's
     adjoints (each where ``wanted``, else None), in one pass over blocks of rows (on the cores or on one), or by
-    ``separate`` (the same call, each step as it runs alone), whichever a `kernels.BackendChoice` finds faster;
-    None where a backend is forced.  ``left``, ``right``: the product's operands' shapes."""
+    ``separate`` (the same call, each step as it runs alone), whichever a `kernels.BackendChoice` finds faster (first
+    the blocks on the cores, as `epilogue_runner`); None where a backend is forced.  ``left``, ``right``: the
+    product's operands' shapes."""
     if FORCED_BACKEND.get() is not None:
         return None
     size = shape[0] * shape[1]
     operands = (left, right, wanted)
-    candidates = [(separate, SEPARATE), (product_sums(shape, targets, dtype, None, operands), EPILOGUE)]
+    candidates = [(product_sums(shape, targets, dtype, None, operands), EPILOGUE)]
     if len(chunk_bounds(size, dtype.itemsize)) > 2:
         candidates.append((product_sums(shape, targets, dtype, 1, operands), EPILOGUE_ONE_THREAD))
-    candidates = [(lambda *values, run=run: (run(*values), ()), name) for run, name in candidates]
-    examples = (np.zeros(shape, dtype), np.zeros(kept, dtype), np.zeros(left, dtype), np.zeros(right, dtype))
-    chosen = _chosen(candidates, examples, shape, size, ())
+    candidates = [(lambda *values, run=run: (run(*values), ()), name)
+                  for run, name in candidates + [(separate, SEPARATE)]]
+    chosen = _chosen(candidates, (), shape, size, (), measured=False)
 
     def terms(p, g, left, right):
         return chosen(p, g, left, right)[0]
