@@ -243,13 +243,16 @@ def axis_sum_rows(compute, reduction, examples, active, sharing, dtype, threads=
     return run
 
 
-def product_sums(shape, targets, dtype, threads=None):
+def product_sums(shape, targets, dtype, threads=None, product=None):
     """``run(p, g) -> terms``: ``p *= g`` (``p`` of ``shape``, a partial several inputs of a region share, owned by the
     replay; ``g`` the cotangent, of as many axes, broadcast to it) and per shape of ``targets`` the product summed to
     it (the product itself where nothing is summed), in one pass over blocks of rows, in chunks on the cores (at most
     ``threads``): each block is summed while it is in cache, where the product and each sum made a pass over memory
     of their own (the all-pairs energy's (1500, 1500, 3) partial: three passes of 54 MB).  A sum along the rows
-    adds the chunks' sums (the same up to rounding)."""
+    adds the chunks' sums (the same up to rounding).  ``product``: ``(left, right, wanted)``, the shapes of the
+    operands of a matrix product whose epilogue ``p`` is the partial of (`regions.EpilogueOf`):
+    ``run(p, g, left, right)`` then also returns the product's adjoints ``(p·g) @ right.T`` and ``left.T @ (p·g)``
+    (each where ``wanted``, else None), made from each block while it is in cache (the second added chunk by chunk)."""
     rows, row = shape[0], math.prod(shape[1:])
     padded = [(1,) * (len(shape) - len(t)) + tuple(t) for t in targets]
     axes = [tuple(d for d, (n, m) in enumerate(zip(shape, t)) if m == 1 and n != 1) for t in padded]
@@ -257,9 +260,13 @@ def product_sums(shape, targets, dtype, threads=None):
     bounds = chunk_bounds(rows * row, dtype.itemsize, threads)
     bounds = [rows * c // (len(bounds) - 1) for c in range(len(bounds))]
     per_block = max(1, BLOCK // max(row, 1))
+    left_wanted, right_wanted = product[2] if product is not None else (False, False)
 
-    def chunk(start, stop, step, p, g, outs):
+    def chunk(start, stop, step, p, g, outs, left=None, right=None, into=None):
         totals = [np.zeros(t, dtype) if a else None for t, a in zip(padded, across)]
+        if right_wanted:
+            totals.append(np.zeros(product[1], dtype))
+            scratch = np.empty(product[1], dtype)
         sliced = np.ndim(g) == len(shape) and np.shape(g)[0] == rows
         for lo in range(start, stop, step):
             hi = min(lo + step, stop)
@@ -269,13 +276,22 @@ def product_sums(shape, targets, dtype, threads=None):
                     totals[k] += np.add.reduce(block, axis=a, dtype=dtype, keepdims=True)
                 elif a:
                     np.add.reduce(block, axis=a, dtype=dtype, keepdims=True, out=outs[k][lo:hi])
+            if left_wanted:
+                np.matmul(block, right.T, out=into[lo:hi])
+            if right_wanted:
+                totals[-1] += np.matmul(left[lo:hi].T, block, out=scratch)
         return tuple(t for t in totals if t is not None)
 
-    def run(p, g):
+    def run(p, g, left=None, right=None):
         outs = [np.empty(t, dtype) if a and not c else None for t, a, c in zip(padded, axes, across)]
-        totals = iter(run_in_threads(chunk, bounds, per_block, (p, g, outs), [()] * (len(bounds) - 1)))
+        into = np.empty(product[0], dtype) if left_wanted else None
+        totals = iter(run_in_threads(chunk, bounds, per_block, (p, g, outs, left, right, into),
+                                     [()] * (len(bounds) - 1)))
         terms = [next(totals) if c else out if a else p for a, c, out in zip(axes, across, outs)]
-        return tuple(term.reshape(t) for term, t in zip(terms, targets))
+        terms = tuple(term.reshape(t) for term, t in zip(terms, targets))
+        if product is None:
+            return terms
+        return terms + (into, next(totals) if right_wanted else None)
 
     return run
 

@@ -260,9 +260,13 @@ def _program_steps(program):
     wait(program)  # (its straight-line replay, compiled in the background: what it removes)
 
     removed = set(program.removed["gradient"])
+    epilogues = [s for s in program.steps if type(s) is KernelStep and program.runners.get((s, "epilogue"))]
+    products = [s.region.product.step for s in epilogues]  # run by their epilogues' runners, shown in their rows
     steps = []
     for k, step in enumerate(program.steps):
         alone = "removed" if k in removed else "runs"
+        if any(step is p for p in products):
+            continue
         if type(step) is Guard:
             steps.append(ProgramStep(f"guard {_name(step.convert)}", "guard", 0, 0, (), "", alone))
         elif type(step) is KernelStep and step.region is not None:
@@ -270,10 +274,11 @@ def _program_steps(program):
             if "gradient alone" in region.backends and alone == "runs":
                 alone = "without value"
             backend = region.backends.get("value", "")
-            fused = tuple(_name(s.func) for s in region.steps)
+            fused = tuple(_name(s.func) for s in ([region.product.step] if step in epilogues else []) + region.steps)
             along = f" along axes {region.axes.axes}" if region.axes is not None and region.axes.axes else ""
-            steps.append(ProgramStep(f"region({', '.join(fused)}){along}", "forward region", len(region.active),
-                                     len(region.active), fused, backend, alone))
+            active = len(region.active) + (len(region.product.step.active) - 1 if step in epilogues else 0)
+            steps.append(ProgramStep(f"region({', '.join(fused)}){along}", "forward region", active, active, fused,
+                                     backend, alone))
         elif type(step) in (KernelStep, SecondOrderStep):
             kind = "sum" if type(step) is SecondOrderStep or step.reduce else "broadcast"
             width = len(step.active) if type(step) is KernelStep else len(step.slots)

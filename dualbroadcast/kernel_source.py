@@ -224,6 +224,42 @@ def whole_in_place_kernel(kernel, kinds):
     return _compile(lines, namespace, "kernel")
 
 
+def whole_into_kernel(kernel, kinds, written):
+    """`whole_array_kernel` writing its outputs at positions ``written`` (the value 0, partials from 1) into buffers:
+    ``kernel(*inputs, *buffers)``, a buffer per written output, in order; an output node's ufunc computes straight
+    into its buffer (a matrix product's epilogue over a block of rows: no copy of each result into place), anything
+    else is copied there.  Nothing is returned."""
+    names = kernel.names
+    namespace = _namespace(kernel)
+    node_dtypes = infer_dtypes(kernel, kinds)
+
+    def dtype_of(a):
+        return np.dtype(node_dtypes[a.index])
+
+    out_dtypes = output_dtypes(kernel, node_dtypes)
+    into = {}  # output node -> the buffer its ufunc writes into (its first written position's)
+    for k in written:
+        o = kernel.outputs[k]
+        if type(o) is Sym and o.index not in into and isinstance(o.op, np.ufunc) and o.op.nout == 1 \
+                and dtype_of(o) == np.dtype(out_dtypes[k]):
+            into[o.index] = f"o{k}"
+    lines = [f"def kernel({', '.join(kernel.input_names + [f'o{k}' for k in written])}):"]
+    for node in kernel.order:
+        refs = _operand_refs(kernel, node, lambda a: names[a.index], dtype_of, namespace)
+        if _is_unit_power(node):
+            lines.append(f"    {names[node.index]} = {_unit_literal(node, dtype_of(node), namespace)}")
+        elif node.index in into:
+            lines.append(f"    {names[node.index]} = {_in_place_source(kernel, node.op, refs, into[node.index])}")
+        else:
+            lines.append(f"    {names[node.index]} = {_call_source(kernel, node.op, refs)}")
+    for k in written:
+        o = kernel.outputs[k]
+        if type(o) is not Sym or into.get(o.index) != f"o{k}" or _is_unit_power(o):
+            lines.append(f"    np.copyto(o{k}, {_ref(names, o)})")
+    lines.append("    return None")
+    return _compile(lines, namespace, "kernel")
+
+
 def summed_whole_array_kernel(kernel, full):
     """The whole-array kernel of a `sum` whose outputs are all summed whole (the partials of scalar arguments),
     for inputs of which those marked ``full`` have the call's shape: ``kernel(SHAPE, *inputs) -> (the sum of

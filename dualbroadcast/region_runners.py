@@ -24,6 +24,7 @@ from .kernels import (
     ONE_THREAD,
     THREADS,
     BackendChoice,
+    Bucket,
     Kernel,
     chunk_bounds,
     fresh_partials,
@@ -107,10 +108,8 @@ def axis_region_runner(kernel, examples, reduction, active, size):
     dtype = np.dtype(kernel.value_dtype(examples))
     active_shapes = [np.shape(examples[i]) for i in active]
     fresh = fresh_partials(kernel.outputs, True) if reduction.axes else kernel.fresh
-    numbers = reduction.numbers(kernel.outputs[1:], active_shapes)
-    sharing = [-1 if n is not None or sign < 0 else first  # (a negated twin's partial: not computed)
-               for (first, sign), n in zip(reduction.sharing(kernel.outputs[1:], active_shapes), numbers)]
-    whole = _computed_only(kernel, sharing, dtype).typed_whole(tuple(map(value_kind, examples)))
+    computing, sharing = region_kernel(kernel, examples, reduction, active)
+    whole = computing.typed_whole(tuple(map(value_kind, examples)))
     candidates = []
     if forced in (None, "blocked") and shape:
         candidates.append((axis_sum_rows(whole, reduction, examples, active, sharing, dtype), "blocked"))
@@ -132,6 +131,18 @@ def axis_region_runner(kernel, examples, reduction, active, size):
     if len(candidates) == 1 or size < CHOSEN_MIN:  # (fewer than `regions.BROADCAST_MIN`: where a test lowers it)
         return _fastest(candidates, examples)
     return _chosen(candidates, examples, shape, size, active_shapes), "chosen per call"
+
+
+def region_kernel(kernel, examples, reduction, active):
+    """``(kernel, sharing)``: a region's kernel summed along axes or of broadcast inputs (`AxisSum`) computing only the
+    partials its runners compute (`_computed_only`), and per partial the one it shares (`AxisSum.sharing`), -1 for a
+    number's or a negated twin's (not computed)."""
+    dtype = np.dtype(kernel.value_dtype(examples))
+    active_shapes = [np.shape(examples[i]) for i in active]
+    numbers = reduction.numbers(kernel.outputs[1:], active_shapes)
+    sharing = [-1 if n is not None or sign < 0 else first  # (a negated twin's partial: not computed)
+               for (first, sign), n in zip(reduction.sharing(kernel.outputs[1:], active_shapes), numbers)]
+    return _computed_only(kernel, sharing, dtype), sharing
 
 
 def _computed_only(kernel, sharing, dtype):
@@ -247,15 +258,20 @@ class Runners:
         return self.runners[backend](*values)  # a tuple (value, partials), as the kernels return it
 
 
-def _chosen(candidates, examples, shape, size, active_shapes):
+def _chosen(candidates, examples, shape, size, active_shapes, measured=True):
     """A runner of the candidates ``(runner, name)`` under a `kernels.BackendChoice` (each call of the chosen
     one timed, a runner-up re-timed now and then: a wrong first timing is corrected), its first choice made on
-    ``examples`` (halves: no special values) when the program is compiled; ``runner.choice`` the choice."""
+    ``examples`` (halves: no special values) when the program is compiled; ``runner.choice`` the choice.
+    ``measured`` False: the first candidate is chosen first, the others timed from the choice's third call on (no
+    candidate run when the program is compiled: its first call costs no more)."""
     choice = BackendChoice(Runners(candidates))
-    values = [np.full(np.shape(v), 0.5, v.dtype) if np.result_type(v).kind == "f" and type(v) is np.ndarray else v
-              for v in examples]
-    with np.errstate(all="ignore"):
-        choice.run(values, shape, size, active_shapes)
+    if measured:
+        values = [np.full(np.shape(v), 0.5, v.dtype) if np.result_type(v).kind == "f" and type(v) is np.ndarray
+                  else v for v in examples]
+        with np.errstate(all="ignore"):
+            choice.run(values, shape, size, active_shapes)
+    else:
+        choice.buckets[size.bit_length()] = Bucket(candidates[0][1], [name for _, name in candidates[1:]])
     run = choice.run
 
     def chosen(*values):

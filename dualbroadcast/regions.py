@@ -15,7 +15,8 @@ fewer, the inline steps cost less than a kernel call).  A group read only by a s
 (``np.sum(np.exp(a - m), axis=1)``, ``np.mean(v, axis=0, keepdims=True)``) is fused with it into a broadcast kernel
 summed along those axes (`axis_sums.AxisSum`), and so is a broadcast group whose inputs broadcast against each
 other (``np.tanh(X @ W + b)``): both run on blocks of rows, on the cores, or on whole arrays, whichever is faster
-(`region_runners.axis_region_runner`).
+(`region_runners.axis_region_runner`).  Where such a region's input is a matrix product only it reads, the region is
+the product's epilogue (`EpilogueOf`), run with it in blocks of rows (`regions_epilogue`).
 
 A step joins the region only if every reader of its value is in the region: a
 value also read elsewhere (a later step, a guard, the result) is an input of
@@ -24,6 +25,7 @@ the region instead, so no value the rest of the program reads disappears.
 
 import contextvars
 import math
+from typing import NamedTuple
 
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_tuple
@@ -45,7 +47,7 @@ class Region:
     the value, set when the program is compiled); what `explain` shows of a prepared program.  ``axes``: the
     `axis_sums.AxisSum` of a region summed along axes or of broadcast inputs, else None."""
 
-    __slots__ = ("steps", "refs", "active", "out", "position", "backends", "choices", "axes")
+    __slots__ = ("steps", "refs", "active", "out", "position", "backends", "choices", "axes", "product")
 
     def __init__(self, steps, refs, active, out, position, axes=None):
         self.steps = steps
@@ -54,6 +56,7 @@ class Region:
         self.out = out
         self.position = position  # of its last step among those recorded
         self.axes = axes
+        self.product = None  # `EpilogueOf` where the region is a matrix product's epilogue (`_epilogue_of`)
         self.backends = {}
         self.choices = {}  # as ``backends``: the `kernels.BackendChoice` choosing per call, where one does
 
@@ -81,6 +84,7 @@ def forward_regions(steps, meta, out):
             return
         kernel_step, info = _fused(sorted(region), steps, meta, reduce)
         if kernel_step is not None:
+            info.product = _epilogue_of(info, region, steps, producer, readers, meta)
             taken.update(region)
             replaced[k] = kernel_step
             regions.append(info)
@@ -101,6 +105,39 @@ def forward_regions(steps, meta, out):
     if not regions:
         return steps, []
     return [replaced.get(k, s) for k, s in enumerate(steps) if k in replaced or k not in taken], regions
+
+
+class EpilogueOf(NamedTuple):
+    """A broadcast region's input ``slot`` (among its refs) is the product ``step`` (``a @ b`` of two matrices),
+    which only the region reads: the region is its epilogue (``tanh(X @ W + b)``), run with the product in the
+    same blocks of rows (`regions_epilogue`)."""
+
+    slot: int
+    step: Step
+
+
+def _epilogue_of(region, positions, steps, producer, readers, meta):
+    """`EpilogueOf` for a region of broadcast inputs (not summed) with an active input of the call's shape made by a
+    real matrix product of the region's dtype that nothing else reads (the recorded program's steps at
+    ``positions`` are the region's); else None."""
+    if region.axes is None or region.axes.axes or len(region.axes.shape) != 2:
+        return None
+    dtype = meta[region.out][1]
+    for slot in region.active:
+        r = region.refs[slot]
+        step = steps[producer[r]] if type(r) is int and r in producer else None
+        if step is not None and step.func in (np.matmul, np.dot) and not step.kwargs and not step.complex \
+                and len(step.refs) == 2 and meta[r][0] == region.axes.shape and readers.get(r, set()) <= positions \
+                and all(_matrix_of(x, dtype, meta) for x in step.refs):
+            return EpilogueOf(slot, step)
+    return None
+
+
+def _matrix_of(ref, dtype, meta):
+    """Whether a step's reference is a matrix (2-d) of ``dtype``: a value of the program, or an array constant."""
+    if type(ref) is int:
+        return len(meta[ref][0]) == 2 and meta[ref][1] == dtype
+    return type(ref) is Const and type(ref.value) is np.ndarray and ref.value.ndim == 2 and ref.value.dtype == dtype
 
 
 def _read(step):

@@ -10,6 +10,7 @@ import re
 import numpy as np
 
 from . import pullbacks
+from .axis_sums import product_sums
 from .broadcast_pullbacks import unscaled_kernel
 from .derivatives import DERIVATIVES, SELECTIONS, SMOOTH, chain_product
 from .expr import Src
@@ -24,6 +25,7 @@ from .pullbacks import (
     table_pullback_source,
 )
 from .region_runners import CHOSEN_MIN, product_sums_runner
+from .regions_epilogue import epilogue_adjoint_runner
 from .registry import COMPLEX_RULES, OUTPUTS, PER_ARGUMENT, SAME_RULE, output_pullback
 from .replay_forward import SourceWriter, along_short_last_axis, extreme_pullback_by_columns, inline_step
 from .rules.linalg import DOT_PULLBACKS
@@ -46,6 +48,7 @@ class BackwardWriter(SourceWriter):
         self.single = None  # after `lines`: the lines of `_one` for a program of one leaf (None: several)
         self.every = None  # ... and of a program of several, ending in ``return (<gradients>)``
         self.floats = floats  # the values that are Python floats in the backward code (`ForwardWriter.floats`)
+        self.by_epilogue = {}  # (matrix product step, argument) -> its term, made by its epilogue's adjoint
         self.scalars = {s.outs[0] for s in program.steps  # ... and NumPy scalars (an expression's 0-d result)
                         if type(s) is Step and inline_step(s) and s.outs[0] is not None  # (None: a result not kept)
                         and program.meta[s.outs[0]][0] == ()}
@@ -82,6 +85,8 @@ class BackwardWriter(SourceWriter):
             real = step.complex and self.p.meta[parent][1].kind != "c"  # its cotangent is the real part
             if inline_step(step) and (not step.complex or COMPLEX_RULES.get(step.func) is SAME_RULE):
                 lines += self.cotangents.accumulate(parent, _real_part(self.inline_adjoint(step, i, o), real))
+            elif (step, i) in self.by_epilogue:  # made by its epilogue's adjoint (`epilogue_adjoint`)
+                lines += self.cotangents.accumulate(parent, self.by_epilogue[step, i])
             elif dot is not None:
                 other = Src(self.ref(step.refs[1 - i]), self.space)
                 term = other.text if self.times_one(step, i, o) \
@@ -282,11 +287,14 @@ class BackwardWriter(SourceWriter):
                 shared = reduction.partial_shape(shapes[first])
                 sharers = [k for k, f in enumerate(firsts) if f == first]
                 if first == slot:
-                    summed = self.product_sums(step, reduction, first, [shapes[k] for k in sharers], scale)
-                    source = f"{summed}({partial}, {g})" if summed \
-                        else kernel_pullback_source(g, partial, shared, shared, scale)
+                    targets = [shapes[k] for k in sharers]
+                    sums = self.sums_apply(reduction, targets, scale)
+                    epilogue = sums and self.epilogue_adjoint(step, reduction, first, sharers, targets, partial, g)
+                    summed = None if epilogue or not sums else self.product_sums(step, reduction, first, targets)
+                    source = epilogue or (f"{summed}({partial}, {g})" if summed
+                                          else kernel_pullback_source(g, partial, shared, shared, scale))
                     lines.append(f"    q{step.out}_{first} = {source}")
-                    by_product_sums = summed is not None
+                    by_product_sums = bool(epilogue) or summed is not None
                 term = f"q{step.out}_{first}[{sharers.index(slot)}]" if by_product_sums \
                     else table_pullback_source(f"q{step.out}_{first}", 1, shape, np.broadcast_shapes(product, shared))
                 term = term if sign > 0 else f"(-{term})"  # (negated once summed: the input's shape)
@@ -295,21 +303,68 @@ class BackwardWriter(SourceWriter):
             lines += self.cotangents.accumulate(step.refs[i], term)
         return lines
 
-    def product_sums(self, step, reduction, first, targets, scale):
-        """The bound name of `region_runners.product_sums_runner` for partial ``first`` of ``step``, shared by inputs
-        of shapes ``targets``: its product with the cotangent and their sums in one pass; None where the product is
-        smaller than ``CHOSEN_MIN``, lacks some of the call's axes, or is scaled (a mean), or each sum is not one
-        back to such an input (`pullbacks.unbroadcast`'s)."""
+    @staticmethod
+    def sums_apply(reduction, targets, scale):
+        """Whether a shared partial's product with the cotangent and its sums to inputs of shapes ``targets`` may run
+        in one pass (`axis_sums.product_sums`): not where the product is smaller than ``CHOSEN_MIN``, lacks some of
+        the call's axes, or is scaled (a mean), or a sum is not one back to such an input (`pullbacks.unbroadcast`)."""
         shared = reduction.partial_shape(targets[0])
-        if scale != 1 or len(shared) != len(reduction.shape) or math.prod(shared) < CHOSEN_MIN \
-                or any(np.broadcast_shapes(reduction.kept, reduction.partial_shape(t), shared) != shared
-                       or len(t) > len(shared) for t in targets):
-            return None
+        return scale == 1 and len(shared) == len(reduction.shape) and math.prod(shared) >= CHOSEN_MIN \
+            and all(np.broadcast_shapes(reduction.kept, reduction.partial_shape(t), shared) == shared
+                    and len(t) <= len(shared) for t in targets)
+
+    def product_sums(self, step, reduction, first, targets):
+        """The bound name of `region_runners.product_sums_runner` for partial ``first`` of ``step``, shared by inputs
+        of shapes ``targets`` (`sums_apply`): its product with the cotangent and their sums in one pass; None where
+        it runs on one thread only, or a backend is forced."""
+        runner = self.product_sums_runner(step, reduction, first, targets)
+        return None if runner is None else self.space.bind(runner, "k")
+
+    def product_sums_runner(self, step, reduction, first, targets):
+        """`product_sums`' runner itself, made once for every plan (None where it has none)."""
         key = (step, "product sums", first)
         if key not in self.p.runners:
-            self.p.runners[key] = product_sums_runner(shared, reduction.kept, targets, self.p.meta[step.out][1])
+            self.p.runners[key] = product_sums_runner(reduction.partial_shape(targets[0]), reduction.kept, targets,
+                                                      self.p.meta[step.out][1])
+        return self.p.runners[key]
+
+
+    def epilogue_adjoint(self, step, reduction, first, sharers, targets, partial, g):
+        """The source of a call of `regions_epilogue.epilogue_adjoint_runner` on ``partial`` (``first`` of ``step``,
+        shared by the inputs at slots ``sharers``, of shapes ``targets``) and the cotangent ``g``, where the region is a
+        matrix product's epilogue whose product is among them (`product_sums` applies): the terms `product_sums` gives,
+        then the product's adjoints, which the product's step then takes (``by_epilogue``); else None."""
+        product = step.region.product
+        if product is None or step.active.index(product.slot) not in sharers:
+            return None
+        key = (step, "epilogue adjoint", first)
+        if key not in self.p.runners:
+            self.p.runners[key] = self.epilogue_adjoint_runner(step, reduction, first, targets)
         runner = self.p.runners[key]
-        return None if runner is None else self.space.bind(runner, "k")
+        if runner is None:
+            return None
+        for i in product.step.active:
+            self.by_epilogue[product.step, i] = f"q{step.out}_{first}[{len(targets) + i}]"
+        left, right = map(self.ref, product.step.refs)
+        return f"{self.space.bind(runner, 'k')}({partial}, {g}, {left}, {right})"
+
+    def epilogue_adjoint_runner(self, step, reduction, first, targets):
+        """`epilogue_adjoint`'s runner, beside the steps it fuses as they run alone: `product_sums`' runner (or its
+        blocks on one thread), then the product's adjoints' runners."""
+        product = step.region.product
+        dtype = self.p.meta[step.out][1]
+        shared = reduction.partial_shape(targets[0])
+        left, right = map(self.p.shape_of, product.step.refs)
+        wanted = tuple(i in product.step.active for i in (0, 1))
+        sums = self.product_sums_runner(step, reduction, first, targets) or product_sums(shared, targets, dtype, 1)
+        multiply = [self.product(product.step, i, *shapes) or np.matmul
+                    for i, shapes in enumerate(((shared, right[::-1]), (left[::-1], shared)))]
+
+        def separate(p, g, a, b):
+            terms = sums(p, g)  # (p times g in place: the product's cotangent)
+            return terms + (multiply[0](p, b.T) if wanted[0] else None, multiply[1](a.T, p) if wanted[1] else None)
+
+        return epilogue_adjoint_runner(shared, reduction.kept, targets, dtype, left, right, wanted, separate)
 
 
 class Folded:

@@ -19,6 +19,7 @@ from .numpy_facts import getitem
 from .program import Guard, KernelStep, Pack, SecondOrderStep, unpacked
 from .pullbacks import unbroadcast
 from .region_runners import CHOSEN_MIN, axis_region_runner, blocked_runner, matmul_runner, region_runner
+from .regions_epilogue import epilogue_runner
 from .registry import OUTPUTS, PER_ARGUMENT, SEQUENCE
 
 
@@ -66,13 +67,17 @@ class SourceWriter:
         """The bound name of `region_runners.matmul_runner` for a product ``a @ b`` of these shapes in ``step`` (at
         ``site``: "forward", or the argument whose adjoint it is), made once for every plan of the program; None
         unless ``step`` is a product of `real_matrices` large enough to split."""
+        runner = self.product(step, site, a_shape, b_shape)
+        return None if runner is None else self.space.bind(runner, "k")
+
+    def product(self, step, site, a_shape, b_shape):
+        """`split_matmul`'s runner itself (None where it has none)."""
         if not self.real_matrices(step):
             return None
         key = (step, "matmul", site)
         if key not in self.p.runners:
             self.p.runners[key] = matmul_runner(a_shape, b_shape, self.p.meta[step.outs[0]][1])
-        runner = self.p.runners[key]
-        return None if runner is None else self.space.bind(runner, "k")
+        return self.p.runners[key]
 
     def real_matrices(self, step):
         """Whether ``step`` is ``@`` or np.dot of two matrices of one real float dtype, its result's."""
@@ -97,6 +102,8 @@ class ForwardWriter(SourceWriter):
         super().__init__(program, space)
         self.floats = set(program.float_leaves)
         self.fresh = set()  # (kernel output, without its value): partials that are new arrays on every call
+        self.epilogues = {s.region.product.step.outs[0]: s for s in program.steps  # product -> its epilogue's step
+                          if type(s) is KernelStep and s.region is not None and s.region.product is not None}
 
     def fresh_partials(self, valueless):
         """The kernel outputs whose partials are arrays of their own on every call, when the regions of the
@@ -131,6 +138,8 @@ class ForwardWriter(SourceWriter):
                 blocks.append(self.second_order(step))
             elif step.func == "cut":
                 blocks.append(self.cut(step))
+            elif step.outs[0] in self.epilogues and self.epilogue_runner(self.epilogues[step.outs[0]]) is not None:
+                continue  # computed by its epilogue's runner (`kernel`)
             else:
                 if self.stays_float(step):
                     self.floats.add(step.outs[0])
@@ -152,12 +161,50 @@ class ForwardWriter(SourceWriter):
         return _Block([f"    v{step.outs[0]} = {self.ref(step.refs[0])}"], [f"v{step.outs[0]}"], _uses(step))
 
     def kernel(self, step, valueless=False):
+        runner = self.epilogue_runner(step) if step.region is not None and step.region.product is not None else None
+        if runner is not None:  # the product and its epilogue in one call
+            product = step.region.product
+            refs = list(product.step.refs) + [r for k, r in enumerate(step.refs) if k != product.slot]
+            args, uses = ", ".join(map(self.ref, refs)), [f"v{r}" for r in _indices(refs)]
+            line = f"    p{step.out} = {runner}({args})[1]" if valueless \
+                else f"    v{step.out}, p{step.out} = {runner}({args})"
+            return _Block([line], [f"p{step.out}"] if valueless else [f"v{step.out}", f"p{step.out}"], uses)
         args = ", ".join(self.ref(r) for r in step.refs)
         if valueless:
             return _Block([f"    p{step.out} = {self.kernel_runner(step, True)}({args})[1]"], [f"p{step.out}"],
                           _uses(step))
         line = f"    v{step.out}, p{step.out} = {self.kernel_runner(step)}({args})"
         return _Block([line], [f"v{step.out}", f"p{step.out}"], _uses(step))
+
+    def epilogue_runner(self, step):
+        """The bound name of `regions_epilogue.epilogue_runner` for the region of ``step``, a matrix product's
+        epilogue, beside the product's runner and the region's own (its candidate run separately), made once for every
+        plan; None where it cannot run (the product's line, then the region's, are written)."""
+        key = (step, "epilogue")
+        if key not in self.p.runners:
+            product = step.region.product
+            a, b = (self.zeros_of(r) for r in product.step.refs)
+            examples = [self.zeros_of(r) for r in step.refs]
+            self.kernel_runner(step)
+            region = self.p.runners[step, False][0]
+            multiply = self.product(product.step, "forward", a.shape, b.shape) or np.matmul
+            slot = product.slot
+
+            def separate(left, right, *others):
+                values = list(others)
+                values.insert(slot, multiply(left, right))
+                return region(*values)
+
+            self.p.runners[key] = epilogue_runner(step.kernel, examples, step.region.axes, step.active, slot, a, b,
+                                                  separate)
+            if self.p.runners[key] is not None:
+                step.region.choices["value"] = self.p.runners[key].choice
+        runner = self.p.runners[key]
+        return None if runner is None else self.space.bind(runner, "k")
+
+    def zeros_of(self, r):
+        """An array like reference ``r``'s value (zeros), or the constant itself."""
+        return np.zeros(*self.p.meta[r]) if type(r) is int else r.value
 
     def second_order(self, step):
         """A second-order kernel: its value and its results (``p<out>``: partials, then second partials), the
