@@ -25,6 +25,7 @@ import numpy as np
 
 from . import kernels, pytree
 from .broadcast_pullbacks import DEFERRED_KERNELS, fitted_tangent, run_second_order, tangent_on_tape, unscaled_kernel
+from .derivatives import UNBOUNDED, is_finite
 from .errors import KernelError
 from .expr import Sym
 from .forward import Dual, check_enclosing
@@ -169,9 +170,10 @@ def _first_order(f, treedef, leaves, structure, reads, kinds, input_kinds, input
         _check_duals([inputs[i] for i in active])
         tangents = [d.tangent for d in duals]
         kinds += [np.result_type(t) for t in tangents]
-        key = (structure, tuple(kinds), tuple(active), reduce, "tangent")
+        unbounded = UNBOUNDED.seen  # a tangent may be infinite: strong products after it (`expr.derivatives`)
+        key = (structure, tuple(kinds), tuple(active), reduce, "tangent", unbounded)
         kernel = cached_kernel(key, f, treedef, leaves, len(values), active, reduce, input_kinds + kinds[-len(duals):],
-                         tangents=len(duals))
+                               tangents=len(duals), unbounded=unbounded)
         values = values + tangents
     else:
         key = (structure, tuple(kinds), tuple(active), reduce)
@@ -199,17 +201,20 @@ def _first_order(f, treedef, leaves, structure, reads, kinds, input_kinds, input
         calls.append(call)
     if duals:
         tangent = partials[0] if scales is None else partials[0] * scales[0]
+        if active and kernel.singular and not UNBOUNDED.seen and not is_finite(tangent):
+            UNBOUNDED.seen = True  # as a singular function's tangent outside a kernel (`derivatives.tangent_product`)
         return value if not active else Dual(value, fitted_tangent(tangent, value), duals[0].level)
     parents = [inputs[i] for i in active]
     if treedef is None and recorder is None and used == "numpy" and backend is None and FORCED_BACKEND.get() is None \
             and kernel.choice.chosen(size) == "numpy":  # not a runner-up re-timed (`kernels.BackendChoice`)
         _plan(f, kernel, values, active, reduce, call, reads, scales)
     if recorder is not None and any(type(leaf) is Tracked for leaf in inputs):
-        record = lambda: _record(parents, value, partials, active_shapes, call, recorder.tape)  # noqa: E731
+        record = lambda: _record(parents, value, partials, active_shapes, call, kernel.singular,  # noqa: E731
+                                 recorder.tape)
         return recorder.kernel(kernel, inputs, values, active, used, reduce, record)
     if not active:
         return value
-    return _record(parents, value, partials, active_shapes, call, scales=scales)
+    return _record(parents, value, partials, active_shapes, call, kernel.singular, scales=scales)
 
 
 def _pending_sum(kernel, values, parents, active_shapes, scales, backend):
@@ -230,7 +235,7 @@ def _pending_sum(kernel, values, parents, active_shapes, scales, backend):
         kernel.value_read()
         return kernel(values, active_shapes, backend)[0]
 
-    backs = [kernel_pullback(p, s, (), tape.single_sweep, c)
+    backs = [kernel_pullback(p, s, (), tape.single_sweep, c, kernel.singular)
              for p, s, c in zip(partials, active_shapes, scales or [1] * len(partials))]
     return tape.record(Total(compute, kernel.value_dtype(values), tape), edges_of(parents, backs), call, Pending)
 
@@ -331,11 +336,12 @@ class _Plan:
             tape = tape_of(parents)  # a clear error for a stale or mixed value
         if len(parents) == 1:  # the usual case, one differentiated array
             x = parents[0]
-            back = fitting_kernel_pullback(results[1], tape.single_sweep, self.scales[0])  # partials of x's shape
+            back = fitting_kernel_pullback(results[1], tape.single_sweep, self.scales[0], self.kernel.singular)
             if x.slice_index is not None:
                 back = edge_of(x, back)  # first: settling a view moves its index
             return tape.record(value, ((x.index, back),), self.call, kind)
-        backs = [fitting_kernel_pullback(p, tape.single_sweep, c) for p, c in zip(results[1:], self.scales)]
+        backs = [fitting_kernel_pullback(p, tape.single_sweep, c, self.kernel.singular)
+                 for p, c in zip(results[1:], self.scales)]
         return tape.record(value, edges_of(parents, backs), self.call, kind)
 
     def _without_value(self, values):
@@ -434,12 +440,12 @@ def _evaluated(f, args, reduce):
     return np.sum(out) if reduce else out
 
 
-def _record(parents, value, partials, shapes, call, tape=None, scales=None):
+def _record(parents, value, partials, shapes, call, singular, tape=None, scales=None):
     """``value`` recorded with a pullback per parent from the kernel's ``partials`` (times ``scales``,
-    `unscaled_kernel`)."""
+    `unscaled_kernel`; ``singular``: the kernel holds a singular function, `pullbacks.kernel_pullback`)."""
     tape = tape_of(parents) if parents else tape
     out_shape = () if call.reduce else np.shape(value)
-    backs = [kernel_pullback(p, s, out_shape, tape.single_sweep, c)
+    backs = [kernel_pullback(p, s, out_shape, tape.single_sweep, c, singular)
              for p, s, c in zip(partials, shapes, scales or [1] * len(partials))]
     if np.iscomplexobj(value):  # a real parent's cotangent is the real part, as in `tracked._record_complex`
         tape.complex = True

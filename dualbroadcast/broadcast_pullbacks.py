@@ -4,6 +4,7 @@ kept (`_deferred`), and the second-order kernels of a gradient of a gradient thr
 
 import functools
 import math
+import operator
 import threading
 from typing import Any, NamedTuple
 
@@ -22,7 +23,9 @@ from .pullbacks import (
     Contracted,
     IndexPullback,
     Unbroadcast,
+    finite_nonzero,
     fitting_kernel_pullback,
+    kernel_product,
     kernel_pullback,
     unbroadcast,
 )
@@ -226,10 +229,11 @@ def tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, v
         kept = results[1 + 2 * len(deferred.small):]
         every_partial = lambda: kernel(values, partial_shapes, backend)[1]  # noqa: E731 - if a sweep needs them
         small = dict(zip(deferred.small, zip(results[1:], results[1 + len(deferred.small):])))
-        backs = [_tangent_pullback(held, *small[p], shapes[p], out_shape, tape.single_sweep, p == tracked[-1])
+        backs = [_tangent_pullback(held, *small[p], shapes[p], out_shape, tape.single_sweep, p == tracked[-1],
+                                   kernel.singular)
                  if p in small else
                  _deferred_pullback(held, deferred, p, values, kept, every_partial, tape.single_sweep, p == tracked[-1],
-                                    backend)
+                                    backend, kernel.singular)
                  for p in tracked]
         value = tape.record(value, edges_of(parents, backs), call)
         return Dual(value, tape.record(tangent, ((value.index, held.hold),), call), inputs[duals[0]].level)
@@ -240,7 +244,7 @@ def tangent_on_tape(f, treedef, leaves, structure, kinds, input_kinds, inputs, v
         held = _HeldCotangent(_zero_cotangent(value))
         value = tape.record(value, edges_of(parents, [
             _tangent_pullback(held, partial[p], tangent_partial[p], shapes[p], out_shape, tape.single_sweep,
-                              p == tracked[-1]) for p in tracked]), call)
+                              p == tracked[-1], kernel.singular) for p in tracked]), call)
         edges = ((value.index, held.hold),) + edges
     return Dual(value, tape.record(tangent, edges, call), inputs[duals[0]].level)
 
@@ -395,12 +399,12 @@ def _product_factors(node, scalar):
     return [], [node]
 
 
-def _deferred_pullback(held, deferred, p, values, kept, partials, in_place, last, backend):
+def _deferred_pullback(held, deferred, p, values, kept, partials, in_place, last, backend, singular):
     """The pullback ``ȳ ↦ ȳ · ∂y/∂a + ẏ̄ · ∂ẏ/∂a`` into the full-size argument at ``p`` of a `_Deferred` kernel
     (``ẏ̄`` held by ``held``): scalar cotangents run its cotangent kernel on the call's ``values`` and the
     ``kept`` arrays, over the first kept array where ``in_place`` (the tape is swept once) and it is this
-    kernel's alone; other cotangents (a sweep recorded on a tape) take the partials of the whole kernel
-    (``partials()``, computed again)."""
+    kernel's alone; other cotangents (a sweep recorded on a tape), and a zero one of a ``singular`` kernel
+    (`_products`), take the partials of the whole kernel (``partials()``, computed again)."""
     (combine, tangent_only), typed = deferred.combines[p], type(held.zero)  # ȳ, ẏ̄ in the value's dtype
     dtype = np.dtype(combine.value_dtype(values + [held.zero] * 2 + kept)) if kept else None
     over = kept[0] if in_place and kept and len(deferred.combines) == 1 and type(kept[0]) is np.ndarray \
@@ -410,13 +414,14 @@ def _deferred_pullback(held, deferred, p, values, kept, partials, in_place, last
 
     def back(g):
         gt = held.take(last)
-        if type(g) in REAL_FLOATS and type(gt) in REAL_FLOATS:
+        times = _products(singular, g, gt, held.zero)
+        if type(g) in REAL_FLOATS and type(gt) in REAL_FLOATS and times is operator.mul:
             kernel = tangent_only if g is held.zero else combine  # ȳ no cotangent: no 0 · ∞ from its term
             args = values + [typed(g), typed(gt)] + kept
             return kernel(args, [], backend)[0] if over is None else kernel.into(over, args, backend)
         results = partials()
         d, dt = results[1 + k], results[1 + n + k]
-        ct = g * d if gt is None else gt * dt if g is held.zero else g * d + gt * dt
+        ct = times(g, d) if gt is None else times(gt, dt) if g is held.zero else times(g, d) + times(gt, dt)
         if np.shape(ct) == shape:
             return ct
         return unbroadcast(np.broadcast_to(ct, np.broadcast_shapes(np.shape(ct), ())), shape)
@@ -458,27 +463,39 @@ def _zero_cotangent(value):
     return zero if np.ndim(value) == 0 else np.broadcast_to(zero, np.shape(value))
 
 
-def _tangent_pullback(held, d, dt, shape, out_shape, in_place, last):
+def _tangent_pullback(held, d, dt, shape, out_shape, in_place, last, singular):
     """The pullback ``ȳ ↦ ȳ · ∂y/∂a + ẏ̄ · ∂ẏ/∂a`` (``d``, ``dt``) of a reverse-over-forward kernel into its
     argument ``a`` of ``shape`` (``ẏ̄`` held by ``held``, forgotten by the ``last`` argument's); ``in_place``: the
     partials are the kernel's own buffers and the tape is swept once, so the cotangent is computed into ``d``
     without allocating (three NumPy passes: one numexpr pass or a loop over blocks measured no faster on two
-    loaded cores).  A closure, so that `explain` counts the partials it keeps."""
+    loaded cores).  The products are `_products`' (strong for a ``singular`` kernel's zero cotangent).  A
+    closure, so that `explain` counts the partials it keeps."""
     owned = in_place and type(d) is np.ndarray and type(dt) is np.ndarray and d.shape == dt.shape == shape \
         and d.base is None and dt.base is None and d is not dt and out_shape == ()  # the kernel's own buffers
 
     def back(g):
         gt = held.take(last)
         alone = g is held.zero and gt is not None  # ȳ is no cotangent (db.hvp's): no 0 · ∞ from its term
-        if owned and type(g) in REAL_FLOATS and type(gt) in REAL_FLOATS:
+        times = _products(singular, g, gt, held.zero)
+        if owned and type(g) in REAL_FLOATS and type(gt) in REAL_FLOATS and times is operator.mul:
             np.multiply(dt, gt, out=dt)
             return dt if alone else np.add(np.multiply(d, g, out=d), dt, out=d)
-        ct = gt * dt if alone else g * d if gt is None else g * d + gt * dt
+        ct = times(gt, dt) if alone else times(g, d) if gt is None else times(g, d) + times(gt, dt)
         if np.shape(ct) == shape:
             return ct
         return unbroadcast(np.broadcast_to(ct, np.broadcast_shapes(np.shape(ct), out_shape)), shape)
 
     return back
+
+
+def _products(singular, g, gt, zero):
+    """How a reverse-over-forward kernel's pullback multiplies its cotangents ``g`` and ``gt`` (None: none; ``g``
+    ``zero``: not one) by its partials: IEEE's product, or for a ``singular`` kernel where a cotangent is not one
+    finite nonzero number, `pullbacks.kernel_product` (0 where it is 0 and the partial is not finite: a guard
+    written after the kernel, as a first-order kernel's `pullbacks.kernel_pullback`)."""
+    if not singular or ((g is zero or finite_nonzero(g)) and (gt is None or finite_nonzero(gt))):
+        return operator.mul
+    return kernel_product
 
 
 def _second_partial_pullback(h, shape, partial_shape):

@@ -48,6 +48,7 @@ from .guards import RECORDER, NotReplayableError, untracked
 from .kernel_cache import CALL_LOG, KernelCall, is_array_input
 from .kernels import KERNEL_THREADS
 from .lazy import DASK_LAYER, Lazy, is_chunked
+from .pullbacks import kernel_product
 from .reverse import argument_gradients, cotangent_array, one_or_tuple, pullback_seeds
 from .sweeps import backward
 from .tracked import Tracked, edges_of, tape_of
@@ -391,16 +392,18 @@ def _grid_chunks(reference, shape):
 
 
 def _numpy_pullback(partial, value):
-    """``g · ∂f/∂a`` for a partial already summed to the argument's shape."""
+    """``g · ∂f/∂a`` for a partial already summed to the argument's shape: strong where ``g`` is 0 and the partial
+    not finite (`pullbacks.kernel_product`: a guard written after the kernel gives its 0, as in memory)."""
     dtype = np.result_type(value)
     partial = np.asarray(partial, dtype) if np.ndim(value) else dtype.type(partial)
-    return functools.partial(np.multiply, partial)
+    return lambda g: kernel_product(g, partial)
 
 
 def _lazy_pullback(partial, array):
-    """``g · ∂f/∂x`` for a Dask argument: lazy, summed to its shape (where it was broadcast), its dtype."""
+    """``g · ∂f/∂x`` for a Dask argument: lazy, summed to its shape (where it was broadcast), its dtype; strong as
+    `_numpy_pullback`'s."""
     def back(g):
-        ct = _unbroadcast(partial * g, array.shape)
+        ct = _unbroadcast(kernel_product(g, partial), array.shape)
         return ct.astype(array.dtype) if ct.dtype != array.dtype else ct
     return back
 

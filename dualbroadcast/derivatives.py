@@ -19,7 +19,9 @@ The chain rule's product of a derivative and a partial is IEEE's, except at the 
 (`SELECTIONS`) and the singular ones (every function not in `SMOOTH`, where the partial is infinite or NaN):
 there it is `selected` and `strong_product`, 0 where one factor is 0 (0 · ∞ = 0 · NaN = 0).  So a branch that
 `np.where` (or `maximum`, `clip`, ...) does not choose contributes an exact 0 in every mode, whether the
-singular function comes before the selection or after it (docs/design.md, Conventions at kinks).
+singular function comes before the selection or after it (docs/design.md, Conventions at kinks).  A data zero
+after a singular function (``sqrt(x) * c`` at x = c = 0) is the same 0: reverse mode meets it at the singular
+partial, forward mode (`tangent_product`) where the infinite tangent meets the 0 partial of a smooth one.
 """
 
 import math
@@ -116,6 +118,32 @@ def chain_product(func, g, d):
     return g * d if func in SMOOTH or is_finite(d) else strong_product(g, d)
 
 
+def tangent_product(func, t, d):
+    """``d · t``, forward mode's product of ``func``'s partial ``d`` and an incoming tangent ``t``: `chain_product`'s,
+    strong where it is not finite, and so for a smooth function too once a singular one's was not (since the
+    outermost `jvp` began: `UNBOUNDED`): a tangent a singular partial made infinite, times a smooth partial that is 0
+    (``sqrt(x) * c`` at x = c = 0), is 0 as reverse mode's cotangent 0 reaching the singular partial makes it.  One
+    check of the finished product (none for a smooth function before); a recomputation only where it is not finite."""
+    if func in SELECTIONS:
+        return selected(t, d)
+    p = t * d
+    if (func in SMOOTH and not UNBOUNDED.seen) or is_finite(p):
+        return p
+    UNBOUNDED.seen = UNBOUNDED.seen or func not in SMOOTH
+    return strong_product(t, d)
+
+
+class _Unbounded:
+    """Whether a singular function's tangent product was not finite since the outermost `jvp` call began
+    (`forward.new_level` forgets it): a smooth function's product is then checked too (`tangent_product`).  Shared
+    by threads: another's only makes more checks."""
+
+    seen = False
+
+
+UNBOUNDED = _Unbounded()
+
+
 def share(alone, tie, ans):
     """A selection's partial: 1 where the argument alone is selected, ½ where it ties with the other (the
     cotangent is split equally, JAX's and autograd's convention), 0 elsewhere; ``alone`` and ``tie`` are
@@ -183,6 +211,10 @@ class Facts(NamedTuple):
     # singular somewhere (sqrt, log, divide, power, arcsin, exp's overflow, scipy.special's, a user's), and the
     # chain rule's product with its partial is `strong_product` where the partial is not finite.
     smooth: bool = False
+    # A singular function whose partial is infinite only where its value is too (exp's overflow): in a kernel's
+    # forward chain a 0 meeting that infinity meets the infinite value as well (IEEE's NaN in the value), so the
+    # products after it stay IEEE's (`expr._chain_term`: no strong `where` in EAM's Hessian-vector kernels).
+    overflows_only: bool = False
     # It selects: a partial is 0 where an argument is not chosen (np.where's other branch, the smaller argument of
     # maximum, a clipped element, |x| and copysign at 0 through sign(0) = 0): the product is `selected`.
     selection: bool = False
@@ -233,9 +265,10 @@ ELEMENTWISE = {
     np.square: Facts((lambda ans, x: 2 * x,), holomorphic=True, smooth=True, recomputed=True),
     np.sqrt: Facts((lambda ans, x: 0.5 / ans,), holomorphic=True, numexpr="sqrt", numexpr_complex=True),
     np.cbrt: Facts((lambda ans, x: 1 / (3 * ans * ans),)),
-    np.exp: Facts((lambda ans, x: ans,), holomorphic=True, numexpr="exp", numexpr_complex=True),
-    np.exp2: Facts((lambda ans, x: ans * LN2,), holomorphic=True),
-    np.expm1: Facts((lambda ans, x: ans + 1,), holomorphic=True, numexpr="expm1", numexpr_complex=True),
+    np.exp: Facts((lambda ans, x: ans,), holomorphic=True, overflows_only=True, numexpr="exp", numexpr_complex=True),
+    np.exp2: Facts((lambda ans, x: ans * LN2,), holomorphic=True, overflows_only=True),
+    np.expm1: Facts((lambda ans, x: ans + 1,), holomorphic=True, overflows_only=True, numexpr="expm1",
+                    numexpr_complex=True),
     np.log: Facts((lambda ans, x: 1 / x,), holomorphic=True, numexpr="log", numexpr_complex=True),
     np.log2: Facts((lambda ans, x: 1 / (x * LN2),), holomorphic=True, numexpr="log2", numexpr_complex=True),
     np.log10: Facts((lambda ans, x: 1 / (x * LN10),), holomorphic=True, numexpr="log10", numexpr_complex=True),
@@ -249,8 +282,10 @@ ELEMENTWISE = {
     np.arctan: Facts((lambda ans, x: 1 / (1 + x * x),), holomorphic=True, smooth=True, numexpr="arctan"),
     np.arctan2: Facts((lambda ans, y, x: x / (x * x + y * y), lambda ans, y, x: -y / (x * x + y * y)),
                       numexpr="arctan2", splatted=True),
-    np.sinh: Facts((lambda ans, x: np.cosh(x),), holomorphic=True, numexpr="sinh", numexpr_complex=True),
-    np.cosh: Facts((lambda ans, x: np.sinh(x),), holomorphic=True, numexpr="cosh", numexpr_complex=True),
+    np.sinh: Facts((lambda ans, x: np.cosh(x),), holomorphic=True, overflows_only=True, numexpr="sinh",
+                   numexpr_complex=True),
+    np.cosh: Facts((lambda ans, x: np.sinh(x),), holomorphic=True, overflows_only=True, numexpr="cosh",
+                   numexpr_complex=True),
     np.tanh: Facts((lambda ans, x: 1 - ans * ans,), holomorphic=True, smooth=True, numexpr="tanh",
                    numexpr_complex=True),
     np.arcsinh: Facts((lambda ans, x: 1 / np.sqrt(x * x + 1),), holomorphic=True, smooth=True, numexpr="arcsinh"),
@@ -354,6 +389,7 @@ DERIVATIVES = {f: facts.partials for f, facts in ELEMENTWISE.items() if facts.pa
 ZERO_DERIVATIVE = tuple(f for f, facts in ELEMENTWISE.items() if facts.piecewise_constant)
 SELECTIONS = functions_with("selection")
 SMOOTH = functions_with("smooth")
+OVERFLOWS_ONLY = functions_with("overflows_only")
 HOLOMORPHIC = functions_with("holomorphic")
 NUMEXPR_FUNCTIONS = {f: facts.numexpr for f, facts in ELEMENTWISE.items() if facts.numexpr}
 NUMEXPR_COMPLEX = functions_with("numexpr_complex")

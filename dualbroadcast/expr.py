@@ -19,7 +19,7 @@ import inspect
 
 import numpy as np
 
-from .derivatives import DERIVATIVES, SELECTIONS, SMOOTH, ZERO_DERIVATIVE
+from .derivatives import DERIVATIVES, OVERFLOWS_ONLY, SELECTIONS, SMOOTH, ZERO_DERIVATIVE
 from .errors import KernelError
 from .numpy_facts import PREDICATES, qualified_name, source_of
 from .registry import ARGUMENT_REASONS, LAZY_FAMILIES, register_lazy_rules
@@ -366,17 +366,19 @@ def _is_one(a):
     return _is_literal(a) and not isinstance(a, (bool, np.bool_)) and a == 1
 
 
-def derivatives(graph, output, active, seeds):
+def derivatives(graph, output, active, seeds, unbounded_seeds=False):
     """Forward mode over the graph: ∂output/∂a for each active input node ``a``.
 
     ``seeds``: per active input, a one of its dtype (``np.float32(1)``), so tangents
     have the inputs' precision.  A selection's partial is boolean (``x >= y``); it
     is always multiplied by its tangent, so tangents are never boolean (adding two
     booleans would be OR).  Each result is a Sym, a literal, or 0 where the output
-    does not depend on that input.
+    does not depend on that input.  ``unbounded_seeds``: the seeds (a jvp's tangents) may be infinite or NaN.
     """
     tangents = {a.index: {slot: seed} for slot, (a, seed) in enumerate(zip(active, seeds))}
     zeroable = set()  # (node, slot): a tangent that a selection may have made exactly 0 somewhere
+    # (node, slot): a tangent a singular partial may have made infinite or NaN (at a finite value)
+    unbounded = {(a.index, slot) for slot, a in enumerate(active)} if unbounded_seeds else set()
     for node in list(graph.nodes):
         if node.op is None or node.op not in DERIVATIVES:
             continue
@@ -394,10 +396,13 @@ def derivatives(graph, output, active, seeds):
                 )
             d = partials[j](node, *node.args) if callable(partials[j]) else partials[j]
             for slot, t in incoming.items():
-                may_be_zero = (arg.index, slot) in zeroable
-                term = _chain_term(graph, node.op, d, t, may_be_zero)
+                may_be_zero, infinite = (arg.index, slot) in zeroable, (arg.index, slot) in unbounded
+                term = _chain_term(graph, node.op, d, t, may_be_zero, infinite)
                 if may_be_zero or node.op in SELECTIONS:
                     zeroable.add((node.index, slot))
+                if infinite or (type(d) is Sym and node.op not in SMOOTH and node.op not in SELECTIONS
+                                and node.op not in OVERFLOWS_ONLY):
+                    unbounded.add((node.index, slot))
                 total[slot] = graph.apply(np.add, (total[slot], term)) if slot in total else term
         if total:
             tangents[node.index] = total
@@ -409,10 +414,12 @@ def derivatives(graph, output, active, seeds):
     return [found.get(slot, 0) for slot in range(len(active))]
 
 
-def _chain_term(graph, op, d, t, may_be_zero):
+def _chain_term(graph, op, d, t, may_be_zero, infinite):
     """``d · t``, the partial ``d`` of ``op`` times an incoming tangent ``t``, as `derivatives.chain_product`
-    multiplies: selecting at a selection, strong (0 where ``t`` is 0) at a singular function whose incoming
-    tangent a selection may have made 0; a plain product otherwise (no extra pass where no selection feeds it)."""
+    multiplies: selecting at a selection; strong (0 where a factor is 0 and the product NaN) at a singular function
+    whose incoming tangent a selection may have made 0, and where a tangent a singular partial may have made
+    infinite meets a partial that may be 0 (a data zero: ``sqrt(x) * c`` at c = 0); a plain product otherwise
+    (no extra pass in a kernel where neither can happen: EAM's ``exp(-3 (r + 1))``)."""
     if _is_one(t) and not _is_boolean(d):
         return d
     if op in SELECTIONS:
@@ -420,11 +427,20 @@ def _chain_term(graph, op, d, t, may_be_zero):
             return graph.apply(np.where, (d, t, 0))
         return graph.apply(np.where, (graph.apply(np.equal, (d, 0)), 0, graph.multiply(d, t)))
     product = graph.multiply(d, t)
-    if may_be_zero and op not in SMOOTH:  # 0 where t is 0 and d is not finite: where the product is NaN
-        nan_from_zero = graph.apply(np.logical_and, (graph.apply(np.not_equal, (product, product)),
-                                                     graph.apply(np.equal, (t, 0))))
-        return graph.apply(np.where, (nan_from_zero, 0, product))
-    return product
+    zero = graph.apply(np.equal, (t, 0)) if may_be_zero and op not in SMOOTH else None
+    if infinite and (type(d) is Sym or d == 0):
+        d_zero = graph.apply(np.equal, (d, 0))
+        zero = d_zero if zero is None else graph.apply(np.logical_or, (zero, d_zero))
+    if zero is None:
+        return product
+    nan_from_zero = graph.apply(np.logical_and, (graph.apply(np.not_equal, (product, product)), zero))
+    return graph.apply(np.where, (nan_from_zero, 0, product))
+
+
+def holds_singular(nodes):
+    """Whether one of ``nodes`` (a kernel's operations) is a singular function: one whose partial may be infinite
+    or NaN (not in `SMOOTH`, not a selection), so that a cotangent 0 times the kernel's partial may be 0 · ∞."""
+    return any(n.op in DERIVATIVES and n.op not in SMOOTH and n.op not in SELECTIONS for n in nodes)
 
 
 def without_cuts(graph, outputs):

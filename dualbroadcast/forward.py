@@ -41,7 +41,7 @@ import warnings
 import numpy as np
 
 from . import context, pytree
-from .derivatives import DERIVATIVES, chain_product
+from .derivatives import DERIVATIVES, UNBOUNDED, tangent_product
 from .errors import InPlaceMutationError, ShapeMismatchError, UnsupportedFunctionError, ValueConversionError
 from .guards import UFUNC_AT, Guarded, NotReplayableError, holds_view, note_views, untracked
 from .numpy_facts import ARRAY_METHODS, FLOAT_SCALARS, as_dtype, astype, getitem, qualified_name
@@ -83,7 +83,10 @@ _enclosing = {}  # level -> the innermost gradient's tape running when that `jvp
 
 
 def new_level():
-    """A level for the duals of one `jvp` call, above every earlier one."""
+    """A level for the duals of one `jvp` call, above every earlier one (the outermost: with no singular tangent
+    seen yet, `derivatives.UNBOUNDED`)."""
+    if not _enclosing:
+        UNBOUNDED.seen = False
     level = next(_levels)
     _enclosing[level] = context.ACTIVE_TAPE.get()
     return level
@@ -516,7 +519,7 @@ def _elementwise(func, partials, ans, values, positions, tangents):
                 "but received a dual value; pass a constant or db.cut(x)")
         if callable(d):
             typed = as_dtype(values, np.result_type(untracked(ans))) if typed is None else typed
-            term = chain_product(func, t, d(ans, *typed))
+            term = tangent_product(func, t, d(ans, *typed))
         else:
             term = t if d == 1 else -t if d == -1 else t * d
         total = term if total is None else total + term

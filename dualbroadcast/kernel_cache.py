@@ -71,13 +71,14 @@ def is_array_input(leaf):
     )
 
 
-def cached_kernel(key, f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, tangents=0, tracked=()):
+def cached_kernel(key, f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, tangents=0, tracked=(),
+                  unbounded=False):
     with CACHE_LOCK:
         kernel = KERNEL_CACHE.get(key)
         if kernel is not None:
             KERNEL_CACHE.move_to_end(key)
             return kernel
-    kernel = build_kernel(f, treedef, leaves, n_inputs, active, reduce, kinds, order, tangents, tracked)
+    kernel = build_kernel(f, treedef, leaves, n_inputs, active, reduce, kinds, order, tangents, tracked, unbounded)
     with CACHE_LOCK:
         KERNEL_CACHE[key] = kernel
         if len(KERNEL_CACHE) > CACHE_SIZE:
@@ -85,13 +86,15 @@ def cached_kernel(key, f, treedef, leaves, n_inputs, active, reduce, kinds, orde
     return kernel
 
 
-def build_kernel(f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, tangents=0, tracked=()):
+def build_kernel(f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, tangents=0, tracked=(),
+                 unbounded=False):
     """Trace ``f`` on symbols (array leaves) and literals (baked leaves) into a kernel: its outputs are the
     value and one partial per active input; ``order=2`` adds the second partials ∂²f/∂aᵢ∂aⱼ (i ≤ j, row by
     row: forward mode over the first partials); with ``tangents`` (forward mode: that many more inputs, one
     tangent per active input) the value and the directional derivative Σ ∂f/∂aᵢ · tᵢ; ``tracked``, two lists
     of inputs (reverse over forward: what a gradient tracks), then adds the partials of the value with respect
-    to the first's and those of that directional derivative with respect to the second's."""
+    to the first's and those of that directional derivative with respect to the second's; ``unbounded``: those
+    tangents may be infinite or NaN (`expr.derivatives`' strong products after them)."""
 
     def call(symbols):
         symbols = iter(symbols)
@@ -106,7 +109,7 @@ def build_kernel(f, treedef, leaves, n_inputs, active, reduce, kinds, order=1, t
     graph, inputs, output = trace(call, n_inputs + tangents)
     has_complex = _has_complex(graph, output, kinds)
     seeds = inputs[n_inputs:] if tangents else [np.dtype(kinds[i]).type(1) for i in active]
-    partials = derivatives(graph, output, [inputs[i] for i in active], seeds)
+    partials = derivatives(graph, output, [inputs[i] for i in active], seeds, unbounded)
     if order == 2:
         partials += [h for i, p in enumerate(partials)
                      for h in derivatives(graph, p, [inputs[j] for j in active], seeds)[i:]]

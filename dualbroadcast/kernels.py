@@ -40,7 +40,7 @@ import time
 import numexpr
 import numpy as np
 
-from .expr import Sym
+from .expr import Sym, holds_singular
 from .kernel_source import (
     blocked_kernel,
     infer_dtypes,
@@ -84,7 +84,7 @@ def _check_backend(name):
 class Kernel:
     """Value and partials of one traced function; ``reduce`` sums them (``db.sum``)."""
 
-    def __init__(self, graph, inputs, outputs, reduce, name, complex=False, dot_products=False):
+    def __init__(self, graph, inputs, outputs, reduce, name, complex=False, dot_products=False, singular=None):
         self.complex = complex  # complex numbers take part: holomorphic, numexpr only where it has complex forms
         self.dot_products = dot_products  # numpy backend, every output summed whole: products as dot products
         self.inputs = inputs
@@ -92,6 +92,8 @@ class Kernel:
         self.reduce = reduce
         self.name = name
         self.order = needed_nodes(graph, outputs)  # the operations, and below the names generated code gives them
+        # its partials may be infinite or NaN: their pullbacks check them (`pullbacks.kernel_pullback`)
+        self.singular = holds_singular(needed_nodes(graph, outputs[:1])) if singular is None else singular
         self.names, self.constants, self.functions = kernel_names(inputs, self.order, outputs)
         self.input_names = [self.names[x.index] for x in inputs]
         self.fresh = fresh_partials(outputs, reduce)
@@ -124,7 +126,7 @@ class Kernel:
         if self.split is None:
             zero = np.dtype(self.value_dtype(values)).type(0)
             self.split = Kernel(self.inputs[0].graph, self.inputs, [zero] + self.outputs[1:], self.reduce, self.name,
-                                self.complex)
+                                self.complex, singular=self.singular)
         return self.split
 
     def __call__(self, values, active_shapes, backend=None):

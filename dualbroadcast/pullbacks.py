@@ -29,7 +29,7 @@ import warnings
 
 import numpy as np
 
-from .derivatives import chain_product
+from .derivatives import chain_product, is_finite
 from .guards import Guarded, NotReplayableError
 
 # Partials a record holds as they are: the sweep multiplies the cotangent by them itself
@@ -180,24 +180,34 @@ class Strong:
 
 
 # --- the pullback of a kernel's partial --------------------------------------------------
-def kernel_pullback(partial, shape, out_shape, in_place, scale=1):
+def kernel_pullback(partial, shape, out_shape, in_place, scale=1, singular=False):
     """The pullback ``g -> g · ∂f/∂a`` of a kernel argument ``a`` of ``shape`` (``out_shape``: the kernel's
     result, ``()`` for a sum, whose partial is already reduced to ``shape``); ``∂f/∂a`` is ``scale · partial``
     (a sum's partial kept without its literal factor, `broadcast_pullbacks.unscaled_kernel`).
 
     ``in_place``: the partial is the kernel's own buffer and the tape is swept once, so it becomes
-    the cotangent in place instead of allocating another array of its size.
+    the cotangent in place instead of allocating another array of its size.  ``singular``: the kernel holds a
+    singular function, so the product is strong (`_strong_kernel_pullback`).
     """
     if _kernel_partial_fits(getattr(partial, "shape", ()), shape, out_shape):
-        return fitting_kernel_pullback(partial, in_place, scale)
+        return fitting_kernel_pullback(partial, in_place, scale, singular)
     if scale != 1:
-        return lambda g: unbroadcast(np.broadcast_to(g * scale * partial, out_shape), shape)
-    return lambda g: unbroadcast(np.broadcast_to(g * partial, out_shape), shape)
+        back = lambda g: unbroadcast(np.broadcast_to(g * scale * partial, out_shape), shape)  # noqa: E731
+    else:
+        back = lambda g: unbroadcast(np.broadcast_to(g * partial, out_shape), shape)  # noqa: E731
+    return _strong_kernel_pullback(back, partial, scale, shape, out_shape) if singular else back
 
 
-def fitting_kernel_pullback(partial, in_place, scale=1):
+def fitting_kernel_pullback(partial, in_place, scale=1, singular=False):
     """`kernel_pullback` of a partial known to have its argument's shape (a cached plan's, every call): with a
     ``scale``, ``g · scale`` (a sum's cotangent: one number) times the partial, one pass as without."""
+    back = _fitting_product(partial, in_place, scale)
+    shape = getattr(partial, "shape", ())
+    return _strong_kernel_pullback(back, partial, scale, shape, shape) if singular else back
+
+
+def _fitting_product(partial, in_place, scale):
+    """`fitting_kernel_pullback`'s IEEE product."""
     owned = in_place and type(partial) is np.ndarray and partial.base is None and partial.ndim
     if scale != 1:
         if owned:
@@ -208,6 +218,50 @@ def fitting_kernel_pullback(partial, in_place, scale=1):
     # Not ``partial.__mul__``: the bound method alone holding a large array, NumPy takes it for a
     # temporary and multiplies in place, so a pullback called twice would scale it twice.
     return functools.partial(np.multiply, partial)
+
+
+def _strong_kernel_pullback(back, partial, scale, shape, out_shape):
+    """``g -> g · scale · partial`` for a kernel that holds a singular function: IEEE's product ``back`` where it is
+    the strong one (a finite nonzero float ``g``: a sum's cotangent, as EAM's, for 0.1 us; or a finite partial: one
+    check), else the product by `strong_kernel_partial`: 0 where ``g`` is 0 and the partial infinite or NaN (a guard
+    written after the kernel: ``where(x > 0, db.broadcast(np.sqrt, x), 0)``), as a reverse rule's
+    (`derivatives.chain_product`).  A closure, so that `explain` counts the partial it keeps."""
+    def strong(g, inf=math.inf, f64=np.float64):  # (defaults, not cells: `explain` counts what it keeps)
+        kind = type(g)
+        if ((kind is f64 or kind is float) and 0 < abs(g) < inf) or is_finite(partial):
+            return back(g)
+        ct = (g * scale if scale != 1 else g) * strong_kernel_partial(g, partial)
+        return ct if _kernel_partial_fits(np.shape(ct), shape, out_shape) else \
+            unbroadcast(np.broadcast_to(ct, out_shape), shape)
+
+    return strong
+
+
+def kernel_product(g, partial):
+    """``g · partial`` for a partial of a kernel that holds a singular function: `_strong_kernel_pullback`'s."""
+    return g * strong_kernel_partial(g, partial)
+
+
+def strong_kernel_partial(g, partial):
+    """``partial`` as it is where ``g ·`` it is IEEE's product (``g`` a finite nonzero number, or the partial finite),
+    else with 0 where ``g`` is 0 and it is not finite, so that ``g ·`` it is the strong product (0 · ∞ = 0); also
+    replay's (`replay_backward`: its product into ``out=`` as before)."""
+    if finite_nonzero(g) or is_finite(partial):
+        return partial
+    return np.where((g == 0) & np.logical_not(np.isfinite(partial)), 0, partial)
+
+
+def finite_nonzero(g, inf=math.inf):
+    """Whether the cotangent ``g`` is one finite nonzero number (a sum's): its product with any partial is then the
+    strong product."""
+    kind = type(g)
+    if kind is np.ndarray:
+        if g.ndim:
+            return False
+        g = g[()]
+    elif not (kind is float or isinstance(g, np.number)):
+        return False
+    return g != 0 and abs(g) < inf
 
 
 def kernel_pullback_source(g, partial, shape, out_shape, scale=1):

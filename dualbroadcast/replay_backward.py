@@ -21,6 +21,7 @@ from .pullbacks import (
     RealPart,
     apply,
     kernel_pullback_source,
+    strong_kernel_partial,
     table_pullback,
     table_pullback_source,
 )
@@ -257,6 +258,10 @@ class BackwardWriter(SourceWriter):
             parent = step.refs[i]
             shape = self.p.shape_of(parent)
             partial = f"p{step.out}[{slot}]"
+            if step.kernel.singular:  # 0 where the cotangent is 0 and the partial not finite
+                strong = self.space.bind(strong_kernel_partial)
+                lines.append(f"    s{step.out}_{slot} = {strong}(g{step.out}, {partial})")
+                partial = f"s{step.out}_{slot}"
             real = complex_value and self.p.meta[parent][1].kind != "c"  # a real parent's: the real part
             if shape and (shape == out_shape or step.reduce) and not real \
                     and self.cotangents.defer(parent, partial, step.out, scales[slot]):

@@ -1,9 +1,10 @@
-"""Issue 30's two open cases where a 0 meets an infinite partial, in every first-order mode and against JAX.
+"""Issue 30's cases where a 0 meets an infinite partial, in every first-order mode and against JAX.
 
-docs/design.md (Conventions at kinks, "Not covered") names both: a zero that is data, not a selection
-(`sqrt(x) * c` with c = 0 at x = 0), and a kernel behind a guard written after it
-(`where(x > 0, db.broadcast(np.sqrt, x), 0)`).  The modes disagree on each today, so each test is a strict
-xfail: it pins which modes disagree, and fails (XPASS) the day one rule makes them agree, when its marker goes.
+docs/design.md (Conventions at kinks) gives them one number, reverse mode's strong product (0 · ∞ = 0), in every
+mode: a zero that is data, not a selection (`sqrt(x) * c` with c = 0 at x = 0: a kernel's forward chain and
+`db.jvp` multiply the infinite tangent by c's 0), and a kernel behind a guard written after it
+(`where(x > 0, db.broadcast(np.sqrt, x), 0)`: the kernel's pullback multiplies the guard's 0 by its infinite
+partial).  tests/modes/test_kink_sweep.py sweeps both per singular function of the table, to second order.
 """
 
 import warnings
@@ -22,6 +23,14 @@ C = np.array([0.0, 2.0, 0.0, 3.0])  # c = 0 at x = 0: the data zero; c = 2 at x 
 
 def _product(x, c):
     return np.sqrt(x) * c
+
+
+def _kernel_after_sqrt(x, c):  # the infinite tangent enters the kernel, the data zero is inside it
+    return db.broadcast(lambda s, k: s * k, np.sqrt(x), c)
+
+
+def _kernel_before_the_zero(x, c):  # the kernel's infinite tangent leaves it, the data zero is outside
+    return db.broadcast(np.sqrt, x) * c
 
 
 def _guarded_kernel(x):
@@ -50,22 +59,28 @@ def disagreements(found, want):
     return {mode: g for mode, g in found.items() if not np.array_equal(g, want, equal_nan=True)}
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 30): reverse mode's strong product gives 0 for a data zero "
-                   "times sqrt's infinite partial; prepared replay, kernels and jvp give IEEE's NaN, as JAX does")
-def test_a_data_zero_times_an_infinite_partial_is_one_number_in_every_mode():
+@pytest.mark.parametrize("f", [_product, _kernel_after_sqrt, _kernel_before_the_zero])
+def test_a_data_zero_times_an_infinite_partial_is_0_in_every_mode(f):
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        found = partials_in_every_mode(_product, (X, C))
+        found = partials_in_every_mode(f, (X, C))
+        want = np.where(C == 0, 0.0, C * 0.5 / np.sqrt(X))  # by hand: c/(2√x), the strong 0 where c = 0
+    assert np.isinf(want[1])  # c = 2 at x = 0: the infinite derivative stays infinite
+    assert not disagreements(found, want), disagreements(found, want)
+
+
+def test_jax_gives_nan_for_a_data_zero_times_an_infinite_partial():
+    """The difference docs/design.md's table states: IEEE's NaN in both of JAX's modes, our strong 0."""
+    with np.errstate(all="ignore"):
+        ours = np.where(C == 0, 0.0, C * 0.5 / np.sqrt(X))
     with jax.enable_x64(True):
         jx, jc = jnp.asarray(X), jnp.asarray(C)
         by_grad = np.asarray(jax.grad(lambda x: jnp.sum(jnp.sqrt(x) * jc))(jx))
         by_jvp = np.asarray(jax.jvp(lambda x: jnp.sqrt(x) * jc, (jx,), (jnp.ones(4),))[1])
-    np.testing.assert_array_equal(by_grad, by_jvp)  # JAX's two modes agree here: NaN at the data zero
-    assert not disagreements(found, by_grad), disagreements(found, by_grad)
+    for by_jax in (by_grad, by_jvp):  # NaN at the data zero, elsewhere our number
+        np.testing.assert_array_equal(by_jax, np.where((X == 0) & (C == 0), np.nan, ours))
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 30): a kernel's pullback multiplies the later guard's 0 by "
-                   "its infinite partial (NaN in reverse mode and replay; kernels and jvp give the guard's 0)")
 def test_a_kernel_behind_a_later_guard_gives_the_guards_zero_in_every_mode():
     x = np.array([-1.0, 0.0, 1.0, 4.0])
     with warnings.catch_warnings(), np.errstate(all="ignore"):
@@ -75,3 +90,24 @@ def test_a_kernel_behind_a_later_guard_gives_the_guards_zero_in_every_mode():
     want = np.where(x > 0, 0.5 / np.sqrt(np.abs(x) + (x == 0)), 0.0)  # by hand: the guard's 0 where x <= 0
     np.testing.assert_array_equal(plain, want)  # the convention (jax.jvp's number; jax.grad gives NaN)
     assert not disagreements(found, want), disagreements(found, want)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "blocked", "numexpr"])
+def test_every_backend_gives_the_strong_zero(backend):
+    """Both cases at 65536 elements (every backend eligible), forced onto each backend, against reverse mode."""
+    n = 16384
+    cases = [(_product, (np.tile(X, n), np.tile(C, n))), (_guarded_kernel, (np.tile([-1.0, 0.0, 1.0, 4.0], n),))]
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        for f, args in cases:
+            want = db.gradient(lambda *a: np.sum(f(*a)), *args)
+            want = np.asarray(want[0] if isinstance(want, tuple) else want)
+            db.set_backend(backend)
+            try:
+                with db.kernel_log() as calls:
+                    found = partials_in_every_mode(f, args)
+            finally:
+                db.set_backend(None)
+            assert {call.backend for call in calls} == {backend}
+            assert np.isfinite(want).sum() >= 3 * n  # the numbers compared: zeros where a 0 meets an infinity
+            assert not disagreements(found, want), disagreements(found, want)

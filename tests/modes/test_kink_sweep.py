@@ -47,9 +47,12 @@ JAX_DIFFERENCES = {
 # hvp multiplies the guard's 0 by a NaN partial in a smooth multiplication (√(x-1)·√(x+1)), which IEEE makes
 # NaN; the fused kernel gives the guard's 0.  The same product gives NaN at x = 1 in reverse over reverse
 # (0 · ∞ in the product's pullback; a kernel: -∞), and `db.hessian`'s rows meet it below 1 (-m long).
-# reciprocal: forward over forward gives 0 at x = 0, where f'' = 2/x³ is infinite (-m long).
+# reciprocal and cbrt: forward over forward gives 0 at x = 0, where f'' is infinite (-m long): a 0 upstream (the
+# value x or ∛x in a product's partial) meets the infinite tangent there, strong in forward mode, IEEE's NaN in a
+# reverse sweep's smooth pullback.
 SECOND_ORDER_KNOWN = {"where(x > 0, arccosh(x), 0)": (), "arccosh": (), "arccosh(where(x > 0, x, 0))": (),
-                      "reciprocal": ("forward-over-forward",)}
+                      "arccosh(x) * 0": (), "where(x > 0, broadcast(arccosh, x), 0)": (),
+                      "reciprocal": ("forward-over-forward",), "cbrt": ("forward-over-forward",)}
 
 
 def table_functions(long):
@@ -80,6 +83,12 @@ def cases(long):
                 # the guard's 0 meets a data 0 (x) in the product's pullback before the singular partial; only
                 # where the unchosen branch's value is finite (a NaN value times the guard's 0 in the smooth
                 # product's pullback is IEEE's NaN in reverse mode, open: see docs/design.md)
+                # a data zero (not a selection's) times the singular partial, and a kernel behind a guard written
+                # after it: reverse mode's strong product in every mode (docs/design.md; JAX: NaN, and NaN in grad)
+                out.append((f"{name}(x) * 0", lambda x, f=func: f(x) * 0.0, lambda x, f=jfunc: f(x) * 0.0, (POINTS,)))
+                out.append((f"where(x > 0, broadcast({name}, x), 0)",
+                            lambda x, f=func: np.where(x > 0, db.broadcast(f, x), 0.0),
+                            lambda x, f=jfunc: jnp.where(x > 0, f(x), 0.0), (POINTS,)))
                 if np.isfinite(func(np.abs(POINTS))).all():
                     out.append((f"where(x > 0, {name}(|x|) * x, x ** 2)",
                                 lambda x, f=func: np.where(x > 0, f(np.abs(x)) * x, x ** 2),
@@ -159,7 +168,8 @@ def jax_partials(jf, args):
 
 
 def sweep(long):
-    """Run every case in every mode; return (mode disagreements, JAX disagreements, counts per mode)."""
+    """Run every case in every mode; return (mode disagreements, JAX disagreements, counts per mode: elements
+    compared, refusals, elements that differ at a known open case, `SECOND_ORDER_KNOWN`)."""
     mode_errors, jax_errors, counts = [], [], {}
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
@@ -169,9 +179,9 @@ def sweep(long):
                 try:
                     got = first_order(mode, f, args)
                 except db.DifferentiationError:  # a refusal (a kernel without the function) is no wrong number:
-                    counts.setdefault(mode, [0, 0])[1] += 1  # counted, not compared
+                    counts.setdefault(mode, [0, 0, 0])[1] += 1  # counted, not compared
                     continue
-                counts.setdefault(mode, [0, 0])[0] += sum(np.size(g) for g in got)
+                counts.setdefault(mode, [0, 0, 0])[0] += sum(np.size(g) for g in got)
                 for k, (g, want) in enumerate(zip(got, base)):
                     if not np.allclose(g, want, rtol=1e-12, atol=1e-300, equal_nan=True):
                         bad = ~np.isclose(g, want, rtol=1e-12, atol=1e-300, equal_nan=True)
@@ -181,13 +191,16 @@ def sweep(long):
                 hessian = second_order("hvp", f, args)
                 for mode in SECOND_ORDER:
                     got = second_order(mode, f, args)
-                    counts.setdefault(mode, [0, 0])[0] += got.size
+                    counts.setdefault(mode, [0, 0, 0])[0] += got.size
                     bad = ~np.isclose(got, hessian, rtol=1e-10, atol=1e-300, equal_nan=True)
+                    differing = int(bad.sum())
                     if mode.startswith("sum"):  # known, open: at a point where f'' itself is ±inf (log, arcsin at
                         bad &= ~(np.isnan(got) & np.isinf(hessian))  # their poles) the fused kernel gives NaN
                     known = SECOND_ORDER_KNOWN.get(label)
                     if bad.any() and not (known == () or (known and mode in known)):
                         mode_errors.append(f"{label} {mode} at {args[0][bad]}: {got[bad]} vs hvp {hessian[bad]}")
+                    else:
+                        counts[mode][2] += differing  # known and open: counted
             name = label.split("(")[0] if "(" in label and not label.startswith("where") else label
             if name in JAX_DIFFERENCES:
                 continue
@@ -195,7 +208,7 @@ def sweep(long):
             for k, (ours, g, t) in enumerate(zip(base, grads, jvps)):
                 jax_agrees = np.isclose(g, t, rtol=1e-12, equal_nan=True) & np.isfinite(g)
                 differ = jax_agrees & ~np.isclose(ours, g, rtol=1e-9, atol=1e-12, equal_nan=True)
-                counts.setdefault("jax-compared", [0, 0])[0] += int(jax_agrees.sum())
+                counts.setdefault("jax-compared", [0, 0, 0])[0] += int(jax_agrees.sum())
                 if differ.any():
                     points = [tuple(float(a[i]) for a in args) for i in np.flatnonzero(differ)]
                     jax_errors.append(f"{label} argument {k} at {points}: ours {ours[differ]}, JAX {g[differ]}")

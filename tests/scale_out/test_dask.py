@@ -529,3 +529,21 @@ def test_on_a_distributed_cluster(client):
             close(b, b0)
     workers = client.run(lambda: __import__("dualbroadcast").__file__)
     assert all(path.startswith(ROOT) for path in workers.values())  # the tasks ran this package's kernels there
+
+
+def test_a_guard_after_a_sum_over_chunks_gives_its_zero_as_in_memory():
+    """The cotangent 0 of a guard written after the sum, times sqrt's infinite or NaN partial, is 0 (docs/design.md,
+    Conventions at kinks): for the chunked argument (a lazy partial) and for a scalar one (a computed partial)."""
+    x = np.array([-1.0, 0.0, 1.0, 4.0] * 4)
+    chunked_x = da.from_array(x, chunks=4)
+
+    def guarded(a, s):
+        return np.where(False, db.sum(lambda r, k: np.sqrt(r) * k, a, s), 0.0)
+
+    with np.errstate(all="ignore"):
+        for a in (x, chunked_x):
+            gx, gs = db.gradient(guarded, a, 2.0)
+            np.testing.assert_array_equal(np.asarray(gx), np.zeros_like(x))
+            assert gs == 0.0
+        unguarded = np.asarray(db.gradient(lambda a: db.sum(np.sqrt, a), chunked_x))
+    assert np.isnan(unguarded[0]) and np.isinf(unguarded[1])  # the partials are NaN and ∞ there
