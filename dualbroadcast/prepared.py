@@ -170,8 +170,8 @@ class Recorder:
             fixed.add(index)
         numbers = self.keys  # (`signature`, inline: its key is hashable)
         signature = numbers.setdefault((id(func), PER_ARGUMENT, "", tuple(keys), (), (meta,)), len(numbers))
-        self.steps.append(Step(func, rule.impl, PER_ARGUMENT, refs, (), {}, [index], active, makers, None, False,
-                               signature))
+        self.steps.append(Step(func, rule.impl, PER_ARGUMENT, tuple(refs), (), {}, (index,), tuple(active), makers,
+                               None, False, signature))  # (tuples: of numbers, untracked by the collector once seen)
         if not shape_fixed and self.selects(refs, [index]):
             self.guard_shapes([index])
         return out
