@@ -10,7 +10,7 @@ import numpy as np
 
 from .derivatives import DERIVATIVES
 from .numpy_facts import qualified_name
-from .program import Const, Guard, Pack, Step, unpacked
+from .program import Guard, Pack, Step, unpacked
 from .registry import PER_ARGUMENT
 
 PERIOD_MAX = 2048  # the longest block looked for
@@ -22,7 +22,7 @@ class Loop:
     ``("carry", j, slot, init index)``, ``("invariant", index)``, ``("literal",)`` or ``("row", values)``, a
     constant per iteration), and the status of its compiled code (`LoopTier`)."""
 
-    __slots__ = ("start", "period", "trips", "kinds", "names", "tier")
+    __slots__ = ("start", "period", "trips", "kinds", "names", "tier", "__weakref__")
 
     def __init__(self, start, period, trips, kinds, names):
         self.start, self.period, self.trips, self.kinds = start, period, trips, kinds
@@ -47,8 +47,8 @@ class Loop:
 
 def find_loop(steps, meta, out):
     """The longest run of at least two iterations of one block among ``steps`` (`Loop`), or None."""
-    signatures = _signatures(steps, meta)
-    best = None
+    signatures = np.array([step.signature if type(step) is Step else -1 - k for k, step in enumerate(steps)])
+    best = None  # (guards, kernels: never repeated)
     for period in _periods(signatures):
         same = signatures[:-period] == signatures[period:]
         start, length = _longest_run(same)
@@ -72,31 +72,27 @@ def _periods(signatures, rarest=4):
     return sorted(p for p in periods if 0 < p <= min(len(signatures) // 2, PERIOD_MAX))
 
 
-def _signatures(steps, meta):
-    """Per step an integer, equal for steps that may be the same step of two iterations: the same function,
-    keywords, kinds and shapes of references, number of results."""
-    ids, signatures = {}, []
-    for k, step in enumerate(steps):
-        if type(step) is Step:  # (lists made into tuples: a generator per step cost a third of the time)
-            key = (id(step.func), step.kind, repr(step.kwargs) if step.kwargs else "",
-                   tuple([meta[r] if type(r) is int else _ref_key(r, meta) for r in step.refs]),
-                   tuple([_ref_key(Const(r), meta) for r in step.rest]) if step.rest else (),
-                   tuple([None if o is None else meta[o] for o in step.outs]))
-        else:
-            key = ("step", k)  # guards, kernels: never repeated
-        try:
-            signatures.append(ids.setdefault(key, len(ids)))
-        except TypeError:  # an unhashable constant or keyword: by its text
-            signatures.append(ids.setdefault(repr(key), len(ids)))
-    return np.array(signatures)
+def step_key(step, meta):
+    """What is compared of two `Step` s that may be the same step of two iterations: the same function, keywords,
+    kinds and shapes of references, number of results.  The recorder numbers each step's key as it records it
+    (``Step.signature``, `prepared.Recorder.signature`), so that `find_loop` compares integers."""
+    return (id(step.func), step.kind, repr(step.kwargs) if step.kwargs else "",
+            tuple([meta[r] if type(r) is int else ref_key(r, meta) for r in step.refs]),
+            tuple([constant_key(r) for r in step.rest]) if step.rest else (),
+            tuple([None if o is None else meta[o] for o in step.outs]))
 
 
-def _ref_key(r, meta):
-    if type(r) is int:  # its (shape, dtype): unlike the other keys, which a word begins
+def ref_key(r, meta):
+    """`step_key` of a reference: a value's (shape, dtype); unlike the other keys, which a word begins."""
+    if type(r) is int:
         return meta[r]
     if type(r) is Pack:
         return ("pack", id(r))
-    value = r.value
+    return constant_key(r.value)
+
+
+def constant_key(value):
+    """`step_key` of a constant: an array's shape and dtype, a number's type, anything else's text."""
     if isinstance(value, (np.ndarray, np.generic)):
         return ("array", value.shape, value.dtype.str)
     if type(value) in (int, float):
@@ -118,12 +114,8 @@ def _longest_run(same):
 def _checked(steps, meta, out, start, period, trips):
     """The `Loop` of ``trips`` iterations from ``start`` (fewer where an iteration reads its values otherwise than
     the template), or None: no two iterations agree, or a value of an iteration but the last is read after it."""
-    producer = {}
-    for k, step in enumerate(steps):
-        if type(step) is Step:
-            for slot, o in enumerate(step.outs):
-                if o is not None:
-                    producer[o] = (k, slot)
+    producer = {o: (k, slot) for k, step in enumerate(steps) if type(step) is Step
+                for slot, o in enumerate(step.outs) if o is not None}  # value index -> (step, its output)
     template = steps[start:start + period]
     kinds = [[_kind(r, start, period, 0, producer) for r in flat_refs(step.refs)] for step in template]
     second = [[_kind(r, start, period, 1, producer) for r in flat_refs(step.refs)] for step in steps[start + period:]
@@ -137,9 +129,10 @@ def _checked(steps, meta, out, start, period, trips):
             elif a[0] == "before":
                 return _shorter(steps, meta, out, start, period, 1)
     rows = set()
+    template_refs = [flat_refs(step.refs) for step in template]
     for k in range(1, trips):
         for j, step in enumerate(steps[start + k * period:start + (k + 1) * period]):
-            if not _agrees(step, template[j], kinds[j], start, period, k, producer, rows, j):
+            if not _agrees(step, template[j], template_refs[j], kinds[j], start, period, k, producer, rows, j):
                 return _shorter(steps, meta, out, start, period, k)
     end = start + period * trips
     last = start + period * (trips - 1)
@@ -181,14 +174,15 @@ def _kind(r, start, period, k, producer):
     return ("other",)
 
 
-def _agrees(step, template, kinds, start, period, k, producer, rows, j):
-    """Whether ``step`` of iteration ``k`` reads as ``template`` does (``kinds``); a constant that differs from the
-    template's (or an array not the template's) is added to ``rows`` (read one row per iteration), where it is a
-    float an elementwise step reads.  (The signatures agree: the same function, keywords and shapes.)"""
+def _agrees(step, template, template_refs, kinds, start, period, k, producer, rows, j):
+    """Whether ``step`` of iteration ``k`` reads as ``template`` (its references ``template_refs``) does (``kinds``);
+    a constant that differs from the template's (or an array not the template's) is added to ``rows`` (read one row
+    per iteration), where it is a float an elementwise step reads.  (The signatures agree: the same function,
+    keywords and shapes.)"""
     if (step.rest or template.rest) \
             and (len(step.rest) != len(template.rest) or not all(map(_same_constant, step.rest, template.rest))):
         return False
-    refs, template_refs = flat_refs(step.refs), flat_refs(template.refs)
+    refs = flat_refs(step.refs)
     base = start + k * period  # where iteration k begins: a value read is `_kind`'s kind if made where it says
     for slot, (r, t, kind) in enumerate(zip(refs, template_refs, kinds)):
         tag = kind[0]

@@ -20,6 +20,7 @@ import importlib.util
 import math
 import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -453,14 +454,17 @@ def attach(program, compile_straight, expected=None):
         tier.straight_later(compile_straight)
     else:
         _straight(program, compile_straight(), tier)
-    program.run, program.gradient, program.one = tier.run, tier.gradient, tier.one
+    program.run, program.gradient, program.one = tier.run, tier.gradient, tier._one if tier.takes_one else None
     return loop
 
 
 def _tier(program, loop, mode, expected):
-    """The `LoopTier` of the loop, or `Straight` saying why there is none."""
+    """The `LoopTier` of the loop, or `Straight` saying why there is none.  The tier and its scalar program refer to
+    ``program`` and ``loop`` weakly (the program's ``run`` is the tier's, the loop's ``tier`` the tier): a dropped
+    program is freed at once, not by a full collection."""
+    program = weakref.proxy(program)
     try:
-        tier = LoopTier(program, ScalarProgram(program, loop), mode, expected)
+        tier = LoopTier(program, ScalarProgram(program, weakref.proxy(loop)), mode, expected)
     except Unsupported as e:
         return Straight(str(e))
     except Exception as e:  # noqa: BLE001 - the scalar code could not be written: the straight-line replay runs
@@ -544,16 +548,17 @@ class LoopTier:
             try:
                 source, names = scalar.source(False)
                 exec(compile(source, "<dualbroadcast loop>", "exec"), names)  # noqa: S102 - the code this module wrote
-                self._add("python", names["loop_program"], time.perf_counter() - start)
+                self._add("python", names.pop("loop_program"), time.perf_counter() - start)
             except Unsupported:
                 pass
         self.compiling = None
         self.compiled = None
         if self.numba and mode == "now":
             self._compile(True)
-        self.one = self._one if len(program.leaves) == 1 and self.active and not program.complex_leaves else None
-        if self.one is not None:
+        self.takes_one = len(program.leaves) == 1 and self.active and not program.complex_leaves  # `one` (`_one`)
+        if self.takes_one:
             self.check_globals = globals_check(program.globals_read)
+            self.leaf_dtype = program.meta[program.leaves[0][1]][1]
 
     def status(self):
         """What runs the loop, with the measured times and compile times (for `db.explain`)."""
@@ -595,7 +600,7 @@ class LoopTier:
             exec(compile(source, "<dualbroadcast loop>", "exec"), names)  # noqa: S102 - the code this module wrote
             import numba
 
-            function = numba.njit(error_model="numpy")(names["loop_program"])
+            function = numba.njit(error_model="numpy")(names.pop("loop_program"))
             function(np.zeros(sum(math.prod(s) for s in self.shapes), self.dtype), self.scalar.rows_array(),
                      self.scalar.live_array())
         except Exception as e:  # noqa: BLE001 - a function Numba does not compile: the other runners stay
@@ -737,11 +742,10 @@ class LoopTier:
 
     def _one(self, x):
         """`replay._one`'s call ``prepared(x)`` of a program of one leaf: `MISS` unless ``x`` is its case."""
-        (_, leaf), = self.program.leaves
         if self.floats[0]:
             if type(x) is not float:
                 return MISS
-        elif type(x) is not np.ndarray or x.dtype != self.program.meta[leaf][1] or x.shape != self.shapes[0]:
+        elif type(x) is not np.ndarray or x.dtype != self.leaf_dtype or x.shape != self.shapes[0]:
             return MISS
         if self.check_globals is not None and not self.check_globals():
             return MISS

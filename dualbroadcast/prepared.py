@@ -20,6 +20,7 @@ import collections
 import contextvars
 import threading
 import types
+import weakref
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -31,7 +32,7 @@ from .api import directional_derivative, hvp_arguments
 from .context import ACTIVE_TAPE
 from .errors import UnsupportedFunctionError
 from .guards import RECORDER, NotReplayableError, note_views
-from .loop_finding import flat_refs
+from .loop_finding import constant_key, flat_refs, step_key
 from .numpy_facts import FLOAT_LEAVES, FLOAT_SCALARS, getitem, qualified_name
 from .program import Const, Guard, KernelStep, Pack, SecondOrderStep, Step, unpacked
 from .pytree import Cut
@@ -62,6 +63,16 @@ class Recorder:
         self.copies = []  # (Const, a copy of its arrays when a step used it): see `hold`
         self.meta = {}  # value index -> (shape, dtype)
         self.fixed = set()  # value indices whose shape every replay of this signature gives (see `shape_fixed`)
+        self.keys = {}  # `loop_finding.step_key` -> its number, a step's ``signature``
+
+    def signature(self, key):
+        """The number of a step's ``key`` (`loop_finding.step_key`) in this recording: steps that `find_loop` may
+        take for the same step of two iterations have the same one, so that it compares integers."""
+        keys = self.keys
+        try:
+            return keys.setdefault(key, len(keys))
+        except TypeError:  # an unhashable constant or keyword: by its text
+            return keys.setdefault(repr(key), len(keys))
 
     def describe(self, t):
         """Note the shape and dtype of ``t``'s value (an array's or NumPy scalar's read directly: once per step)."""
@@ -95,7 +106,7 @@ class Recorder:
         if tape.complex or tape.closed or tape.level or RECORDER.get() is not self or rule.kind != PER_ARGUMENT:
             return NotImplemented
         inactive, meta = self.inactive, self.meta
-        refs, values, active, arrays = [], [], [], False
+        refs, values, active, arrays, keys = [], [], [], False, []  # (keys: `step_key`'s, written out)
         real = True  # every traced value a real float needing a gradient, every constant a real number or array
         for i, a in enumerate(args):
             kind = type(a)
@@ -112,6 +123,7 @@ class Recorder:
                     real = False
                 refs.append(index)
                 values.append(a.value)
+                keys.append(meta[index])
             elif kind in _PLAIN_CONSTANTS or (kind in _INDICES and not _holds_traced(_bounds(a) if kind is slice
                                                                                      else a)):
                 if kind is np.ndarray:
@@ -121,6 +133,7 @@ class Recorder:
                     real = real and kind in _REAL_NUMBERS
                 refs.append(Const(a))
                 values.append(a)
+                keys.append(_NUMBER_KEYS.get(kind) or constant_key(a))
             else:
                 return NotImplemented
         if not active:
@@ -155,7 +168,10 @@ class Recorder:
         shape_fixed = _shapes_follow(func, refs) and all(type(r) is Const or r in fixed for r in refs)
         if shape_fixed:
             fixed.add(index)
-        self.steps.append(Step(func, rule.impl, PER_ARGUMENT, refs, (), {}, [index], active, makers))
+        numbers = self.keys  # (`signature`, inline: its key is hashable)
+        signature = numbers.setdefault((id(func), PER_ARGUMENT, "", tuple(keys), (), (meta,)), len(numbers))
+        self.steps.append(Step(func, rule.impl, PER_ARGUMENT, tuple(refs), (), {}, (index,), tuple(active), makers,
+                               None, False, signature))  # (tuples: of numbers, untracked by the collector once seen)
         if not shape_fixed and self.selects(refs, [index]):
             self.guard_shapes([index])
         return out
@@ -193,7 +209,9 @@ class Recorder:
                 return
             self.fixed.update(o for o in outs if o is not None)
         impl = rule.impl if rule is not None else func
-        self.steps.append(Step(func, impl, kind, refs, rest, kwargs, outs, active, makers, expected, complex_step))
+        step = Step(func, impl, kind, refs, rest, kwargs, outs, active, makers, expected, complex_step)
+        step.signature = self.signature(step_key(step, self.meta))
+        self.steps.append(step)
         if not fixed and self.selects(refs, outs):
             self.guard_shapes(outs)
 
@@ -339,7 +357,9 @@ class Recorder:
         self.describe(out)
         if x.index in self.fixed:
             self.fixed.add(out.index)
-        self.steps.append(Step("cut", _identity, None, [x.index], (), {}, [out.index], [], None))
+        step = Step("cut", _identity, None, [x.index], (), {}, [out.index], [], None)
+        step.signature = self.signature(step_key(step, self.meta))
+        self.steps.append(step)
         return out
 
     def guard(self, x, convert):
@@ -359,6 +379,7 @@ _SCALAR_META = {kind: ((), np.dtype(kind)) for kind in FLOAT_SCALARS}  # the (sh
 _PLAIN_CONSTANTS = frozenset((float, int, bool, type(None), np.ndarray, np.float64, np.float32, np.int64, np.intp,
                               np.bool_))
 _INDICES = frozenset((slice, tuple))
+_NUMBER_KEYS = {kind: constant_key(kind(0)) for kind in (float, int, np.float64, np.float32, np.int64, np.intp)}
 _REAL_NUMBERS = frozenset((float, int, bool, np.float64, np.float32, np.int64, np.intp, np.bool_))
 _SIZES = {np.shape, np.ndim, np.size, len}  # what a guard of a value's size reads
 _SHAPE_FUNCTIONS = {np.sum, np.dot, np.matmul, np.reshape, np.ravel, np.transpose, np.broadcast_to, np.shape,
@@ -429,12 +450,12 @@ class Program:
         self.complex_leaves = complex_leaves  # ... and as Python complex numbers
         self.globals_read = globals_read  # (namespace, name, value) of the globals it bakes in: ``one`` checks them
         # steps, regions, runners, plans, loop, run, gradient, one, source, removed: set by `_attach` at the first
-        # replay (or the first read of one of them), in the context of the recording; until then ``run`` and
-        # ``gradient`` give the recording's value and gradient for the recorded leaves (`_first`)
+        # replay (or the first read of one of them), in the context of the recording; until then the methods ``run``
+        # and ``gradient`` give the recording's value and gradient for the recorded leaves (`_first`)
         self.context = contextvars.copy_context()
         self.expected = loops.expected(self, recorded)  # (leaves, (value, gradients)) of the recording, or None
         self.first = self.expected if _returnable(self) else None
-        self.run, self.gradient, self.one = partial(self._first, "run"), partial(self._first, "gradient"), None
+        self.one = None
         # Whether ``gradient`` gives Python floats, known after its first call: a program of Python-float leaves gives
         # the same types on every call (its steps' types follow from its leaves'), a tuple of them its gradient as is.
         self.floats_out = None
@@ -452,9 +473,19 @@ class Program:
         self.steps, self.regions, self.plans, self.first = self.recorded_steps, [], None, None
         self.runners = {}  # (a region's KernelStep, without its value) -> its runner, which every plan runs; also
         # (a product's step, "matmul", site) and (a region's step, "product sums", partial): `region_runners`'
-        fuse = self.context.run(FUSE_REGIONS.get)
-        self.loop = self.context.run(loops.attach, self, partial(_compile_straight, self, fuse), self.expected)
+        fuse = self.context.run(FUSE_REGIONS.get)  # (the program's own functions refer to it weakly: a dropped program
+        # is freed at once, not by a full collection)
+        compile_straight = partial(_compile_straight, weakref.proxy(self), fuse)
+        self.loop = self.context.run(loops.attach, self, compile_straight, self.expected)
         self.expected = self.context = None
+
+    def run(self, leaves, out=None):
+        """The value and gradient at ``leaves`` (the attached program's ``run`` replaces this method)."""
+        return self._first("run", leaves, out)
+
+    def gradient(self, leaves, out=None):
+        """The gradient at ``leaves`` (the attached program's ``gradient`` replaces this method)."""
+        return self._first("gradient", leaves, out)
 
     def _first(self, which, leaves, out=None):
         """``run`` or ``gradient`` (``which``) before the program is attached: the recording's value and gradient if
@@ -708,6 +739,7 @@ class PreparedGradient:
         finally:
             RECORDER.reset(token)
         if signature in self.unreplayable:
+            tape.recorder = None
             return value_and_gradient(self.f, *args)
         try:
             value, seed = scalar_seed(out, tape)
@@ -715,6 +747,8 @@ class PreparedGradient:
             grads = backward(tape, {out.index: seed}) if differentiated else None
         finally:
             tape.thaw()  # the steps' constant arrays, read-only while f ran (see `Recorder.hold`)
+            tape.recorder = None  # the recording is over (tape and recorder referring to each other, the steps,
+            # records and pullbacks would wait for a full collection)
         recorder.settle()
         leaf_keys = [key for _, keys in signature for key in keys]
         self.globals_read = _globals_read(self.reads)  # after f ran: what it rebinds itself is not a change

@@ -31,9 +31,11 @@ class Pack:
 class Step:
     """One recorded operation: how to recompute its outputs and rebuild their pullbacks."""
 
-    __slots__ = ("func", "impl", "kind", "refs", "rest", "kwargs", "outs", "active", "makers", "expected", "complex")
+    __slots__ = ("func", "impl", "kind", "refs", "rest", "kwargs", "outs", "active", "makers", "expected", "complex",
+                 "signature")
 
-    def __init__(self, func, impl, kind, refs, rest, kwargs, outs, active, makers, expected=None, complex=False):
+    def __init__(self, func, impl, kind, refs, rest, kwargs, outs, active, makers, expected=None, complex=False,
+                 signature=None):
         self.func = func
         self.impl = impl
         self.kind = kind
@@ -45,6 +47,7 @@ class Step:
         self.makers = makers
         self.expected = expected  # a plain result, checked on replay ({position: result} of a tuple's)
         self.complex = complex  # recorded with its complex rule: a real argument's cotangent is the real part
+        self.signature = signature  # equal for steps that may be the same step of two iterations (`find_loop`)
 
 
 class KernelStep:

@@ -105,7 +105,8 @@ def compile_program(program, guard_failed):
             functions += _freed(_one(program, space, lines, writer), large)
     source = "\n".join(functions)
     exec(compile(source, "<dualbroadcast prepared program>", "exec"), space.names)
-    return space.names["run"], space.names["gradient"], space.names.get("one"), source, removed
+    names = space.names  # (the functions taken out of their own globals: freed with their program, by its count)
+    return names.pop("run"), names.pop("gradient"), names.pop("one", None), source, removed
 
 
 def _large_names(program):
@@ -300,7 +301,7 @@ def globals_check(globals_read):
     lines = ["def unchanged():", "    try:", f"        return {_globals_test(globals_read, space)}",
              "    except KeyError:", "        return False"]
     exec(compile("\n".join(lines), "<dualbroadcast globals check>", "exec"), space.names)
-    return space.names["unchanged"]
+    return space.names.pop("unchanged")  # (not kept in its own globals: freed with its program)
 
 
 def _dead_region_values(program, lines):

@@ -45,7 +45,7 @@ def _steps(program):
         assert type(step) is Step
         refs = [r if type(r) is int else ("const", repr(r.value)) if type(r) is Const else ("pack", repr(r.value))
                 for r in step.refs]
-        facts.append((step.func, step.impl, step.kind, refs, step.rest, step.kwargs, step.outs, step.active,
+        facts.append((step.func, step.impl, step.kind, refs, step.rest, step.kwargs, list(step.outs), list(step.active),
                       step.makers, repr(step.expected), step.complex))
     return facts
 
