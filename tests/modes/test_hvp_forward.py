@@ -129,9 +129,16 @@ def test_random_programs_agree_with_reverse_over_reverse(data):
             return  # refused (a clear error) or not defined here: programs.check_second_order covers it
         try:
             got = programs.as_tuple(reverse_over_forward(f, args, vectors), len(values))
+            hvp = programs.as_tuple(db.hvp(f, *args, vectors=vectors), len(values))
         except FORWARD_REFUSES:
             got = None
-        hvp = programs.as_tuple(db.hvp(f, *args, vectors=vectors), len(values))
+            hvp = programs.as_tuple(db.hvp(f, *args, vectors=vectors), len(values))
+        except db.InPlaceMutationError:
+            # f writes into an array a product read: a clear refusal, as db.gradient's. Reverse over reverse may
+            # accept it where that product's other factor has a zero partial (a kernel of np.floor)
+            with pytest.raises(db.InPlaceMutationError):
+                db.gradient(f, *args)
+            return
     for result in ([got] if got is not None else []) + [hvp]:
         for x, r, w in zip(program.inputs, result, want):
             if x.cut:
