@@ -7,8 +7,8 @@ Usage, from the repository root (about an hour for 160 mutants on 2 shared cores
     python -m benchmarks.mutation --report             # print the last run's report again
     python -m benchmarks.mutation --list               # the sampled mutations, without running them
 
-Options: ``--ref REV`` (default ``HEAD``), ``--seed N`` and ``--size N`` (defaults in
-``[tool.cosmic-ray.sample]`` of ``pyproject.toml``, with ``budget``), ``--workdir DIR``, ``--fresh``,
+Options: ``--ref REV`` (default ``HEAD``), ``--seed N``, ``--size N`` and ``--budget SECONDS`` (defaults in
+``[tool.cosmic-ray.sample]`` of ``pyproject.toml``), ``--workdir DIR``, ``--fresh``,
 ``--jobs N`` (mutants run at a time, each worker on its own copy of the tree).
 
 What it measures: cosmic-ray enumerates every mutation its core operators make in
@@ -399,6 +399,7 @@ def main(argv=None):
     p.add_argument("--seed", type=int)
     p.add_argument("--size", type=int)
     p.add_argument("--workdir")
+    p.add_argument("--budget", type=float, help="seconds a mutant's tests may take before it is unresolved")
     p.add_argument("--jobs", type=int, default=1, help="mutants run at a time, each on its own copy of the tree")
     p.add_argument("--fresh", action="store_true", help="start over even if the work directory holds this run")
     p.add_argument("--list", action="store_true", help="print the sample and stop")
@@ -407,7 +408,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     be_nice()
     cfg, sample = load_config()
-    for name in ("seed", "size", "workdir"):
+    for name in ("seed", "size", "workdir", "budget"):
         if getattr(args, name) is not None:
             sample[name] = getattr(args, name)
     workdir = Path(sample["workdir"]).resolve()
