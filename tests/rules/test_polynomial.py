@@ -74,6 +74,13 @@ def test_complex_roots_move_as_minus_dp_over_p_prime():
     db.check_gradient(loss(np.roots, np), COMPLEX)
 
 
+@pytest.mark.parametrize("zeros", [2, 3])
+def test_the_repeated_zero_root_error_counts_the_trailing_zeros(zeros):
+    p = np.concatenate([[1.0, 2.0], np.zeros(zeros)])
+    with pytest.raises(db.UnsupportedFunctionError, match=f"with {zeros} trailing zero coefficients"):
+        db.gradient(lambda p: np.sum(np.roots(p)), p)
+
+
 def test_repeated_zero_roots_and_extra_results_are_clear_errors():
     with pytest.raises(db.UnsupportedFunctionError, match="repeated root at 0"):
         db.gradient(lambda p: np.sum(np.roots(p)), np.array([1.0, 2.0, 0.0, 0.0]))
