@@ -174,16 +174,18 @@ def apply_sample(session, seed, size):
 # closest first: the folders of docs/design.md's layers, not coverage, so a run needs no pass of the whole
 # suite first.  Test files that import the module by name run before the folders' other files.
 GUARDS = [
+    ("dualbroadcast/rules/scipy_special.py", ["tests/rules", "tests/scipy", "tests/modes/test_kink_sweep.py"]),
     ("dualbroadcast/rules/*", ["tests/rules", "tests/modes/test_kink_sweep.py"]),
     ("dualbroadcast/scipy/*", ["tests/scipy", "tests/rules/test_scipy_functions.py",
-                               "tests/rules/test_special_oracle.py", "tests/rules/test_lazy_scipy.py"]),
+                               "tests/rules/test_special_oracle.py", "tests/rules/test_lazy_scipy.py",
+                               "tests/rules/test_rules.py"]),  # test_rules: the rule sweeps of its functions
     ("dualbroadcast/derivatives.py", ["tests/rules/test_rules.py", "tests/modes/test_kink_sweep.py",
                                       "tests/kernels/test_kernel_rules.py", "tests/rules"]),
     ("dualbroadcast/kernel*", ["tests/kernels", "tests/modes/test_hessian_coefficients.py"]),
     ("dualbroadcast/broadcast*", ["tests/kernels", "tests/modes/test_hessian_coefficients.py",
                                   "tests/modes/test_hvp_forward.py"]),  # kernels on a second tape
     ("dualbroadcast/expr.py", ["tests/kernels"]),
-    ("dualbroadcast/operands.py", ["tests/kernels", "tests/tape"]),
+    ("dualbroadcast/operands.py", ["tests/kernels", "tests/tape", "tests/modes/test_forward.py"]),
     ("dualbroadcast/forward.py", ["tests/modes/test_forward.py", "tests/modes/test_forward_fallback.py",
                                   "tests/modes/test_hvp_forward.py", "tests/modes"]),
     ("dualbroadcast/region*", ["tests/prepared"]),
@@ -197,6 +199,7 @@ GUARDS = [
     ("dualbroadcast/__main__.py", ["tests/docs", "tests/tooling"]),
     ("dualbroadcast/callers.py", ["tests/scipy/test_messages.py", "tests/tape", "tests/modes"]),
     ("dualbroadcast/__init__.py", ["tests/modes/test_api.py", "tests/docs/test_docs.py"]),
+    ("dualbroadcast/lazy.py", ["tests/scale_out/test_dask.py", "tests/tape", "tests/modes"]),
     ("dualbroadcast/*", ["tests/tape", "tests/modes"]),  # facts, hooks, recording, tape, sweeps, reverse, api
 ]
 

@@ -88,3 +88,11 @@ def test_repeated_zero_roots_and_extra_results_are_clear_errors():
         db.gradient(lambda y: np.sum(np.polyfit(X, y, 2, full=True)[0]), Y[:, 0])
     with pytest.raises(db.UnsupportedFunctionError, match="rank-deficient"):
         db.gradient(lambda y: np.sum(np.polyfit(np.ones(4), y, 2)), Y[:4, 0])
+
+
+@pytest.mark.parametrize("shape", [(2,), (2, 3)])
+def test_polyval_of_coefficient_arrays_in_x(shape):
+    """np.polyval of p with trailing axes (a polynomial per position): x̄ = Σ_k (N-1-k) p_k x^(N-2-k), by hand."""
+    p, x = RNG.standard_normal((4, *shape)), RNG.standard_normal(shape)
+    by_hand = sum((len(p) - 1 - k) * p[k] * x ** (len(p) - 2 - k) for k in range(len(p) - 1))
+    np.testing.assert_allclose(db.gradient(lambda x: np.sum(np.polyval(p, x)), x), by_hand, rtol=1e-12)
