@@ -7,8 +7,8 @@ Usage, from the repository root (about an hour for 160 mutants on 2 shared cores
     python -m benchmarks.mutation --report             # print the last run's report again
     python -m benchmarks.mutation --list               # the sampled mutations, without running them
 
-Options: ``--ref REV`` (default ``HEAD``), ``--seed N`` and ``--size N`` (defaults in
-``[tool.cosmic-ray.sample]`` of ``pyproject.toml``, with ``budget``), ``--workdir DIR``, ``--fresh``,
+Options: ``--ref REV`` (default ``HEAD``), ``--seed N``, ``--size N`` and ``--budget SECONDS`` (defaults in
+``[tool.cosmic-ray.sample]`` of ``pyproject.toml``), ``--workdir DIR``, ``--fresh``,
 ``--jobs N`` (mutants run at a time, each worker on its own copy of the tree).
 
 What it measures: cosmic-ray enumerates every mutation its core operators make in
@@ -115,16 +115,12 @@ def be_nice():
 # --------------------------------------------------------------------------- the copy and the session
 
 
-def export(ref, workdir):
-    """Unpack ``git archive ref`` into ``workdir/tree``; return the commit."""
-    commit = subprocess.run(
-        ["git", "rev-parse", "--verify", ref + "^{commit}"], cwd=ROOT, check=True, capture_output=True, text=True
-    ).stdout.strip()
+def export(commit, tree):
+    """Unpack ``git archive commit`` into ``tree`` (over what is there: a run stopped by a signal may have left
+    a mutation applied in a copy)."""
     archive = subprocess.run(["git", "archive", commit], cwd=ROOT, check=True, capture_output=True).stdout
-    tree = workdir / "tree"
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(tree, filter="data")
-    return commit
 
 
 def init_session(cfg, tree, session):
@@ -178,16 +174,18 @@ def apply_sample(session, seed, size):
 # closest first: the folders of docs/design.md's layers, not coverage, so a run needs no pass of the whole
 # suite first.  Test files that import the module by name run before the folders' other files.
 GUARDS = [
+    ("dualbroadcast/rules/scipy_special.py", ["tests/rules", "tests/scipy", "tests/modes/test_kink_sweep.py"]),
     ("dualbroadcast/rules/*", ["tests/rules", "tests/modes/test_kink_sweep.py"]),
     ("dualbroadcast/scipy/*", ["tests/scipy", "tests/rules/test_scipy_functions.py",
-                               "tests/rules/test_special_oracle.py", "tests/rules/test_lazy_scipy.py"]),
+                               "tests/rules/test_special_oracle.py", "tests/rules/test_lazy_scipy.py",
+                               "tests/rules/test_rules.py"]),  # test_rules: the rule sweeps of its functions
     ("dualbroadcast/derivatives.py", ["tests/rules/test_rules.py", "tests/modes/test_kink_sweep.py",
                                       "tests/kernels/test_kernel_rules.py", "tests/rules"]),
     ("dualbroadcast/kernel*", ["tests/kernels", "tests/modes/test_hessian_coefficients.py"]),
     ("dualbroadcast/broadcast*", ["tests/kernels", "tests/modes/test_hessian_coefficients.py",
                                   "tests/modes/test_hvp_forward.py"]),  # kernels on a second tape
     ("dualbroadcast/expr.py", ["tests/kernels"]),
-    ("dualbroadcast/operands.py", ["tests/kernels", "tests/tape"]),
+    ("dualbroadcast/operands.py", ["tests/kernels", "tests/tape", "tests/modes/test_forward.py"]),
     ("dualbroadcast/forward.py", ["tests/modes/test_forward.py", "tests/modes/test_forward_fallback.py",
                                   "tests/modes/test_hvp_forward.py", "tests/modes"]),
     ("dualbroadcast/region*", ["tests/prepared"]),
@@ -201,13 +199,16 @@ GUARDS = [
     ("dualbroadcast/__main__.py", ["tests/docs", "tests/tooling"]),
     ("dualbroadcast/callers.py", ["tests/scipy/test_messages.py", "tests/tape", "tests/modes"]),
     ("dualbroadcast/__init__.py", ["tests/modes/test_api.py", "tests/docs/test_docs.py"]),
+    ("dualbroadcast/lazy.py", ["tests/scale_out/test_dask.py", "tests/tape", "tests/modes"]),
     ("dualbroadcast/*", ["tests/tape", "tests/modes"]),  # facts, hooks, recording, tape, sweeps, reverse, api
 ]
 
 
-def test_files_guarding(module, tests_root):
-    """The test files (paths from the tree's root) that guard ``module``: those naming it first, then its folders'."""
+def test_files_guarding(module, tests_root, closest=False):
+    """The test files (paths from the tree's root) that guard ``module``: those naming it first, then its folders';
+    ``closest``: those naming it only (its first folder's where none does)."""
     folders = next(f for pattern, f in GUARDS if fnmatch.fnmatch(module, pattern))
+    folders = folders[:1] if closest else folders
     files = []
     for entry in folders:
         path = tests_root.parent / entry
@@ -218,7 +219,7 @@ def test_files_guarding(module, tests_root):
     naming = re.compile(rf"\b{re.escape(dotted)}\b|from {re.escape(parent)} import [^\n]*\b{stem}\b")
     named = [f for f in sorted(tests_root.rglob("test_*.py")) if naming.search(f.read_text(encoding="utf-8"))
              and parent]  # every test imports the package itself: its __init__ has folders only
-    ordered = list(dict.fromkeys(sorted(named, key=_size) + files))
+    ordered = list(dict.fromkeys(sorted(named, key=_size) + ([] if closest and named else files)))
     return [str(f.relative_to(tests_root.parent)) for f in ordered]
 
 
@@ -261,7 +262,7 @@ def run_mutant(cfg, sample, tree, item, broken):
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
 
     m = item.mutations[0]
-    tests = test_files_guarding(str(m.module_path), tree / "tests")
+    tests = test_files_guarding(str(m.module_path), tree / "tests", sample.get("closest", False))
     budget = sample["budget"]
     operator = cosmic_ray.plugins.get_operator(m.operator_name)(**(m.operator_args or {}))
     t = time.time()
@@ -280,7 +281,7 @@ def run_mutant(cfg, sample, tree, item, broken):
     if code is None:
         kind, outcome = "over budget", TestOutcome.INCOMPETENT  # unresolved: judged by hand
     elif code == 0:
-        kind, outcome = "survived", TestOutcome.SURVIVED
+        kind, outcome = "survived closest" if sample.get("closest") else "survived", TestOutcome.SURVIVED
     elif code == 1:
         kind, outcome = "killed", TestOutcome.KILLED
     elif code in (2, 3) or any(ln.startswith("ERROR tests/") for ln in lines):
@@ -359,9 +360,9 @@ def report(workdir, state):
         module = str(item.mutations[0].module_path)
         counts[kind] += 1
         per_module[module][kind] += 1
-        if kind in ("survived", "over budget"):
+        if kind in ("survived", "survived closest", "over budget"):
             survivors.append((item, result, kind))
-    kinds = ["killed", "killed (error)", "survived", "over budget", "error", "no mutation"]
+    kinds = ["killed", "killed (error)", "survived", "survived closest", "over budget", "error", "no mutation"]
     lines = [(f"# Mutation run: {state['commit'][:12]} seed {state['seed']} sample {state['size']}"
               f" of {state.get('universe', '?')} mutations"), ""]
     if state.get("seconds"):
@@ -377,7 +378,9 @@ def report(workdir, state):
     if killed + alive:
         lines += ["", (f"killed {killed} of {killed + alive} run ({100 * killed / (killed + alive):.1f}%), "
                        f"{alive} survivors; kill rate of behaviour-changing mutations = killed / "
-                       f"({killed + alive} - equivalent survivors)")]
+                       f"({killed + alive} - equivalent survivors)"
+                       + (f"; {counts['survived closest']} survived their closest tests only (unresolved)"
+                          if counts["survived closest"] else ""))]
     lines += ["", "## Survivors and mutants over budget", ""]
     for item, result, kind in survivors:
         m = item.mutations[0]
@@ -399,7 +402,11 @@ def main(argv=None):
     p.add_argument("--seed", type=int)
     p.add_argument("--size", type=int)
     p.add_argument("--workdir")
+    p.add_argument("--budget", type=float, help="seconds a mutant's tests may take before it is unresolved")
     p.add_argument("--jobs", type=int, default=1, help="mutants run at a time, each on its own copy of the tree")
+    p.add_argument("--closest", action="store_true",
+                   help="run only the test files naming each mutant's module: a quick first pass, its survivors "
+                        "(\"survived closest\") to be run on every guard or judged by hand")
     p.add_argument("--fresh", action="store_true", help="start over even if the work directory holds this run")
     p.add_argument("--list", action="store_true", help="print the sample and stop")
     p.add_argument("--report", action="store_true", help="print the report of the run in the work directory")
@@ -407,7 +414,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     be_nice()
     cfg, sample = load_config()
-    for name in ("seed", "size", "workdir"):
+    sample["closest"] = args.closest
+    for name in ("seed", "size", "workdir", "budget"):
         if getattr(args, name) is not None:
             sample[name] = getattr(args, name)
     workdir = Path(sample["workdir"]).resolve()
@@ -428,12 +436,15 @@ def main(argv=None):
         workdir.mkdir(parents=True)
         state = dict(want)
         (workdir / MARKER).write_text(json.dumps(state))
-        export(commit, workdir)
+        export(commit, workdir / "tree")
         os.chdir(workdir / "tree")
         print(f"cosmic-ray init: {commit[:12]} {cfg['module-path']}", flush=True)
         init_session(cfg, workdir / "tree", workdir / "session.sqlite")
         state["universe"], _ = apply_sample(workdir / "session.sqlite", sample["seed"], sample["size"])
         (workdir / MARKER).write_text(json.dumps(state))
+    else:
+        for tree in workdir.glob("tree*"):
+            export(commit, tree)
     os.chdir(workdir / "tree")
     if args.list:
         from cosmic_ray.work_db import WorkDB, use_db

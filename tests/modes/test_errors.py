@@ -192,6 +192,13 @@ def test_in_place_mutation(f, message):
     assert isinstance(info.value, TypeError)
 
 
+@pytest.mark.parametrize("f", [add_at_into_plain, add_at_into_tracked])
+def test_ufunc_at_is_the_in_place_error_in_forward_mode_too(f):
+    message = dict(IN_PLACE)[f]
+    with pytest.raises(db.InPlaceMutationError, match=message):
+        db.jvp(f, (X,), (np.ones_like(X),))
+
+
 def test_out_message_suggests_the_same_function():
     with pytest.raises(db.InPlaceMutationError, match=r"y = np\.exp\("):
         grad(exp_out)

@@ -74,6 +74,13 @@ def test_complex_roots_move_as_minus_dp_over_p_prime():
     db.check_gradient(loss(np.roots, np), COMPLEX)
 
 
+@pytest.mark.parametrize("zeros", [2, 3])
+def test_the_repeated_zero_root_error_counts_the_trailing_zeros(zeros):
+    p = np.concatenate([[1.0, 2.0], np.zeros(zeros)])
+    with pytest.raises(db.UnsupportedFunctionError, match=f"with {zeros} trailing zero coefficients"):
+        db.gradient(lambda p: np.sum(np.roots(p)), p)
+
+
 def test_repeated_zero_roots_and_extra_results_are_clear_errors():
     with pytest.raises(db.UnsupportedFunctionError, match="repeated root at 0"):
         db.gradient(lambda p: np.sum(np.roots(p)), np.array([1.0, 2.0, 0.0, 0.0]))
@@ -81,3 +88,11 @@ def test_repeated_zero_roots_and_extra_results_are_clear_errors():
         db.gradient(lambda y: np.sum(np.polyfit(X, y, 2, full=True)[0]), Y[:, 0])
     with pytest.raises(db.UnsupportedFunctionError, match="rank-deficient"):
         db.gradient(lambda y: np.sum(np.polyfit(np.ones(4), y, 2)), Y[:4, 0])
+
+
+@pytest.mark.parametrize("shape", [(2,), (2, 3)])
+def test_polyval_of_coefficient_arrays_in_x(shape):
+    """np.polyval of p with trailing axes (a polynomial per position): x̄ = Σ_k (N-1-k) p_k x^(N-2-k), by hand."""
+    p, x = RNG.standard_normal((4, *shape)), RNG.standard_normal(shape)
+    by_hand = sum((len(p) - 1 - k) * p[k] * x ** (len(p) - 2 - k) for k in range(len(p) - 1))
+    np.testing.assert_allclose(db.gradient(lambda x: np.sum(np.polyval(p, x)), x), by_hand, rtol=1e-12)
