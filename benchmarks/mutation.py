@@ -200,6 +200,7 @@ GUARDS = [
     ("dualbroadcast/callers.py", ["tests/scipy/test_messages.py", "tests/tape", "tests/modes"]),
     ("dualbroadcast/__init__.py", ["tests/modes/test_api.py", "tests/docs/test_docs.py"]),
     ("dualbroadcast/lazy.py", ["tests/scale_out/test_dask.py", "tests/tape", "tests/modes"]),
+    ("dualbroadcast/api.py", ["tests/tape", "tests/modes", "tests/rules/test_complex.py"]),  # check_gradient
     ("dualbroadcast/*", ["tests/tape", "tests/modes"]),  # facts, hooks, recording, tape, sweeps, reverse, api
 ]
 

@@ -184,6 +184,22 @@ def test_eam_hvp_against_jax_jvp_of_grad():
     np.testing.assert_allclose(db.hvp(eam_fused, x, v), want, rtol=1e-12, atol=1e-12 * np.max(np.abs(want)))
 
 
+def test_a_constant_scalar_tangent_of_a_tracked_array_is_broadcast_to_its_shape():
+    """x[0] + zeros(3): a tracked array whose tangent is v[0], a constant float (`forward._like`); summed, it counts
+    three times, as JAX's jvp of grad says (a scalar tangent left as it is counted once)."""
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    jnp = jax.numpy
+
+    def f(x, xp):
+        return xp.sum(x[0] + xp.zeros(3)) ** 2 + xp.sum(xp.sin(x[1] * xp.ones((2, 2))) * x[2])
+
+    x = np.array([0.3, -1.2, 0.7])
+    v = np.array([0.5, 2.0, -1.0])
+    want = np.asarray(jax.jvp(jax.grad(lambda x: f(x, jnp)), (jnp.asarray(x),), (jnp.asarray(v),))[1])
+    np.testing.assert_allclose(db.hvp(lambda x: f(x, np), x, v), want, rtol=1e-12, atol=1e-12)
+
+
 def test_functions_of_numpy_calls_against_jax_and_differences():
     jax = pytest.importorskip("jax")
     jax.config.update("jax_enable_x64", True)

@@ -157,6 +157,23 @@ def test_constant_changing_each_iteration_is_read_per_iteration():
         np.testing.assert_allclose(prog(x), expected, rtol=1e-12, atol=1e-15)
 
 
+def test_an_iteration_reading_an_older_value_is_not_looped_over():
+    """Iteration 6 reads h of two iterations before, not of the last: no block's carry.  Recorded where every h is
+    0 and every factor 1, so that the check against the recording cannot tell them apart; another x can."""
+    def f(x):
+        hs = [x[0]]
+        for k in range(12):
+            hs.append(np.sin(hs[-2 if k == 6 else -1]) * x[1])
+        return hs[-1] * hs[-1]
+
+    prog = prepared(f, np.array([0.0, 1.0]), "python")
+    y = np.array([0.4, 0.8])
+    expected = db.gradient(f, y)
+    np.testing.assert_allclose(expected, central_differences(f, y), rtol=1e-6, atol=1e-8)
+    for _ in range(8):  # every runner in turn
+        np.testing.assert_allclose(prog(y), expected, rtol=1e-12, atol=1e-15)
+
+
 def test_guard_inside_the_block_is_not_looped_and_replays_right():
     def f(x):
         h = x[0]

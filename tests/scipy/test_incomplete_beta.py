@@ -39,6 +39,18 @@ def test_betainc_in_a_and_b_against_mpmath(log_a, log_b, x):
     np.testing.assert_allclose(got_complement, -np.array(want), rtol=1e-8, atol=1e-14)
 
 
+def test_fixed_points_in_every_regime_against_mpmath_in_one_call():
+    """Without hypothesis, so that a wrong series fails in one call rather than in minutes of shrinking (a
+    series whose terms do not decay runs its `BETA_SERIES_TERMS` terms and gives NaN): small and large a and b,
+    on both sides of the switch between the series of I and of 1 - I."""
+    a = np.array([0.05, 0.7, 3.0, 40.0, 300.0, 2.0])
+    b = np.array([2.0, 0.3, 5.0, 25.0, 200.0, 0.08])
+    x = np.array([0.3, 0.8, 0.2, 0.5, 0.55, 0.97])
+    got = db.gradient(lambda a, b: np.sum(sc.betainc(a, b, x)), a, b)
+    want = np.transpose([mpmath_partials(*point) for point in zip(a, b, x)])
+    np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-14)
+
+
 @settings(max_examples=20, deadline=None)
 @given(shapes=st.lists(st.sampled_from([(), (1,), (3,), (2, 1), (2, 3)]), min_size=3, max_size=3),
        seed=st.integers(0, 2**16))
