@@ -138,7 +138,8 @@ class ForwardWriter(SourceWriter):
                 blocks.append(self.second_order(step))
             elif step.func == "cut":
                 blocks.append(self.cut(step))
-            elif step.outs[0] in self.epilogues and self.epilogue_runner(self.epilogues[step.outs[0]]) is not None:
+            elif step.outs and step.outs[0] in self.epilogues \
+                    and self.epilogue_runner(self.epilogues[step.outs[0]]) is not None:
                 continue  # computed by its epilogue's runner (`kernel`)
             else:
                 if self.stays_float(step):

@@ -436,3 +436,18 @@ def test_python_complex_arguments_are_replayed_and_cut_ones_are_read_anew():
         np.testing.assert_allclose(got[0], expected[0], rtol=1e-12)
         np.testing.assert_allclose(got[2], expected[2], rtol=1e-12)
     assert prog.recordings == 2  # a cut Python complex is baked in: a new value is a new recording
+
+
+def test_a_step_with_no_result_is_replayed():
+    """`np.unstack` of an empty axis gives no value: replay writes the step without reading a result it lacks."""
+    def f(x, y):
+        return sum(np.sum(u) for u in np.unstack(x, axis=0)) + np.sum(np.tanh(y) ** 2)
+
+    x, y = np.zeros((0, 3)), np.linspace(-1.0, 1.0, 5)
+    prog = db.prepare_gradient(f, x, y)
+    for _ in range(3):  # the recorded gradient, then replays
+        got = prog(x, y)
+        want = db.gradient(f, x, y)
+        assert got[0].shape == (0, 3)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-15)
+        np.testing.assert_allclose(got[1], 2 * np.tanh(y) / np.cosh(y) ** 2, rtol=1e-13)
