@@ -244,7 +244,7 @@ class ForwardWriter(SourceWriter):
                 lines.append(f"    if not {same}(r{k}[{j}], {self.space.bind(a)}): raise GuardFailed")
             return _Block(lines, [f"r{k}"] + [f"v{o}" for o in step.outs if o is not None], uses,
                           bool(step.expected) or _may_raise(step.func))
-        if step.outs == [None]:
+        if tuple(step.outs) == (None,):  # (a list from the general path, a tuple from the fast one)
             same = self.space.bind(same_result)
             result, expected = self.call(step, self.args(step)), self.space.bind(step.expected)
             line = f"    if not {same}({result}, {expected}): raise GuardFailed"
